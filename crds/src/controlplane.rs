@@ -1,0 +1,348 @@
+//! `meshplane.io/v1alpha1`: `MeshControlPlane` and `MeshRevisionTag`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::names;
+
+/// Desired state of one revision of a tenant's control plane.
+///
+/// A `MeshControlPlane` runs one instance (an Envoy xDS server) for revision `spec.revision`
+/// of tenant `spec.tenant`. Namespaces join it with the label `meshplane.io/rev=<revision>`
+/// (or the name of a `MeshRevisionTag` pointing at it).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "meshplane.io",
+    version = "v1alpha1",
+    kind = "MeshControlPlane",
+    doc = "One revision of a tenant's isolated service-mesh control plane.",
+    shortname = "mcp",
+    status = "MeshControlPlaneStatus",
+    printcolumn = r#"{"name":"Tenant","type":"string","jsonPath":".spec.tenant"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.revision"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Members","type":"integer","jsonPath":".status.members.count"}"#,
+    printcolumn = r#"{"name":"Proxies","type":"integer","jsonPath":".status.connectedProxies"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.metadata.name.size() <= 32 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label of at most 32 characters (it is the default revision)"),
+)]
+#[x_kube(
+    validation = Rule::new("has(self.revision) == has(oldSelf.revision)").message("spec.revision is immutable: it cannot be added or removed after creation"),
+    validation = Rule::new("has(self.namespace) == has(oldSelf.namespace)").message("spec.namespace is immutable: it cannot be added or removed after creation")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshControlPlaneSpec {
+    /// Tenant this revision belongs to. Several revisions may share a tenant; the tenant is the
+    /// isolation boundary. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tenant is immutable"))]
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub tenant: String,
+
+    /// Revision name: the value of the `meshplane.io/rev` namespace label that selects this
+    /// instance. Defaults to `metadata.name`. Unique cluster-wide, also against tag names.
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.revision is immutable"))]
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub revision: Option<String>,
+
+    /// Control namespace where the instance runs, shared by all revisions of the tenant and
+    /// holding tenant-wide configuration (the tenant's root namespace). Defaults to
+    /// `meshplane-<tenant>`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.namespace is immutable"))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: Option<String>,
+
+    /// Namespaces this revision may own. A namespace labelled for the revision (or one of its
+    /// tags) but not matched by this selector is rejected, not joined. Absent: any namespace
+    /// may join.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Version of meshplane this revision runs; selects the default images.
+    #[serde(default = "default_version")]
+    #[schemars(length(min = 1, max = 64))]
+    pub version: String,
+
+    /// Images of this revision; each defaults to the meshplane image of `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Images>,
+
+    /// Number of instance replicas. A PodDisruptionBudget keeps one available when above 1.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 10))]
+    pub replicas: i32,
+
+    /// Compute resources of the instance container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// How the instance reads the cluster: `Strict` (default) grants it read access per member
+    /// namespace as namespaces join; `Shared` grants cluster-wide read and filters in the instance.
+    #[serde(default)]
+    pub isolation: IsolationMode,
+
+    /// Mesh-wide settings of this revision.
+    #[serde(default)]
+    pub mesh_config: MeshConfig,
+}
+
+fn default_version() -> String {
+    "0.1.0".to_string()
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// Container images of a revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Images {
+    /// Image of the xds-server (the control-plane instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub xds_server: Option<String>,
+    /// Image of the sidecar proxy injected into member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub proxy: Option<String>,
+}
+
+/// How a revision's instance is granted read access to the cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum IsolationMode {
+    /// Read access only in member namespaces, granted per namespace by a RoleBinding created when
+    /// the namespace joins and deleted when it leaves.
+    #[default]
+    Strict,
+    /// Cluster-wide read through one ClusterRoleBinding; the instance filters to its members.
+    Shared,
+}
+
+/// Mesh-wide settings of a revision.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshConfig {
+    /// Trust domain of the tenant's workload identities.
+    #[serde(default = "default_trust_domain")]
+    #[schemars(length(min = 1, max = 253))]
+    pub trust_domain: String,
+    /// Default visibility of Services and ServiceEntries that set no `exportTo`: `*` (the whole
+    /// tenant, the default), `.` (own namespace) or namespace names of the tenant.
+    #[serde(default = "default_export_to")]
+    pub default_export_to: Vec<String>,
+    /// What a proxy does with traffic to hosts it does not know.
+    #[serde(default)]
+    pub outbound_traffic_policy: OutboundTrafficPolicy,
+    /// Access logging of the tenant's proxies.
+    #[serde(default)]
+    pub access_logging: AccessLogging,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        Self {
+            trust_domain: default_trust_domain(),
+            default_export_to: default_export_to(),
+            outbound_traffic_policy: OutboundTrafficPolicy::default(),
+            access_logging: AccessLogging::default(),
+        }
+    }
+}
+
+fn default_trust_domain() -> String {
+    names::DEFAULT_TRUST_DOMAIN.to_string()
+}
+
+fn default_export_to() -> Vec<String> {
+    vec!["*".to_string()]
+}
+
+/// Outbound traffic policy (Istio's `outboundTrafficPolicy`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct OutboundTrafficPolicy {
+    /// `ALLOW_ANY` passes traffic to unknown hosts through; `REGISTRY_ONLY` blocks it.
+    #[serde(default)]
+    pub mode: OutboundTrafficMode,
+}
+
+/// Mode of an [`OutboundTrafficPolicy`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OutboundTrafficMode {
+    /// Unknown destinations pass through to their original address.
+    #[default]
+    AllowAny,
+    /// Unknown destinations are refused.
+    RegistryOnly,
+}
+
+/// Access-log settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessLogging {
+    /// Write an access log line for every request and connection.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Where to write it; defaults to `/dev/stdout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Observed state of a `MeshControlPlane`, written by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshControlPlaneStatus {
+    /// Generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Effective revision (`spec.revision` or `metadata.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Effective control namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_namespace: Option<String>,
+    /// `Ready`, `Reconciled`, `WebhooksReady`, `Degraded`, `InUse`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Namespaces attached to this revision (directly or through a tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<NamespaceList>,
+    /// Namespaces labelled for this revision but refused, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<RejectedNamespaces>,
+    /// Tags currently pointing at this revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Proxies connected to this revision's instance, as reported by the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected_proxies: Option<i32>,
+}
+
+/// Most namespace names a status lists; the count is always exact.
+pub const STATUS_NAME_LIMIT: usize = 50;
+
+/// A counted, bounded list of namespace names.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceList {
+    /// Exact number of namespaces.
+    pub count: i32,
+    /// Names, sorted, at most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+}
+
+/// A counted, bounded list of rejected namespaces.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedNamespaces {
+    /// Exact number of rejected namespaces.
+    pub count: i32,
+    /// Rejected namespaces with their reason, sorted by name, at most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<RejectedNamespace>,
+}
+
+/// One namespace refused by a revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedNamespace {
+    /// Namespace name.
+    pub name: String,
+    /// Machine-readable reason, e.g. `OutsideSelector`.
+    pub reason: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl MeshControlPlane {
+    /// Effective revision: `spec.revision`, or `metadata.name` when unset.
+    pub fn revision(&self) -> String {
+        self.spec
+            .revision
+            .clone()
+            .or_else(|| self.metadata.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Effective control namespace: `spec.namespace`, or `meshplane-<tenant>`.
+    pub fn control_namespace(&self) -> String {
+        self.spec
+            .namespace
+            .clone()
+            .unwrap_or_else(|| names::control_namespace(&self.spec.tenant))
+    }
+
+    /// Image of the xds-server for this revision.
+    pub fn xds_image(&self) -> String {
+        self.spec
+            .images
+            .as_ref()
+            .and_then(|i| i.xds_server.clone())
+            .unwrap_or_else(|| format!("ghcr.io/meshplane/xds-server:{}", self.spec.version))
+    }
+
+    /// Image of the sidecar proxy for this revision.
+    pub fn proxy_image(&self) -> String {
+        self.spec
+            .images
+            .as_ref()
+            .and_then(|i| i.proxy.clone())
+            .unwrap_or_else(|| format!("ghcr.io/meshplane/proxy:{}", self.spec.version))
+    }
+}
+
+/// A cluster-scoped alias for a revision: namespaces labelled `meshplane.io/rev=<tag>` join the
+/// revision the tag points to. Moving the tag moves them (new pods); a tag never moves across
+/// tenants.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "meshplane.io",
+    version = "v1alpha1",
+    kind = "MeshRevisionTag",
+    doc = "A cluster-scoped alias that points namespaces at a revision of one tenant.",
+    shortname = "mrt",
+    status = "MeshRevisionTagStatus",
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".spec.revision"}"#,
+    printcolumn = r#"{"name":"Tenant","type":"string","jsonPath":".status.tenant"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.metadata.name.size() <= 32 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label of at most 32 characters (it is the value of the meshplane.io/rev label)"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshRevisionTagSpec {
+    /// Revision this tag points to. Moving it to a revision of another tenant is refused.
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub revision: String,
+}
+
+/// Observed state of a `MeshRevisionTag`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshRevisionTagStatus {
+    /// Generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Revision the tag resolves to (the last accepted one while a move is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Tenant of that revision. Once set, the tag stays in this tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// `Ready`, `Degraded` (e.g. `TagMovedAcrossTenants`, `RevisionNotFound`, `TagNamedLikeRevision`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Namespaces carrying this tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<NamespaceList>,
+}
+
+/// Labels of a workload selector (`workloadSelector.labels`).
+pub type Labels = BTreeMap<String, String>;

@@ -1,0 +1,28 @@
+//! The meshplane API: Kubernetes custom resource types, the names derived from them, and the
+//! semantic validation that CRD schemas and CEL rules cannot express.
+//!
+//! This crate has no runtime: the operator, the validating webhook and the xds-server all link
+//! it, so that one implementation decides what is valid.
+//!
+//! - [`controlplane`]: `meshplane.io/v1alpha1` `MeshControlPlane` and `MeshRevisionTag`.
+//! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter` and
+//!   `Sidecar`, the common subset of Istio's networking API (see that module for the supported
+//!   fields).
+//! - [`names`]: labels, annotations and the names of every object derived from a revision.
+//! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
+//! - [`manifest`]: parsing multi-document YAML into typed objects (samples, directory source).
+//! - [`crdgen`]: the CustomResourceDefinitions as YAML, written to `config/crd/` by `crdgen`.
+
+pub mod controlplane;
+pub mod crdgen;
+pub mod manifest;
+pub mod names;
+pub mod networking;
+pub mod selector;
+pub mod validation;
+
+pub use controlplane::{
+    IsolationMode, MeshConfig, MeshControlPlane, MeshControlPlaneSpec, MeshControlPlaneStatus,
+    MeshRevisionTag, MeshRevisionTagSpec, MeshRevisionTagStatus,
+};
+pub use networking::{EnvoyFilter, ServiceEntry, Sidecar};

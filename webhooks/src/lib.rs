@@ -1,0 +1,1 @@
+//! Admission webhooks of a meshplane instance.
