@@ -170,7 +170,7 @@ pub struct SidecarSpec {
 }
 
 /// How a listener receives traffic.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum CaptureMode {
     /// The proxy's default (iptables capture).

@@ -1,0 +1,3 @@
+//! meshplane xds-server: one revision of one tenant, serving Envoy over ADS.
+
+pub mod model;

@@ -1,0 +1,131 @@
+//! The data model shared by the sources, the tenant index and the ADS server.
+//!
+//! Sources (Kubernetes watches, a directory of manifests) emit [`SourceEvent`]s; the index
+//! folds them into the tenant's state; translation renders a [`ProxyConfig`] per
+//! [`ProxyNode`]; the ADS server diffs and pushes [`Resource`]s by their content hash.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use meshplane_crds::networking::CaptureMode;
+use meshplane_crds::{EnvoyFilter, ServiceEntry, Sidecar};
+
+/// A Kubernetes object a source delivers.
+#[derive(Clone, Debug)]
+pub enum Object {
+    /// A namespace (its labels decide membership in directory mode).
+    Namespace(Box<Namespace>),
+    /// A Service of a member namespace.
+    Service(Box<Service>),
+    /// An EndpointSlice of a member namespace.
+    EndpointSlice(Box<EndpointSlice>),
+    /// A Pod of a member namespace (workload labels and addresses).
+    Pod(Box<Pod>),
+    /// A ServiceEntry.
+    ServiceEntry(Box<ServiceEntry>),
+    /// A Sidecar.
+    Sidecar(Box<Sidecar>),
+    /// An EnvoyFilter.
+    EnvoyFilter(Box<EnvoyFilter>),
+}
+
+/// Kind of an [`Object`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Namespace,
+    Service,
+    EndpointSlice,
+    Pod,
+    ServiceEntry,
+    Sidecar,
+    EnvoyFilter,
+}
+
+/// Identity of an object: kind, namespace (none for cluster-scoped), name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// One change reported by a source.
+#[derive(Clone, Debug)]
+pub enum SourceEvent {
+    /// An object was created or changed.
+    Upsert(Object),
+    /// An object was deleted.
+    Delete(ObjectKey),
+    /// The tenant's member namespaces are now exactly these (objects outside are dropped).
+    Members(BTreeSet<String>),
+    /// Everything of these kinds in this namespace (None: everywhere) is replaced by the
+    /// following Upserts up to the next `Synced` (a relist after a watch restart or 410 Gone).
+    Resync { namespace: Option<String>, kinds: Vec<Kind> },
+    /// The source has delivered its initial state (readiness).
+    Synced,
+}
+
+/// A proxy as it identifies itself on the ADS stream (node id and metadata), after tenancy
+/// checks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProxyNode {
+    /// Envoy `node.id`.
+    pub id: String,
+    /// Namespace of the proxy's workload.
+    pub namespace: String,
+    /// Pod name, when known.
+    pub pod_name: Option<String>,
+    /// Workload address, when known.
+    pub ip: Option<String>,
+    /// Workload labels (from node metadata `LABELS`, or looked up from the Pod).
+    pub labels: BTreeMap<String, String>,
+    /// `NONE` means listeners bind real addresses instead of relying on iptables capture.
+    pub capture_mode: CaptureMode,
+}
+
+/// Envoy resource type URLs, in the order ADS must push them (removals in reverse).
+pub mod type_url {
+    pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+    pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+    /// Push order: clusters before endpoints before listeners before routes.
+    pub const ORDER: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+}
+
+/// One encoded Envoy resource, shared (by `Arc`) between every proxy that receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// Resource name (cluster name, listener name, ...).
+    pub name: String,
+    /// Type URL of the encoded message.
+    pub type_url: &'static str,
+    /// Protobuf encoding of the message (the `value` of a `google.protobuf.Any`).
+    pub encoded: bytes::Bytes,
+    /// Content hash of `encoded` (hex), used as the resource version: stable across restarts.
+    pub version: String,
+}
+
+/// The full configuration of one proxy, per type, sorted by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyConfig {
+    pub clusters: Vec<Arc<Resource>>,
+    pub endpoints: Vec<Arc<Resource>>,
+    pub listeners: Vec<Arc<Resource>>,
+    pub routes: Vec<Arc<Resource>>,
+}
+
+impl ProxyConfig {
+    /// Resources of one type URL.
+    pub fn of_type(&self, type_url: &str) -> &[Arc<Resource>] {
+        match type_url {
+            type_url::CLUSTER => &self.clusters,
+            type_url::ENDPOINT => &self.endpoints,
+            type_url::LISTENER => &self.listeners,
+            type_url::ROUTE => &self.routes,
+            _ => &[],
+        }
+    }
+}
