@@ -40,7 +40,10 @@ pub struct MeshControlPlaneSpec {
     /// Tenant this revision belongs to. Several revisions may share a tenant; the tenant is the
     /// isolation boundary. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.tenant is immutable"))]
-    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub tenant: String,
 
     /// Revision name: the value of the `meshplane.io/rev` namespace label that selects this
@@ -48,7 +51,10 @@ pub struct MeshControlPlaneSpec {
     /// Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.revision is immutable"))]
-    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub revision: Option<String>,
 
     /// Control namespace where the instance runs, shared by all revisions of the tenant and
@@ -56,7 +62,10 @@ pub struct MeshControlPlaneSpec {
     /// `meshplane-<tenant>`. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.namespace is immutable"))]
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub namespace: Option<String>,
 
     /// Namespaces this revision may own. A namespace labelled for the revision (or one of its
@@ -319,7 +328,10 @@ impl MeshControlPlane {
 #[serde(rename_all = "camelCase")]
 pub struct MeshRevisionTagSpec {
     /// Revision this tag points to. Moving it to a revision of another tenant is refused.
-    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 32),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub revision: String,
 }
 

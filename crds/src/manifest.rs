@@ -53,7 +53,11 @@ pub fn parse_documents(yaml: &str) -> Result<Vec<Value>, ManifestError> {
 /// Decodes a JSON object into a typed Kubernetes object, naming it in the error.
 pub fn decode<T: DeserializeOwned>(doc: &Value) -> Result<T, ManifestError> {
     serde_json::from_value(doc.clone()).map_err(|source| ManifestError::Decode {
-        kind: doc.get("kind").and_then(Value::as_str).unwrap_or("?").to_string(),
+        kind: doc
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string(),
         name: doc
             .pointer("/metadata/name")
             .and_then(Value::as_str)

@@ -140,7 +140,8 @@ fn split_top_level(s: &str) -> Vec<&str> {
 }
 
 fn split_set_op<'a>(part: &'a str, op: &str) -> Option<(String, &'a str)> {
-    part.split_once(op).map(|(k, rest)| (k.trim().to_string(), rest.trim()))
+    part.split_once(op)
+        .map(|(k, rest)| (k.trim().to_string(), rest.trim()))
 }
 
 fn parse_set(s: &str) -> Option<Vec<String>> {
@@ -165,7 +166,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -194,7 +198,11 @@ mod tests {
 
     #[test]
     fn invalid_operator_and_values_are_typed_errors() {
-        for (op, values) in [("Like", None), ("In", None), ("Exists", Some(vec!["x".to_string()]))] {
+        for (op, values) in [
+            ("Like", None),
+            ("In", None),
+            ("Exists", Some(vec!["x".to_string()])),
+        ] {
             let sel = LabelSelector {
                 match_labels: None,
                 match_expressions: Some(vec![LabelSelectorRequirement {
@@ -204,7 +212,10 @@ mod tests {
                 }]),
             };
             let err = Selector::from_label_selector(&sel, "spec.namespaceSelector").unwrap_err();
-            assert!(matches!(err, ValidationError::InvalidSelector { .. }), "{op}: {err}");
+            assert!(
+                matches!(err, ValidationError::InvalidSelector { .. }),
+                "{op}: {err}"
+            );
         }
     }
 

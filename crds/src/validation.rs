@@ -140,9 +140,16 @@ pub fn validate_dns1035_label(value: &str, field: &str, max: usize) -> Result<()
     check_label(value, field, max, true)
 }
 
-fn check_label(value: &str, field: &str, max: usize, letter_first: bool) -> Result<(), ValidationError> {
+fn check_label(
+    value: &str,
+    field: &str,
+    max: usize,
+    letter_first: bool,
+) -> Result<(), ValidationError> {
     if value.is_empty() {
-        return Err(ValidationError::Empty { field: field.into() });
+        return Err(ValidationError::Empty {
+            field: field.into(),
+        });
     }
     if value.len() > max {
         return Err(ValidationError::TooLong {
@@ -164,7 +171,11 @@ fn check_label(value: &str, field: &str, max: usize, letter_first: bool) -> Resu
         return Err(ValidationError::InvalidDnsLabel {
             field: field.into(),
             value: value.into(),
-            start: if letter_first { "letter" } else { "letter or digit" },
+            start: if letter_first {
+                "letter"
+            } else {
+                "letter or digit"
+            },
         });
     }
     Ok(())
@@ -183,7 +194,11 @@ pub fn validate_label_key(key: &str, field: &str) -> Result<(), ValidationError>
         None => (None, key),
     };
     if let Some(p) = prefix {
-        if p.is_empty() || p.len() > 253 || p.split('.').any(|l| check_label(l, field, 63, false).is_err()) {
+        if p.is_empty()
+            || p.len() > 253
+            || p.split('.')
+                .any(|l| check_label(l, field, 63, false).is_err())
+        {
             return Err(invalid("prefix must be a DNS subdomain"));
         }
     }
@@ -214,8 +229,7 @@ fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -234,7 +248,9 @@ pub fn validate_host(host: &str, field: &str, allow_any: bool) -> Result<(), Val
         return if allow_any {
             Ok(())
         } else {
-            Err(invalid("'*' alone is not allowed here; use a domain such as '*.example.com'"))
+            Err(invalid(
+                "'*' alone is not allowed here; use a domain such as '*.example.com'",
+            ))
         };
     }
     if host.len() > 253 {
@@ -242,7 +258,9 @@ pub fn validate_host(host: &str, field: &str, allow_any: bool) -> Result<(), Val
     }
     let rest = host.strip_prefix("*.").unwrap_or(host);
     if rest.contains('*') {
-        return Err(invalid("a wildcard is allowed only as the leftmost label '*.'"));
+        return Err(invalid(
+            "a wildcard is allowed only as the leftmost label '*.'",
+        ));
     }
     for label in rest.split('.') {
         let lower = label.to_ascii_lowercase();
@@ -266,7 +284,10 @@ pub fn validate_export_to(entries: &[String], field: &str) -> Result<(), Validat
         match e.as_str() {
             "*" | "." => {}
             "~" if entries.len() > 1 => {
-                return Err(invalid(e, "'~' (export to nobody) cannot be combined with other entries"))
+                return Err(invalid(
+                    e,
+                    "'~' (export to nobody) cannot be combined with other entries",
+                ))
             }
             "~" => {}
             ns => {
@@ -294,13 +315,17 @@ pub fn validate_sidecar_host(entry: &str, field: &str) -> Result<(), ValidationE
         reason: reason.into(),
     };
     let Some((ns, host)) = entry.split_once('/') else {
-        return Err(invalid("must have the form namespace/dnsName, e.g. './*' or 'shop/*'"));
+        return Err(invalid(
+            "must have the form namespace/dnsName, e.g. './*' or 'shop/*'",
+        ));
     };
     match ns {
         "." | "*" | "~" => {}
         other => {
             if validate_dns1123_label(other, field).is_err() {
-                return Err(invalid("namespace part must be '.', '*', '~' or a namespace name"));
+                return Err(invalid(
+                    "namespace part must be '.', '*', '~' or a namespace name",
+                ));
             }
         }
     }
@@ -335,7 +360,9 @@ fn validate_port(port: &Port, field: &str) -> Result<(), ValidationError> {
 }
 
 /// Protocols a port may declare.
-pub const KNOWN_PROTOCOLS: &[&str] = &["HTTP", "HTTP2", "GRPC", "TCP", "TLS", "HTTPS", "MONGO", "REDIS", "MYSQL"];
+pub const KNOWN_PROTOCOLS: &[&str] = &[
+    "HTTP", "HTTP2", "GRPC", "TCP", "TLS", "HTTPS", "MONGO", "REDIS", "MYSQL",
+];
 
 fn validate_unique_ports(ports: &[Port], field: &str, errs: &mut ValidationErrors) {
     for (i, p) in ports.iter().enumerate() {
@@ -358,9 +385,21 @@ fn validate_unique_ports(ports: &[Port], field: &str, errs: &mut ValidationError
 /// Semantic checks of a `MeshControlPlane`.
 pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    errs.check(validate_dns1035_label(&mcp.spec.tenant, "spec.tenant", MAX_TENANT_LEN));
-    let revision_field = if mcp.spec.revision.is_some() { "spec.revision" } else { "metadata.name" };
-    errs.check(validate_dns1035_label(&mcp.revision(), revision_field, MAX_REVISION_LEN));
+    errs.check(validate_dns1035_label(
+        &mcp.spec.tenant,
+        "spec.tenant",
+        MAX_TENANT_LEN,
+    ));
+    let revision_field = if mcp.spec.revision.is_some() {
+        "spec.revision"
+    } else {
+        "metadata.name"
+    };
+    errs.check(validate_dns1035_label(
+        &mcp.revision(),
+        revision_field,
+        MAX_REVISION_LEN,
+    ));
     if let Some(ns) = &mcp.spec.namespace {
         errs.check(validate_dns1123_label(ns, "spec.namespace"));
     }
@@ -374,8 +413,15 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
         });
     }
     let mc = &mcp.spec.mesh_config;
-    errs.check(validate_host(&mc.trust_domain, "spec.meshConfig.trustDomain", false));
-    errs.check(validate_export_to(&mc.default_export_to, "spec.meshConfig.defaultExportTo"));
+    errs.check(validate_host(
+        &mc.trust_domain,
+        "spec.meshConfig.trustDomain",
+        false,
+    ));
+    errs.check(validate_export_to(
+        &mc.default_export_to,
+        "spec.meshConfig.defaultExportTo",
+    ));
     errs.into_result()
 }
 
@@ -383,8 +429,16 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
 pub fn validate_revision_tag(tag: &MeshRevisionTag) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     let name = tag.metadata.name.clone().unwrap_or_default();
-    errs.check(validate_dns1035_label(&name, "metadata.name", MAX_REVISION_LEN));
-    errs.check(validate_dns1035_label(&tag.spec.revision, "spec.revision", MAX_REVISION_LEN));
+    errs.check(validate_dns1035_label(
+        &name,
+        "metadata.name",
+        MAX_REVISION_LEN,
+    ));
+    errs.check(validate_dns1035_label(
+        &tag.spec.revision,
+        "spec.revision",
+        MAX_REVISION_LEN,
+    ));
     errs.into_result()
 }
 
@@ -392,7 +446,9 @@ pub fn validate_revision_tag(tag: &MeshRevisionTag) -> Result<(), ValidationErro
 pub fn validate_service_entry(spec: &ServiceEntrySpec) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     if spec.hosts.is_empty() {
-        errs.0.push(ValidationError::Empty { field: "spec.hosts".into() });
+        errs.0.push(ValidationError::Empty {
+            field: "spec.hosts".into(),
+        });
     }
     for (i, h) in spec.hosts.iter().enumerate() {
         errs.check(validate_host(h, &format!("spec.hosts[{i}]"), false));
@@ -422,9 +478,13 @@ pub fn validate_service_entry(spec: &ServiceEntrySpec) -> Result<(), ValidationE
             }
         }
     }
-    if spec.resolution == Resolution::Static && spec.endpoints.is_empty() && spec.workload_selector.is_none() {
+    if spec.resolution == Resolution::Static
+        && spec.endpoints.is_empty()
+        && spec.workload_selector.is_none()
+    {
         errs.0.push(ValidationError::Empty {
-            field: "spec.endpoints (resolution STATIC needs endpoints or a workloadSelector)".into(),
+            field: "spec.endpoints (resolution STATIC needs endpoints or a workloadSelector)"
+                .into(),
         });
     }
     if spec.resolution == Resolution::DnsRoundRobin && spec.endpoints.len() > 1 {
@@ -449,10 +509,15 @@ pub fn validate_sidecar(spec: &SidecarSpec) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     for (i, l) in spec.egress.iter().enumerate() {
         if l.hosts.is_empty() {
-            errs.0.push(ValidationError::Empty { field: format!("spec.egress[{i}].hosts") });
+            errs.0.push(ValidationError::Empty {
+                field: format!("spec.egress[{i}].hosts"),
+            });
         }
         for (j, h) in l.hosts.iter().enumerate() {
-            errs.check(validate_sidecar_host(h, &format!("spec.egress[{i}].hosts[{j}]")));
+            errs.check(validate_sidecar_host(
+                h,
+                &format!("spec.egress[{i}].hosts[{j}]"),
+            ));
         }
         if let Some(p) = &l.port {
             errs.check(validate_port(p, &format!("spec.egress[{i}].port")));
@@ -485,9 +550,8 @@ fn valid_default_endpoint(ep: &str) -> bool {
     if ep.starts_with("unix://") {
         return ep.len() > "unix://".len();
     }
-    ep.parse::<std::net::SocketAddr>().is_ok_and(|a| {
-        a.port() != 0 && (a.ip().is_loopback() || a.ip().is_unspecified())
-    })
+    ep.parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.port() != 0 && (a.ip().is_loopback() || a.ip().is_unspecified()))
 }
 
 /// Semantic checks of an `EnvoyFilter` spec: each patch's operation fits its `applyTo`, and
@@ -497,7 +561,10 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
     let mut errs = ValidationErrors::default();
     for (i, p) in spec.config_patches.iter().enumerate() {
         let field = format!("spec.configPatches[{i}]");
-        let bad = |reason: String| ValidationError::InvalidPatch { field: field.clone(), reason };
+        let bad = |reason: String| ValidationError::InvalidPatch {
+            field: field.clone(),
+            reason,
+        };
         if p.apply_to == ApplyTo::Invalid {
             errs.0.push(bad("applyTo must be set".into()));
             continue;
@@ -507,7 +574,9 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
             ApplyTo::Listener | ApplyTo::Cluster | ApplyTo::RouteConfiguration => {
                 &[Op::Merge, Op::Add, Op::Remove, Op::Replace]
             }
-            ApplyTo::FilterChain | ApplyTo::VirtualHost => &[Op::Merge, Op::Add, Op::Remove, Op::Replace],
+            ApplyTo::FilterChain | ApplyTo::VirtualHost => {
+                &[Op::Merge, Op::Add, Op::Remove, Op::Replace]
+            }
             ApplyTo::NetworkFilter | ApplyTo::HttpFilter => &[
                 Op::Merge,
                 Op::Add,
@@ -520,11 +589,16 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
             ApplyTo::Invalid => &[],
         };
         if !allowed.contains(&op) {
-            errs.0.push(bad(format!("operation {op:?} is not supported for applyTo {:?}", p.apply_to)));
+            errs.0.push(bad(format!(
+                "operation {op:?} is not supported for applyTo {:?}",
+                p.apply_to
+            )));
         }
         let needs_value = !matches!(op, Op::Remove | Op::Invalid);
         match &p.patch.value {
-            None if needs_value => errs.0.push(bad(format!("operation {op:?} needs patch.value"))),
+            None if needs_value => errs
+                .0
+                .push(bad(format!("operation {op:?} needs patch.value"))),
             Some(v) if needs_value && !v.is_object() => {
                 errs.0.push(bad("patch.value must be an object".into()))
             }
@@ -536,13 +610,18 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
             ApplyTo::Listener | ApplyTo::FilterChain | ApplyTo::NetworkFilter | ApplyTo::HttpFilter
         );
         if m.is_some_and(|m| m.cluster.is_some()) && p.apply_to != ApplyTo::Cluster {
-            errs.0.push(bad("match.cluster is only valid with applyTo CLUSTER".into()));
+            errs.0.push(bad(
+                "match.cluster is only valid with applyTo CLUSTER".into()
+            ));
         }
         if m.is_some_and(|m| m.listener.is_some()) && !listener_level {
             errs.0.push(bad("match.listener is only valid with applyTo LISTENER, FILTER_CHAIN, NETWORK_FILTER or HTTP_FILTER".into()));
         }
         if m.is_some_and(|m| m.route_configuration.is_some())
-            && !matches!(p.apply_to, ApplyTo::RouteConfiguration | ApplyTo::VirtualHost)
+            && !matches!(
+                p.apply_to,
+                ApplyTo::RouteConfiguration | ApplyTo::VirtualHost
+            )
         {
             errs.0.push(bad("match.routeConfiguration is only valid with applyTo ROUTE_CONFIGURATION or VIRTUAL_HOST".into()));
         }
@@ -565,11 +644,14 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
 }
 
 fn validate_ip(value: &str, field: &str) -> Result<(), ValidationError> {
-    value.parse::<IpAddr>().map(|_| ()).map_err(|_| ValidationError::InvalidAddress {
-        field: field.into(),
-        value: value.into(),
-        reason: "not an IP address".into(),
-    })
+    value
+        .parse::<IpAddr>()
+        .map(|_| ())
+        .map_err(|_| ValidationError::InvalidAddress {
+            field: field.into(),
+            value: value.into(),
+            reason: "not an IP address".into(),
+        })
 }
 
 fn validate_ip_or_cidr(value: &str, field: &str) -> Result<(), ValidationError> {
@@ -581,7 +663,9 @@ fn validate_ip_or_cidr(value: &str, field: &str) -> Result<(), ValidationError> 
     match value.split_once('/') {
         None => validate_ip(value, field),
         Some((ip, len)) => {
-            let ip: IpAddr = ip.parse().map_err(|_| invalid("not an IP address or CIDR"))?;
+            let ip: IpAddr = ip
+                .parse()
+                .map_err(|_| invalid("not an IP address or CIDR"))?;
             let max = if ip.is_ipv4() { 32 } else { 128 };
             match len.parse::<u8>() {
                 Ok(l) if l <= max => Ok(()),

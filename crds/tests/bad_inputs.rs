@@ -18,21 +18,34 @@ fn mcp(yaml_spec: &str) -> MeshControlPlane {
 }
 
 fn first_error(r: Result<(), meshplane_crds::validation::ValidationErrors>) -> ValidationError {
-    r.expect_err("must be invalid").0.into_iter().next().expect("at least one error")
+    r.expect_err("must be invalid")
+        .0
+        .into_iter()
+        .next()
+        .expect("at least one error")
 }
 
 #[test]
 fn empty_tenant_is_rejected() {
     let err = first_error(validate_mesh_control_plane(&mcp("  tenant: \"\"\n")));
-    assert_eq!(err, ValidationError::Empty { field: "spec.tenant".into() });
+    assert_eq!(
+        err,
+        ValidationError::Empty {
+            field: "spec.tenant".into()
+        }
+    );
 }
 
 #[test]
 fn overlong_revision_is_rejected_with_the_limit() {
     let rev = "r".repeat(33);
-    let err = first_error(validate_mesh_control_plane(&mcp(&format!("  tenant: blue\n  revision: {rev}\n"))));
+    let err = first_error(validate_mesh_control_plane(&mcp(&format!(
+        "  tenant: blue\n  revision: {rev}\n"
+    ))));
     match err {
-        ValidationError::TooLong { field, len, max, .. } => {
+        ValidationError::TooLong {
+            field, len, max, ..
+        } => {
             assert_eq!((field.as_str(), len, max), ("spec.revision", 33, 32));
         }
         other => panic!("expected TooLong, got {other:?}"),
@@ -41,8 +54,13 @@ fn overlong_revision_is_rejected_with_the_limit() {
 
 #[test]
 fn revision_must_start_with_a_letter() {
-    let err = first_error(validate_mesh_control_plane(&mcp("  tenant: blue\n  revision: 1blue\n")));
-    assert!(matches!(err, ValidationError::InvalidDnsLabel { ref field, .. } if field == "spec.revision"), "{err:?}");
+    let err = first_error(validate_mesh_control_plane(&mcp(
+        "  tenant: blue\n  revision: 1blue\n",
+    )));
+    assert!(
+        matches!(err, ValidationError::InvalidDnsLabel { ref field, .. } if field == "spec.revision"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -51,7 +69,10 @@ fn unknown_isolation_mode_fails_to_decode() {
     let err = parse_objects(text).expect_err("unknown variant");
     match err {
         ManifestError::Decode { kind, name, source } => {
-            assert_eq!((kind.as_str(), name.as_str()), ("MeshControlPlane", "blue-v1"));
+            assert_eq!(
+                (kind.as_str(), name.as_str()),
+                ("MeshControlPlane", "blue-v1")
+            );
             let msg = source.to_string();
             assert!(msg.contains("Loose") && msg.contains("Strict"), "{msg}");
         }
@@ -64,7 +85,10 @@ fn invalid_selector_is_rejected() {
     let err = first_error(validate_mesh_control_plane(&mcp(
         "  tenant: blue\n  namespaceSelector:\n    matchExpressions:\n      - key: team\n        operator: Like\n        values: [x]\n",
     )));
-    assert!(matches!(err, ValidationError::InvalidSelector { ref field, .. } if field.starts_with("spec.namespaceSelector")), "{err:?}");
+    assert!(
+        matches!(err, ValidationError::InvalidSelector { ref field, .. } if field.starts_with("spec.namespaceSelector")),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -78,9 +102,17 @@ fn bad_hosts_are_rejected() {
         ("a..b", false),
     ] {
         let err = validate_host(host, "spec.hosts[0]", allow_any).expect_err(host);
-        assert!(matches!(err, ValidationError::InvalidHost { .. }), "{host}: {err:?}");
+        assert!(
+            matches!(err, ValidationError::InvalidHost { .. }),
+            "{host}: {err:?}"
+        );
     }
-    for host in ["web", "web.shop.svc.cluster.local", "*.example.com", "API.Example.com"] {
+    for host in [
+        "web",
+        "web.shop.svc.cluster.local",
+        "*.example.com",
+        "API.Example.com",
+    ] {
         validate_host(host, "spec.hosts[0]", false).unwrap_or_else(|e| panic!("{host}: {e}"));
     }
     validate_host("*", "spec.egress[0].hosts[0]", true).expect("'*' allowed in Sidecar imports");
@@ -88,12 +120,25 @@ fn bad_hosts_are_rejected() {
 
 #[test]
 fn export_to_entries_must_be_namespaces_or_keywords() {
-    for bad in [vec!["Green_NS"], vec!["~", "."], vec![".", "."], vec!["shop.svc"]] {
+    for bad in [
+        vec!["Green_NS"],
+        vec!["~", "."],
+        vec![".", "."],
+        vec!["shop.svc"],
+    ] {
         let entries: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
         let err = validate_export_to(&entries, "spec.exportTo").expect_err("invalid");
-        assert!(matches!(err, ValidationError::InvalidExportTo { .. }), "{bad:?}: {err:?}");
+        assert!(
+            matches!(err, ValidationError::InvalidExportTo { .. }),
+            "{bad:?}: {err:?}"
+        );
     }
-    for good in [vec!["*"], vec!["."], vec!["~"], vec![".", "shop", "payments"]] {
+    for good in [
+        vec!["*"],
+        vec!["."],
+        vec!["~"],
+        vec![".", "shop", "payments"],
+    ] {
         let entries: Vec<String> = good.iter().map(|s| s.to_string()).collect();
         validate_export_to(&entries, "spec.exportTo").unwrap_or_else(|e| panic!("{good:?}: {e}"));
     }
@@ -117,7 +162,10 @@ fn static_service_entry_needs_ip_endpoints() {
         panic!("expected ServiceEntry");
     };
     let err = first_error(validate_service_entry(&se.spec));
-    assert!(matches!(err, ValidationError::InvalidAddress { ref field, .. } if field == "spec.endpoints[0].address"), "{err:?}");
+    assert!(
+        matches!(err, ValidationError::InvalidAddress { ref field, .. } if field == "spec.endpoints[0].address"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -134,7 +182,10 @@ fn sidecar_hosts_need_namespace_slash_host() {
     };
     let errs = validate_sidecar(&sc.spec).expect_err("invalid").0;
     let fields: Vec<&str> = errs.iter().map(|e| e.field()).collect();
-    assert_eq!(fields, vec!["spec.egress[0].hosts[1]", "spec.ingress[0].defaultEndpoint"]);
+    assert_eq!(
+        fields,
+        vec!["spec.egress[0].hosts[1]", "spec.ingress[0].defaultEndpoint"]
+    );
 }
 
 #[test]
@@ -145,6 +196,16 @@ fn envoy_filter_operation_must_fit_apply_to() {
     };
     let errs = validate_envoy_filter(&ef.spec).expect_err("invalid").0;
     assert_eq!(errs.len(), 2, "{errs:?}");
-    assert!(errs[0].to_string().contains("not supported for applyTo Cluster"), "{}", errs[0]);
-    assert!(errs[1].to_string().contains("needs patch.value"), "{}", errs[1]);
+    assert!(
+        errs[0]
+            .to_string()
+            .contains("not supported for applyTo Cluster"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[1].to_string().contains("needs patch.value"),
+        "{}",
+        errs[1]
+    );
 }

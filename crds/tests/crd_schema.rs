@@ -21,16 +21,33 @@ fn schema(kind: &str) -> Value {
 /// preserves unknown fields or is int-or-string), no `$ref`, and no type inside `anyOf`/`oneOf`
 /// branches that the node itself does not declare.
 fn assert_structural(node: &Value, path: &str) {
-    let obj = node.as_object().unwrap_or_else(|| panic!("{path}: schema node is not an object"));
-    assert!(!obj.contains_key("$ref"), "{path}: $ref is not allowed in a structural schema");
+    let obj = node
+        .as_object()
+        .unwrap_or_else(|| panic!("{path}: schema node is not an object"));
+    assert!(
+        !obj.contains_key("$ref"),
+        "{path}: $ref is not allowed in a structural schema"
+    );
     let preserves = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
     let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
     if !preserves && !int_or_string {
-        assert!(obj.get("type").is_some_and(Value::is_string), "{path}: missing type");
+        assert!(
+            obj.get("type").is_some_and(Value::is_string),
+            "{path}: missing type"
+        );
     }
     for key in ["anyOf", "oneOf", "allOf"] {
-        for (i, branch) in obj.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
-            assert!(branch.get("type").is_none(), "{path}.{key}[{i}]: branches must not declare types");
+        for (i, branch) in obj
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            assert!(
+                branch.get("type").is_none(),
+                "{path}.{key}[{i}]: branches must not declare types"
+            );
         }
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
@@ -81,18 +98,31 @@ fn mesh_control_plane_carries_immutability_and_name_rules() {
     let spec_rules: Vec<String> = rules(spec).into_iter().map(|(r, _)| r).collect();
     assert!(spec_rules.contains(&"has(self.revision) == has(oldSelf.revision)".to_string()));
     let root_rules = rules(&s);
-    assert!(root_rules.iter().any(|(r, _)| r.contains("self.metadata.name.size() <= 32")), "{root_rules:?}");
+    assert!(
+        root_rules
+            .iter()
+            .any(|(r, _)| r.contains("self.metadata.name.size() <= 32")),
+        "{root_rules:?}"
+    );
     assert_eq!(spec["properties"]["isolation"]["default"], "Strict");
-    assert_eq!(spec["properties"]["isolation"]["enum"], serde_json::json!(["Strict", "Shared"]));
+    assert_eq!(
+        spec["properties"]["isolation"]["enum"],
+        serde_json::json!(["Strict", "Shared"])
+    );
     assert_eq!(spec["properties"]["tenant"]["maxLength"], 32);
-    assert!(spec["required"].as_array().is_some_and(|r| r.contains(&Value::from("tenant"))));
+    assert!(spec["required"]
+        .as_array()
+        .is_some_and(|r| r.contains(&Value::from("tenant"))));
 }
 
 #[test]
 fn mesh_control_plane_is_cluster_scoped_with_printer_columns() {
     let crd = crd_json("MeshControlPlane");
     assert_eq!(crd["spec"]["scope"], "Cluster");
-    assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(["mcp"]));
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["mcp"])
+    );
     let version = &crd["spec"]["versions"][0];
     assert_eq!(version["subresources"]["status"], serde_json::json!({}));
     let columns: Vec<&str> = version["additionalPrinterColumns"]
@@ -101,10 +131,16 @@ fn mesh_control_plane_is_cluster_scoped_with_printer_columns() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(columns, vec!["Tenant", "Revision", "Ready", "Members", "Proxies", "Age"]);
+    assert_eq!(
+        columns,
+        vec!["Tenant", "Revision", "Ready", "Members", "Proxies", "Age"]
+    );
     let tag = crd_json("MeshRevisionTag");
     assert_eq!(tag["spec"]["scope"], "Cluster");
-    assert_eq!(tag["spec"]["names"]["shortNames"], serde_json::json!(["mrt"]));
+    assert_eq!(
+        tag["spec"]["names"]["shortNames"],
+        serde_json::json!(["mrt"])
+    );
 }
 
 #[test]
@@ -113,7 +149,11 @@ fn every_spec_field_is_documented() {
         if let Some(props) = node.get("properties").and_then(Value::as_object) {
             for (name, child) in props {
                 let p = format!("{path}.{name}");
-                if child.get("description").and_then(Value::as_str).is_none_or(str::is_empty) {
+                if child
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
                     missing.push(p.clone());
                 }
                 walk(child, &p, missing);
@@ -127,8 +167,15 @@ fn every_spec_field_is_documented() {
         let kind = crd.spec.names.kind.clone();
         let s = schema(&kind);
         let mut missing = Vec::new();
-        walk(&s["properties"]["spec"], &format!("{kind}.spec"), &mut missing);
-        assert!(missing.is_empty(), "fields without a description (kubectl explain shows nothing): {missing:?}");
+        walk(
+            &s["properties"]["spec"],
+            &format!("{kind}.spec"),
+            &mut missing,
+        );
+        assert!(
+            missing.is_empty(),
+            "fields without a description (kubectl explain shows nothing): {missing:?}"
+        );
     }
 }
 

@@ -34,28 +34,42 @@ fn every_sample_deserializes_and_validates() {
                 Object::ServiceEntry(o) => ("ServiceEntry", validate_service_entry(&o.spec)),
                 Object::Sidecar(o) => ("Sidecar", validate_sidecar(&o.spec)),
                 Object::EnvoyFilter(o) => ("EnvoyFilter", validate_envoy_filter(&o.spec)),
-                Object::Other(v) => panic!("{}: unexpected non-meshplane object {v}", path.display()),
+                Object::Other(v) => {
+                    panic!("{}: unexpected non-meshplane object {v}", path.display())
+                }
             };
             result.unwrap_or_else(|e| panic!("{}: {kind} invalid: {e}", path.display()));
             kinds.push(kind);
         }
     }
     // The samples cover the whole API surface a user meets first.
-    for kind in ["MeshControlPlane", "MeshRevisionTag", "ServiceEntry", "Sidecar", "EnvoyFilter"] {
+    for kind in [
+        "MeshControlPlane",
+        "MeshRevisionTag",
+        "ServiceEntry",
+        "Sidecar",
+        "EnvoyFilter",
+    ] {
         assert!(kinds.contains(&kind), "no sample of {kind}");
     }
 }
 
 #[test]
 fn samples_describe_two_tenants_and_a_tag() {
-    let read = |name: &str| std::fs::read_to_string(samples_dir().join(name)).expect("sample exists");
+    let read =
+        |name: &str| std::fs::read_to_string(samples_dir().join(name)).expect("sample exists");
     let mut revisions = Vec::new();
     let mut tags = Vec::new();
     for file in ["blue.yaml", "blue-v2.yaml", "green.yaml"] {
         for obj in parse_objects(&read(file)).expect("parses") {
             match obj {
-                Object::MeshControlPlane(m) => revisions.push((m.spec.tenant.clone(), m.revision())),
-                Object::MeshRevisionTag(t) => tags.push((t.metadata.name.clone().unwrap_or_default(), t.spec.revision.clone())),
+                Object::MeshControlPlane(m) => {
+                    revisions.push((m.spec.tenant.clone(), m.revision()))
+                }
+                Object::MeshRevisionTag(t) => tags.push((
+                    t.metadata.name.clone().unwrap_or_default(),
+                    t.spec.revision.clone(),
+                )),
                 _ => {}
             }
         }
@@ -69,5 +83,8 @@ fn samples_describe_two_tenants_and_a_tag() {
             ("green".to_string(), "green".to_string()),
         ]
     );
-    assert_eq!(tags, vec![("blue-stable".to_string(), "blue-v1".to_string())]);
+    assert_eq!(
+        tags,
+        vec![("blue-stable".to_string(), "blue-v1".to_string())]
+    );
 }

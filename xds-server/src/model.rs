@@ -62,7 +62,10 @@ pub enum SourceEvent {
     Members(BTreeSet<String>),
     /// Everything of these kinds in this namespace (None: everywhere) is replaced by the
     /// following Upserts up to the next `Synced` (a relist after a watch restart or 410 Gone).
-    Resync { namespace: Option<String>, kinds: Vec<Kind> },
+    Resync {
+        namespace: Option<String>,
+        kinds: Vec<Kind>,
+    },
     /// The source has delivered its initial state (readiness).
     Synced,
 }

@@ -32,7 +32,9 @@ fn main() -> ExitCode {
             if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                 drift.push(path.display().to_string());
             }
-        } else if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text)) {
+        } else if let Err(e) =
+            std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text))
+        {
             eprintln!("crdgen: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         } else {
