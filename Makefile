@@ -50,8 +50,13 @@ kustomize-check: venv
 	$(KUBECTL) kustomize config/samples > /dev/null
 	@echo "kustomize: config/default and config/samples render"
 
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+
+# The end-to-end tests run the real binaries (operator, xds-server, proxy launcher, fixtures) as
+# processes, so they are built first and found through MESHPLANE_BIN_DIR.
 unit-test: venv
-	ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked
+	$(CARGO) build --workspace --bins --locked
+	MESHPLANE_BIN_DIR="$(TARGET_DIR)/debug" ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked
 
 test: venv fmt-check clippy crd-check kustomize-check unit-test
 
