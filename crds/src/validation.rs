@@ -627,11 +627,10 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
         }
         if matches!(op, Op::InsertBefore | Op::InsertAfter)
             && p.apply_to == ApplyTo::HttpFilter
-            && !m
-                .and_then(|m| m.listener.as_ref())
+            && m.and_then(|m| m.listener.as_ref())
                 .and_then(|l| l.filter_chain.as_ref())
                 .and_then(|fc| fc.filter.as_ref())
-                .is_some_and(|f| f.sub_filter.is_some())
+                .is_none_or(|f| f.sub_filter.is_none())
         {
             errs.0.push(bad("INSERT_BEFORE/INSERT_AFTER of an HTTP filter needs match.listener.filterChain.filter.subFilter.name".into()));
         }
