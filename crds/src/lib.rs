@@ -16,6 +16,7 @@
 pub mod controlplane;
 pub mod crdgen;
 pub mod manifest;
+pub mod membership;
 pub mod names;
 pub mod networking;
 pub mod selector;

@@ -1,1 +1,3 @@
 //! e2e fixtures
+pub mod standin;
+pub mod podrunner;

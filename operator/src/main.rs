@@ -1,1 +1,307 @@
-fn main() {}
+//! `meshplane-operator`: runs the MeshControlPlane and MeshRevisionTag controllers (when it
+//! leads), the admission check of the meshplane API, and the monitoring endpoints.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use meshplane_crds::names;
+use meshplane_operator::controller::{self, Context, Settings};
+use meshplane_operator::leader::LeaderElector;
+use meshplane_operator::metrics::Metrics;
+use meshplane_operator::server::{self, Health};
+use meshplane_operator::tls;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Reconciles MeshControlPlane and MeshRevisionTag into isolated per-tenant service-mesh
+/// control planes. Connects to the cluster like kubectl (KUBECONFIG, else in-cluster).
+#[derive(Debug, Parser)]
+#[command(name = "meshplane-operator", version)]
+struct Args {
+    /// Address of /metrics, /healthz and /readyz (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Address of the HTTPS admission check /validate-meshplane.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_addr: SocketAddr,
+    /// Directory with tls.crt and tls.key for the admission check (a mounted Secret). When
+    /// absent, a certificate is self-issued at start and its CA added to the caBundle of
+    /// --webhook-config-name.
+    #[arg(long)]
+    webhook_tls_dir: Option<PathBuf>,
+    /// DNS name of the operator's Service, the subject of a self-issued certificate.
+    #[arg(long, default_value = "meshplane-operator.meshplane-system.svc")]
+    webhook_host: String,
+    /// ValidatingWebhookConfiguration whose caBundle receives the self-issued CA ("" = none).
+    #[arg(long, default_value = "meshplane-operator")]
+    webhook_config_name: String,
+    /// Run the controllers only while holding the Lease (safe with several replicas).
+    #[arg(long)]
+    leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "meshplane-system")]
+    lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "meshplane-operator")]
+    lease_name: String,
+    /// Identity in the Lease (defaults to the pod name, else host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Lease duration in seconds; renewals happen every third of it.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Validity of the webhook certificates issued for instances, in days.
+    #[arg(long, default_value_t = 90)]
+    tls_validity_days: i64,
+    /// Periodic resync of every object, in seconds.
+    #[arg(long, default_value_t = 300)]
+    resync_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+async fn termination() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGTERM");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn stopped(
+    rx: &watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static {
+    let rx = rx.clone();
+    futures::FutureExt::shared(Box::pin(async move {
+        let mut rx = rx;
+        let _ = rx.wait_for(|stop| *stop).await;
+    }))
+}
+
+/// Adds the self-issued CA to the operator's webhook configuration, retrying when another
+/// replica wrote in between (the apply carries the resourceVersion it read).
+async fn publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str) -> anyhow::Result<()> {
+    let mut attempt = 0;
+    loop {
+        match try_publish_ca_bundle(client, config_name, ca_pem).await {
+            Err(e) if attempt < 5 && e.downcast_ref::<kube::Error>().is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 409)) => {
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// One attempt: the new CA first, then the two most recent other CAs, so that several replicas
+/// (each self-issuing) are all trusted.
+async fn try_publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let current = api
+        .get(config_name)
+        .await
+        .context("reading the operator's webhook configuration")?;
+    let bundle = ca_pem.trim_end().to_string();
+    let mut names_and_bundles = Vec::new();
+    for hook in current.webhooks.iter().flatten() {
+        let existing = hook
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+            .unwrap_or_default();
+        names_and_bundles.push((hook.name.clone(), existing));
+    }
+    let end = "-----END CERTIFICATE-----";
+    let mut webhooks = Vec::new();
+    for (name, existing) in names_and_bundles {
+        let others: Vec<String> = existing
+            .split_inclusive(end)
+            .map(str::trim)
+            .filter(|c| c.starts_with("-----BEGIN CERTIFICATE-----") && !ca_pem.contains(*c))
+            .take(2)
+            .map(str::to_string)
+            .collect();
+        let mut b = bundle.clone();
+        for o in others {
+            b.push('\n');
+            b.push_str(&o);
+        }
+        b.push('\n');
+        webhooks.push(serde_json::json!({
+            "name": name,
+            "clientConfig": {"caBundle": base64::engine::general_purpose::STANDARD.encode(&b)},
+        }));
+    }
+    let body = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": config_name, "resourceVersion": current.metadata.resource_version},
+        "webhooks": webhooks,
+    });
+    api.patch(
+        config_name,
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .context("setting caBundle")?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(args.log_format);
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let metrics = Arc::new(Metrics::default());
+    let health = Health::default();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let signal_tx = stop_tx.clone();
+    tokio::spawn(async move {
+        termination().await;
+        info!("termination requested, shutting down");
+        let _ = signal_tx.send(true);
+    });
+
+    let monitoring = server::bind(args.metrics_addr).await?;
+    let router = server::monitoring_router(metrics.clone(), health.clone());
+    let monitoring_stop = stopped(&stop_rx);
+    let monitoring_task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(monitoring, router)
+            .with_graceful_shutdown(monitoring_stop)
+            .await
+        {
+            warn!(error = %e, "monitoring server failed");
+        }
+    });
+
+    let (cert_pem, key_pem) = match &args.webhook_tls_dir {
+        Some(dir) => server::read_tls_dir(dir)?,
+        None => {
+            let issued = tls::issue(
+                &args.webhook_host,
+                time::OffsetDateTime::now_utc(),
+                time::Duration::days(args.tls_validity_days),
+                None,
+            )?;
+            if !args.webhook_config_name.is_empty() {
+                if let Err(e) =
+                    publish_ca_bundle(&client, &args.webhook_config_name, &issued.ca_bundle_pem)
+                        .await
+                {
+                    warn!(error = %e, "could not publish the admission CA; the API server will not trust this replica");
+                }
+            }
+            (issued.cert_pem, issued.key_pem)
+        }
+    };
+    let admission = server::bind(args.webhook_addr).await?;
+    let tls_config = server::rustls_config(&cert_pem, &key_pem)?;
+    let admission_task = tokio::spawn(server::serve_https(
+        admission,
+        tls_config,
+        server::admission_router(client.clone()),
+        stopped(&stop_rx),
+    ));
+    health.set_ready(true);
+
+    let settings = Settings {
+        tls_validity: time::Duration::days(args.tls_validity_days),
+        resync: Duration::from_secs(args.resync_seconds),
+        ..Settings::default()
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics,
+        settings,
+        Arc::new(time::OffsetDateTime::now_utc),
+    ));
+
+    let mut lost_leadership = false;
+    if args.leader_election {
+        let identity = args.identity.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "operator".into()),
+                std::process::id()
+            )
+        });
+        let elector = Arc::new(LeaderElector::new(
+            client.clone(),
+            &args.lease_namespace,
+            &args.lease_name,
+            &identity,
+            Duration::from_secs(args.lease_duration_seconds),
+        ));
+        let mut stop_wait = stop_rx.clone();
+        tokio::select! {
+            _ = elector.acquire() => {},
+            _ = stop_wait.wait_for(|s| *s) => {},
+        }
+        if !*stop_rx.borrow() {
+            let holder = elector.clone();
+            let lost_tx = stop_tx.clone();
+            let holding = tokio::spawn(async move {
+                holder.hold().await;
+                let _ = lost_tx.send(true);
+                true
+            });
+            controller::run(ctx, stopped(&stop_rx)).await;
+            lost_leadership = holding.is_finished() && holding.await.unwrap_or(false);
+            elector.release().await;
+        }
+    } else {
+        controller::run(ctx, stopped(&stop_rx)).await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::join!(monitoring_task, admission_task);
+    if lost_leadership {
+        anyhow::bail!("lost leadership; exiting so that a fresh process rejoins the election");
+    }
+    info!("stopped");
+    Ok(())
+}

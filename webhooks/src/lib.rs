@@ -1,1 +1,23 @@
-//! Admission webhooks of a meshplane instance.
+//! Admission webhooks of a meshplane instance (contracts 4 and 5 of `docs/architecture.md`).
+//!
+//! - [`inject`]: the pure sidecar-injection decision and JSON patch for a Pod.
+//! - [`validate`]: the pure validation of `ServiceEntry`, `EnvoyFilter` and `Sidecar`, shared
+//!   semantic rules plus the tenant-boundary rules, against a [`tenant::TenantView`].
+//! - [`review`]: the AdmissionReview v1 wire format.
+//! - [`handlers`]: [`Webhooks`], request body in, response body out.
+//! - [`tls`]: the serving certificate, reloaded when the mounted Secret changes.
+//! - [`server`]: HTTPS serving of `/inject`, `/validate` and `/healthz`.
+//!
+//! `docs/webhooks.md` explains the failure policy and the tenant-boundary rules.
+
+pub mod handlers;
+pub mod inject;
+pub mod review;
+pub mod server;
+pub mod tenant;
+pub mod tls;
+pub mod validate;
+
+pub use handlers::{Reply, Webhooks};
+pub use server::{serve, serve_on, ServeError};
+pub use tenant::{StaticTenant, TenantView};

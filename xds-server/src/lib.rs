@@ -1,3 +1,13 @@
 //! meshplane xds-server: one revision of one tenant, serving Envoy over ADS.
 
+pub mod admin;
+pub mod envoyfilter;
+pub mod index;
+pub mod ads;
+pub mod metrics;
 pub mod model;
+pub mod push;
+pub mod source_dir;
+pub mod source_kube;
+pub mod tenancy;
+pub mod translate;

@@ -1,1 +1,328 @@
-fn main() {}
+//! `meshplane-xds`: one revision of one tenant's control plane (contract 1 of
+//! docs/architecture.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use meshplane_crds::MeshConfig;
+use meshplane_xds::ads::AdsServer;
+use meshplane_xds::index::TenantIndex;
+use meshplane_xds::metrics::Metrics;
+use meshplane_xds::model::SourceEvent;
+use meshplane_xds::push::{run_push_loop, ConfigGenerator, DebounceConfig, Hub, ReadyOn};
+use meshplane_xds::source_dir::run_dir_source;
+use meshplane_xds::source_kube::{self, KubeSourceConfig};
+use meshplane_xds::tenancy::TokenReviewer;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+/// Where the tenant's configuration comes from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// Kubernetes watches.
+    Kube,
+    /// A directory of YAML manifests (standalone mode).
+    Dir(PathBuf),
+}
+
+impl std::str::FromStr for Source {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "kube" => Ok(Source::Kube),
+            _ => match s.strip_prefix("dir:") {
+                Some(path) if !path.is_empty() => Ok(Source::Dir(PathBuf::from(path))),
+                _ => Err(format!("expected `kube` or `dir:PATH`, got {s:?}")),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Isolation {
+    #[value(name = "Strict")]
+    Strict,
+    #[value(name = "Shared")]
+    Shared,
+}
+
+/// meshplane xds-server: Envoy control plane of one tenant revision.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Tenant name.
+    #[arg(long)]
+    tenant: String,
+    /// Revision name.
+    #[arg(long)]
+    revision: String,
+    /// Control namespace of the tenant (default `meshplane-<tenant>`).
+    #[arg(long)]
+    control_namespace: Option<String>,
+    /// `kube` or `dir:PATH`.
+    #[arg(long, default_value = "kube")]
+    source: Source,
+    /// Kubernetes read scope: per member namespace (Strict) or cluster-wide (Shared).
+    #[arg(long, value_enum, default_value = "Strict")]
+    isolation: Isolation,
+    /// ADS (gRPC) listen address.
+    #[arg(long, default_value = "0.0.0.0:15010")]
+    xds_addr: SocketAddr,
+    /// Admission webhook (HTTPS) listen address.
+    #[arg(long, default_value = "0.0.0.0:15017")]
+    webhook_addr: SocketAddr,
+    /// Metrics, health and debug (HTTP) listen address.
+    #[arg(long, default_value = "0.0.0.0:15014")]
+    monitoring_addr: SocketAddr,
+    /// Directory of the webhook serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
+    #[arg(long, default_value = "/var/run/meshplane/webhook-tls")]
+    webhook_tls_dir: PathBuf,
+    /// This revision's proxy image, injected into pods; the operator sets the environment
+    /// variable. Without it the admission webhooks are not served.
+    #[arg(long, env = "MESHPLANE_PROXY_IMAGE")]
+    proxy_image: Option<String>,
+    /// Audience proxies' tokens must carry (default `meshplane-<tenant>`).
+    #[arg(long)]
+    token_audience: Option<String>,
+    /// Revision tags pointing at this revision (directory mode membership).
+    #[arg(long, value_delimiter = ',')]
+    tags: Vec<String>,
+    /// Push after this long without changes.
+    #[arg(long, default_value_t = 100)]
+    debounce_quiet_ms: u64,
+    /// Push at the latest this long after the first change.
+    #[arg(long, default_value_t = 1000)]
+    debounce_max_ms: u64,
+}
+
+fn generator(args: &Args, control_namespace: &str) -> Box<dyn ConfigGenerator> {
+    Box::new(
+        TenantIndex::new(
+            &args.tenant,
+            &args.revision,
+            control_namespace,
+            MeshConfig::default(),
+        )
+        .with_tags(args.tags.iter().cloned()),
+    )
+}
+
+/// Runs the directory source; its end (an unreadable directory) ends the process.
+fn spawn_dir_source(path: PathBuf, tx: mpsc::Sender<SourceEvent>, shutdown: watch::Sender<bool>) {
+    tokio::spawn(async move {
+        if let Err(e) = run_dir_source(&path, tx).await {
+            tracing::error!(error = %e, "directory source stopped");
+            let _ = shutdown.send(true);
+        }
+    });
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let control_namespace = args
+        .control_namespace
+        .clone()
+        .unwrap_or_else(|| meshplane_crds::names::control_namespace(&args.tenant));
+    let audience = args
+        .token_audience
+        .clone()
+        .unwrap_or_else(|| meshplane_crds::names::token_audience(&args.tenant));
+    let pod_name =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("meshplane-{}", args.revision));
+
+    let metrics = Arc::new(Metrics::new());
+    let hub = Hub::new(
+        &args.tenant,
+        &args.revision,
+        &control_namespace,
+        generator(&args, &control_namespace),
+        metrics,
+    );
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shutdown_rx_main = shutdown_rx.clone();
+    let (events_tx, events_rx) = mpsc::channel::<SourceEvent>(1024);
+
+    let (reviewer, ready_on) = match &args.source {
+        Source::Dir(path) => {
+            spawn_dir_source(path.clone(), events_tx, shutdown_tx.clone());
+            (None, ReadyOn::FirstSynced)
+        }
+        Source::Kube => {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API")?;
+            let config = KubeSourceConfig {
+                control_namespace: control_namespace.clone(),
+                revision: args.revision.clone(),
+                shared: args.isolation == Isolation::Shared,
+            };
+            tokio::spawn(source_kube::run(
+                client.clone(),
+                config,
+                events_tx,
+                Arc::clone(&hub),
+            ));
+            tokio::spawn(source_kube::report_proxy_count(
+                client.clone(),
+                control_namespace.clone(),
+                args.revision.clone(),
+                pod_name.clone(),
+                hub.connected_count(),
+                shutdown_rx.clone(),
+            ));
+            (
+                Some(TokenReviewer::new(client, audience)),
+                ReadyOn::External,
+            )
+        }
+    };
+
+    let debounce = DebounceConfig {
+        quiet: Duration::from_millis(args.debounce_quiet_ms),
+        max: Duration::from_millis(args.debounce_max_ms.max(args.debounce_quiet_ms)),
+    };
+    let push = tokio::spawn(run_push_loop(
+        Arc::clone(&hub),
+        events_rx,
+        debounce,
+        ready_on,
+        shutdown_rx.clone(),
+    ));
+
+    let xds_listener = TcpListener::bind(args.xds_addr)
+        .await
+        .with_context(|| format!("binding ADS on {}", args.xds_addr))?;
+    let monitoring_listener = TcpListener::bind(args.monitoring_addr)
+        .await
+        .with_context(|| format!("binding monitoring on {}", args.monitoring_addr))?;
+    tracing::info!(
+        tenant = %args.tenant,
+        revision = %args.revision,
+        xds = %xds_listener.local_addr()?,
+        monitoring = %monitoring_listener.local_addr()?,
+        "meshplane-xds listening"
+    );
+
+    let webhooks = spawn_webhooks(
+        &args,
+        Arc::clone(&hub),
+        shutdown_rx.clone(),
+        shutdown_tx.clone(),
+    );
+
+    let ads = tokio::spawn(
+        AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx.clone()).serve(xds_listener),
+    );
+    let admin = tokio::spawn(meshplane_xds::admin::serve(
+        monitoring_listener,
+        hub,
+        shutdown_rx,
+    ));
+
+    let mut stopped = shutdown_rx_main;
+    tokio::select! {
+        () = shutdown_signal() => {}
+        _ = stopped.wait_for(|s| *s) => {}
+    }
+    tracing::info!("shutting down");
+    let _ = shutdown_tx.send(true);
+    ads.await.context("ADS task")?.context("ADS server")?;
+    admin
+        .await
+        .context("monitoring task")?
+        .context("monitoring server")?;
+    let _ = push.await;
+    if let Some(webhooks) = webhooks {
+        let _ = webhooks.await;
+    }
+    Ok(())
+}
+
+/// The tenant membership the validating webhook checks against, from the hub's index.
+struct HubTenant(Arc<Hub>);
+
+impl meshplane_webhooks::TenantView for HubTenant {
+    fn tenant(&self) -> &str {
+        self.0.tenant()
+    }
+    fn control_namespace(&self) -> &str {
+        self.0.control_namespace()
+    }
+    fn is_member(&self, namespace: &str) -> bool {
+        self.0.admits_namespace(namespace)
+    }
+}
+
+/// Serves the admission webhooks (contract 5) until shutdown. In Kubernetes mode a webhook
+/// server that cannot start ends the process: with failurePolicy Fail, pod creation in the
+/// revision's namespaces depends on it.
+fn spawn_webhooks(
+    args: &Args,
+    hub: Arc<Hub>,
+    shutdown: watch::Receiver<bool>,
+    stop_all: watch::Sender<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let Some(proxy_image) = args.proxy_image.clone() else {
+        tracing::warn!(
+            "no --proxy-image (MESHPLANE_PROXY_IMAGE): admission webhooks are not served"
+        );
+        return None;
+    };
+    let injection = meshplane_webhooks::inject::InjectionConfig {
+        tenant: args.tenant.clone(),
+        revision: args.revision.clone(),
+        proxy_image,
+        trust_domain: MeshConfig::default().trust_domain,
+        default_capture_mode: meshplane_webhooks::inject::CaptureMode::Default,
+    };
+    let handlers = Arc::new(meshplane_webhooks::Webhooks::new(
+        injection,
+        Arc::new(HubTenant(hub)),
+    ));
+    let (addr, tls_dir) = (args.webhook_addr, args.webhook_tls_dir.clone());
+    let fatal = matches!(args.source, Source::Kube);
+    Some(tokio::spawn(async move {
+        let mut shutdown = shutdown;
+        let stopped = async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        };
+        if let Err(e) = meshplane_webhooks::serve(addr, tls_dir, handlers, stopped).await {
+            tracing::error!(error = %e, "admission webhook server stopped");
+            if fatal {
+                let _ = stop_all.send(true);
+            }
+        }
+    }))
+}

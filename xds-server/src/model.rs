@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::{EnvoyFilter, ServiceEntry, Sidecar};
+use meshplane_crds::{EnvoyFilter, MeshControlPlane, MeshRevisionTag, ServiceEntry, Sidecar};
 
 /// A Kubernetes object a source delivers.
 #[derive(Clone, Debug)]
@@ -29,6 +29,32 @@ pub enum Object {
     Sidecar(Box<Sidecar>),
     /// An EnvoyFilter.
     EnvoyFilter(Box<EnvoyFilter>),
+    /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
+    MeshControlPlane(Box<MeshControlPlane>),
+    /// A MeshRevisionTag (directory mode: tags resolving to the tenant's revisions).
+    MeshRevisionTag(Box<MeshRevisionTag>),
+}
+
+impl Object {
+    /// Kind, namespace and name of the object.
+    pub fn key(&self) -> ObjectKey {
+        let (kind, meta) = match self {
+            Object::Namespace(o) => (Kind::Namespace, &o.metadata),
+            Object::Service(o) => (Kind::Service, &o.metadata),
+            Object::EndpointSlice(o) => (Kind::EndpointSlice, &o.metadata),
+            Object::Pod(o) => (Kind::Pod, &o.metadata),
+            Object::ServiceEntry(o) => (Kind::ServiceEntry, &o.metadata),
+            Object::Sidecar(o) => (Kind::Sidecar, &o.metadata),
+            Object::EnvoyFilter(o) => (Kind::EnvoyFilter, &o.metadata),
+            Object::MeshControlPlane(o) => (Kind::MeshControlPlane, &o.metadata),
+            Object::MeshRevisionTag(o) => (Kind::MeshRevisionTag, &o.metadata),
+        };
+        ObjectKey {
+            kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Kind of an [`Object`].
@@ -41,6 +67,8 @@ pub enum Kind {
     ServiceEntry,
     Sidecar,
     EnvoyFilter,
+    MeshControlPlane,
+    MeshRevisionTag,
 }
 
 /// Identity of an object: kind, namespace (none for cluster-scoped), name.

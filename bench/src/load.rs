@@ -1,0 +1,1086 @@
+//! ADS load generator: many proxy-like streams against one xds-server.
+//!
+//! Each stream identifies itself like a meshplane sidecar (node id and metadata of contract 7),
+//! subscribes like Envoy (CDS and LDS wildcard first, EDS once clusters arrived, RDS once
+//! listeners arrived; the server accepts wildcard for all four, so EDS/RDS ask for `*` instead
+//! of decoding names) and ACKs every response without decoding the resources: it counts bytes
+//! and keeps nonces and versions. Optionally it NACKs every EDS response after the first.
+//!
+//! Convergence is measured against [`ChangeLog`]: the driver registers each mutation (with
+//! byte patterns that appear, or disappear, on the wire once the server applied it) just
+//! before renaming the file; every affected stream records when it ACKed a response that
+//! satisfies all of the change's conditions.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Type URLs in ADS push order.
+pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
+pub const TYPE_NAMES: [&str; 4] = ["cds", "eds", "lds", "rds"];
+
+/// Largest response the client accepts (big unscoped tenants send megabytes of CDS/EDS).
+const MAX_MESSAGE: usize = 512 * 1024 * 1024;
+
+fn type_index(type_url: &str) -> Option<usize> {
+    TYPES.iter().position(|t| *t == type_url)
+}
+
+/// ADS variant of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Sotw,
+    Delta,
+}
+
+/// Which namespaces' services a stream sees (to decide which changes affect it).
+#[derive(Clone, Debug)]
+pub enum Visibility {
+    All,
+    Namespaces(Vec<String>),
+}
+
+impl Visibility {
+    fn sees(&self, namespace: &str) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Namespaces(list) => list.iter().any(|n| n == namespace),
+        }
+    }
+}
+
+/// One simulated proxy.
+#[derive(Clone, Debug)]
+pub struct StreamSpec {
+    pub namespace: String,
+    pub pod: String,
+    pub ip: String,
+    pub protocol: Protocol,
+    /// NACK every EDS response after the first.
+    pub nack: bool,
+    pub visibility: Visibility,
+    /// Keep the last full (SotW) response of each type, for offline encode-cost measurement.
+    pub capture: bool,
+}
+
+/// Settings shared by all streams of one load run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// `host:port` of the ADS server.
+    pub addr: String,
+    pub tenant: String,
+    pub revision: String,
+    /// Streams multiplexed on one HTTP/2 connection (1 = one connection per proxy, like Envoy).
+    pub streams_per_connection: usize,
+    /// Connection attempts in flight at once during the connect storm.
+    pub connect_concurrency: usize,
+}
+
+/// What must hold on the wire for a change to count as applied.
+#[derive(Clone, Debug)]
+pub struct Condition {
+    pub type_index: usize,
+    pub pattern: Vec<u8>,
+    /// True: some resource contains `pattern`. False: no resource contains it any more (SotW),
+    /// or a removed resource name contains it (delta).
+    pub present: bool,
+}
+
+/// A mutation the driver made, with what streams must see.
+#[derive(Debug)]
+pub struct Change {
+    pub id: usize,
+    /// Scenario-defined kind (`endpoint`, `service-add`, ...), for grouping results.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub conditions: Vec<Condition>,
+    /// Just before the file rename.
+    pub at: Instant,
+}
+
+/// Append-only log of changes, read by every stream.
+#[derive(Debug, Default)]
+pub struct ChangeLog {
+    changes: RwLock<Vec<Arc<Change>>>,
+}
+
+impl ChangeLog {
+    /// Registers a change made now; call right before making it.
+    pub fn register(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        conditions: Vec<Condition>,
+    ) -> usize {
+        let mut changes = self.changes.write().unwrap_or_else(|e| e.into_inner());
+        let id = changes.len();
+        changes.push(Arc::new(Change {
+            id,
+            kind,
+            namespace: namespace.to_string(),
+            conditions,
+            at: Instant::now(),
+        }));
+        id
+    }
+
+    fn since(&self, from: usize) -> Vec<Arc<Change>> {
+        let changes = self.changes.read().unwrap_or_else(|e| e.into_inner());
+        changes.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Change>> {
+        self.since(0)
+    }
+}
+
+/// What one stream saw.
+#[derive(Clone, Debug, Default)]
+pub struct StreamReport {
+    pub index: usize,
+    pub protocol: Option<Protocol>,
+    pub nack: bool,
+    /// From the start of the run to the ACK of the first response of every type.
+    pub synced_after: Option<Duration>,
+    pub responses: [u64; 4],
+    pub bytes: [u64; 4],
+    /// Responses after the stream's first of each type.
+    pub responses_after_sync: [u64; 4],
+    pub nacks_sent: u64,
+    /// Changes this stream had to see (registered while it was synced).
+    pub expected_changes: usize,
+    /// (change id, latency from the mutation to the ACK that completed it).
+    pub converged: Vec<(usize, Duration)>,
+    /// Receive-to-ACK-sent time of every response (the client's own share of a push).
+    pub ack_delay_max: Duration,
+    pub error: Option<String>,
+    /// With [`StreamSpec::capture`]: encoded resources of the last response of each type.
+    pub captured: [Vec<Vec<u8>>; 4],
+}
+
+/// Counters readable while the run goes on.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub connected: AtomicUsize,
+    pub synced: AtomicUsize,
+    pub failed: AtomicUsize,
+    pub responses: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// A running load; [`LoadHandle::stop`] ends it and returns the reports.
+pub struct LoadHandle {
+    pub live: Arc<LiveCounters>,
+    pub changes: Arc<ChangeLog>,
+    pub started: Instant,
+    stop: watch::Sender<bool>,
+    reports: Arc<Mutex<Vec<StreamReport>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    streams: usize,
+}
+
+impl LoadHandle {
+    /// Waits until every stream synced (or failed), at most `timeout`. Returns the synced count.
+    pub async fn wait_synced(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let synced = self.live.synced.load(Ordering::Relaxed);
+            let failed = self.live.failed.load(Ordering::Relaxed);
+            if synced + failed >= self.streams || Instant::now() >= deadline {
+                return synced;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Ends every stream and collects the reports, sorted by stream index.
+    pub async fn stop(self) -> Vec<StreamReport> {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            // A panicking stream task loses only its own report.
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let mut reports =
+            std::mem::take(&mut *self.reports.lock().unwrap_or_else(|e| e.into_inner()));
+        reports.sort_by_key(|r| r.index);
+        reports
+    }
+}
+
+/// Node of a stream, as meshplane's injector would set it (contract 7).
+pub fn node_for(spec: &StreamSpec, tenant: &str, revision: &str) -> Node {
+    let s = |v: &str| Value {
+        kind: Some(ValueKind::StringValue(v.to_string())),
+    };
+    let labels = Struct {
+        fields: [("app".to_string(), s("bench-client"))]
+            .into_iter()
+            .collect(),
+    };
+    let metadata = Struct {
+        fields: [
+            ("NAMESPACE", s(&spec.namespace)),
+            ("POD_NAME", s(&spec.pod)),
+            ("TENANT", s(tenant)),
+            ("REVISION", s(revision)),
+            ("CAPTURE_MODE", s("DEFAULT")),
+            (
+                "LABELS",
+                Value {
+                    kind: Some(ValueKind::StructValue(labels)),
+                },
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    };
+    Node {
+        id: format!(
+            "sidecar~{}~{}.{ns}~{ns}.svc.cluster.local",
+            spec.ip,
+            spec.pod,
+            ns = spec.namespace
+        ),
+        cluster: format!("{}.{}", spec.pod, spec.namespace),
+        metadata: Some(metadata),
+        ..Default::default()
+    }
+}
+
+/// Starts every stream (connections are opened with bounded concurrency) and returns at once.
+pub fn start(config: LoadConfig, specs: Vec<StreamSpec>) -> LoadHandle {
+    let live = Arc::new(LiveCounters::default());
+    let changes = Arc::new(ChangeLog::default());
+    let reports = Arc::new(Mutex::new(Vec::with_capacity(specs.len())));
+    let (stop, stop_rx) = watch::channel(false);
+    let started = Instant::now();
+    let permits = Arc::new(Semaphore::new(config.connect_concurrency.max(1)));
+    let per_conn = config.streams_per_connection.max(1);
+    let streams = specs.len();
+    let config = Arc::new(config);
+    let mut tasks = Vec::new();
+    for (group_index, group) in specs.chunks(per_conn).enumerate() {
+        let group: Vec<StreamSpec> = group.to_vec();
+        let ctx = StreamCtx {
+            config: Arc::clone(&config),
+            live: Arc::clone(&live),
+            changes: Arc::clone(&changes),
+            reports: Arc::clone(&reports),
+            stop: stop_rx.clone(),
+            started,
+        };
+        let permits = Arc::clone(&permits);
+        tasks.push(tokio::spawn(async move {
+            let first = group_index * per_conn;
+            let channel = {
+                // Closed only when dropped, which never happens while we hold it.
+                let _permit = permits.acquire().await;
+                connect(&ctx.config.addr).await
+            };
+            let channel = match channel {
+                Ok(c) => c,
+                Err(e) => {
+                    for (i, spec) in group.iter().enumerate() {
+                        ctx.fail(first + i, spec, format!("connect: {e}"));
+                    }
+                    return;
+                }
+            };
+            let runs = group.into_iter().enumerate().map(|(i, spec)| {
+                let ctx = ctx.clone();
+                let channel = channel.clone();
+                async move { ctx.run(first + i, spec, channel).await }
+            });
+            futures::future::join_all(runs).await;
+        }));
+    }
+    LoadHandle {
+        live,
+        changes,
+        started,
+        stop,
+        reports,
+        tasks,
+        streams,
+    }
+}
+
+async fn connect(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    let mut last = None;
+    // The server may still be binding its port, or the accept queue may overflow in a storm.
+    for attempt in 0..20u64 {
+        match Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect()
+            .await
+        {
+            Ok(c) => return Ok(c),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
+    }
+    match last {
+        Some(e) => Err(e),
+        None => {
+            Endpoint::from_shared(format!("http://{addr}"))?
+                .connect()
+                .await
+        }
+    }
+}
+
+#[derive(Clone)]
+struct StreamCtx {
+    config: Arc<LoadConfig>,
+    live: Arc<LiveCounters>,
+    changes: Arc<ChangeLog>,
+    reports: Arc<Mutex<Vec<StreamReport>>>,
+    stop: watch::Receiver<bool>,
+    started: Instant,
+}
+
+/// Per-change progress on one stream.
+struct Watching {
+    change: Arc<Change>,
+    met: Vec<Option<Instant>>,
+}
+
+/// Protocol-independent per-stream bookkeeping.
+struct Tracker {
+    capture: bool,
+    report: StreamReport,
+    visibility: Visibility,
+    next_change: usize,
+    watching: Vec<Watching>,
+    acked_types: [bool; 4],
+    synced: bool,
+    /// Counted in `LiveCounters::connected` (from the first response on).
+    connected: bool,
+}
+
+/// One response, seen through the lens of the conditions.
+struct Seen<'a> {
+    type_index: usize,
+    bytes: u64,
+    /// Encoded resource values.
+    values: Vec<&'a [u8]>,
+    /// Delta: names the server removed.
+    removed: &'a [String],
+    delta: bool,
+}
+
+impl Tracker {
+    fn new(index: usize, spec: &StreamSpec) -> Self {
+        Tracker {
+            capture: spec.capture,
+            report: StreamReport {
+                index,
+                protocol: Some(spec.protocol),
+                nack: spec.nack,
+                ..Default::default()
+            },
+            visibility: spec.visibility.clone(),
+            next_change: 0,
+            watching: Vec::new(),
+            acked_types: [false; 4],
+            synced: false,
+            connected: false,
+        }
+    }
+
+    /// Whether to NACK this response (NACKing clients reject every EDS response after the first).
+    fn should_nack(&self, type_index: usize) -> bool {
+        self.report.nack && type_index == 1 && self.report.responses[1] > 0
+    }
+
+    /// Folds a response; `acked_at` is when our answer went out.
+    fn on_response(
+        &mut self,
+        seen: &Seen<'_>,
+        received: Instant,
+        acked_at: Instant,
+        nacked: bool,
+        ctx: &StreamCtx,
+    ) {
+        let (changes, live) = (&*ctx.changes, &*ctx.live);
+        let t = seen.type_index;
+        if !self.connected {
+            self.connected = true;
+            live.connected.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.report.responses[t] > 0 {
+            self.report.responses_after_sync[t] += 1;
+        }
+        self.report.responses[t] += 1;
+        self.report.bytes[t] += seen.bytes;
+        live.responses.fetch_add(1, Ordering::Relaxed);
+        live.bytes.fetch_add(seen.bytes, Ordering::Relaxed);
+        self.report.ack_delay_max = self.report.ack_delay_max.max(acked_at - received);
+        if self.capture && !seen.delta {
+            self.report.captured[t] = seen.values.iter().map(|v| v.to_vec()).collect();
+        }
+        if nacked {
+            self.report.nacks_sent += 1;
+        } else {
+            self.acked_types[t] = true;
+        }
+        if !self.synced && self.acked_types.iter().all(|a| *a) {
+            self.synced = true;
+            self.report.synced_after = Some(acked_at - ctx.started);
+            live.synced.fetch_add(1, Ordering::Relaxed);
+            // Changes made before we synced are part of the initial state, not ours to time.
+            self.next_change = changes.since(0).len();
+        }
+        if !self.synced {
+            return;
+        }
+        for change in changes.since(self.next_change) {
+            self.next_change = change.id + 1;
+            if self.visibility.sees(&change.namespace) {
+                self.report.expected_changes += 1;
+                let met = vec![None; change.conditions.len()];
+                self.watching.push(Watching { change, met });
+            }
+        }
+        if nacked {
+            return;
+        }
+        let mut done = Vec::new();
+        for (wi, w) in self.watching.iter_mut().enumerate() {
+            for (ci, cond) in w.change.conditions.iter().enumerate() {
+                if w.met[ci].is_none() && cond.type_index == t && holds(cond, seen) {
+                    w.met[ci] = Some(acked_at);
+                }
+            }
+            if w.met.iter().all(Option::is_some) {
+                let last = w.met.iter().flatten().max().copied().unwrap_or(acked_at);
+                self.report
+                    .converged
+                    .push((w.change.id, last.saturating_duration_since(w.change.at)));
+                done.push(wi);
+            }
+        }
+        for wi in done.into_iter().rev() {
+            self.watching.swap_remove(wi);
+        }
+    }
+}
+
+fn holds(cond: &Condition, seen: &Seen<'_>) -> bool {
+    let finder = memchr::memmem::Finder::new(&cond.pattern);
+    let found = seen.values.iter().any(|v| finder.find(v).is_some());
+    match (cond.present, seen.delta) {
+        (true, _) => found,
+        (false, false) => !found,
+        (false, true) => seen
+            .removed
+            .iter()
+            .any(|n| finder.find(n.as_bytes()).is_some()),
+    }
+}
+
+impl StreamCtx {
+    fn fail(&self, index: usize, spec: &StreamSpec, error: String) {
+        self.live.failed.fetch_add(1, Ordering::Relaxed);
+        let mut t = Tracker::new(index, spec);
+        t.report.error = Some(error);
+        self.push_report(t.report);
+    }
+
+    fn push_report(&self, report: StreamReport) {
+        self.reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(report);
+    }
+
+    async fn run(self, index: usize, spec: StreamSpec, channel: Channel) {
+        let client = AggregatedDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let node = node_for(&spec, &self.config.tenant, &self.config.revision);
+        let mut tracker = Tracker::new(index, &spec);
+        let result = match spec.protocol {
+            Protocol::Sotw => self.run_sotw(client, node, &mut tracker).await,
+            Protocol::Delta => self.run_delta(client, node, &mut tracker).await,
+        };
+        if let Err(e) = result {
+            tracker.report.error = Some(e);
+            if !tracker.synced {
+                self.live.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if tracker.connected {
+            self.live.connected.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.push_report(tracker.report);
+    }
+
+    async fn run_sotw(
+        &self,
+        mut client: AggregatedDiscoveryServiceClient<Channel>,
+        node: Node,
+        tracker: &mut Tracker,
+    ) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel::<DiscoveryRequest>(16);
+        let subscribe = |type_url: &str, node: Option<Node>| DiscoveryRequest {
+            node,
+            type_url: type_url.to_string(),
+            ..Default::default()
+        };
+        // Envoy opens with CDS and LDS (wildcard); node only on the first message.
+        send(&tx, subscribe(CDS, Some(node))).await?;
+        send(&tx, subscribe(LDS, None)).await?;
+        let mut inbound = client
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| format!("open: {s}"))?
+            .into_inner();
+        let mut acked_version = [String::new(), String::new(), String::new(), String::new()];
+        let mut subscribed = [true, false, true, false];
+        let mut stop = self.stop.clone();
+        loop {
+            let msg: DiscoveryResponse = tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Err("server closed the stream".into()),
+                    Err(s) => return Err(format!("stream: {s}")),
+                },
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            };
+            let received = Instant::now();
+            let Some(t) = type_index(&msg.type_url) else {
+                continue;
+            };
+            let nack = tracker.should_nack(t);
+            let request = DiscoveryRequest {
+                type_url: msg.type_url.clone(),
+                response_nonce: msg.nonce.clone(),
+                version_info: if nack {
+                    acked_version[t].clone()
+                } else {
+                    msg.version_info.clone()
+                },
+                resource_names: if t == 1 || t == 3 {
+                    vec!["*".into()]
+                } else {
+                    Vec::new()
+                },
+                error_detail: nack.then(|| RpcStatus {
+                    code: tonic::Code::InvalidArgument as i32,
+                    message: "meshplane-bench: rejected on purpose".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            send(&tx, request).await?;
+            let acked_at = Instant::now();
+            if !nack {
+                acked_version[t] = msg.version_info.clone();
+            }
+            // First clusters → ask for endpoints; first listeners → ask for routes.
+            for (from, to) in [(0usize, 1usize), (2, 3)] {
+                if t == from && !subscribed[to] {
+                    subscribed[to] = true;
+                    let mut req = subscribe(TYPES[to], None);
+                    req.resource_names = vec!["*".into()];
+                    send(&tx, req).await?;
+                }
+            }
+            let seen = Seen {
+                type_index: t,
+                bytes: msg.encoded_len() as u64,
+                values: msg.resources.iter().map(|a| a.value.as_slice()).collect(),
+                removed: &[],
+                delta: false,
+            };
+            tracker.on_response(&seen, received, acked_at, nack, self);
+        }
+    }
+
+    async fn run_delta(
+        &self,
+        mut client: AggregatedDiscoveryServiceClient<Channel>,
+        node: Node,
+        tracker: &mut Tracker,
+    ) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
+        let subscribe =
+            |type_url: &str, node: Option<Node>, names: Vec<String>| DeltaDiscoveryRequest {
+                node,
+                type_url: type_url.to_string(),
+                resource_names_subscribe: names,
+                ..Default::default()
+            };
+        send(&tx, subscribe(CDS, Some(node), Vec::new())).await?;
+        send(&tx, subscribe(LDS, None, Vec::new())).await?;
+        let mut inbound = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| format!("open: {s}"))?
+            .into_inner();
+        let mut subscribed = [true, false, true, false];
+        let mut stop = self.stop.clone();
+        loop {
+            let msg: DeltaDiscoveryResponse = tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Err("server closed the stream".into()),
+                    Err(s) => return Err(format!("stream: {s}")),
+                },
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            };
+            let received = Instant::now();
+            let Some(t) = type_index(&msg.type_url) else {
+                continue;
+            };
+            let nack = tracker.should_nack(t);
+            let request = DeltaDiscoveryRequest {
+                type_url: msg.type_url.clone(),
+                response_nonce: msg.nonce.clone(),
+                error_detail: nack.then(|| RpcStatus {
+                    code: tonic::Code::InvalidArgument as i32,
+                    message: "meshplane-bench: rejected on purpose".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            send(&tx, request).await?;
+            let acked_at = Instant::now();
+            for (from, to) in [(0usize, 1usize), (2, 3)] {
+                if t == from && !subscribed[to] {
+                    subscribed[to] = true;
+                    send(&tx, subscribe(TYPES[to], None, vec!["*".into()])).await?;
+                }
+            }
+            let seen = Seen {
+                type_index: t,
+                bytes: msg.encoded_len() as u64,
+                values: msg
+                    .resources
+                    .iter()
+                    .filter_map(|r| r.resource.as_ref().map(|a| a.value.as_slice()))
+                    .collect(),
+                removed: &msg.removed_resources,
+                delta: true,
+            };
+            tracker.on_response(&seen, received, acked_at, nack, self);
+        }
+    }
+}
+
+async fn send<T>(tx: &mpsc::Sender<T>, msg: T) -> Result<(), String> {
+    tx.send(msg)
+        .await
+        .map_err(|_| "request stream closed".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against a tiny in-process ADS server: it serves a per-type list of opaque
+    //! resources, pushes when they change, and counts ACKs and NACKs.
+
+    use super::*;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+        AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+    };
+    use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
+    use envoy_types::pb::google::protobuf::Any;
+    use std::collections::HashMap;
+    use tokio_stream::wrappers::TcpListenerStream;
+    use tonic::{Request, Response, Status, Streaming};
+
+    /// Per-type resources as (name, bytes); the version is the generation counter.
+    #[derive(Clone, Debug, Default)]
+    struct Config {
+        generation: u64,
+        types: [Vec<(String, Vec<u8>)>; 4],
+    }
+
+    #[derive(Clone)]
+    struct TestAds {
+        config: watch::Receiver<Config>,
+        acks: Arc<AtomicU64>,
+        nacks: Arc<AtomicU64>,
+        first_nodes: Arc<Mutex<Vec<Node>>>,
+    }
+
+    fn any(t: usize, value: &[u8]) -> Any {
+        Any {
+            type_url: TYPES[t].to_string(),
+            value: value.to_vec(),
+        }
+    }
+
+    #[tonic::async_trait]
+    impl AggregatedDiscoveryService for TestAds {
+        type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+        type DeltaAggregatedResourcesStream =
+            ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+        async fn stream_aggregated_resources(
+            &self,
+            request: Request<Streaming<DiscoveryRequest>>,
+        ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+            let mut inbound = request.into_inner();
+            let (tx, rx) = mpsc::channel(16);
+            let this = self.clone();
+            tokio::spawn(async move {
+                let mut config = this.config.clone();
+                let mut subscribed = [false; 4];
+                let mut sent = [None::<u64>; 4];
+                let mut nonce = 0u64;
+                loop {
+                    let current = config.borrow_and_update().clone();
+                    for t in 0..4 {
+                        if subscribed[t] && sent[t] != Some(current.generation) {
+                            sent[t] = Some(current.generation);
+                            nonce += 1;
+                            let resp = DiscoveryResponse {
+                                version_info: current.generation.to_string(),
+                                type_url: TYPES[t].into(),
+                                nonce: nonce.to_string(),
+                                resources: current.types[t]
+                                    .iter()
+                                    .map(|(_, v)| any(t, v))
+                                    .collect(),
+                                ..Default::default()
+                            };
+                            if tx.send(Ok(resp)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    tokio::select! {
+                        req = inbound.message() => {
+                            let Ok(Some(req)) = req else { return };
+                            if let Some(node) = req.node.clone() {
+                                this.first_nodes.lock().expect("lock").push(node);
+                            }
+                            let Some(t) = type_index(&req.type_url) else { continue };
+                            if !req.response_nonce.is_empty() {
+                                let counter = if req.error_detail.is_some() { &this.nacks } else { &this.acks };
+                                counter.fetch_add(1, Ordering::Relaxed);
+                            }
+                            subscribed[t] = true;
+                        }
+                        changed = config.changed() => if changed.is_err() { return },
+                    }
+                }
+            });
+            Ok(Response::new(ReceiverStream::new(rx)))
+        }
+
+        async fn delta_aggregated_resources(
+            &self,
+            request: Request<Streaming<DeltaDiscoveryRequest>>,
+        ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+            let mut inbound = request.into_inner();
+            let (tx, rx) = mpsc::channel(16);
+            let this = self.clone();
+            tokio::spawn(async move {
+                let mut config = this.config.clone();
+                let mut subscribed = [false; 4];
+                let mut held: [HashMap<String, Vec<u8>>; 4] = Default::default();
+                let mut responded = [false; 4];
+                let mut nonce = 0u64;
+                loop {
+                    let current = config.borrow_and_update().clone();
+                    for t in 0..4 {
+                        if !subscribed[t] {
+                            continue;
+                        }
+                        let want: HashMap<String, Vec<u8>> =
+                            current.types[t].iter().cloned().collect();
+                        let upserts: Vec<DeltaResource> = want
+                            .iter()
+                            .filter(|(n, v)| held[t].get(*n) != Some(*v))
+                            .map(|(n, v)| DeltaResource {
+                                name: n.clone(),
+                                version: current.generation.to_string(),
+                                resource: Some(any(t, v)),
+                                ..Default::default()
+                            })
+                            .collect();
+                        let removed: Vec<String> = held[t]
+                            .keys()
+                            .filter(|n| !want.contains_key(*n))
+                            .cloned()
+                            .collect();
+                        if responded[t] && upserts.is_empty() && removed.is_empty() {
+                            continue;
+                        }
+                        responded[t] = true;
+                        held[t] = want;
+                        nonce += 1;
+                        let resp = DeltaDiscoveryResponse {
+                            system_version_info: current.generation.to_string(),
+                            type_url: TYPES[t].into(),
+                            nonce: nonce.to_string(),
+                            resources: upserts,
+                            removed_resources: removed,
+                            ..Default::default()
+                        };
+                        if tx.send(Ok(resp)).await.is_err() {
+                            return;
+                        }
+                    }
+                    tokio::select! {
+                        req = inbound.message() => {
+                            let Ok(Some(req)) = req else { return };
+                            if let Some(node) = req.node.clone() {
+                                this.first_nodes.lock().expect("lock").push(node);
+                            }
+                            let Some(t) = type_index(&req.type_url) else { continue };
+                            if !req.response_nonce.is_empty() {
+                                let counter = if req.error_detail.is_some() { &this.nacks } else { &this.acks };
+                                counter.fetch_add(1, Ordering::Relaxed);
+                            }
+                            subscribed[t] = true;
+                        }
+                        changed = config.changed() => if changed.is_err() { return },
+                    }
+                }
+            });
+            Ok(Response::new(ReceiverStream::new(rx)))
+        }
+    }
+
+    struct Harness {
+        addr: String,
+        config: watch::Sender<Config>,
+        ads: TestAds,
+    }
+
+    async fn serve(initial: Config) -> Harness {
+        let (config, rx) = watch::channel(initial);
+        let ads = TestAds {
+            config: rx,
+            acks: Arc::default(),
+            nacks: Arc::default(),
+            first_nodes: Arc::default(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let svc = AggregatedDiscoveryServiceServer::new(ads.clone());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        Harness { addr, config, ads }
+    }
+
+    fn base_config() -> Config {
+        let mut c = Config::default();
+        c.types[0] = vec![(
+            "outbound|80||a.ns.svc.cluster.local".into(),
+            b"cluster a.ns.svc.cluster.local".to_vec(),
+        )];
+        c.types[1] = vec![("a".into(), b"\x0810.1.0.1".to_vec())];
+        c.types[2] = vec![("l".into(), b"listener".to_vec())];
+        c.types[3] = vec![("80".into(), b"routes".to_vec())];
+        c
+    }
+
+    fn spec(i: usize, protocol: Protocol, nack: bool) -> StreamSpec {
+        StreamSpec {
+            namespace: if i.is_multiple_of(2) {
+                "ns".into()
+            } else {
+                "other".into()
+            },
+            pod: format!("p{i}"),
+            ip: format!("100.64.0.{}", i + 1),
+            protocol,
+            nack,
+            visibility: Visibility::Namespaces(vec![if i.is_multiple_of(2) {
+                "ns".into()
+            } else {
+                "other".into()
+            }]),
+            capture: i == 0,
+        }
+    }
+
+    fn config(addr: &str) -> LoadConfig {
+        LoadConfig {
+            addr: addr.to_string(),
+            tenant: "t".into(),
+            revision: "r".into(),
+            streams_per_connection: 2,
+            connect_concurrency: 4,
+        }
+    }
+
+    async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn sotw_and_delta_streams_sync_ack_and_converge() {
+        let h = serve(base_config()).await;
+        let specs = vec![
+            spec(0, Protocol::Sotw, false),
+            spec(1, Protocol::Sotw, false),
+            spec(2, Protocol::Delta, false),
+            spec(3, Protocol::Delta, false),
+        ];
+        let load = start(config(&h.addr), specs);
+        assert_eq!(load.wait_synced(Duration::from_secs(10)).await, 4);
+
+        // An endpoint change in `ns`: streams 0 and 2 see it, 1 and 3 do not.
+        load.changes.register(
+            "endpoint",
+            "ns",
+            vec![Condition {
+                type_index: 1,
+                pattern: b"\x0810.1.0.2".to_vec(),
+                present: true,
+            }],
+        );
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.types[1] = vec![("a".into(), b"\x0810.1.0.2".to_vec())];
+        });
+        // Removal of the cluster: SotW sees it absent, delta sees it in removed_resources.
+        wait_for("endpoint push", || {
+            load.live.responses.load(Ordering::Relaxed) >= 4 * 4 + 4
+        })
+        .await;
+        load.changes.register(
+            "remove",
+            "ns",
+            vec![Condition {
+                type_index: 0,
+                pattern: b"a.ns.svc.cluster.local".to_vec(),
+                present: false,
+            }],
+        );
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.types[0].clear();
+        });
+        wait_for("removal push", || {
+            load.live.responses.load(Ordering::Relaxed) >= 4 * 4 + 4 + 4
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reports = load.stop().await;
+        assert_eq!(reports.len(), 4);
+        for r in &reports {
+            assert!(
+                r.error.is_none(),
+                "stream {} failed: {:?}",
+                r.index,
+                r.error
+            );
+            assert!(r.synced_after.is_some());
+            assert!(
+                r.responses.iter().all(|n| *n >= 1),
+                "every type answered: {:?}",
+                r.responses
+            );
+            assert!(r.bytes.iter().all(|b| *b > 0));
+            let sees = r.index % 2 == 0;
+            assert_eq!(r.expected_changes, if sees { 2 } else { 0 });
+            assert_eq!(r.converged.len(), r.expected_changes, "stream {}", r.index);
+        }
+        // The SotW stream 0 captured its last full config.
+        assert_eq!(reports[0].captured[2], vec![b"listener".to_vec()]);
+        // Every response was ACKed (node sent on the first request of each stream only).
+        let responses: u64 = reports
+            .iter()
+            .map(|r| r.responses.iter().sum::<u64>())
+            .sum();
+        wait_for("acks", || h.ads.acks.load(Ordering::Relaxed) >= responses).await;
+        assert_eq!(h.ads.nacks.load(Ordering::Relaxed), 0);
+        let nodes = h.ads.first_nodes.lock().expect("lock").clone();
+        assert_eq!(nodes.len(), 4);
+        let n0 = nodes
+            .iter()
+            .find(|n| n.id.contains("~p0.ns~"))
+            .expect("node of stream 0");
+        assert_eq!(n0.id, "sidecar~100.64.0.1~p0.ns~ns.svc.cluster.local");
+        let md = n0.metadata.as_ref().expect("metadata");
+        for key in [
+            "NAMESPACE",
+            "POD_NAME",
+            "TENANT",
+            "REVISION",
+            "CAPTURE_MODE",
+            "LABELS",
+        ] {
+            assert!(md.fields.contains_key(key), "metadata {key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn nacking_clients_reject_eds_updates_but_not_the_first() {
+        let h = serve(base_config()).await;
+        let load = start(
+            config(&h.addr),
+            vec![
+                spec(0, Protocol::Sotw, true),
+                spec(2, Protocol::Delta, true),
+            ],
+        );
+        assert_eq!(load.wait_synced(Duration::from_secs(10)).await, 2);
+        for g in 2..5u8 {
+            h.config.send_modify(|c| {
+                c.generation += 1;
+                c.types[1] = vec![("a".into(), vec![8, b'x', g])];
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_for("nacks", || h.ads.nacks.load(Ordering::Relaxed) >= 6).await;
+        let reports = load.stop().await;
+        for r in &reports {
+            assert_eq!(r.nacks_sent, 3);
+            assert_eq!(r.responses_after_sync[1], 3);
+            assert!(r.synced_after.is_some());
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_reported_per_stream() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let load = start(
+            config(&format!("127.0.0.1:{port}")),
+            vec![spec(0, Protocol::Sotw, false)],
+        );
+        assert_eq!(load.wait_synced(Duration::from_secs(30)).await, 0);
+        let reports = load.stop().await;
+        assert!(reports[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("connect")));
+    }
+}

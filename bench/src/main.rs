@@ -1,0 +1,168 @@
+//! `meshplane-bench`: generate mesh state, or run the benchmark scenarios of issue 8 against
+//! a release build of `meshplane-xds`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use meshplane_bench::meshgen::{MeshSpec, MeshState};
+use meshplane_bench::scenario::{self, Env, Size};
+
+#[derive(Parser, Debug)]
+#[command(about = "meshplane benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Name {
+    S1,
+    S2,
+    S3,
+    S4,
+    S5,
+    Curves,
+    All,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs one scenario (or all) and prints its markdown table.
+    Scenario {
+        name: Name,
+        #[arg(long, value_enum, default_value = "short")]
+        size: Size,
+        /// The server binary (default: $CARGO_TARGET_DIR or target, then release/meshplane-xds).
+        #[arg(long)]
+        xds_bin: Option<PathBuf>,
+        /// Scratch directory for generated state and server logs.
+        #[arg(long, default_value = "target/bench-work")]
+        work: PathBuf,
+        /// Where charts go.
+        #[arg(long, default_value = "docs")]
+        docs: PathBuf,
+        /// Also append the tables to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Writes a mesh state for `meshplane-xds --source dir:DIR`.
+    Gen {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 100)]
+        services: usize,
+        #[arg(long, default_value_t = 2)]
+        endpoints: usize,
+        #[arg(long, default_value_t = 5)]
+        namespaces: usize,
+        /// Give every namespace a Sidecar importing `./*` and `shared/*`.
+        #[arg(long)]
+        scoped: bool,
+        #[arg(long, default_value = "bench-r1")]
+        revision: String,
+        #[arg(long, default_value = "meshplane-bench")]
+        control_namespace: String,
+    },
+}
+
+fn default_xds_bin() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    target.join("release").join("meshplane-xds")
+}
+
+async fn run_one(env: &Env, name: Name) -> Result<String> {
+    match name {
+        Name::S1 => scenario::s1(env).await,
+        Name::S2 => scenario::s2(env).await,
+        Name::S3 => scenario::s3(env).await,
+        Name::S4 => scenario::s4(env).await,
+        Name::S5 => scenario::s5(env).await,
+        Name::Curves => scenario::curves(env).await,
+        Name::All => unreachable_all(),
+    }
+}
+
+fn unreachable_all() -> Result<String> {
+    anyhow::bail!("`all` is expanded by the caller")
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Gen {
+            dir,
+            services,
+            endpoints,
+            namespaces,
+            scoped,
+            revision,
+            control_namespace,
+        } => {
+            let spec = MeshSpec {
+                services,
+                endpoints_per_service: endpoints,
+                namespaces,
+                scoped,
+                revision,
+                control_namespace,
+            };
+            MeshState::new(spec, &dir).write_all()?;
+            println!("wrote {}", dir.display());
+            Ok(())
+        }
+        Command::Scenario {
+            name,
+            size,
+            xds_bin,
+            work,
+            docs,
+            out,
+        } => {
+            let xds_bin = xds_bin.unwrap_or_else(default_xds_bin);
+            anyhow::ensure!(
+                xds_bin.exists(),
+                "{} not found: build it with `cargo build --release -p meshplane-xds`",
+                xds_bin.display()
+            );
+            std::fs::create_dir_all(&work)
+                .with_context(|| format!("creating {}", work.display()))?;
+            let env = Env {
+                xds_bin,
+                work,
+                docs,
+                size,
+            };
+            let names = if name == Name::All {
+                vec![
+                    Name::S1,
+                    Name::S2,
+                    Name::S3,
+                    Name::S4,
+                    Name::Curves,
+                    Name::S5,
+                ]
+            } else {
+                vec![name]
+            };
+            for n in names {
+                eprintln!("meshplane-bench: running {n:?} ({size:?})");
+                let table = run_one(&env, n)
+                    .await
+                    .with_context(|| format!("scenario {n:?}"))?;
+                println!("{table}");
+                if let Some(out) = &out {
+                    let mut f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(out)
+                        .with_context(|| format!("opening {}", out.display()))?;
+                    writeln!(f, "{table}")?;
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,917 @@
+//! Pure membership computation: which namespaces belong to which revision and tenant, which are
+//! refused and why, and which control planes or tags conflict.
+//!
+//! The operator (status conditions and rendered objects), its admission check and the
+//! xds-server's directory mode all call [`compute`], so one set of rules decides membership.
+//!
+//! Rules, in the order they are applied:
+//! 1. Control planes are ranked oldest first (`creationTimestamp`, then name; an object not yet
+//!    created ranks last). The first claimant of a revision name wins; later ones get
+//!    [`Conflict::DuplicateRevision`].
+//! 2. A winner with an invalid `namespaceSelector` is [`Conflict::InvalidSelector`]; a winner whose
+//!    control namespace differs from the tenant's oldest revision is
+//!    [`Conflict::ControlNamespaceMismatch`]; a control namespace already used by another tenant is
+//!    [`Conflict::ControlNamespaceTaken`]. Such a revision is *inactive*: it keeps its name
+//!    reserved, but attaches nothing.
+//! 3. Tags: a tag named like any revision is [`Conflict::TagNamedLikeRevision`]; a tag whose
+//!    target lives in another tenant than the one recorded in its status is
+//!    [`Conflict::TagMovedAcrossTenants`] and keeps resolving to its recorded revision; a tag whose
+//!    target is not an active revision is [`Conflict::TagRevisionNotFound`].
+//! 4. A namespace labelled `meshplane.io/rev=V` attaches to the active revision `V`, or to the
+//!    revision of the resolved tag `V`, if that revision's selector admits it and it is not
+//!    another tenant's control namespace; otherwise it is rejected with a [`RejectionReason`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+
+use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
+use crate::names::REV_LABEL;
+use crate::selector::Selector;
+
+/// A namespace as membership sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceFacts {
+    /// Namespace name.
+    pub name: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NamespaceFacts {
+    /// A namespace with the given labels.
+    pub fn new(name: &str, labels: &[(&str, &str)]) -> Self {
+        Self {
+            name: name.to_string(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// A `MeshControlPlane` as membership sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControlPlaneFacts {
+    /// `metadata.name` of the control plane.
+    pub name: String,
+    /// `metadata.creationTimestamp`; `None` for an object being admitted.
+    pub created: Option<Time>,
+    /// `spec.tenant`.
+    pub tenant: String,
+    /// Effective revision.
+    pub revision: String,
+    /// Effective control namespace.
+    pub control_namespace: String,
+    /// `spec.namespaceSelector`.
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+impl From<&MeshControlPlane> for ControlPlaneFacts {
+    fn from(mcp: &MeshControlPlane) -> Self {
+        Self {
+            name: mcp.metadata.name.clone().unwrap_or_default(),
+            created: mcp.metadata.creation_timestamp.clone(),
+            tenant: mcp.spec.tenant.clone(),
+            revision: mcp.revision(),
+            control_namespace: mcp.control_namespace(),
+            namespace_selector: mcp.spec.namespace_selector.clone(),
+        }
+    }
+}
+
+/// A `MeshRevisionTag` as membership sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagFacts {
+    /// Tag name (the label value namespaces use).
+    pub name: String,
+    /// `spec.revision`: where the tag is asked to point.
+    pub target: String,
+    /// `status.tenant`: the tenant the tag was first resolved in (sticky).
+    pub recorded_tenant: Option<String>,
+    /// `status.revision`: the revision the tag last resolved to.
+    pub recorded_revision: Option<String>,
+}
+
+impl From<&MeshRevisionTag> for TagFacts {
+    fn from(tag: &MeshRevisionTag) -> Self {
+        let status = tag.status.as_ref();
+        Self {
+            name: tag.metadata.name.clone().unwrap_or_default(),
+            target: tag.spec.revision.clone(),
+            recorded_tenant: status.and_then(|s| s.tenant.clone()),
+            recorded_revision: status.and_then(|s| s.revision.clone()),
+        }
+    }
+}
+
+/// A conflict between meshplane objects. The object it names changes nothing while it lasts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// Two control planes claim one revision; `winner` is the older.
+    DuplicateRevision {
+        revision: String,
+        winner: String,
+        loser: String,
+    },
+    /// The control plane's `namespaceSelector` does not parse.
+    InvalidSelector {
+        control_plane: String,
+        error: String,
+    },
+    /// Revisions of one tenant must share a control namespace; `expected` is the oldest's.
+    ControlNamespaceMismatch {
+        control_plane: String,
+        tenant: String,
+        expected: String,
+        found: String,
+    },
+    /// The control namespace already belongs to another tenant.
+    ControlNamespaceTaken {
+        control_plane: String,
+        namespace: String,
+        owner_tenant: String,
+    },
+    /// A tag carries the name of a revision.
+    TagNamedLikeRevision { tag: String, control_plane: String },
+    /// A tag recorded in one tenant is pointed at a revision of another.
+    TagMovedAcrossTenants {
+        tag: String,
+        recorded_tenant: String,
+        target: String,
+        target_tenant: String,
+    },
+    /// A tag points at no active revision.
+    TagRevisionNotFound { tag: String, target: String },
+}
+
+impl Conflict {
+    /// The `PascalCase` condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Conflict::DuplicateRevision { .. } => "RevisionConflict",
+            Conflict::InvalidSelector { .. } => "InvalidSelector",
+            Conflict::ControlNamespaceMismatch { .. } => "ControlNamespaceMismatch",
+            Conflict::ControlNamespaceTaken { .. } => "ControlNamespaceTaken",
+            Conflict::TagNamedLikeRevision { .. } => "TagNamedLikeRevision",
+            Conflict::TagMovedAcrossTenants { .. } => "TagMovedAcrossTenants",
+            Conflict::TagRevisionNotFound { .. } => "RevisionNotFound",
+        }
+    }
+
+    /// The control plane this conflict disables, if it concerns one.
+    pub fn control_plane(&self) -> Option<&str> {
+        match self {
+            Conflict::DuplicateRevision { loser, .. } => Some(loser),
+            Conflict::InvalidSelector { control_plane, .. }
+            | Conflict::ControlNamespaceMismatch { control_plane, .. }
+            | Conflict::ControlNamespaceTaken { control_plane, .. } => Some(control_plane),
+            _ => None,
+        }
+    }
+
+    /// The tag this conflict concerns, if any.
+    pub fn tag(&self) -> Option<&str> {
+        match self {
+            Conflict::TagNamedLikeRevision { tag, .. }
+            | Conflict::TagMovedAcrossTenants { tag, .. }
+            | Conflict::TagRevisionNotFound { tag, .. } => Some(tag),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::DuplicateRevision { revision, winner, loser } => write!(
+                f,
+                "revision {revision:?} of MeshControlPlane {loser:?} is already claimed by the older MeshControlPlane {winner:?}"
+            ),
+            Conflict::InvalidSelector { control_plane, error } => {
+                write!(f, "MeshControlPlane {control_plane:?}: {error}")
+            }
+            Conflict::ControlNamespaceMismatch { control_plane, tenant, expected, found } => write!(
+                f,
+                "MeshControlPlane {control_plane:?} uses control namespace {found:?} but tenant {tenant:?} already runs in {expected:?}; all revisions of a tenant share one control namespace"
+            ),
+            Conflict::ControlNamespaceTaken { control_plane, namespace, owner_tenant } => write!(
+                f,
+                "MeshControlPlane {control_plane:?}: control namespace {namespace:?} already belongs to tenant {owner_tenant:?}"
+            ),
+            Conflict::TagNamedLikeRevision { tag, control_plane } => write!(
+                f,
+                "MeshRevisionTag {tag:?} has the name of the revision of MeshControlPlane {control_plane:?}; tag and revision names share the meshplane.io/rev label"
+            ),
+            Conflict::TagMovedAcrossTenants { tag, recorded_tenant, target, target_tenant } => write!(
+                f,
+                "MeshRevisionTag {tag:?} belongs to tenant {recorded_tenant:?} and cannot point at revision {target:?} of tenant {target_tenant:?}; a tag never moves across tenants"
+            ),
+            Conflict::TagRevisionNotFound { tag, target } => write!(
+                f,
+                "MeshRevisionTag {tag:?} points at revision {target:?}, which no active MeshControlPlane provides"
+            ),
+        }
+    }
+}
+
+/// Why a namespace labelled for a revision was not joined.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RejectionReason {
+    /// The revision's `namespaceSelector` does not match the namespace.
+    OutsideSelector,
+    /// The label names neither a revision nor a tag.
+    UnknownRevision,
+    /// The label names a revision or tag that is in conflict.
+    RevisionConflicted,
+    /// The namespace is the control namespace of another tenant.
+    ControlNamespaceOfOtherTenant,
+}
+
+impl RejectionReason {
+    /// The `PascalCase` reason used in status and Events.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RejectionReason::OutsideSelector => "OutsideSelector",
+            RejectionReason::UnknownRevision => "UnknownRevision",
+            RejectionReason::RevisionConflicted => "RevisionConflicted",
+            RejectionReason::ControlNamespaceOfOtherTenant => "ControlNamespaceOfOtherTenant",
+        }
+    }
+}
+
+/// A namespace refused by membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The value of its `meshplane.io/rev` label.
+    pub label: String,
+    /// The revision the label resolved to, when it resolved.
+    pub revision: Option<String>,
+    /// Why.
+    pub reason: RejectionReason,
+    /// A sentence for status and Events.
+    pub message: String,
+}
+
+/// One active revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevisionMembership {
+    /// Name of the `MeshControlPlane` providing it.
+    pub control_plane: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its control namespace.
+    pub control_namespace: String,
+    /// Namespaces attached to it directly or through a tag.
+    pub attached: BTreeSet<String>,
+    /// Tags resolving to it.
+    pub tags: BTreeSet<String>,
+    /// Namespaces labelled for it (or its tags) but refused.
+    pub rejected: BTreeMap<String, Rejection>,
+}
+
+/// One tenant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantMembership {
+    /// The tenant's control namespace (of its oldest active revision).
+    pub control_namespace: String,
+    /// Its active revisions.
+    pub revisions: BTreeSet<String>,
+    /// Union of the attached namespaces of its revisions.
+    pub members: BTreeSet<String>,
+}
+
+/// Where a tag resolves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagResolution {
+    /// The revision namespaces carrying the tag join; `None` when it resolves nowhere.
+    pub revision: Option<String>,
+    /// The tenant of that revision (or the recorded one while refused).
+    pub tenant: Option<String>,
+    /// Namespaces carrying the tag.
+    pub namespaces: BTreeSet<String>,
+}
+
+/// The result of [`compute`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Membership {
+    /// Active revisions by revision name.
+    pub revisions: BTreeMap<String, RevisionMembership>,
+    /// Tenants with at least one active revision.
+    pub tenants: BTreeMap<String, TenantMembership>,
+    /// Every tag by name.
+    pub tags: BTreeMap<String, TagResolution>,
+    /// Every rejected namespace, by name.
+    pub rejected: BTreeMap<String, Rejection>,
+    /// Every conflict, in a deterministic order.
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Membership {
+    /// The active revision provided by control plane `name`.
+    pub fn revision_of_control_plane(&self, name: &str) -> Option<&RevisionMembership> {
+        self.revisions.values().find(|r| r.control_plane == name)
+    }
+
+    /// Conflicts that disable control plane `name`.
+    pub fn conflicts_of_control_plane(&self, name: &str) -> Vec<&Conflict> {
+        self.conflicts
+            .iter()
+            .filter(|c| c.control_plane() == Some(name))
+            .collect()
+    }
+
+    /// Conflicts of tag `name`.
+    pub fn conflicts_of_tag(&self, name: &str) -> Vec<&Conflict> {
+        self.conflicts
+            .iter()
+            .filter(|c| c.tag() == Some(name))
+            .collect()
+    }
+
+    /// Member namespaces of `tenant` (empty for an unknown tenant).
+    pub fn tenant_members(&self, tenant: &str) -> BTreeSet<String> {
+        self.tenants
+            .get(tenant)
+            .map(|t| t.members.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Ranks control planes: oldest first, then by name; not-yet-created objects last.
+fn rank(cp: &ControlPlaneFacts) -> (bool, Option<Time>, String) {
+    (cp.created.is_none(), cp.created.clone(), cp.name.clone())
+}
+
+/// Computes membership from a snapshot of the cluster. Pure and deterministic: the input order
+/// does not matter.
+pub fn compute(
+    namespaces: &[NamespaceFacts],
+    control_planes: &[ControlPlaneFacts],
+    tags: &[TagFacts],
+) -> Membership {
+    let mut out = Membership::default();
+    let mut ranked: Vec<&ControlPlaneFacts> = control_planes.iter().collect();
+    ranked.sort_by_key(|cp| rank(cp));
+
+    // Revision name -> the control plane that holds the name (active or not).
+    let mut claimed: BTreeMap<&str, &ControlPlaneFacts> = BTreeMap::new();
+    let mut selectors: BTreeMap<String, Selector> = BTreeMap::new();
+    // Control namespace -> owning tenant.
+    let mut control_namespaces: BTreeMap<String, String> = BTreeMap::new();
+    for cp in ranked {
+        if let Some(winner) = claimed.get(cp.revision.as_str()) {
+            out.conflicts.push(Conflict::DuplicateRevision {
+                revision: cp.revision.clone(),
+                winner: winner.name.clone(),
+                loser: cp.name.clone(),
+            });
+            continue;
+        }
+        claimed.insert(&cp.revision, cp);
+        let selector = match &cp.namespace_selector {
+            None => Selector::default(),
+            Some(sel) => match Selector::from_label_selector(sel, "spec.namespaceSelector") {
+                Ok(s) => s,
+                Err(e) => {
+                    out.conflicts.push(Conflict::InvalidSelector {
+                        control_plane: cp.name.clone(),
+                        error: e.to_string(),
+                    });
+                    continue;
+                }
+            },
+        };
+        if let Some(tenant) = out.tenants.get(&cp.tenant) {
+            if tenant.control_namespace != cp.control_namespace {
+                out.conflicts.push(Conflict::ControlNamespaceMismatch {
+                    control_plane: cp.name.clone(),
+                    tenant: cp.tenant.clone(),
+                    expected: tenant.control_namespace.clone(),
+                    found: cp.control_namespace.clone(),
+                });
+                continue;
+            }
+        } else if let Some(owner) = control_namespaces.get(&cp.control_namespace) {
+            out.conflicts.push(Conflict::ControlNamespaceTaken {
+                control_plane: cp.name.clone(),
+                namespace: cp.control_namespace.clone(),
+                owner_tenant: owner.clone(),
+            });
+            continue;
+        }
+        control_namespaces.insert(cp.control_namespace.clone(), cp.tenant.clone());
+        let tenant = out.tenants.entry(cp.tenant.clone()).or_default();
+        tenant.control_namespace = cp.control_namespace.clone();
+        tenant.revisions.insert(cp.revision.clone());
+        selectors.insert(cp.revision.clone(), selector);
+        out.revisions.insert(
+            cp.revision.clone(),
+            RevisionMembership {
+                control_plane: cp.name.clone(),
+                tenant: cp.tenant.clone(),
+                control_namespace: cp.control_namespace.clone(),
+                ..Default::default()
+            },
+        );
+    }
+
+    let mut sorted_tags: Vec<&TagFacts> = tags.iter().collect();
+    sorted_tags.sort_by(|a, b| a.name.cmp(&b.name));
+    for tag in sorted_tags {
+        let resolution = resolve_tag(tag, &claimed, &out.revisions, &mut out.conflicts);
+        if let Some(rev) = resolution
+            .revision
+            .as_ref()
+            .and_then(|r| out.revisions.get_mut(r))
+        {
+            rev.tags.insert(tag.name.clone());
+        }
+        out.tags.insert(tag.name.clone(), resolution);
+    }
+
+    let mut sorted_namespaces: Vec<&NamespaceFacts> = namespaces.iter().collect();
+    sorted_namespaces.sort_by(|a, b| a.name.cmp(&b.name));
+    for ns in sorted_namespaces {
+        let Some(label) = ns.labels.get(REV_LABEL) else {
+            continue;
+        };
+        let verdict = attach(
+            ns,
+            label,
+            &claimed,
+            &selectors,
+            &control_namespaces,
+            &mut out,
+        );
+        if let Err(rejection) = verdict {
+            if let Some(rev) = rejection
+                .revision
+                .as_ref()
+                .and_then(|r| out.revisions.get_mut(r))
+            {
+                rev.rejected.insert(ns.name.clone(), rejection.clone());
+            }
+            out.rejected.insert(ns.name.clone(), rejection);
+        }
+    }
+    out
+}
+
+fn resolve_tag(
+    tag: &TagFacts,
+    claimed: &BTreeMap<&str, &ControlPlaneFacts>,
+    active: &BTreeMap<String, RevisionMembership>,
+    conflicts: &mut Vec<Conflict>,
+) -> TagResolution {
+    let unresolved = |tenant: Option<String>| TagResolution {
+        revision: None,
+        tenant,
+        namespaces: BTreeSet::new(),
+    };
+    if let Some(cp) = claimed.get(tag.name.as_str()) {
+        conflicts.push(Conflict::TagNamedLikeRevision {
+            tag: tag.name.clone(),
+            control_plane: cp.name.clone(),
+        });
+        return unresolved(tag.recorded_tenant.clone());
+    }
+    let Some(target) = active.get(&tag.target) else {
+        conflicts.push(Conflict::TagRevisionNotFound {
+            tag: tag.name.clone(),
+            target: tag.target.clone(),
+        });
+        return unresolved(tag.recorded_tenant.clone());
+    };
+    match &tag.recorded_tenant {
+        Some(recorded) if *recorded != target.tenant => {
+            conflicts.push(Conflict::TagMovedAcrossTenants {
+                tag: tag.name.clone(),
+                recorded_tenant: recorded.clone(),
+                target: tag.target.clone(),
+                target_tenant: target.tenant.clone(),
+            });
+            // The refused move changes nothing: keep serving the last accepted revision if it
+            // is still an active revision of the recorded tenant.
+            let kept = tag
+                .recorded_revision
+                .as_ref()
+                .filter(|r| active.get(*r).is_some_and(|rm| rm.tenant == *recorded));
+            TagResolution {
+                revision: kept.cloned(),
+                tenant: Some(recorded.clone()),
+                namespaces: BTreeSet::new(),
+            }
+        }
+        _ => TagResolution {
+            revision: Some(tag.target.clone()),
+            tenant: Some(target.tenant.clone()),
+            namespaces: BTreeSet::new(),
+        },
+    }
+}
+
+fn attach(
+    ns: &NamespaceFacts,
+    label: &str,
+    claimed: &BTreeMap<&str, &ControlPlaneFacts>,
+    selectors: &BTreeMap<String, Selector>,
+    control_namespaces: &BTreeMap<String, String>,
+    out: &mut Membership,
+) -> Result<(), Rejection> {
+    let reject = |revision: Option<&str>, reason: RejectionReason, message: String| Rejection {
+        label: label.to_string(),
+        revision: revision.map(str::to_string),
+        reason,
+        message,
+    };
+    let revision = if out.revisions.contains_key(label) {
+        label.to_string()
+    } else if let Some(tag) = out.tags.get_mut(label) {
+        tag.namespaces.insert(ns.name.clone());
+        match &tag.revision {
+            Some(r) => r.clone(),
+            None => {
+                return Err(reject(
+                    None,
+                    RejectionReason::RevisionConflicted,
+                    format!("namespace {:?} is labelled {REV_LABEL}={label}, a tag that resolves to no revision", ns.name),
+                ))
+            }
+        }
+    } else if claimed.contains_key(label) {
+        return Err(reject(
+            None,
+            RejectionReason::RevisionConflicted,
+            format!(
+                "namespace {:?} is labelled {REV_LABEL}={label}, a revision that is in conflict",
+                ns.name
+            ),
+        ));
+    } else {
+        return Err(reject(
+            None,
+            RejectionReason::UnknownRevision,
+            format!(
+                "namespace {:?} is labelled {REV_LABEL}={label}, which names no revision or tag",
+                ns.name
+            ),
+        ));
+    };
+    let Some(rev) = out.revisions.get(&revision) else {
+        return Err(reject(
+            None,
+            RejectionReason::UnknownRevision,
+            format!(
+                "namespace {:?}: revision {revision:?} is not active",
+                ns.name
+            ),
+        ));
+    };
+    if let Some(owner) = control_namespaces
+        .get(&ns.name)
+        .filter(|t| **t != rev.tenant)
+    {
+        return Err(reject(
+            Some(&revision),
+            RejectionReason::ControlNamespaceOfOtherTenant,
+            format!(
+                "namespace {:?} is the control namespace of tenant {owner:?} and cannot join tenant {:?}",
+                ns.name, rev.tenant
+            ),
+        ));
+    }
+    if !selectors
+        .get(&revision)
+        .is_some_and(|s| s.matches(&ns.labels))
+    {
+        return Err(reject(
+            Some(&revision),
+            RejectionReason::OutsideSelector,
+            format!(
+                "namespace {:?} is labelled for revision {revision:?} but is outside its namespaceSelector (tenant {:?} may not own it)",
+                ns.name, rev.tenant
+            ),
+        ));
+    }
+    let tenant = rev.tenant.clone();
+    if let Some(rev) = out.revisions.get_mut(&revision) {
+        rev.attached.insert(ns.name.clone());
+    }
+    if let Some(t) = out.tenants.get_mut(&tenant) {
+        t.members.insert(ns.name.clone());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn cp(name: &str, tenant: &str, revision: &str, age_secs: i64) -> ControlPlaneFacts {
+        ControlPlaneFacts {
+            name: name.into(),
+            created: Timestamp::from_second(1_000_000 - age_secs).ok().map(Time),
+            tenant: tenant.into(),
+            revision: revision.into(),
+            control_namespace: format!("meshplane-{tenant}"),
+            namespace_selector: None,
+        }
+    }
+
+    fn tag(name: &str, target: &str, recorded: Option<(&str, &str)>) -> TagFacts {
+        TagFacts {
+            name: name.into(),
+            target: target.into(),
+            recorded_tenant: recorded.map(|(t, _)| t.to_string()),
+            recorded_revision: recorded.map(|(_, r)| r.to_string()),
+        }
+    }
+
+    fn ns(name: &str, rev: &str) -> NamespaceFacts {
+        NamespaceFacts::new(name, &[(REV_LABEL, rev)])
+    }
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn blue_green() -> Vec<ControlPlaneFacts> {
+        vec![
+            cp("blue-v1", "blue", "blue-v1", 300),
+            cp("blue-v2", "blue", "blue-v2", 200),
+            cp("green", "green", "green", 100),
+        ]
+    }
+
+    #[test]
+    fn namespaces_attach_directly_and_through_tags_and_tenant_members_are_the_union() {
+        let m = compute(
+            &[
+                ns("shop", "blue-stable"),
+                ns("cart", "blue-v2"),
+                ns("bank", "green"),
+                NamespaceFacts::new("plain", &[]),
+            ],
+            &blue_green(),
+            &[tag("blue-stable", "blue-v1", None)],
+        );
+        assert!(m.conflicts.is_empty(), "{:?}", m.conflicts);
+        assert_eq!(m.revisions["blue-v1"].attached, set(&["shop"]));
+        assert_eq!(m.revisions["blue-v1"].tags, set(&["blue-stable"]));
+        assert_eq!(m.revisions["blue-v2"].attached, set(&["cart"]));
+        assert_eq!(m.tenant_members("blue"), set(&["cart", "shop"]));
+        assert_eq!(m.tenant_members("green"), set(&["bank"]));
+        assert_eq!(m.tags["blue-stable"].tenant.as_deref(), Some("blue"));
+        assert_eq!(m.tags["blue-stable"].namespaces, set(&["shop"]));
+        assert!(m.rejected.is_empty());
+    }
+
+    #[test]
+    fn every_conflict_class_is_detected_and_disables_only_its_object() {
+        struct Case {
+            name: &'static str,
+            cps: Vec<ControlPlaneFacts>,
+            tags: Vec<TagFacts>,
+            want: Conflict,
+            still_active: &'static [&'static str],
+        }
+        let mut bad_selector = cp("blue-v2", "blue", "blue-v2", 10);
+        bad_selector.namespace_selector = Some(LabelSelector {
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "team".into(),
+                    operator: "Like".into(),
+                    values: None,
+                },
+            ]),
+            match_labels: None,
+        });
+        let mut other_ns = cp("blue-v2", "blue", "blue-v2", 10);
+        other_ns.control_namespace = "elsewhere".into();
+        let mut taken_ns = cp("red", "red", "red", 10);
+        taken_ns.control_namespace = "meshplane-blue".into();
+        let cases = vec![
+            Case {
+                name: "duplicate revision: the older wins",
+                cps: vec![cp("b-new", "blue", "blue-v1", 10), cp("a-old", "green", "blue-v1", 20)],
+                tags: vec![],
+                want: Conflict::DuplicateRevision {
+                    revision: "blue-v1".into(),
+                    winner: "a-old".into(),
+                    loser: "b-new".into(),
+                },
+                still_active: &["blue-v1"],
+            },
+            Case {
+                name: "invalid selector",
+                cps: vec![cp("blue-v1", "blue", "blue-v1", 20), bad_selector],
+                tags: vec![],
+                want: Conflict::InvalidSelector {
+                    control_plane: "blue-v2".into(),
+                    error: "spec.namespaceSelector.matchExpressions[0]: invalid label selector: unknown operator \"Like\"; use In, NotIn, Exists or DoesNotExist".into(),
+                },
+                still_active: &["blue-v1"],
+            },
+            Case {
+                name: "control namespace disagreement",
+                cps: vec![cp("blue-v1", "blue", "blue-v1", 20), other_ns],
+                tags: vec![],
+                want: Conflict::ControlNamespaceMismatch {
+                    control_plane: "blue-v2".into(),
+                    tenant: "blue".into(),
+                    expected: "meshplane-blue".into(),
+                    found: "elsewhere".into(),
+                },
+                still_active: &["blue-v1"],
+            },
+            Case {
+                name: "control namespace of another tenant",
+                cps: vec![cp("blue-v1", "blue", "blue-v1", 20), taken_ns],
+                tags: vec![],
+                want: Conflict::ControlNamespaceTaken {
+                    control_plane: "red".into(),
+                    namespace: "meshplane-blue".into(),
+                    owner_tenant: "blue".into(),
+                },
+                still_active: &["blue-v1"],
+            },
+            Case {
+                name: "tag named like a revision",
+                cps: blue_green(),
+                tags: vec![tag("green", "blue-v1", None)],
+                want: Conflict::TagNamedLikeRevision { tag: "green".into(), control_plane: "green".into() },
+                still_active: &["blue-v1", "blue-v2", "green"],
+            },
+            Case {
+                name: "tag moved across tenants",
+                cps: blue_green(),
+                tags: vec![tag("stable", "green", Some(("blue", "blue-v1")))],
+                want: Conflict::TagMovedAcrossTenants {
+                    tag: "stable".into(),
+                    recorded_tenant: "blue".into(),
+                    target: "green".into(),
+                    target_tenant: "green".into(),
+                },
+                still_active: &["blue-v1", "blue-v2", "green"],
+            },
+            Case {
+                name: "tag to a missing revision",
+                cps: blue_green(),
+                tags: vec![tag("stable", "gone", None)],
+                want: Conflict::TagRevisionNotFound { tag: "stable".into(), target: "gone".into() },
+                still_active: &["blue-v1", "blue-v2", "green"],
+            },
+        ];
+        for case in cases {
+            let m = compute(&[], &case.cps, &case.tags);
+            assert_eq!(m.conflicts, vec![case.want.clone()], "{}", case.name);
+            let active: Vec<&str> = m.revisions.keys().map(String::as_str).collect();
+            assert_eq!(active, case.still_active, "{}", case.name);
+            // Input order never changes the verdict.
+            let mut reversed = case.cps.clone();
+            reversed.reverse();
+            assert_eq!(
+                compute(&[], &reversed, &case.tags),
+                m,
+                "{}: order",
+                case.name
+            );
+        }
+    }
+
+    #[test]
+    fn refused_tag_move_keeps_the_recorded_revision() {
+        let m = compute(
+            &[ns("shop", "stable")],
+            &blue_green(),
+            &[tag("stable", "green", Some(("blue", "blue-v1")))],
+        );
+        assert_eq!(m.tags["stable"].revision.as_deref(), Some("blue-v1"));
+        assert_eq!(m.tags["stable"].tenant.as_deref(), Some("blue"));
+        assert_eq!(m.revisions["blue-v1"].attached, set(&["shop"]));
+        assert!(m.revisions["green"].attached.is_empty());
+    }
+
+    #[test]
+    fn rejections_carry_a_reason() {
+        let mut blue = cp("blue-v1", "blue", "blue-v1", 30);
+        blue.namespace_selector = Some(LabelSelector {
+            match_labels: Some([("team".to_string(), "blue".to_string())].into()),
+            match_expressions: None,
+        });
+        let green = cp("green", "green", "green", 20);
+        let dup = cp("late", "red", "green", 10);
+        let m = compute(
+            &[
+                NamespaceFacts::new("ok", &[(REV_LABEL, "blue-v1"), ("team", "blue")]),
+                ns("outside", "blue-v1"),
+                ns("typo", "blue-v9"),
+                ns("meshplane-green", "blue-v1"),
+                ns("dangling", "old-tag"),
+            ],
+            &[blue, green, dup],
+            &[tag("old-tag", "gone", None)],
+        );
+        let reasons: BTreeMap<&str, &RejectionReason> = m
+            .rejected
+            .iter()
+            .map(|(k, v)| (k.as_str(), &v.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            BTreeMap::from([
+                ("dangling", &RejectionReason::RevisionConflicted),
+                (
+                    "meshplane-green",
+                    &RejectionReason::ControlNamespaceOfOtherTenant
+                ),
+                ("outside", &RejectionReason::OutsideSelector),
+                ("typo", &RejectionReason::UnknownRevision),
+            ])
+        );
+        assert_eq!(m.revisions["blue-v1"].attached, set(&["ok"]));
+        assert_eq!(
+            m.revisions["blue-v1"]
+                .rejected
+                .keys()
+                .cloned()
+                .collect::<BTreeSet<_>>(),
+            set(&["meshplane-green", "outside"])
+        );
+        assert!(m.rejected["outside"]
+            .message
+            .contains("outside its namespaceSelector"));
+    }
+
+    #[test]
+    fn a_namespace_moving_between_revisions_and_tenants() {
+        let cps = blue_green();
+        let tags = [tag("blue-stable", "blue-v1", None)];
+        let steps: [(&str, &str, &str, &[&str]); 4] = [
+            ("blue-stable", "blue-v1", "blue", &["shop"]),
+            ("blue-v2", "blue-v2", "blue", &["shop"]),
+            ("green", "green", "green", &[]),
+            ("", "", "", &[]),
+        ];
+        for (label, revision, tenant, blue_members) in steps {
+            let namespaces = if label.is_empty() {
+                vec![NamespaceFacts::new("shop", &[])]
+            } else {
+                vec![ns("shop", label)]
+            };
+            let m = compute(&namespaces, &cps, &tags);
+            for (name, rev) in &m.revisions {
+                assert_eq!(
+                    rev.attached.contains("shop"),
+                    *name == revision,
+                    "{label}: {name}"
+                );
+            }
+            for (name, t) in &m.tenants {
+                assert_eq!(
+                    t.members.contains("shop"),
+                    *name == tenant,
+                    "{label}: {name}"
+                );
+            }
+            assert_eq!(m.tenant_members("blue"), set(blue_members), "{label}");
+        }
+    }
+
+    #[test]
+    fn moving_a_tag_within_a_tenant_moves_its_namespaces() {
+        let cps = blue_green();
+        let before = compute(
+            &[ns("shop", "stable")],
+            &cps,
+            &[tag("stable", "blue-v1", None)],
+        );
+        let after = compute(
+            &[ns("shop", "stable")],
+            &cps,
+            &[tag("stable", "blue-v2", Some(("blue", "blue-v1")))],
+        );
+        assert!(after.conflicts.is_empty());
+        assert_eq!(before.revisions["blue-v1"].attached, set(&["shop"]));
+        assert_eq!(after.revisions["blue-v2"].attached, set(&["shop"]));
+        assert!(after.revisions["blue-v1"].attached.is_empty());
+        assert_eq!(after.revisions["blue-v2"].tags, set(&["stable"]));
+    }
+
+    #[test]
+    fn object_being_admitted_loses_ties_against_existing_ones() {
+        let mut candidate = cp("a-candidate", "red", "blue-v1", 0);
+        candidate.created = None;
+        let m = compute(
+            &[],
+            &[cp("z-existing", "blue", "blue-v1", 1), candidate],
+            &[],
+        );
+        assert_eq!(m.conflicts_of_control_plane("a-candidate").len(), 1);
+        assert_eq!(m.revisions["blue-v1"].control_plane, "z-existing");
+    }
+}

@@ -1,0 +1,284 @@
+//! Turning a pod's container spec into what the runner executes: program, args, env and the
+//! runner's accommodations (mount paths and wildcard listen addresses rewritten, the pod's
+//! loopback address and ServiceAccount kubeconfig passed in).
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container as ContainerSpec, Pod};
+
+use super::binaries::{locate_binary, program_for_image, Program};
+use super::container::Launch;
+use super::downward::field_value;
+use super::echo::EchoIdentity;
+use super::expand::{expand_vars, rewrite_listen_addresses, rewrite_mount_paths};
+use super::volumes::ObjectData;
+
+/// Environment of the runner shared by every container it starts.
+pub struct LaunchContext<'a> {
+    pub pod: &'a Pod,
+    pub pod_ip: Ipv4Addr,
+    pub bin_dir: &'a Path,
+    /// Directory of each volume by volume name.
+    pub volume_dirs: &'a BTreeMap<String, PathBuf>,
+    pub container_dir: PathBuf,
+    pub log_path: PathBuf,
+    /// The pod ServiceAccount's kubeconfig, when a token is mounted.
+    pub kubeconfig: Option<&'a Path>,
+    pub objects: &'a dyn ObjectData,
+    /// Added to every process (e.g. ENVOY_BIN, RUST_LOG defaults).
+    pub runner_env: &'a BTreeMap<String, String>,
+}
+
+/// What to run for `container`, or why it cannot run (`CreateContainerConfigError`).
+pub fn build_launch(container: &ContainerSpec, ctx: &LaunchContext<'_>) -> Result<Launch, String> {
+    match program_for_image(container.image.as_deref().unwrap_or_default()) {
+        Program::Echo => Ok(Launch::Echo {
+            addresses: container
+                .ports
+                .iter()
+                .flatten()
+                .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+                .filter_map(|p| u16::try_from(p.container_port).ok())
+                .map(|port| SocketAddr::from((ctx.pod_ip, port)))
+                .collect(),
+            identity: EchoIdentity {
+                pod: ctx.pod.metadata.name.clone().unwrap_or_default(),
+                namespace: ctx.pod.metadata.namespace.clone().unwrap_or_default(),
+                container: container.name.clone(),
+            },
+        }),
+        Program::Binary(image_binary) => {
+            let mounts = mount_rewrites(container, ctx.volume_dirs);
+            let vars = container_env(container, ctx)?;
+            let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
+            let binary = match argv.first() {
+                None => image_binary,
+                Some(first) => {
+                    let base = Path::new(first)
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or_default();
+                    if base != image_binary {
+                        return Err(format!(
+                            "command {first:?} is not the image's entrypoint {image_binary}; the local runner only runs meshplane binaries"
+                        ));
+                    }
+                    argv.remove(0);
+                    image_binary
+                }
+            };
+            argv.extend(container.args.iter().flatten().cloned());
+            let args = argv
+                .iter()
+                .map(|arg| {
+                    rewrite_listen_addresses(
+                        &rewrite_mount_paths(&expand_vars(arg, &vars), &mounts),
+                        ctx.pod_ip,
+                    )
+                })
+                .collect();
+            let program = locate_binary(ctx.bin_dir, binary).map_err(|e| e.to_string())?;
+            let mut env: BTreeMap<String, String> = vars
+                .into_iter()
+                .map(|(name, value)| (name, rewrite_mount_paths(&value, &mounts)))
+                .collect();
+            for (name, value) in ctx.runner_env {
+                env.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+            if let Some(path) = std::env::var_os("PATH") {
+                env.entry("PATH".into())
+                    .or_insert_with(|| path.to_string_lossy().into_owned());
+            }
+            env.insert("HOME".into(), ctx.container_dir.display().to_string());
+            env.insert("MESHPLANE_LOOPBACK_ADDR".into(), ctx.pod_ip.to_string());
+            if let Some(kubeconfig) = ctx.kubeconfig {
+                env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+            }
+            Ok(Launch::Process {
+                program,
+                args,
+                env,
+                work_dir: ctx.container_dir.clone(),
+                log_path: ctx.log_path.clone(),
+            })
+        }
+    }
+}
+
+/// mountPath → materialised directory (with subPath) for each of the container's mounts.
+fn mount_rewrites(
+    container: &ContainerSpec,
+    volume_dirs: &BTreeMap<String, PathBuf>,
+) -> Vec<(String, String)> {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|mount| {
+            let dir = volume_dirs.get(&mount.name)?;
+            let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) => dir.join(sub),
+                None => dir.clone(),
+            };
+            Some((mount.mount_path.clone(), dir.display().to_string()))
+        })
+        .collect()
+}
+
+/// The container's environment as the kubelet computes it: envFrom first, then env in order,
+/// each value expanded against the variables defined before it.
+fn container_env(
+    container: &ContainerSpec,
+    ctx: &LaunchContext<'_>,
+) -> Result<BTreeMap<String, String>, String> {
+    let namespace = ctx.pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut vars = BTreeMap::new();
+    for source in container.env_from.iter().flatten() {
+        let prefix = source.prefix.clone().unwrap_or_default();
+        let data = if let Some(cm) = &source.config_map_ref {
+            match ctx.objects.config_map(namespace, &cm.name) {
+                Some(data) => data,
+                None if cm.optional == Some(true) => BTreeMap::new(),
+                None => return Err(format!("configmap {:?} not found", cm.name)),
+            }
+        } else if let Some(secret) = &source.secret_ref {
+            match ctx.objects.secret(namespace, &secret.name) {
+                Some(data) => data,
+                None if secret.optional == Some(true) => BTreeMap::new(),
+                None => return Err(format!("secret {:?} not found", secret.name)),
+            }
+        } else {
+            BTreeMap::new()
+        };
+        for (key, value) in data {
+            vars.insert(
+                format!("{prefix}{key}"),
+                String::from_utf8_lossy(&value).into_owned(),
+            );
+        }
+    }
+    for var in container.env.iter().flatten() {
+        let value = if let Some(value) = &var.value {
+            expand_vars(value, &vars)
+        } else if let Some(source) = &var.value_from {
+            if let Some(field) = &source.field_ref {
+                field_value(ctx.pod, &field.field_path, ctx.pod_ip).ok_or_else(|| {
+                    format!(
+                        "env {}: unsupported fieldRef {}",
+                        var.name, field.field_path
+                    )
+                })?
+            } else if let Some(key) = &source.config_map_key_ref {
+                match ctx
+                    .objects
+                    .config_map(namespace, &key.name)
+                    .and_then(|d| d.get(&key.key).cloned())
+                {
+                    Some(value) => String::from_utf8_lossy(&value).into_owned(),
+                    None if key.optional == Some(true) => continue,
+                    None => {
+                        return Err(format!(
+                            "env {}: configmap {}/{} has no key {}",
+                            var.name, namespace, key.name, key.key
+                        ))
+                    }
+                }
+            } else if let Some(key) = &source.secret_key_ref {
+                match ctx
+                    .objects
+                    .secret(namespace, &key.name)
+                    .and_then(|d| d.get(&key.key).cloned())
+                {
+                    Some(value) => String::from_utf8_lossy(&value).into_owned(),
+                    None if key.optional == Some(true) => continue,
+                    None => {
+                        return Err(format!(
+                            "env {}: secret {}/{} has no key {}",
+                            var.name, namespace, key.name, key.key
+                        ))
+                    }
+                }
+            } else {
+                // resourceFieldRef: the runner enforces no resources; report none.
+                String::new()
+            }
+        } else {
+            String::new()
+        };
+        vars.insert(var.name.clone(), value);
+    }
+    Ok(vars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoObjects;
+
+    impl ObjectData for NoObjects {
+        fn config_map(&self, _: &str, _: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+            None
+        }
+        fn secret(&self, _: &str, _: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+            None
+        }
+    }
+
+    #[test]
+    fn instance_args_are_expanded_and_rewritten_for_the_local_pod() {
+        let bin_dir = std::env::temp_dir().join(format!("podrunner-launch-{}", std::process::id()));
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        std::fs::write(bin_dir.join("meshplane-xds"), b"").unwrap();
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "blue-v1-abc", "namespace": "meshplane-blue"},
+            "spec": {"containers": [{
+                "name": "xds",
+                "image": "ghcr.io/meshplane/xds-server:0.1.0",
+                "args": ["--xds-addr", "0.0.0.0:15010", "--webhook-tls-dir", "/var/run/meshplane/webhook-tls",
+                         "--pod=$(POD_NAME)"],
+                "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "ID", "value": "x-$(POD_NAME)"}],
+                "volumeMounts": [{"name": "tls", "mountPath": "/var/run/meshplane/webhook-tls"}]
+            }]}
+        }))
+        .unwrap();
+        let volume_dirs = [("tls".to_string(), PathBuf::from("/tmp/pod/volumes/tls"))].into();
+        let runner_env = BTreeMap::new();
+        let ctx = LaunchContext {
+            pod: &pod,
+            pod_ip: Ipv4Addr::new(127, 0, 0, 10),
+            bin_dir: &bin_dir,
+            volume_dirs: &volume_dirs,
+            container_dir: PathBuf::from("/tmp/pod/containers/xds"),
+            log_path: PathBuf::from("/tmp/pod/xds.log"),
+            kubeconfig: Some(Path::new("/tmp/pod/kubeconfig")),
+            objects: &NoObjects,
+            runner_env: &runner_env,
+        };
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        let Launch::Process {
+            program, args, env, ..
+        } = build_launch(container, &ctx).unwrap()
+        else {
+            panic!("the xds-server image must run a process");
+        };
+        assert_eq!(program, bin_dir.join("meshplane-xds"));
+        assert_eq!(
+            args,
+            [
+                "--xds-addr",
+                "127.0.0.10:15010",
+                "--webhook-tls-dir",
+                "/tmp/pod/volumes/tls",
+                "--pod=blue-v1-abc"
+            ]
+        );
+        assert_eq!(env["ID"], "x-blue-v1-abc");
+        assert_eq!(env["MESHPLANE_LOOPBACK_ADDR"], "127.0.0.10");
+        assert_eq!(env["KUBECONFIG"], "/tmp/pod/kubeconfig");
+        std::fs::remove_dir_all(&bin_dir).unwrap();
+    }
+}

@@ -1,0 +1,207 @@
+//! Starting and stopping a stand-in, its kubeconfigs, and the fault injection tests use.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::auth::{Authenticator, Identity};
+use super::server::{self, ServerState};
+use super::store::Store;
+
+/// How to start a stand-in.
+#[derive(Debug, Clone)]
+pub struct StandInOptions {
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Where kubeconfigs are written; None: a fresh directory under the system temp dir.
+    pub kubeconfig_dir: Option<PathBuf>,
+    /// How many past events watches can resume from before getting 410 Gone.
+    pub history_limit: usize,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for StandInOptions {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            kubeconfig_dir: None,
+            history_limit: 10_000,
+            bookmark_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a stand-in could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StandInError {
+    #[error("binding 127.0.0.1:{port}: {source}")]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating kubeconfig directory {path}: {source}")]
+    KubeconfigDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Auth(#[from] super::auth::AuthError),
+    #[error("loading kubeconfig {path}: {message}")]
+    Client { path: String, message: String },
+}
+
+/// The Kubernetes API stand-in (a test fixture).
+pub struct StandIn;
+
+impl StandIn {
+    /// Starts a stand-in on 127.0.0.1 and writes kubeconfigs for the admin, the operator and
+    /// the pod runner (`admin.kubeconfig`, `operator.kubeconfig`, `node.kubeconfig`).
+    pub async fn start(opts: StandInOptions) -> Result<StandInHandle, StandInError> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .map_err(|source| StandInError::Bind {
+                port: opts.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StandInError::Bind {
+            port: opts.port,
+            source,
+        })?;
+        let dir = match &opts.kubeconfig_dir {
+            Some(d) => d.clone(),
+            None => std::env::temp_dir().join(format!(
+                "kube-standin-{}-{}",
+                addr.port(),
+                rand::random::<u32>()
+            )),
+        };
+        std::fs::create_dir_all(&dir).map_err(|source| StandInError::KubeconfigDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let store = Store::new(opts.history_limit);
+        let auth = Arc::new(Authenticator::new());
+        let state = Arc::new(ServerState {
+            store: store.clone(),
+            auth: auth.clone(),
+            address: addr.to_string(),
+            bookmark_interval: opts.bookmark_interval,
+        });
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(state);
+        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = shutdown_rx.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "kube-standin server stopped");
+            }
+        });
+        let handle = StandInHandle {
+            addr,
+            dir,
+            store,
+            auth,
+            shutdown: Some(shutdown_tx),
+        };
+        for identity in [Identity::Admin, Identity::Operator, Identity::Node] {
+            handle.kubeconfig(&identity)?;
+        }
+        tracing::info!(%addr, "kube-standin (test fixture) listening");
+        Ok(handle)
+    }
+}
+
+/// A running stand-in. Dropping it stops the server.
+pub struct StandInHandle {
+    addr: SocketAddr,
+    dir: PathBuf,
+    store: Arc<Store>,
+    auth: Arc<Authenticator>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl StandInHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn kubeconfig_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of a kubeconfig acting as `identity`, written now (ServiceAccounts get a fresh token).
+    pub fn kubeconfig(&self, identity: &Identity) -> Result<PathBuf, StandInError> {
+        let file = match identity {
+            Identity::Admin => "admin.kubeconfig".to_string(),
+            Identity::Operator => "operator.kubeconfig".to_string(),
+            Identity::Node => "node.kubeconfig".to_string(),
+            Identity::ServiceAccount { namespace, name } => {
+                format!("sa-{namespace}-{name}.kubeconfig")
+            }
+        };
+        let path = self.dir.join(file);
+        self.auth.write_kubeconfig(&path, &self.url(), identity)?;
+        Ok(path)
+    }
+
+    /// The bearer token of an identity.
+    pub fn token(&self, identity: &Identity) -> String {
+        self.auth.token_for(identity)
+    }
+
+    /// A kube client acting as `identity`, through its written kubeconfig.
+    pub async fn client(&self, identity: &Identity) -> Result<kube::Client, StandInError> {
+        let path = self.kubeconfig(identity)?;
+        let err = |message: String| StandInError::Client {
+            path: path.display().to_string(),
+            message,
+        };
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|e| err(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    }
+
+    /// Ends every open watch stream; clients must reconnect (and resume).
+    pub fn drop_all_watches(&self) {
+        self.store.drop_all_watches();
+    }
+
+    /// Forgets the event history: resuming a watch from any version seen so far gets 410 Gone.
+    pub fn expire_history(&self) {
+        self.store.expire_history();
+    }
+
+    /// Stops serving.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.store.drop_all_watches();
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for StandInHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

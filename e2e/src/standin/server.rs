@@ -1,0 +1,797 @@
+//! The HTTP request pipeline: routing of API paths, authentication, authorization, schema
+//! validation, admission, then storage (see `store`) or watch (see `watch`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{header, Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::admission::{self, AdmissionInput};
+use super::auth::{Authenticator, UserInfo};
+use super::error::{ApiError, Target as ErrTarget};
+use super::fields::{self, Scope};
+use super::object;
+use super::patch::{self, PatchKind};
+use super::query::{Filter, QueryParams};
+use super::rbac::{self, RequestAttributes};
+use super::resources::ResourceType;
+use super::schema;
+use super::store::{DeleteRequest, Propagation, Store, WriteCtx};
+use super::table;
+use super::tokens;
+use super::watch::{self, Start, WatchRequest};
+use super::discovery;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+/// Server-side watch timeout when the client gives none (the real server picks 30–60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Internal retries of a patch that raced with another write.
+const PATCH_ATTEMPTS: usize = 8;
+
+/// Shared state of the HTTP server.
+pub struct ServerState {
+    pub store: Arc<Store>,
+    pub auth: Arc<Authenticator>,
+    /// `host:port` the server listens on (for `/api`'s `serverAddressByClientCIDRs`).
+    pub address: String,
+    pub bookmark_interval: Duration,
+}
+
+/// The resource a request addresses.
+#[derive(Debug, Clone)]
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+impl Target {
+    fn ns(&self) -> &str {
+        self.namespace.as_deref().unwrap_or_default()
+    }
+
+    fn err_target<'a>(&'a self, name: &'a str) -> ErrTarget<'a> {
+        ErrTarget {
+            group: &self.rt.group,
+            resource: &self.rt.plural,
+            name,
+        }
+    }
+}
+
+/// Everything about one request the handlers need.
+struct Call {
+    method: Method,
+    query: QueryParams,
+    accept: String,
+    content_type: String,
+    user_agent: String,
+    user: UserInfo,
+    body: bytes::Bytes,
+}
+
+/// Entry point for every request.
+pub async fn handle(State(state): State<Arc<ServerState>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    tracing::debug!(%method, %path, %query, "request");
+    match dispatch(&state, req).await {
+        Ok(resp) => {
+            tracing::debug!(%method, %path, status = resp.status().as_u16(), "response");
+            resp
+        }
+        Err(e) => {
+            tracing::debug!(%method, %path, code = e.code, reason = e.reason, message = %e.message, "request failed");
+            e.into_response()
+        }
+    }
+}
+
+fn json_response(code: StatusCode, body: Value) -> Response {
+    (code, axum::Json(body)).into_response()
+}
+
+fn header_str(req: &Request, name: header::HeaderName) -> String {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["version"] => return Ok(json_response(StatusCode::OK, discovery::version())),
+        ["healthz" | "livez" | "readyz"] => return Ok((StatusCode::OK, "ok").into_response()),
+        _ => {}
+    }
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = state.auth.authenticate(authorization).map_err(|e| {
+        tracing::debug!(error = %e, "authentication failed");
+        ApiError::unauthorized()
+    })?;
+    let types = state.store.types();
+    match segments.as_slice() {
+        ["api"] => return Ok(json_response(StatusCode::OK, discovery::core_versions(&state.address))),
+        ["apis"] => return Ok(json_response(StatusCode::OK, discovery::group_list(&types))),
+        ["api", "v1"] => {
+            return discovery::resource_list(&types, "", "v1")
+                .map(|d| json_response(StatusCode::OK, d))
+                .ok_or_else(|| ApiError::path_not_found(&path))
+        }
+        ["apis", group] => {
+            return discovery::group(&types, group)
+                .map(|d| json_response(StatusCode::OK, d))
+                .ok_or_else(|| ApiError::path_not_found(&path))
+        }
+        ["apis", group, version] => {
+            return discovery::resource_list(&types, group, version)
+                .map(|d| json_response(StatusCode::OK, d))
+                .ok_or_else(|| ApiError::path_not_found(&path))
+        }
+        _ => {}
+    }
+    let target = match segments.as_slice() {
+        ["api", "v1", rest @ ..] => parse_target(&state.store, "", "v1", rest, &path)?,
+        ["apis", group, version, rest @ ..] => parse_target(&state.store, group, version, rest, &path)?,
+        _ => return Err(ApiError::path_not_found(&path)),
+    };
+    let call = Call {
+        method: req.method().clone(),
+        query: QueryParams::parse(req.uri().query())?,
+        accept: header_str(&req, header::ACCEPT),
+        content_type: header_str(&req, header::CONTENT_TYPE),
+        user_agent: header_str(&req, header::USER_AGENT),
+        user,
+        body: axum::body::to_bytes(req.into_body(), MAX_BODY)
+            .await
+            .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?,
+    };
+    let verb = verb_of(&call, &target)?;
+    authorize(state, &call, &target, verb)?;
+    match verb {
+        "get" => get(state, &call, &target),
+        "list" => list(state, &call, &target),
+        "watch" => watch_resource(state, &call, &target),
+        "create" => create(state, &call, &target).await,
+        "update" => update(state, &call, &target).await,
+        "patch" => patch_resource(state, &call, &target).await,
+        "delete" => delete(state, &call, &target).await,
+        "deletecollection" => delete_collection(state, &call, &target).await,
+        _ => Err(ApiError::method_not_allowed(format!("{verb} is not supported"))),
+    }
+}
+
+fn parse_target(store: &Store, group: &str, version: &str, rest: &[&str], path: &str) -> Result<Target, ApiError> {
+    let not_found = || ApiError::path_not_found(path);
+    let namespaced = match rest {
+        ["namespaces", ns, plural, tail @ ..] => store
+            .find_type(group, version, plural)
+            .filter(|rt| rt.namespaced)
+            .map(|rt| (rt, Some(ns.to_string()), tail)),
+        _ => None,
+    };
+    let (rt, namespace, tail) = match namespaced {
+        Some(t) => t,
+        None => match rest {
+            [plural, tail @ ..] => (store.find_type(group, version, plural).ok_or_else(not_found)?, None, tail),
+            [] => return Err(not_found()),
+        },
+    };
+    let (name, subresource) = match tail {
+        [] => (None, None),
+        [name] => (Some(name.to_string()), None),
+        [name, sub] => (Some(name.to_string()), Some(sub.to_string())),
+        _ => return Err(not_found()),
+    };
+    if namespace.is_none() && rt.namespaced && name.is_some() {
+        return Err(not_found());
+    }
+    if let Some(sub) = &subresource {
+        let served = (sub == "status" && rt.has_status) || rt.extra_subresources.contains(sub);
+        if !served {
+            return Err(not_found());
+        }
+    }
+    Ok(Target {
+        rt,
+        namespace,
+        name,
+        subresource,
+    })
+}
+
+fn verb_of(call: &Call, t: &Target) -> Result<&'static str, ApiError> {
+    let named = t.name.is_some();
+    let verb = match (&call.method, named) {
+        (&Method::GET, false) if call.query.flag("watch") => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::GET, true) => "get",
+        (&Method::POST, false) => "create",
+        (&Method::POST, true) if t.subresource.is_some() => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        (m, _) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({m})"
+            )))
+        }
+    };
+    if t.rt.create_only && verb != "create" {
+        return Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            t.rt.plural
+        )));
+    }
+    Ok(verb)
+}
+
+fn authorize(state: &ServerState, call: &Call, t: &Target, verb: &str) -> Result<(), ApiError> {
+    let attrs = RequestAttributes {
+        user: call.user.clone(),
+        verb: verb.to_string(),
+        api_group: t.rt.group.clone(),
+        resource: t.rt.plural.clone(),
+        subresource: t.subresource.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+    };
+    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| {
+        let resource = match &t.subresource {
+            Some(sub) => format!("{}/{sub}", t.rt.plural),
+            None => t.rt.plural.clone(),
+        };
+        let subject = match &t.name {
+            Some(n) => format!("{resource} \"{n}\""),
+            None => resource.clone(),
+        };
+        let scope = match &t.namespace {
+            Some(ns) => format!("in the namespace \"{ns}\""),
+            None => "at the cluster scope".to_string(),
+        };
+        let reason = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason}")
+        };
+        ApiError::forbidden(format!(
+            "{subject} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\" {scope}{reason}",
+            call.user.username, t.rt.group
+        ))
+        .with_details(json!({"name": t.name.clone().unwrap_or_default(), "group": t.rt.group, "kind": t.rt.plural}))
+    })
+}
+
+fn parse_body(call: &Call) -> Result<Value, ApiError> {
+    if call.body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(&call.body).or_else(|json_err| {
+        let text = std::str::from_utf8(&call.body)
+            .map_err(|_| ApiError::bad_request(format!("the body is not JSON: {json_err}")))?;
+        serde_saphyr::from_str::<Value>(text)
+            .map_err(|e| ApiError::bad_request(format!("the body is neither JSON ({json_err}) nor YAML ({e})")))
+    })
+}
+
+/// The field manager of a non-apply write: `fieldManager`, else the user agent's product name.
+fn update_manager(call: &Call) -> String {
+    if let Some(m) = call.query.get("fieldManager") {
+        return m.to_string();
+    }
+    match call.user_agent.split('/').next() {
+        Some(ua) if !ua.is_empty() => ua.to_string(),
+        _ => "unknown".to_string(),
+    }
+}
+
+/// Rejects a body whose `apiVersion`/`kind` do not name the addressed resource.
+fn check_type(obj: &Value, rt: &ResourceType) -> Result<(), ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let version_ok = api_version.is_empty() || api_version == rt.api_version() || api_version.split('/').next() == Some(rt.group.as_str()) && !rt.group.is_empty();
+    if !version_ok || !(kind.is_empty() || kind == rt.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized or does not match the addressed resource: expected {}, Kind={}, got apiVersion {api_version:?} kind {kind:?}",
+            rt.api_version(),
+            rt.kind
+        )));
+    }
+    Ok(())
+}
+
+/// Checks and fills `metadata.namespace` against the request path.
+fn check_namespace(obj: &mut Value, t: &Target) -> Result<(), ApiError> {
+    let given = object::namespace(obj).map(str::to_string);
+    if t.rt.namespaced {
+        match (&given, &t.namespace) {
+            (Some(g), Some(ns)) if g != ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            (_, Some(ns)) => {
+                object::metadata_mut(obj).insert("namespace".into(), json!(ns));
+            }
+            (_, None) => return Err(ApiError::bad_request("a namespaced resource needs a namespace in the path")),
+        }
+    } else {
+        object::metadata_mut(obj).remove("namespace");
+    }
+    Ok(())
+}
+
+fn list_meta(rv: u64, cont: Option<String>, remaining: Option<u64>) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    meta
+}
+
+fn get(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let name = t.name.as_deref().unwrap_or_default();
+    let obj = state.store.get(&t.rt, t.ns(), name)?;
+    if table::wants_table(&call.accept) {
+        let meta = json!({"resourceVersion": object::resource_version(&obj).unwrap_or_default()});
+        return Ok(json_response(
+            StatusCode::OK,
+            table::to_table(&t.rt, &[obj], meta, call.query.get("includeObject")),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, obj))
+}
+
+fn list(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let filter = Filter::from_query(&call.query, &t.rt)?;
+    let page = state.store.list(
+        &t.rt,
+        t.namespace.as_deref(),
+        &filter,
+        call.query.number("limit")?.filter(|l| *l > 0),
+        call.query.get("continue"),
+    )?;
+    let meta = list_meta(page.resource_version, page.continue_token, page.remaining);
+    if table::wants_table(&call.accept) {
+        return Ok(json_response(
+            StatusCode::OK,
+            table::to_table(&t.rt, &page.items, meta, call.query.get("includeObject")),
+        ));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        json!({
+            "kind": format!("{}List", t.rt.kind),
+            "apiVersion": t.rt.api_version(),
+            "metadata": meta,
+            "items": page.items,
+        }),
+    ))
+}
+
+fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let filter = Filter::from_query(&call.query, &t.rt)?;
+    let send_initial = call.query.flag("sendInitialEvents");
+    let start = match call.query.get("resourceVersion") {
+        _ if send_initial => Start::CurrentState,
+        None | Some("0") => Start::CurrentState,
+        Some(rv) => Start::After(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        ),
+    };
+    let timeout = call
+        .query
+        .number("timeoutSeconds")?
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_WATCH_TIMEOUT);
+    let req = WatchRequest {
+        rt: t.rt.clone(),
+        namespace: t.namespace.clone(),
+        filter,
+        start,
+        bookmarks: call.query.flag("allowWatchBookmarks"),
+        initial_events_end_marker: send_initial,
+        timeout,
+        bookmark_interval: state.bookmark_interval,
+        table: table::wants_table(&call.accept)
+            .then(|| call.query.get("includeObject").map(str::to_string)),
+    };
+    let stream = watch::open(state.store.clone(), req);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError::internal(format!("building the watch response: {e}")))
+}
+
+/// Applies defaults and schema checks of a custom resource (422 on failure).
+fn validate(state: &ServerState, t: &Target, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let Some(crd) = state.store.crd_of(&t.rt) else {
+        return Ok(());
+    };
+    schema::validate_custom_resource(&crd, &t.rt.version, obj, old)
+        .map_err(|causes| ApiError::invalid(&t.rt.kind, object::name(obj), &t.rt.group, &causes))
+}
+
+async fn admit(state: &ServerState, call: &Call, t: &Target, operation: &str, name: &str, object: Option<Value>, old_object: Option<Value>) -> Result<Option<Value>, ApiError> {
+    let had_object = object.is_some();
+    let input = AdmissionInput {
+        operation: operation.to_string(),
+        api_version: t.rt.api_version(),
+        kind: t.rt.kind.clone(),
+        resource: t.rt.plural.clone(),
+        subresource: t.subresource.clone(),
+        namespace: t.namespace.clone(),
+        name: name.to_string(),
+        object,
+        old_object,
+        user: call.user.clone(),
+        dry_run: call.query.dry_run(),
+    };
+    match admission::admit(state.store.as_ref(), input).await {
+        Ok(obj) => Ok(had_object.then_some(obj)),
+        Err(denied) => {
+            let reason = match denied.code {
+                400 => "BadRequest",
+                403 => "Forbidden",
+                404 => "NotFound",
+                409 => "Conflict",
+                422 => "Invalid",
+                429 => "TooManyRequests",
+                504 => "Timeout",
+                _ => "InternalError",
+            };
+            Err(ApiError::new(denied.code, reason, denied.message))
+        }
+    }
+}
+
+/// Schema validation, then admission, then schema validation again if a webhook changed it.
+async fn validate_and_admit(state: &ServerState, call: &Call, t: &Target, operation: &str, mut obj: Value, old: Option<Value>) -> Result<Value, ApiError> {
+    validate(state, t, &mut obj, old.as_ref())?;
+    let name = object::name(&obj).to_string();
+    let admitted = admit(state, call, t, operation, &name, Some(obj.clone()), old.clone())
+        .await?
+        .unwrap_or(obj.clone());
+    if admitted != obj {
+        let mut admitted = admitted;
+        validate(state, t, &mut admitted, old.as_ref())?;
+        return Ok(admitted);
+    }
+    Ok(obj)
+}
+
+fn write_ctx(call: &Call, t: &Target, manager: String, record_update: bool) -> WriteCtx {
+    WriteCtx {
+        manager,
+        subresource: t.subresource.clone(),
+        dry_run: call.query.dry_run(),
+        record_update,
+    }
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    if t.rt.group == "authentication.k8s.io" && t.rt.plural == "tokenreviews" {
+        let body = parse_body(call)?;
+        let review = tokens::handle_token_review(&state.auth, state.store.as_ref(), &body).map_err(token_error)?;
+        return Ok(json_response(StatusCode::CREATED, review));
+    }
+    if t.subresource.as_deref() == Some("token") {
+        let body = parse_body(call)?;
+        let name = t.name.as_deref().unwrap_or_default();
+        state.store.get(&t.rt, t.ns(), name)?;
+        let issued = tokens::handle_token_request(&state.auth, state.store.as_ref(), t.ns(), name, &body).map_err(token_error)?;
+        return Ok(json_response(StatusCode::CREATED, issued));
+    }
+    if t.subresource.is_some() {
+        return Err(ApiError::method_not_allowed("create is not supported on this subresource"));
+    }
+    let mut obj = parse_body(call)?;
+    check_type(&obj, &t.rt)?;
+    check_namespace(&mut obj, t)?;
+    if object::name(&obj).is_empty() {
+        let generate = object::meta_str(&obj, "generateName").unwrap_or_default().to_string();
+        if generate.is_empty() {
+            return Err(ApiError::invalid(&t.rt.kind, "", &t.rt.group, &["metadata.name: Required value: name or generateName is required".into()]));
+        }
+        object::metadata_mut(&mut obj).insert("name".into(), json!(format!("{generate}{}", random_suffix())));
+    }
+    if let Some(ns) = &t.namespace {
+        if !state.store.namespace_exists(ns)? {
+            return Err(ApiError::not_found(ErrTarget { group: "", resource: "namespaces", name: ns }));
+        }
+    }
+    if t.rt.has_status && t.rt.plural != "customresourcedefinitions" {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    let obj = validate_and_admit(state, call, t, "CREATE", obj, None).await?;
+    let created = state.store.create(&t.rt, obj, &write_ctx(call, t, update_manager(call), true))?;
+    Ok(json_response(StatusCode::CREATED, created))
+}
+
+fn token_error(e: tokens::TokenApiError) -> ApiError {
+    ApiError::new(e.code, e.reason, e.message)
+}
+
+/// Combines the old object with the written one according to what the write may change.
+fn scoped_write(old: &Value, new: Value, t: &Target) -> Value {
+    match Scope::of(t.subresource.as_deref(), t.rt.has_status) {
+        Scope::Whole => new,
+        Scope::MainWithoutStatus => {
+            let mut merged = new;
+            if let Some(m) = merged.as_object_mut() {
+                match old.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+            merged
+        }
+        Scope::Status => {
+            let mut merged = old.clone();
+            if let Some(m) = merged.as_object_mut() {
+                match new.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+            merged
+        }
+    }
+}
+
+async fn update(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let name = t.name.as_deref().unwrap_or_default();
+    let mut new = parse_body(call)?;
+    check_type(&new, &t.rt)?;
+    check_namespace(&mut new, t)?;
+    if object::name(&new) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            object::name(&new)
+        )));
+    }
+    let old = state.store.get(&t.rt, t.ns(), name)?;
+    let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+    if object::resource_version(&new).is_some_and(|rv| rv != old_rv) {
+        return Err(ApiError::stale(t.err_target(name)));
+    }
+    let new = scoped_write(&old, new, t);
+    let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
+    let updated = state.store.update(&t.rt, &old_rv, new, &write_ctx(call, t, update_manager(call), true))?;
+    Ok(json_response(StatusCode::OK, updated))
+}
+
+async fn patch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let kind = PatchKind::from_content_type(&call.content_type)?;
+    let patch_body = parse_body(call)?;
+    let name = t.name.as_deref().unwrap_or_default();
+    for _attempt in 0..PATCH_ATTEMPTS {
+        let outcome = match kind {
+            PatchKind::Apply => apply_once(state, call, t, name, &patch_body).await,
+            _ => patch_once(state, call, t, name, kind, &patch_body).await,
+        };
+        match outcome {
+            // Another write landed between reading and storing: patch the newer object.
+            Err(e) if e.code == 409 && e.reason == "Conflict" && e.message.contains(RACE_MARKER) => continue,
+            Err(e) if e.code == 409 && e.reason == "AlreadyExists" && kind == PatchKind::Apply => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(t.err_target(name), "too many concurrent writes; try again"))
+}
+
+/// Part of the stale-object message, used to recognise a lost race worth retrying.
+const RACE_MARKER: &str = "the object has been modified";
+
+async fn patch_once(state: &ServerState, call: &Call, t: &Target, name: &str, kind: PatchKind, patch_body: &Value) -> Result<Response, ApiError> {
+    let old = state.store.get(&t.rt, t.ns(), name)?;
+    let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+    let mut doc = old.clone();
+    patch::apply_patch(kind, &mut doc, patch_body)?;
+    if object::resource_version(&doc).is_some_and(|rv| rv != old_rv) {
+        // A resourceVersion in the patch is a precondition; do not retry it.
+        return Err(ApiError::conflict(t.err_target(name), "the resourceVersion in the patch does not match the current object; please apply your changes to the latest version and try again"));
+    }
+    for k in ["name", "namespace"] {
+        if object::meta_str(&doc, k) != object::meta_str(&old, k) {
+            return Err(ApiError::bad_request(format!("metadata.{k} cannot be changed by a patch")));
+        }
+    }
+    let new = scoped_write(&old, doc, t);
+    let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
+    let updated = state.store.update(&t.rt, &old_rv, new, &write_ctx(call, t, update_manager(call), true))?;
+    Ok(json_response(StatusCode::OK, updated))
+}
+
+async fn apply_once(state: &ServerState, call: &Call, t: &Target, name: &str, applied: &Value) -> Result<Response, ApiError> {
+    let Some(manager) = call.query.get("fieldManager") else {
+        return Err(ApiError::invalid("PatchOptions", "", "meta.k8s.io", &["fieldManager: Required value: is required for apply patch".into()]));
+    };
+    check_type(applied, &t.rt)?;
+    if applied.get("apiVersion").is_none() || applied.get("kind").is_none() {
+        return Err(ApiError::bad_request("apiVersion and kind must be set in an apply patch"));
+    }
+    if object::name(applied) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            object::name(applied)
+        )));
+    }
+    let mut applied = applied.clone();
+    check_namespace(&mut applied, t)?;
+    let force = call.query.flag("force");
+    let scope = Scope::of(t.subresource.as_deref(), t.rt.has_status);
+    let old = match state.store.get(&t.rt, t.ns(), name) {
+        Ok(o) => Some(o),
+        Err(e) if e.code == 404 && t.subresource.is_none() => None,
+        Err(e) => return Err(e),
+    };
+    let mut new = fields::apply(old.as_ref(), &applied, manager, force, scope, t.subresource.as_deref(), &t.rt.api_version())
+        .map_err(|conflicts| conflict_error(t, name, &conflicts))?;
+    let ctx = write_ctx(call, t, manager.to_string(), false);
+    match old {
+        None => {
+            if let Some(ns) = &t.namespace {
+                if !state.store.namespace_exists(ns)? {
+                    return Err(ApiError::not_found(ErrTarget { group: "", resource: "namespaces", name: ns }));
+                }
+            }
+            let meta = object::metadata_mut(&mut new);
+            meta.insert("name".into(), json!(name));
+            if let Some(ns) = &t.namespace {
+                meta.insert("namespace".into(), json!(ns));
+            }
+            let new = validate_and_admit(state, call, t, "CREATE", new, None).await?;
+            let created = state.store.create(&t.rt, new, &ctx)?;
+            Ok(json_response(StatusCode::CREATED, created))
+        }
+        Some(old) => {
+            let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+            let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
+            let updated = state.store.update(&t.rt, &old_rv, new, &ctx)?;
+            Ok(json_response(StatusCode::OK, updated))
+        }
+    }
+}
+
+fn conflict_error(t: &Target, name: &str, conflicts: &[fields::Conflict]) -> ApiError {
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, c.field))
+        .collect();
+    let plural = if conflicts.len() == 1 { "" } else { "s" };
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\" using {}", c.manager, c.api_version), "field": c.field}))
+        .collect();
+    ApiError::new(
+        409,
+        "Conflict",
+        format!("Apply failed with {} conflict{plural}: {}", conflicts.len(), lines.join("\n")),
+    )
+    .with_details(json!({"name": name, "group": t.rt.group, "kind": t.rt.plural, "causes": causes}))
+}
+
+/// `DeleteOptions` from the body and the query.
+struct DeleteOptions {
+    propagation: Propagation,
+    precondition_rv: Option<String>,
+    precondition_uid: Option<String>,
+}
+
+fn delete_options(call: &Call) -> Result<DeleteOptions, ApiError> {
+    let body: Value = if call.body.is_empty() {
+        json!({})
+    } else {
+        parse_body(call)?
+    };
+    let policy = body
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .or_else(|| call.query.get("propagationPolicy"));
+    let orphan = body.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+        || call.query.flag("orphanDependents");
+    let propagation = match (policy, orphan) {
+        (Some("Foreground"), _) => Propagation::Foreground,
+        (Some("Orphan"), _) | (None, true) => Propagation::Orphan,
+        (Some("Background") | None, _) => Propagation::Background,
+        (Some(other), _) => {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )))
+        }
+    };
+    let pre = |k: &str| body.pointer(&format!("/preconditions/{k}")).and_then(Value::as_str).map(str::to_string);
+    Ok(DeleteOptions {
+        propagation,
+        precondition_rv: pre("resourceVersion"),
+        precondition_uid: pre("uid"),
+    })
+}
+
+async fn delete(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    if t.subresource.is_some() {
+        return Err(ApiError::method_not_allowed("delete is not supported on subresources"));
+    }
+    let name = t.name.as_deref().unwrap_or_default();
+    let opts = delete_options(call)?;
+    let current = state.store.get(&t.rt, t.ns(), name)?;
+    admit(state, call, t, "DELETE", name, None, Some(current)).await?;
+    let deleted = state.store.delete(
+        &t.rt,
+        &DeleteRequest {
+            namespace: t.ns(),
+            name,
+            policy: opts.propagation,
+            precondition_rv: opts.precondition_rv.as_deref(),
+            precondition_uid: opts.precondition_uid.as_deref(),
+            dry_run: call.query.dry_run(),
+        },
+    )?;
+    Ok(json_response(StatusCode::OK, deleted))
+}
+
+async fn delete_collection(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    let opts = delete_options(call)?;
+    let filter = Filter::from_query(&call.query, &t.rt)?;
+    let page = state.store.list(&t.rt, t.namespace.as_deref(), &filter, None, None)?;
+    let mut deleted = Vec::new();
+    for obj in page.items {
+        let name = object::name(&obj).to_string();
+        let ns = object::namespace(&obj).unwrap_or_default().to_string();
+        admit(state, call, t, "DELETE", &name, None, Some(obj.clone())).await?;
+        let req = DeleteRequest {
+            namespace: &ns,
+            name: &name,
+            policy: opts.propagation,
+            precondition_rv: None,
+            precondition_uid: None,
+            dry_run: call.query.dry_run(),
+        };
+        match state.store.delete(&t.rt, &req) {
+            Ok(o) => deleted.push(o),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        json!({
+            "kind": format!("{}List", t.rt.kind),
+            "apiVersion": t.rt.api_version(),
+            "metadata": {"resourceVersion": state.store.current_rv().to_string()},
+            "items": deleted,
+        }),
+    ))
+}

@@ -1,0 +1,153 @@
+//! The operator's own admission check of `MeshControlPlane` and `MeshRevisionTag` (issue 5
+//! item 3): the same membership rules as the status conditions, applied at `kubectl apply`
+//! time. [`review`] is pure; [`handle`] reads the current objects and calls it.
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::Client;
+use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, TagFacts};
+use meshplane_crds::validation::{validate_mesh_control_plane, validate_revision_tag};
+use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+/// Path the operator serves the check on.
+pub const PATH: &str = "/validate-meshplane";
+
+fn decode<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, String> {
+    serde_json::to_value(obj)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("cannot decode the object: {e}"))
+}
+
+fn deny_conflicts(resp: AdmissionResponse, conflicts: &[&Conflict]) -> AdmissionResponse {
+    let msg = conflicts
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    resp.deny(msg)
+}
+
+/// Decides one request against the existing control planes and tags.
+pub fn review(
+    req: &AdmissionRequest<DynamicObject>,
+    control_planes: &[MeshControlPlane],
+    tags: &[MeshRevisionTag],
+) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return resp;
+    }
+    let Some(obj) = req.object.as_ref() else {
+        return resp.deny("the request carries no object");
+    };
+    match req.kind.kind.as_str() {
+        "MeshControlPlane" => {
+            let mcp: MeshControlPlane = match decode(obj) {
+                Ok(m) => m,
+                Err(e) => return resp.deny(e),
+            };
+            if let Err(errs) = validate_mesh_control_plane(&mcp) {
+                return resp.deny(errs);
+            }
+            let name = mcp.metadata.name.clone().unwrap_or_default();
+            let mut cps: Vec<ControlPlaneFacts> = control_planes
+                .iter()
+                .filter(|c| c.metadata.name.as_deref() != Some(&name))
+                .map(ControlPlaneFacts::from)
+                .collect();
+            cps.push(ControlPlaneFacts::from(&mcp));
+            let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
+            let m = membership::compute(&[], &cps, &tag_facts);
+            let conflicts: Vec<&Conflict> = m
+                .conflicts
+                .iter()
+                .filter(|c| match c {
+                    Conflict::TagNamedLikeRevision { control_plane, .. } => *control_plane == name,
+                    other => other.control_plane() == Some(name.as_str()),
+                })
+                .collect();
+            if conflicts.is_empty() {
+                resp
+            } else {
+                deny_conflicts(resp, &conflicts)
+            }
+        }
+        "MeshRevisionTag" => {
+            let tag: MeshRevisionTag = match decode(obj) {
+                Ok(t) => t,
+                Err(e) => return resp.deny(e),
+            };
+            if let Err(errs) = validate_revision_tag(&tag) {
+                return resp.deny(errs);
+            }
+            let name = tag.metadata.name.clone().unwrap_or_default();
+            // The sticky tenant lives in the status of the stored object.
+            let stored_status = tags
+                .iter()
+                .find(|t| t.metadata.name.as_deref() == Some(&name))
+                .and_then(|t| t.status.clone())
+                .or_else(|| {
+                    req.old_object
+                        .as_ref()
+                        .and_then(|o| decode::<MeshRevisionTag>(o).ok())
+                        .and_then(|t| t.status)
+                });
+            let mut candidate = TagFacts::from(&tag);
+            candidate.recorded_tenant = stored_status.as_ref().and_then(|s| s.tenant.clone());
+            candidate.recorded_revision = stored_status.as_ref().and_then(|s| s.revision.clone());
+            let mut tag_facts: Vec<TagFacts> = tags
+                .iter()
+                .filter(|t| t.metadata.name.as_deref() != Some(&name))
+                .map(TagFacts::from)
+                .collect();
+            tag_facts.push(candidate);
+            let cps: Vec<ControlPlaneFacts> =
+                control_planes.iter().map(ControlPlaneFacts::from).collect();
+            let m = membership::compute(&[], &cps, &tag_facts);
+            let conflicts = m.conflicts_of_tag(&name);
+            let (refused, warnings): (Vec<&Conflict>, Vec<&Conflict>) = conflicts
+                .into_iter()
+                .partition(|c| !matches!(c, Conflict::TagRevisionNotFound { .. }));
+            if !refused.is_empty() {
+                return deny_conflicts(resp, &refused);
+            }
+            let mut resp = resp;
+            if !warnings.is_empty() {
+                // A tag may be created before its revision; say so instead of refusing.
+                resp.warnings = Some(warnings.iter().map(|c| c.to_string()).collect());
+            }
+            resp
+        }
+        other => resp.deny(format!("unexpected kind {other:?}")),
+    }
+}
+
+/// Reads the current objects and reviews one AdmissionReview.
+pub async fn handle(
+    client: &Client,
+    review_in: AdmissionReview<DynamicObject>,
+) -> AdmissionReview<DynamicObject> {
+    let req: AdmissionRequest<DynamicObject> = match review_in.try_into() {
+        Ok(r) => r,
+        Err(e) => return AdmissionResponse::invalid(e.to_string()).into_review(),
+    };
+    let cps = Api::<MeshControlPlane>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
+    let tags = Api::<MeshRevisionTag>::all(client.clone())
+        .list(&ListParams::default())
+        .await;
+    let resp = match (cps, tags) {
+        (Ok(cps), Ok(tags)) => review(&req, &cps.items, &tags.items),
+        (Err(e), _) | (_, Err(e)) => {
+            warn!(error = %e, "admission: listing meshplane objects failed");
+            AdmissionResponse::from(&req).deny(format!(
+                "meshplane admission could not read the current objects: {e}"
+            ))
+        }
+    };
+    info!(kind = %req.kind.kind, name = %req.name, allowed = resp.allowed, "admission review");
+    resp.into_review()
+}

@@ -1,0 +1,393 @@
+//! Reconcile of one `MeshControlPlane`: membership, desired objects, apply/prune, status,
+//! Events; and, through the finalizer, ordered cleanup.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+use meshplane_crds::membership::RevisionMembership;
+use meshplane_crds::{names, MeshControlPlane, MeshControlPlaneStatus};
+use serde_json::{json, Value};
+use tracing::{info, instrument};
+
+use super::{snapshot, Context, Error, CONTROL_PLANE_CONTROLLER};
+use crate::apply::{is_ours, plan};
+use crate::render::{self, Kind, ObjectKey, Observed, RenderInput};
+use crate::status::{self, types, InstanceFacts};
+use crate::tls::{self, WebhookTls};
+
+/// Entry point of the controller: wraps the work in the finalizer and records metrics.
+#[instrument(skip_all, fields(control_plane = %mcp.name_any(), generation = mcp.metadata.generation))]
+pub async fn reconcile_control_plane(
+    mcp: Arc<MeshControlPlane>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let name = mcp.name_any();
+    let api = Api::<MeshControlPlane>::all(ctx.client.clone());
+    let result = finalizer(&api, names::FINALIZER, mcp, |event| async {
+        match event {
+            Finalizer::Apply(mcp) => apply(&mcp, &ctx).await,
+            Finalizer::Cleanup(mcp) => cleanup(&mcp, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .record_reconcile(CONTROL_PLANE_CONTROLLER, started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.succeeded(&format!("{CONTROL_PLANE_CONTROLLER}/{name}"));
+    }
+    result
+}
+
+fn reference(mcp: &MeshControlPlane) -> ObjectReference {
+    mcp.object_ref(&())
+}
+
+fn condition<'a>(
+    status: Option<&'a MeshControlPlaneStatus>,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    status?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Writes the status by server-side apply, only when it differs from the observed one.
+async fn write_status(
+    mcp: &MeshControlPlane,
+    status: &MeshControlPlaneStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    if mcp.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api = Api::<MeshControlPlane>::all(ctx.client.clone());
+    let body = json!({
+        "apiVersion": "meshplane.io/v1alpha1",
+        "kind": "MeshControlPlane",
+        "status": serde_json::to_value(status)?,
+    });
+    api.patch_status(
+        &mcp.name_any(),
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::kube("apply MeshControlPlane status"))?;
+    ctx.metrics.record_write("MeshControlPlane/status", "apply");
+    Ok(())
+}
+
+/// Everything this revision owns, by key: listed by our labels, kind by kind.
+async fn observe(
+    ctx: &Context,
+    tenant: &str,
+    revision: &str,
+) -> Result<BTreeMap<ObjectKey, Value>, Error> {
+    let selector = render::ownership_selector(tenant, revision);
+    let mut observed = BTreeMap::new();
+    for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Namespace) {
+        observed.extend(ctx.applier.list(kind, &selector).await?);
+    }
+    Ok(observed)
+}
+
+async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
+    let snap = snapshot(&ctx.client).await?;
+    let name = mcp.name_any();
+    let now = ctx.now();
+    let conflicts = snap.membership.conflicts_of_control_plane(&name);
+    let rev = match (
+        conflicts.is_empty(),
+        snap.membership.revision_of_control_plane(&name),
+    ) {
+        (true, Some(rev)) => rev.clone(),
+        _ => {
+            // A conflicting revision changes nothing: no object is written or pruned.
+            let status = status::conflicted_status(mcp, &conflicts, &now);
+            let was_degraded = condition(mcp.status.as_ref(), types::DEGRADED).is_some_and(|c| {
+                c.status == "True"
+                    && status
+                        .conditions
+                        .iter()
+                        .any(|n| n.type_ == types::DEGRADED && n.reason == c.reason)
+            });
+            if !was_degraded {
+                let note = conflicts
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let reason = conflicts.first().map(|c| c.reason()).unwrap_or("Conflict");
+                ctx.event(&reference(mcp), EventType::Warning, reason, note)
+                    .await;
+            }
+            write_status(mcp, &status, ctx).await?;
+            return Ok(Action::requeue(ctx.settings.resync));
+        }
+    };
+    let tenant_members = snap.membership.tenant_members(&rev.tenant);
+    let revision = mcp.revision();
+    let uid = mcp.uid().unwrap_or_default();
+    let mut observed = observe(ctx, &rev.tenant, &revision).await?;
+
+    // Webhook TLS: reuse the Secret's material until a third of its validity remains.
+    let secret_key = key(
+        Kind::Secret,
+        Some(&rev.control_namespace),
+        &names::webhook_tls_secret(&revision),
+    );
+    let existing_tls = observed
+        .get(&secret_key)
+        .filter(|s| is_ours(s, &uid))
+        .and_then(|s| WebhookTls::from_secret_data(s.get("data")?));
+    let host = names::service_host(&revision, &rev.control_namespace);
+    let (tls, issued) = tls::ensure(
+        existing_tls,
+        &host,
+        (ctx.clock)(),
+        ctx.settings.tls_validity,
+    )?;
+    let service_key = key(
+        Kind::Service,
+        Some(&rev.control_namespace),
+        &names::instance_name(&revision),
+    );
+    let cluster_ip = |observed: &BTreeMap<ObjectKey, Value>| {
+        observed
+            .get(&service_key)
+            .and_then(|s| s.pointer("/spec/clusterIP")?.as_str().map(str::to_string))
+    };
+    // Two passes at most: creating the Service assigns its ClusterIP, which the bootstrap
+    // ConfigMaps then point at (so a later resync has nothing left to change).
+    let mut todo = crate::apply::Plan::default();
+    let mut applied_keys = BTreeSet::new();
+    let mut pruned_keys = BTreeSet::new();
+    for _pass in 0..2 {
+        let ip_before = cluster_ip(&observed);
+        let facts = Observed {
+            service_cluster_ip: ip_before.clone(),
+            root_cert: None,
+        };
+        let desired = render::render(&RenderInput {
+            control_plane: mcp,
+            revision: &rev,
+            tenant_members: &tenant_members,
+            tls: &tls,
+            observed: &facts,
+        });
+        // Objects not found by label may still exist under our name (unlabelled, or another
+        // owner's): read them so that we never overwrite them.
+        for d in &desired {
+            if !observed.contains_key(&d.key) {
+                if let Some(found) = ctx.applier.get(&d.key).await? {
+                    observed.insert(d.key.clone(), found);
+                }
+            }
+        }
+        todo = plan(&desired, &observed, &uid);
+        let by_key: BTreeMap<&ObjectKey, &render::DesiredObject> =
+            desired.iter().map(|d| (&d.key, d)).collect();
+        for k in &todo.apply {
+            if let Some(d) = by_key.get(k) {
+                let applied = ctx.applier.apply(d).await?;
+                observed.insert(k.clone(), applied);
+                applied_keys.insert(k.clone());
+            }
+        }
+        for k in &todo.prune {
+            ctx.applier.delete(k).await?;
+            observed.remove(k);
+            pruned_keys.insert(k.clone());
+        }
+        if cluster_ip(&observed) == ip_before {
+            break;
+        }
+    }
+    if issued {
+        ctx.event(
+            &reference(mcp),
+            EventType::Normal,
+            "CertificateIssued",
+            format!("issued the webhook serving certificate for {host}"),
+        )
+        .await;
+    }
+
+    let webhook_keys = [
+        key(
+            Kind::MutatingWebhookConfiguration,
+            None,
+            &names::injector_webhook(&revision),
+        ),
+        key(
+            Kind::ValidatingWebhookConfiguration,
+            None,
+            &names::validator_webhook(&revision),
+        ),
+    ];
+    let instance = InstanceFacts {
+        deployment_available: status::deployment_available(observed.get(&key(
+            Kind::Deployment,
+            Some(&rev.control_namespace),
+            &names::instance_name(&revision),
+        ))),
+        webhooks_applied: webhook_keys
+            .iter()
+            .all(|k| observed.contains_key(k) && !todo.foreign.contains(k)),
+        connected_proxies: status::connected_proxies(observed.get(&key(
+            Kind::ConfigMap,
+            Some(&rev.control_namespace),
+            &render::proxies_configmap(&revision),
+        ))),
+        foreign_objects: todo.foreign.iter().map(ToString::to_string).collect(),
+    };
+    let new_status = status::active_status(mcp, &rev, &instance, &now);
+    warn_rejected(mcp, &rev, ctx).await;
+    if condition(mcp.status.as_ref(), types::DEGRADED).is_some_and(|c| c.status == "True")
+        && instance.foreign_objects.is_empty()
+    {
+        ctx.event(
+            &reference(mcp),
+            EventType::Normal,
+            "ConflictResolved",
+            "the revision is active again".into(),
+        )
+        .await;
+    }
+    write_status(mcp, &new_status, ctx).await?;
+    if !applied_keys.is_empty() || !pruned_keys.is_empty() {
+        info!(
+            applied = applied_keys.len(),
+            pruned = pruned_keys.len(),
+            members = tenant_members.len(),
+            "reconciled"
+        );
+    }
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// A Warning Event on each namespace newly rejected by this revision, saying why.
+async fn warn_rejected(mcp: &MeshControlPlane, rev: &RevisionMembership, ctx: &Context) {
+    let known: BTreeSet<&str> = mcp
+        .status
+        .as_ref()
+        .and_then(|s| s.rejected.as_ref())
+        .map(|r| r.namespaces.iter().map(|n| n.name.as_str()).collect())
+        .unwrap_or_default();
+    for (ns, rejection) in rev
+        .rejected
+        .iter()
+        .filter(|(ns, _)| !known.contains(ns.as_str()))
+    {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(ns.clone()),
+            ..Default::default()
+        };
+        ctx.event(
+            &reference,
+            EventType::Warning,
+            rejection.reason.as_str(),
+            rejection.message.clone(),
+        )
+        .await;
+    }
+}
+
+/// Pods injected by `revision` still running in `namespaces`.
+async fn injected_pods(
+    ctx: &Context,
+    namespaces: &BTreeSet<String>,
+    revision: &str,
+) -> Result<usize, Error> {
+    let mut count = 0;
+    for ns in namespaces {
+        let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("list Pods"))?;
+        count += pods
+            .items
+            .iter()
+            .filter(|p| {
+                p.annotations()
+                    .get(names::INJECTED_REVISION_ANNOTATION)
+                    .map(String::as_str)
+                    == Some(revision)
+            })
+            .count();
+    }
+    Ok(count)
+}
+
+async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
+    let revision = mcp.revision();
+    let tenant = mcp.spec.tenant.clone();
+    let uid = mcp.uid().unwrap_or_default();
+    let forced = mcp
+        .annotations()
+        .get(names::FORCE_DELETE_ANNOTATION)
+        .map(String::as_str)
+        == Some("true");
+    let snap = snapshot(&ctx.client).await?;
+    // A conflicting control plane (e.g. a duplicate revision's loser) injected nothing: pods
+    // annotated with its revision name belong to the winner and must not block its deletion.
+    let active = snap.membership.revision_of_control_plane(&mcp.name_any()).is_some();
+    if !forced && active {
+        let mut namespaces = snap.membership.tenant_members(&tenant);
+        namespaces.extend(
+            mcp.status
+                .iter()
+                .flat_map(|s| s.members.iter())
+                .flat_map(|m| m.names.iter().cloned()),
+        );
+        let pods = injected_pods(ctx, &namespaces, &revision).await?;
+        if pods > 0 {
+            let now = ctx.now();
+            let status = status::in_use_status(mcp, pods, &now);
+            if condition(mcp.status.as_ref(), types::IN_USE).is_none() {
+                ctx.event(&reference(mcp), EventType::Warning, "InUse", format!(
+                    "deletion waits for {pods} pod(s) injected by revision {revision:?}; annotate {}=\"true\" to delete anyway",
+                    names::FORCE_DELETE_ANNOTATION
+                ))
+                .await;
+            }
+            write_status(mcp, &status, ctx).await?;
+            return Err(Error::InUse { pods });
+        }
+    }
+    // Webhooks first, then per-namespace objects and RBAC, then the instance.
+    let selector = render::ownership_selector(&tenant, &revision);
+    for kind in Kind::DELETE_ORDER {
+        for (k, o) in ctx.applier.list(kind, &selector).await? {
+            let owned = o
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|os| {
+                    os.iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+                });
+            if owned {
+                ctx.applier.delete(&k).await?;
+            }
+        }
+    }
+    info!(revision, "cleaned up");
+    Ok(Action::await_change())
+}
+
+fn key(kind: Kind, namespace: Option<&str>, name: &str) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    }
+}

@@ -1,0 +1,21 @@
+//! meshplane operator: reconciles `MeshControlPlane` and `MeshRevisionTag` into isolated
+//! per-tenant control-plane instances (see docs/architecture.md).
+//!
+//! - [`render`]: pure desired object set of one revision.
+//! - [`apply`]: comparing desired with observed; server-side apply and pruning.
+//! - [`tls`]: webhook CA and serving certificates, rotation.
+//! - [`status`]: pure status and conditions.
+//! - [`controller`]: the kube-runtime controllers and their reconcile functions.
+//! - [`admission`]: the operator's own admission check of the meshplane API.
+//! - [`leader`]: leader election on a Lease.
+//! - [`metrics`], [`server`]: Prometheus metrics, health endpoints and HTTPS serving.
+
+pub mod admission;
+pub mod apply;
+pub mod controller;
+pub mod leader;
+pub mod metrics;
+pub mod render;
+pub mod server;
+pub mod status;
+pub mod tls;

@@ -1,0 +1,215 @@
+//! The instance in the control namespace: Namespace, ServiceAccount, Deployment, Service,
+//! PodDisruptionBudget, members and proxies ConfigMaps, webhook TLS Secret.
+
+use meshplane_crds::names::{self, ports};
+use meshplane_crds::IsolationMode;
+use serde_json::{json, Value};
+
+use super::{DesiredObject, Kind, ObjectKey, Revision};
+
+/// Where the webhook TLS Secret is mounted (contract 4).
+pub const WEBHOOK_TLS_DIR: &str = "/var/run/meshplane/webhook-tls";
+/// UID/GID the instance runs as (distroless "nonroot").
+const INSTANCE_UID: i64 = 65532;
+
+/// The control namespace. Shared by the tenant's revisions and home of user config, so it
+/// carries no revision label and no owner reference: pruning and garbage collection never
+/// reach it.
+pub fn control_namespace(rev: &Revision<'_>) -> DesiredObject {
+    DesiredObject {
+        key: ObjectKey {
+            kind: Kind::Namespace,
+            namespace: None,
+            name: rev.control_namespace.clone(),
+        },
+        body: json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": rev.control_namespace,
+                "labels": {
+                    names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE,
+                    names::TENANT_LABEL: rev.tenant,
+                },
+            },
+        }),
+    }
+}
+
+/// Contract 1: the instance command line.
+pub fn instance_args(
+    tenant: &str,
+    revision: &str,
+    control_namespace: &str,
+    isolation: IsolationMode,
+) -> Vec<String> {
+    let isolation = match isolation {
+        IsolationMode::Strict => "Strict",
+        IsolationMode::Shared => "Shared",
+    };
+    [
+        "--tenant",
+        tenant,
+        "--revision",
+        revision,
+        "--control-namespace",
+        control_namespace,
+        "--source",
+        "kube",
+        "--isolation",
+        isolation,
+        "--xds-addr",
+        &format!("0.0.0.0:{}", ports::GRPC_XDS),
+        "--webhook-addr",
+        &format!("0.0.0.0:{}", ports::HTTPS_WEBHOOK),
+        "--monitoring-addr",
+        &format!("0.0.0.0:{}", ports::HTTP_MONITORING),
+        "--webhook-tls-dir",
+        WEBHOOK_TLS_DIR,
+        "--token-audience",
+        &names::token_audience(tenant),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
+    let ns = Some(rev.control_namespace.as_str());
+    let name = names::instance_name(&rev.revision);
+    let members = rev.input.tenant_members;
+    let join = |it: &mut dyn Iterator<Item = &String>| -> String {
+        it.map(|s| format!("{s}\n")).collect()
+    };
+    let mut out = vec![
+        rev.object(Kind::ServiceAccount, ns, &name, json!({})),
+        rev.object(Kind::Deployment, ns, &name, deployment_spec(rev)),
+        rev.object(
+            Kind::Service,
+            ns,
+            &name,
+            json!({
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": rev.pod_selector(),
+                    "ports": [
+                        {"name": "grpc-xds", "port": ports::GRPC_XDS, "targetPort": ports::GRPC_XDS, "protocol": "TCP", "appProtocol": "grpc"},
+                        {"name": "https-webhook", "port": ports::HTTPS_WEBHOOK, "targetPort": ports::HTTPS_WEBHOOK, "protocol": "TCP"},
+                        {"name": "http-monitoring", "port": ports::HTTP_MONITORING, "targetPort": ports::HTTP_MONITORING, "protocol": "TCP"},
+                    ],
+                }
+            }),
+        ),
+        rev.object(Kind::PodDisruptionBudget, ns, &name, pdb_spec(rev)),
+        // Contract 2.
+        rev.object(
+            Kind::ConfigMap,
+            ns,
+            &names::members_configmap(&rev.revision),
+            json!({"data": {
+                "members": join(&mut members.iter()),
+                "attached": join(&mut rev.input.revision.attached.iter()),
+                "tags": join(&mut rev.input.revision.tags.iter()),
+            }}),
+        ),
+        // Contract 3: created without data; each instance pod applies its own key under its
+        // own field manager, so the operator never owns (or removes) those keys.
+        rev.object(Kind::ConfigMap, ns, &proxies_configmap(&rev.revision), json!({})),
+    ];
+    let tls = rev.input.tls;
+    out.push(rev.object(
+        Kind::Secret,
+        ns,
+        &names::webhook_tls_secret(&rev.revision),
+        json!({
+            "type": "kubernetes.io/tls",
+            "data": tls.secret_data(),
+        }),
+    ));
+    out
+}
+
+/// Name of the proxy-count ConfigMap (contract 3).
+pub fn proxies_configmap(revision: &str) -> String {
+    format!("meshplane-{revision}-proxies")
+}
+
+fn deployment_spec(rev: &Revision<'_>) -> Value {
+    let mcp = rev.input.control_plane;
+    let args = instance_args(
+        &rev.tenant,
+        &rev.revision,
+        &rev.control_namespace,
+        mcp.spec.isolation,
+    );
+    let field_env = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let mut container = json!({
+        "name": "xds",
+        "image": mcp.xds_image(),
+        "args": args,
+        "env": [
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            // The injector needs this revision's proxy image; contract 1 has no flag for it.
+            {"name": "MESHPLANE_PROXY_IMAGE", "value": mcp.proxy_image()},
+        ],
+        "ports": [
+            {"name": "grpc-xds", "containerPort": ports::GRPC_XDS, "protocol": "TCP"},
+            {"name": "https-webhook", "containerPort": ports::HTTPS_WEBHOOK, "protocol": "TCP"},
+            {"name": "http-monitoring", "containerPort": ports::HTTP_MONITORING, "protocol": "TCP"},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": ports::HTTP_MONITORING}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": ports::HTTP_MONITORING}, "periodSeconds": 10, "failureThreshold": 3},
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": INSTANCE_UID,
+            "runAsGroup": INSTANCE_UID,
+            "readOnlyRootFilesystem": true,
+            "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "webhook-tls", "mountPath": WEBHOOK_TLS_DIR, "readOnly": true}],
+    });
+    if let (Some(resources), Some(c)) = (
+        mcp.spec
+            .resources
+            .as_ref()
+            .and_then(|r| serde_json::to_value(r).ok()),
+        container.as_object_mut(),
+    ) {
+        c.insert("resources".into(), resources);
+    }
+    json!({"spec": {
+        "replicas": mcp.spec.replicas,
+        "selector": {"matchLabels": rev.pod_selector()},
+        "template": {
+            "metadata": {"labels": pod_labels(rev)},
+            "spec": {
+                "serviceAccountName": names::instance_name(&rev.revision),
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [container],
+                "volumes": [{"name": "webhook-tls", "secret": {"secretName": names::webhook_tls_secret(&rev.revision)}}],
+            },
+        },
+    }})
+}
+
+fn pod_labels(rev: &Revision<'_>) -> Value {
+    let mut labels = rev.pod_selector();
+    if let Some(l) = labels.as_object_mut() {
+        l.insert(names::TENANT_LABEL.into(), json!(rev.tenant));
+    }
+    labels
+}
+
+/// With several replicas keep one serving during voluntary disruptions. With one replica a
+/// `minAvailable: 1` budget would block every node drain forever, so allow the one pod to be
+/// evicted (`maxUnavailable: 1`): proxies keep their last config and reconnect.
+fn pdb_spec(rev: &Revision<'_>) -> Value {
+    let selector = json!({"matchLabels": rev.pod_selector()});
+    if rev.input.control_plane.spec.replicas > 1 {
+        json!({"spec": {"minAvailable": 1, "selector": selector}})
+    } else {
+        json!({"spec": {"maxUnavailable": 1, "selector": selector}})
+    }
+}

@@ -1,0 +1,135 @@
+//! RBAC of a revision's instance. The instance's ServiceAccount gets:
+//! - in its control namespace, a Role to read its members ConfigMap, apply its own key in the
+//!   proxies ConfigMap, and read the registry and tenant-wide config there;
+//! - Strict: in each member namespace of the tenant, a Role `meshplane-<rev>-reader` (read-only
+//!   on what the registry is built from), created on join and pruned on leave;
+//!   Shared: the same reads cluster-wide through one ClusterRoleBinding;
+//! - in both modes, a ClusterRole with `tokenreviews create`, the one cluster-scoped right the
+//!   instance provably needs: contract 7 verifies each proxy's projected token by TokenReview,
+//!   and TokenReview has no namespaced form.
+
+use meshplane_crds::names;
+use meshplane_crds::IsolationMode;
+use serde_json::{json, Value};
+
+use super::instance::proxies_configmap;
+use super::{DesiredObject, Kind, Revision};
+
+/// `(apiGroup, resource)` the instance reads to build its registry: Services and their
+/// EndpointSlices (destinations), Pods (proxy labels and workload selectors), and the tenant's
+/// networking config.
+pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
+    ("", "services"),
+    ("", "pods"),
+    ("discovery.k8s.io", "endpointslices"),
+    ("networking.meshplane.io", "serviceentries"),
+    ("networking.meshplane.io", "envoyfilters"),
+    ("networking.meshplane.io", "sidecars"),
+];
+
+/// Read verbs: the instance watches, never writes, registry sources.
+const READ: [&str; 3] = ["get", "list", "watch"];
+
+/// Rules granting read on [`INSTANCE_READ_RESOURCES`].
+pub fn member_reader_rules() -> Vec<Value> {
+    let mut groups: Vec<&str> = INSTANCE_READ_RESOURCES.iter().map(|(g, _)| *g).collect();
+    groups.dedup();
+    groups
+        .into_iter()
+        .map(|g| {
+            let resources: Vec<&str> = INSTANCE_READ_RESOURCES
+                .iter()
+                .filter(|(rg, _)| *rg == g)
+                .map(|(_, r)| *r)
+                .collect();
+            json!({"apiGroups": [g], "resources": resources, "verbs": READ})
+        })
+        .collect()
+}
+
+fn binding(
+    rev: &Revision<'_>,
+    kind: Kind,
+    namespace: Option<&str>,
+    name: &str,
+    role_kind: &str,
+) -> DesiredObject {
+    rev.object(
+        kind,
+        namespace,
+        name,
+        json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": names::instance_name(&rev.revision),
+                "namespace": rev.control_namespace,
+            }],
+        }),
+    )
+}
+
+pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
+    let ns = rev.control_namespace.as_str();
+    let name = names::instance_name(&rev.revision);
+    let mut control_rules = vec![
+        // Contract 2: the instance learns its members from this ConfigMap (watched by name).
+        json!({"apiGroups": [""], "resources": ["configmaps"],
+               "resourceNames": [names::members_configmap(&rev.revision)], "verbs": READ}),
+        // Contract 3: each pod applies its own key (server-side apply is a patch); the
+        // operator creates the ConfigMap, so no create right.
+        json!({"apiGroups": [""], "resources": ["configmaps"],
+               "resourceNames": [proxies_configmap(&rev.revision)], "verbs": ["get", "patch"]}),
+    ];
+    // The control namespace is part of the registry and holds tenant-wide config.
+    control_rules.extend(member_reader_rules());
+    let mut out = vec![
+        rev.object(Kind::Role, Some(ns), &name, json!({"rules": control_rules})),
+        binding(rev, Kind::RoleBinding, Some(ns), &name, "Role"),
+    ];
+
+    let mut cluster_rules = vec![json!({
+        "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"],
+    })];
+    match rev.input.control_plane.spec.isolation {
+        IsolationMode::Strict => {
+            let reader = names::member_reader(&rev.revision);
+            for member in rev
+                .input
+                .tenant_members
+                .iter()
+                .filter(|m| **m != rev.control_namespace)
+            {
+                out.push(rev.object(
+                    Kind::Role,
+                    Some(member),
+                    &reader,
+                    json!({"rules": member_reader_rules()}),
+                ));
+                out.push(binding(
+                    rev,
+                    Kind::RoleBinding,
+                    Some(member),
+                    &reader,
+                    "Role",
+                ));
+            }
+        }
+        IsolationMode::Shared => cluster_rules.extend(member_reader_rules()),
+    }
+    let cluster_name = names::cluster_role(&rev.revision);
+    out.push(rev.object(
+        Kind::ClusterRole,
+        None,
+        &cluster_name,
+        json!({"rules": cluster_rules}),
+    ));
+    out.push(binding(
+        rev,
+        Kind::ClusterRoleBinding,
+        None,
+        &cluster_name,
+        "ClusterRole",
+    ));
+    out
+}

@@ -1,0 +1,188 @@
+//! HTTP endpoints: `/metrics`, `/healthz`, `/readyz` (plain HTTP) and the admission check
+//! (HTTPS with rustls).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use kube::api::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+use crate::metrics::Metrics;
+
+/// Why serving could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS material: {0}")]
+    Pem(String),
+    #[error("TLS config: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Readiness of this replica: set once it leads (and runs the controllers) or stands by.
+#[derive(Clone, Default)]
+pub struct Health {
+    ready: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+}
+
+/// `/metrics`, `/healthz`, `/readyz`.
+pub fn monitoring_router(metrics: Arc<Metrics>, health: Health) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State((m, _)): State<(Arc<Metrics>, Health)>| async move {
+                match m.encode() {
+                    Ok(text) => (
+                        StatusCode::OK,
+                        [(
+                            "content-type",
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        text,
+                    )
+                        .into_response(),
+                    Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State((_, h)): State<(Arc<Metrics>, Health)>| async move {
+                if h.is_ready() {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "starting")
+                }
+            }),
+        )
+        .with_state((metrics, health))
+}
+
+/// `POST /validate-meshplane`.
+pub fn admission_router(client: Client) -> Router {
+    Router::new()
+        .route(
+            crate::admission::PATH,
+            post(
+                |State(client): State<Client>,
+                 Json(review): Json<AdmissionReview<DynamicObject>>| async move {
+                    Json(crate::admission::handle(&client, review).await)
+                },
+            ),
+        )
+        .with_state(client)
+}
+
+/// Reads `tls.crt` and `tls.key` from a directory (a mounted `kubernetes.io/tls` Secret).
+pub fn read_tls_dir(dir: &Path) -> Result<(String, String), ServeError> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).map_err(|source| ServeError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    Ok((read("tls.crt")?, read("tls.key")?))
+}
+
+/// A rustls server configuration from PEM material.
+pub fn rustls_config(
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+    let certs: Vec<_> = rustls_pemfile::certs(&mut cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| ServeError::Pem(e.to_string()))?;
+    let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
+        .map_err(|e| ServeError::Pem(e.to_string()))?
+        .ok_or_else(|| ServeError::Pem("no private key found".into()))?;
+    // Explicit provider: kube's client may link another one, and the default would be ambiguous.
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Binds `addr`, failing early (before leader election) when the port is taken.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown` completes.
+pub async fn serve_https(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    tokio::pin!(shutdown);
+    info!(addr = ?listener.local_addr().ok(), "serving admission over HTTPS");
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => { warn!(error = %e, "accept failed"); continue; }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let tls_stream = match acceptor.accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            if let Err(e) = Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls_stream), service)
+                .await
+            {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

@@ -1,0 +1,432 @@
+//! Pure status of `MeshControlPlane` and `MeshRevisionTag`: conditions (with stable transition
+//! times), member and rejected lists bounded for etcd, connected proxies.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use meshplane_crds::controlplane::{
+    NamespaceList, RejectedNamespace, RejectedNamespaces, STATUS_NAME_LIMIT,
+};
+use meshplane_crds::membership::{Conflict, RevisionMembership, TagResolution};
+use meshplane_crds::{
+    MeshControlPlane, MeshControlPlaneStatus, MeshRevisionTag, MeshRevisionTagStatus,
+};
+use serde_json::Value;
+
+/// Condition types.
+pub mod types {
+    pub const READY: &str = "Ready";
+    pub const RECONCILED: &str = "Reconciled";
+    pub const WEBHOOKS_READY: &str = "WebhooksReady";
+    pub const DEGRADED: &str = "Degraded";
+    pub const IN_USE: &str = "InUse";
+}
+
+/// A condition without its transition time, which [`merge_conditions`] fills in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSpec {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionSpec {
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Builds conditions, keeping `lastTransitionTime` of those whose status did not change (so a
+/// steady state produces an identical status and no write).
+pub fn merge_conditions(
+    existing: &[Condition],
+    wanted: &[ConditionSpec],
+    generation: Option<i64>,
+    now: &Time,
+) -> Vec<Condition> {
+    wanted
+        .iter()
+        .map(|w| {
+            let status = if w.status { "True" } else { "False" }.to_string();
+            let since = existing
+                .iter()
+                .find(|c| c.type_ == w.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: w.type_.to_string(),
+                status,
+                reason: w.reason.clone(),
+                message: w.message.clone(),
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+/// A counted list with at most [`STATUS_NAME_LIMIT`] names.
+pub fn bounded(names: &BTreeSet<String>) -> NamespaceList {
+    NamespaceList {
+        count: i32::try_from(names.len()).unwrap_or(i32::MAX),
+        names: names.iter().take(STATUS_NAME_LIMIT).cloned().collect(),
+    }
+}
+
+/// Sum of the per-pod counts in the proxies ConfigMap's data (contract 3); non-numbers ignored.
+pub fn connected_proxies(proxies_configmap: Option<&Value>) -> Option<i32> {
+    let data = proxies_configmap?.get("data")?.as_object()?;
+    let sum: i64 = data
+        .values()
+        .filter_map(|v| v.as_str()?.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .sum();
+    Some(i32::try_from(sum).unwrap_or(i32::MAX))
+}
+
+/// What the reconcile observed about the instance, for the status.
+#[derive(Clone, Debug, Default)]
+pub struct InstanceFacts {
+    /// The Deployment reports at least one available replica.
+    pub deployment_available: bool,
+    /// Both webhook configurations are in place with the current caBundle.
+    pub webhooks_applied: bool,
+    /// Sum of connected proxies from the proxies ConfigMap.
+    pub connected_proxies: Option<i32>,
+    /// Objects we wanted to write but that belong to someone else.
+    pub foreign_objects: Vec<String>,
+}
+
+/// Whether an observed Deployment has an available replica.
+pub fn deployment_available(deployment: Option<&Value>) -> bool {
+    let Some(d) = deployment else { return false };
+    let by_condition = d
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Available")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        });
+    let by_count = d
+        .pointer("/status/availableReplicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        > 0;
+    by_condition || by_count
+}
+
+fn base_status(mcp: &MeshControlPlane) -> MeshControlPlaneStatus {
+    MeshControlPlaneStatus {
+        observed_generation: mcp.metadata.generation,
+        revision: Some(mcp.revision()),
+        control_namespace: Some(mcp.control_namespace()),
+        ..Default::default()
+    }
+}
+
+fn existing_conditions(mcp: &MeshControlPlane) -> &[Condition] {
+    mcp.status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or(&[])
+}
+
+/// Status of a control plane that conflicts: Degraded with the conflict's reason, nothing else
+/// claimed. Membership lists keep their last values so `kubectl get` does not flap to zero.
+pub fn conflicted_status(
+    mcp: &MeshControlPlane,
+    conflicts: &[&Conflict],
+    now: &Time,
+) -> MeshControlPlaneStatus {
+    let first = conflicts.first();
+    let reason = first.map(|c| c.reason()).unwrap_or("Conflict");
+    let message = conflicts
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let wanted = [
+        ConditionSpec::new(
+            types::READY,
+            false,
+            reason,
+            "the revision is in conflict; nothing is changed for it",
+        ),
+        ConditionSpec::new(types::RECONCILED, false, reason, message.clone()),
+        ConditionSpec::new(
+            types::WEBHOOKS_READY,
+            false,
+            reason,
+            "the revision is in conflict",
+        ),
+        ConditionSpec::new(types::DEGRADED, true, reason, message),
+    ];
+    let previous = mcp.status.clone().unwrap_or_default();
+    MeshControlPlaneStatus {
+        conditions: merge_conditions(
+            existing_conditions(mcp),
+            &wanted,
+            mcp.metadata.generation,
+            now,
+        ),
+        members: previous.members,
+        rejected: previous.rejected,
+        tags: previous.tags,
+        connected_proxies: previous.connected_proxies,
+        ..base_status(mcp)
+    }
+}
+
+/// Status of an active control plane.
+pub fn active_status(
+    mcp: &MeshControlPlane,
+    rev: &RevisionMembership,
+    facts: &InstanceFacts,
+    now: &Time,
+) -> MeshControlPlaneStatus {
+    let ready = facts.deployment_available;
+    let mut wanted = vec![
+        if ready {
+            ConditionSpec::new(
+                types::READY,
+                true,
+                "DeploymentAvailable",
+                "the instance Deployment has an available replica",
+            )
+        } else {
+            ConditionSpec::new(
+                types::READY,
+                false,
+                "DeploymentUnavailable",
+                "waiting for the instance Deployment to become available",
+            )
+        },
+        if facts.foreign_objects.is_empty() {
+            ConditionSpec::new(
+                types::RECONCILED,
+                true,
+                "Applied",
+                "every desired object is in place",
+            )
+        } else {
+            ConditionSpec::new(
+                types::RECONCILED,
+                false,
+                "ObjectOwnedElsewhere",
+                format!(
+                    "left alone because another owner holds them: {}",
+                    facts.foreign_objects.join(", ")
+                ),
+            )
+        },
+        if facts.webhooks_applied && ready {
+            ConditionSpec::new(
+                types::WEBHOOKS_READY,
+                true,
+                "Serving",
+                "webhook configurations carry the current CA and the instance is available",
+            )
+        } else {
+            ConditionSpec::new(
+                types::WEBHOOKS_READY,
+                false,
+                "WaitingForInstance",
+                "the webhooks are configured but the instance is not available yet",
+            )
+        },
+    ];
+    wanted.push(if facts.foreign_objects.is_empty() {
+        ConditionSpec::new(types::DEGRADED, false, "AsExpected", "no conflict")
+    } else {
+        ConditionSpec::new(
+            types::DEGRADED,
+            true,
+            "ObjectOwnedElsewhere",
+            "some objects could not be written",
+        )
+    });
+    let rejected: Vec<RejectedNamespace> = rev
+        .rejected
+        .iter()
+        .take(STATUS_NAME_LIMIT)
+        .map(|(name, r)| RejectedNamespace {
+            name: name.clone(),
+            reason: r.reason.as_str().to_string(),
+            message: r.message.clone(),
+        })
+        .collect();
+    MeshControlPlaneStatus {
+        conditions: merge_conditions(
+            existing_conditions(mcp),
+            &wanted,
+            mcp.metadata.generation,
+            now,
+        ),
+        members: Some(bounded(&rev.attached)),
+        rejected: Some(RejectedNamespaces {
+            count: i32::try_from(rev.rejected.len()).unwrap_or(i32::MAX),
+            namespaces: rejected,
+        }),
+        tags: rev.tags.iter().cloned().collect(),
+        connected_proxies: facts.connected_proxies,
+        ..base_status(mcp)
+    }
+}
+
+/// Status of a control plane waiting for its injected pods to go before deletion.
+pub fn in_use_status(mcp: &MeshControlPlane, pods: usize, now: &Time) -> MeshControlPlaneStatus {
+    let mut status = mcp.status.clone().unwrap_or_else(|| base_status(mcp));
+    let mut conditions: Vec<Condition> = status
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != types::IN_USE)
+        .cloned()
+        .collect();
+    let wanted = [ConditionSpec::new(
+        types::IN_USE,
+        true,
+        "InUse",
+        format!(
+            "deletion waits: {pods} pod(s) injected by this revision still run; restart them on another revision, or annotate meshplane.io/force-delete=\"true\""
+        ),
+    )];
+    conditions.extend(merge_conditions(
+        existing_conditions(mcp),
+        &wanted,
+        mcp.metadata.generation,
+        now,
+    ));
+    status.conditions = conditions;
+    status
+}
+
+/// Status of a tag.
+pub fn tag_status(
+    tag: &MeshRevisionTag,
+    resolution: Option<&TagResolution>,
+    conflicts: &[&Conflict],
+    now: &Time,
+) -> MeshRevisionTagStatus {
+    let existing = tag
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or(&[]);
+    let resolved = resolution.and_then(|r| r.revision.clone());
+    let wanted = match (conflicts.first(), &resolved) {
+        (Some(c), _) => {
+            let message = conflicts
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("; ");
+            vec![
+                ConditionSpec::new(
+                    types::READY,
+                    resolved.is_some(),
+                    c.reason(),
+                    message.clone(),
+                ),
+                ConditionSpec::new(types::DEGRADED, true, c.reason(), message),
+            ]
+        }
+        (None, Some(r)) => vec![
+            ConditionSpec::new(
+                types::READY,
+                true,
+                "Resolved",
+                format!("namespaces labelled with this tag join revision {r:?}"),
+            ),
+            ConditionSpec::new(types::DEGRADED, false, "AsExpected", "no conflict"),
+        ],
+        (None, None) => vec![
+            ConditionSpec::new(
+                types::READY,
+                false,
+                "RevisionNotFound",
+                "the tag resolves to no revision",
+            ),
+            ConditionSpec::new(
+                types::DEGRADED,
+                true,
+                "RevisionNotFound",
+                "the tag resolves to no revision",
+            ),
+        ],
+    };
+    let previous = tag.status.clone().unwrap_or_default();
+    MeshRevisionTagStatus {
+        observed_generation: tag.metadata.generation,
+        // Keep the last accepted resolution while the tag resolves nowhere: the tenant is sticky.
+        revision: resolved.or(previous.revision),
+        tenant: resolution
+            .and_then(|r| r.tenant.clone())
+            .or(previous.tenant),
+        conditions: merge_conditions(existing, &wanted, tag.metadata.generation, now),
+        members: resolution.map(|r| bounded(&r.namespaces)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn transition_time_changes_only_when_the_status_flips() {
+        let want_true = [ConditionSpec::new(types::READY, true, "A", "a")];
+        let first = merge_conditions(&[], &want_true, Some(1), &at(100));
+        let again = merge_conditions(&first, &want_true, Some(1), &at(200));
+        assert_eq!(first, again);
+        let flipped = merge_conditions(
+            &again,
+            &[ConditionSpec::new(types::READY, false, "B", "b")],
+            Some(1),
+            &at(300),
+        );
+        assert_eq!(flipped[0].last_transition_time, at(300));
+    }
+
+    #[test]
+    fn lists_are_bounded_but_counts_exact_and_proxies_summed() {
+        let many: BTreeSet<String> = (0..120).map(|i| format!("ns-{i:03}")).collect();
+        let l = bounded(&many);
+        assert_eq!(l.count, 120);
+        assert_eq!(l.names.len(), STATUS_NAME_LIMIT);
+        let cm = json!({"data": {"pod-a": "3", "pod-b": "4", "junk": "x"}});
+        assert_eq!(connected_proxies(Some(&cm)), Some(7));
+        assert_eq!(connected_proxies(Some(&json!({}))), None);
+    }
+
+    #[test]
+    fn deployment_availability() {
+        assert!(deployment_available(Some(
+            &json!({"status": {"availableReplicas": 1}})
+        )));
+        assert!(deployment_available(Some(
+            &json!({"status": {"conditions": [{"type": "Available", "status": "True"}]}})
+        )));
+        assert!(!deployment_available(Some(
+            &json!({"status": {"replicas": 1}})
+        )));
+        assert!(!deployment_available(None));
+    }
+}

@@ -1,0 +1,464 @@
+//! Reconcile-level tests against a fake API (tower-test pattern): create, steady state,
+//! a namespace leaving, a conflict, and deletion blocked while injected pods run.
+
+mod support;
+
+use std::sync::Arc;
+
+use kube::Client;
+use meshplane_crds::{names, MeshControlPlane};
+use meshplane_operator::controller::{reconcile_control_plane, reconcile_tag, Context, Settings};
+use meshplane_operator::metrics::Metrics;
+use serde_json::{json, Value};
+use support::FakeApi;
+
+const MCP: (&str, &str) = ("meshplane.io", "meshcontrolplanes");
+const TAGS: (&str, &str) = ("meshplane.io", "meshrevisiontags");
+const NS: (&str, &str) = ("", "namespaces");
+
+fn context(client: Client) -> Arc<Context> {
+    let now = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).expect("valid");
+    Arc::new(Context::new(
+        client,
+        Arc::new(Metrics::default()),
+        Settings::default(),
+        Arc::new(move || now),
+    ))
+}
+
+fn control_plane(name: &str, tenant: &str, revision: Option<&str>, created: &str) -> Value {
+    let mut spec = json!({
+        "tenant": tenant,
+        "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["green"]}]},
+    });
+    if let Some(r) = revision {
+        spec["revision"] = json!(r);
+    }
+    json!({
+        "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1,
+                     "creationTimestamp": created, "finalizers": [names::FINALIZER]},
+        "spec": spec,
+    })
+}
+
+fn namespace(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+}
+
+/// Tenant blue with revision blue-v1, tag blue-stable; shop follows the tag, cart is labelled
+/// directly, intruder is labelled but owned by team green (rejected), outsider is unlabelled.
+fn cluster() -> FakeApi {
+    let api = FakeApi::default();
+    api.insert(
+        MCP,
+        control_plane("blue-v1", "blue", None, "2026-01-01T00:00:00Z"),
+    );
+    api.insert(
+        TAGS,
+        json!({
+            "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshRevisionTag",
+            "metadata": {"name": "blue-stable", "generation": 1},
+            "spec": {"revision": "blue-v1"},
+        }),
+    );
+    api.insert(
+        NS,
+        namespace("shop", json!({names::REV_LABEL: "blue-stable"})),
+    );
+    api.insert(NS, namespace("cart", json!({names::REV_LABEL: "blue-v1"})));
+    api.insert(
+        NS,
+        namespace(
+            "intruder",
+            json!({names::REV_LABEL: "blue-v1", "team": "green"}),
+        ),
+    );
+    api.insert(NS, namespace("outsider", json!({})));
+    // Not ours: an unlabelled ConfigMap with our name elsewhere, and another tenant's object.
+    api.insert(("", "configmaps"), json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "meshplane-blue-v1-bootstrap", "namespace": "outsider"}, "data": {"mine": "yes"}}));
+    api.insert(("", "configmaps"), json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "meshplane-green-bootstrap", "namespace": "bank",
+                     "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE, names::TENANT_LABEL: "green", names::REVISION_LABEL: "green"},
+                     "ownerReferences": [{"uid": "uid-green", "kind": "MeshControlPlane", "name": "green", "apiVersion": "meshplane.io/v1alpha1"}]}}));
+    api
+}
+
+fn stored(api: &FakeApi, name: &str) -> Arc<MeshControlPlane> {
+    let v = api
+        .get(MCP.0, MCP.1, None, name)
+        .expect("stored control plane");
+    Arc::new(serde_json::from_value(v).expect("decodes"))
+}
+
+fn object_writes(api: &FakeApi) -> Vec<String> {
+    api.writes()
+        .into_iter()
+        .filter(|w| !w.1.starts_with("meshplane.io/"))
+        .map(|(verb, gp, ns, name)| format!("{verb} {gp} {}/{name}", ns.unwrap_or_default()))
+        .collect()
+}
+
+fn condition(mcp: &MeshControlPlane, type_: &str) -> (String, String) {
+    let c = mcp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .unwrap_or_else(|| panic!("condition {type_} missing"));
+    (c.status.clone(), c.reason.clone())
+}
+
+#[tokio::test]
+async fn create_applies_the_instance_and_member_objects_then_steady_state_writes_nothing() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+
+    let configmaps = api.names("configmaps");
+    for expected in [
+        "meshplane-blue/meshplane-blue-v1-members",
+        "meshplane-blue/meshplane-blue-v1-proxies",
+        "shop/meshplane-blue-v1-bootstrap",
+        "cart/meshplane-blue-v1-bootstrap",
+    ] {
+        assert!(
+            configmaps.contains(&expected.to_string()),
+            "{expected} missing from {configmaps:?}"
+        );
+    }
+    assert!(!configmaps.contains(&"intruder/meshplane-blue-v1-bootstrap".to_string()));
+    assert_eq!(
+        api.names("deployments"),
+        ["meshplane-blue/meshplane-blue-v1"]
+    );
+    let mut bindings = api.names("rolebindings");
+    bindings.sort();
+    assert_eq!(
+        bindings,
+        [
+            "cart/meshplane-blue-v1-reader",
+            "meshplane-blue/meshplane-blue-v1",
+            "shop/meshplane-blue-v1-reader"
+        ]
+    );
+    assert_eq!(
+        api.names("mutatingwebhookconfigurations"),
+        ["meshplane-blue-v1-injector"]
+    );
+    assert_eq!(
+        api.names("secrets"),
+        ["meshplane-blue/meshplane-blue-v1-webhook-tls"]
+    );
+    // The unlabelled ConfigMap of the same name in a non-member namespace is untouched.
+    assert_eq!(
+        api.get(
+            "",
+            "configmaps",
+            Some("outsider"),
+            "meshplane-blue-v1-bootstrap"
+        )
+        .unwrap()["data"],
+        json!({"mine": "yes"})
+    );
+    // The bootstrap points at the ClusterIP the Service got in this same reconcile.
+    let ip = api
+        .get("", "services", Some("meshplane-blue"), "meshplane-blue-v1")
+        .unwrap()["spec"]["clusterIP"]
+        .clone();
+    let bootstrap = api
+        .get(
+            "",
+            "configmaps",
+            Some("shop"),
+            "meshplane-blue-v1-bootstrap",
+        )
+        .unwrap();
+    assert!(bootstrap["data"]["envoy.yaml"]
+        .as_str()
+        .unwrap()
+        .contains(ip.as_str().unwrap()));
+    // The caBundle is the Secret's CA.
+    let secret = api
+        .get(
+            "",
+            "secrets",
+            Some("meshplane-blue"),
+            "meshplane-blue-v1-webhook-tls",
+        )
+        .unwrap();
+    let hook = api
+        .get(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            None,
+            "meshplane-blue-v1-injector",
+        )
+        .unwrap();
+    assert_eq!(
+        hook["webhooks"][0]["clientConfig"]["caBundle"],
+        secret["data"]["ca.crt"]
+    );
+
+    let mcp = stored(&api, "blue-v1");
+    let status = mcp.status.clone().expect("status written");
+    assert_eq!(
+        status.members.as_ref().map(|m| m.names.clone()),
+        Some(vec!["cart".to_string(), "shop".to_string()])
+    );
+    assert_eq!(status.rejected.as_ref().map(|r| r.count), Some(1));
+    assert_eq!(status.tags, ["blue-stable"]);
+    assert_eq!(
+        condition(&mcp, "Reconciled"),
+        ("True".into(), "Applied".into())
+    );
+    assert_eq!(
+        condition(&mcp, "Ready").0,
+        "False",
+        "no Deployment is available yet"
+    );
+    let warnings: Vec<Value> = api
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "Warning")
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|e| e["regarding"]["name"] == "intruder" && e["reason"] == "OutsideSelector"),
+        "{warnings:?}"
+    );
+
+    // Steady state: a resync with nothing changed writes nothing at all.
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(api.writes(), Vec::new());
+    assert!(api.events().is_empty());
+    assert!(
+        ctx.metrics.total_writes() > 0,
+        "the first reconcile's writes are counted"
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_rbac() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    api.insert(NS, namespace("shop", json!({})));
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let mut writes = object_writes(&api);
+    writes.sort();
+    assert_eq!(
+        writes,
+        [
+            "apply /configmaps meshplane-blue/meshplane-blue-v1-members",
+            "delete /configmaps shop/meshplane-blue-v1-bootstrap",
+            "delete rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-reader",
+            "delete rbac.authorization.k8s.io/roles shop/meshplane-blue-v1-reader",
+        ]
+    );
+    // Another tenant's object and the unlabelled one are untouched.
+    assert!(api
+        .get("", "configmaps", Some("bank"), "meshplane-green-bootstrap")
+        .is_some());
+    assert!(api
+        .get(
+            "",
+            "configmaps",
+            Some("outsider"),
+            "meshplane-blue-v1-bootstrap"
+        )
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_duplicate_revision_gets_a_condition_and_writes_no_object() {
+    let api = cluster();
+    api.insert(
+        MCP,
+        control_plane("blue-copy", "red", Some("blue-v1"), "2026-02-01T00:00:00Z"),
+    );
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-copy"), ctx)
+        .await
+        .expect("reconciles");
+    assert_eq!(object_writes(&api), Vec::<String>::new());
+    let mcp = stored(&api, "blue-copy");
+    assert_eq!(
+        condition(&mcp, "Degraded"),
+        ("True".into(), "RevisionConflict".into())
+    );
+    assert_eq!(condition(&mcp, "Reconciled").0, "False");
+    assert!(api
+        .events()
+        .iter()
+        .any(|e| e["reason"] == "RevisionConflict" && e["type"] == "Warning"));
+}
+
+#[tokio::test]
+async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
+    let api = cluster();
+    api.insert(
+        MCP,
+        control_plane("green", "green", None, "2026-01-02T00:00:00Z"),
+    );
+    let ctx = context(api.client());
+    let tag = |api: &FakeApi| -> Arc<meshplane_crds::MeshRevisionTag> {
+        Arc::new(
+            serde_json::from_value(api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap()).unwrap(),
+        )
+    };
+    reconcile_tag(tag(&api), ctx.clone())
+        .await
+        .expect("reconciles");
+    let status = tag(&api).status.clone().unwrap();
+    assert_eq!(
+        (status.revision.as_deref(), status.tenant.as_deref()),
+        (Some("blue-v1"), Some("blue"))
+    );
+    // Point it at green's revision.
+    let mut moved = api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap();
+    moved["spec"]["revision"] = json!("green");
+    api.insert(TAGS, moved);
+    reconcile_tag(tag(&api), ctx.clone())
+        .await
+        .expect("reconciles");
+    let status = tag(&api).status.clone().unwrap();
+    assert_eq!(
+        (status.revision.as_deref(), status.tenant.as_deref()),
+        (Some("blue-v1"), Some("blue"))
+    );
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "TagMovedAcrossTenants")
+    );
+    // blue-v1 still serves shop through the tag.
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    assert!(api
+        .get(
+            "",
+            "configmaps",
+            Some("shop"),
+            "meshplane-blue-v1-bootstrap"
+        )
+        .is_some());
+    assert!(api
+        .get("", "configmaps", Some("shop"), "meshplane-green-bootstrap")
+        .is_none());
+}
+
+#[tokio::test]
+async fn deletion_waits_while_injected_pods_run_then_removes_webhooks_first() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    api.insert(("", "pods"), json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop", "annotations": {names::INJECTED_REVISION_ANNOTATION: "blue-v1"}}}));
+    let mut deleting = api.get(MCP.0, MCP.1, None, "blue-v1").unwrap();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-03-01T00:00:00Z");
+    api.insert(MCP, deleting);
+    api.clear_writes();
+
+    let err = reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect_err("waits");
+    assert_eq!(err.reason(), "InUse");
+    assert_eq!(object_writes(&api), Vec::<String>::new());
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "InUse"),
+        ("True".into(), "InUse".into())
+    );
+    assert!(api.events().iter().any(|e| e["reason"] == "InUse"));
+
+    api.remove("", "pods", Some("shop"), "web-1");
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("cleans up");
+    let writes = object_writes(&api);
+    assert!(
+        writes[0].contains("mutatingwebhookconfigurations")
+            && writes[1].contains("validatingwebhookconfigurations"),
+        "{writes:?}"
+    );
+    let deployment_at = writes
+        .iter()
+        .position(|w| w.contains("deployments"))
+        .unwrap();
+    let bootstrap_at = writes
+        .iter()
+        .position(|w| w.contains("shop/meshplane-blue-v1-bootstrap"))
+        .unwrap();
+    assert!(bootstrap_at < deployment_at, "{writes:?}");
+    assert!(api.names("deployments").is_empty());
+    assert!(api.names("clusterroles").is_empty());
+    // Left alone: the control namespace (user config lives there) and objects not ours.
+    assert!(api.get("", "namespaces", None, "meshplane-blue").is_some());
+    assert!(api
+        .get("", "configmaps", Some("bank"), "meshplane-green-bootstrap")
+        .is_some());
+    assert!(api
+        .get(
+            "",
+            "configmaps",
+            Some("outsider"),
+            "meshplane-blue-v1-bootstrap"
+        )
+        .is_some());
+    // The finalizer is gone.
+    let finalizers =
+        api.get(MCP.0, MCP.1, None, "blue-v1").unwrap()["metadata"]["finalizers"].clone();
+    assert_eq!(finalizers, json!([]));
+}
+
+#[tokio::test]
+async fn the_webhook_certificate_rotates_when_a_third_of_its_validity_remains() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let api = cluster();
+    let now = Arc::new(AtomicI64::new(1_800_000_000));
+    let clock_now = now.clone();
+    let clock = Arc::new(move || {
+        time::OffsetDateTime::from_unix_timestamp(clock_now.load(Ordering::SeqCst)).expect("valid")
+    });
+    let ctx = Arc::new(Context::new(api.client(), Arc::new(Metrics::default()), Settings::default(), clock));
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
+    let secret = |api: &FakeApi| api.get("", "secrets", Some("meshplane-blue"), "meshplane-blue-v1-webhook-tls").unwrap();
+    let first = secret(&api);
+
+    // 59 of 90 days later: still more than a third left, nothing is written.
+    now.fetch_add(59 * 86_400, Ordering::SeqCst);
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
+    assert_eq!(object_writes(&api), Vec::<String>::new());
+
+    // 61 days: rotated; the webhooks get the new bundle, which still trusts the old CA.
+    now.fetch_add(2 * 86_400, Ordering::SeqCst);
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
+    let rotated = secret(&api);
+    assert_ne!(rotated["data"]["tls.crt"], first["data"]["tls.crt"]);
+    let hook = api.get("admissionregistration.k8s.io", "validatingwebhookconfigurations", None, "meshplane-blue-v1-validator").unwrap();
+    assert_eq!(hook["webhooks"][0]["clientConfig"]["caBundle"], rotated["data"]["ca.crt"]);
+    use base64::Engine as _;
+    let decode = |v: &Value| String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap();
+    assert!(decode(&rotated["data"]["ca.crt"]).contains(decode(&first["data"]["ca.crt"]).trim()));
+    assert!(api.events().iter().any(|e| e["reason"] == "CertificateIssued"));
+}

@@ -1,0 +1,385 @@
+//! Golden-file tests of the rendered objects for the samples, and a proof by evaluation that
+//! Strict-mode RBAC never reaches a non-member namespace.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use meshplane_crds::manifest::{parse_objects, Object};
+use meshplane_crds::membership::{
+    compute, ControlPlaneFacts, Membership, NamespaceFacts, TagFacts,
+};
+use meshplane_crds::{names, MeshControlPlane, MeshRevisionTag};
+use meshplane_operator::render::{self, DesiredObject, Kind, Observed, RenderInput};
+use meshplane_operator::tls::WebhookTls;
+use serde_json::Value;
+
+fn samples() -> (Vec<MeshControlPlane>, Vec<MeshRevisionTag>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
+    let (mut cps, mut tags) = (Vec::new(), Vec::new());
+    for file in ["blue.yaml", "blue-v2.yaml", "green.yaml"] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("sample readable");
+        for obj in parse_objects(&text).expect("sample parses") {
+            match obj {
+                Object::MeshControlPlane(m) => cps.push(*m),
+                Object::MeshRevisionTag(t) => tags.push(*t),
+                _ => {}
+            }
+        }
+    }
+    for (i, cp) in cps.iter_mut().enumerate() {
+        cp.metadata.uid = Some(format!(
+            "uid-{}",
+            cp.metadata.name.clone().unwrap_or_default()
+        ));
+        cp.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + i as i64).expect("valid"),
+            ));
+    }
+    (cps, tags)
+}
+
+/// shop follows the blue-stable tag, cart runs the blue-v2 canary, bank is green's, and
+/// intruder is labelled for blue but owned by team green, so blue rejects it.
+fn cluster_namespaces() -> Vec<NamespaceFacts> {
+    vec![
+        NamespaceFacts::new("shop", &[(names::REV_LABEL, "blue-stable")]),
+        NamespaceFacts::new("cart", &[(names::REV_LABEL, "blue-v2")]),
+        NamespaceFacts::new("bank", &[(names::REV_LABEL, "green"), ("team", "green")]),
+        NamespaceFacts::new(
+            "intruder",
+            &[(names::REV_LABEL, "blue-v1"), ("team", "green")],
+        ),
+        NamespaceFacts::new("outsider", &[]),
+    ]
+}
+
+fn membership(
+    cps: &[MeshControlPlane],
+    tags: &[MeshRevisionTag],
+    namespaces: &[NamespaceFacts],
+) -> Membership {
+    let cp_facts: Vec<ControlPlaneFacts> = cps.iter().map(ControlPlaneFacts::from).collect();
+    let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
+    compute(namespaces, &cp_facts, &tag_facts)
+}
+
+/// Fixed material so goldens are stable (real material is random).
+fn fixed_tls() -> WebhookTls {
+    WebhookTls {
+        ca_bundle_pem: "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n".into(),
+        cert_pem: "-----BEGIN CERTIFICATE-----\nSERVING\n-----END CERTIFICATE-----\n".into(),
+        key_pem: "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n".into(),
+    }
+}
+
+fn render_of(cp: &MeshControlPlane, m: &Membership, observed: &Observed) -> Vec<DesiredObject> {
+    let rev = m
+        .revision_of_control_plane(cp.metadata.name.as_deref().unwrap_or_default())
+        .expect("active");
+    let members = m.tenant_members(&rev.tenant);
+    render::render(&RenderInput {
+        control_plane: cp,
+        revision: rev,
+        tenant_members: &members,
+        tls: &fixed_tls(),
+        observed,
+    })
+}
+
+fn to_yaml(objects: &[DesiredObject]) -> String {
+    objects
+        .iter()
+        .map(|o| serde_saphyr::to_string(&o.body).expect("serializable"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("golden writable");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden {}; run with UPDATE_GOLDEN=1",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "golden {name} differs; run with UPDATE_GOLDEN=1 to accept"
+    );
+}
+
+#[test]
+fn rendered_samples_match_goldens() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    assert!(m.conflicts.is_empty(), "{:?}", m.conflicts);
+    for cp in &cps {
+        let name = cp.metadata.name.clone().unwrap_or_default();
+        // blue-v1's Service already has its ClusterIP; the others fall back to the DNS name.
+        let observed = Observed {
+            service_cluster_ip: (name == "blue-v1").then(|| "10.96.0.10".to_string()),
+            root_cert: None,
+        };
+        check_golden(
+            &format!("render-{name}.yaml"),
+            &to_yaml(&render_of(cp, &m, &observed)),
+        );
+    }
+}
+
+#[test]
+fn bootstrap_and_webhooks_land_exactly_where_the_product_says() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let blue_v1 = render_of(&cps[0], &m, &Observed::default());
+    let bootstrap_namespaces: BTreeSet<String> = blue_v1
+        .iter()
+        .filter(|o| o.key.kind == Kind::ConfigMap && o.key.name == "meshplane-blue-v1-bootstrap")
+        .filter_map(|o| o.key.namespace.clone())
+        .collect();
+    // Every member of tenant blue (both revisions), never green's, the rejected or the outsider.
+    assert_eq!(
+        bootstrap_namespaces,
+        BTreeSet::from(["cart".to_string(), "shop".to_string()])
+    );
+    let injector = blue_v1
+        .iter()
+        .find(|o| o.key.kind == Kind::MutatingWebhookConfiguration)
+        .expect("injector");
+    let selector = &injector.body["webhooks"][0]["namespaceSelector"]["matchExpressions"];
+    assert_eq!(
+        selector[0]["values"],
+        serde_json::json!(["blue-v1", "blue-stable"])
+    );
+    // The tenant's own selector is ANDed in, so the rejected namespace gets no injection.
+    assert_eq!(selector[1]["key"], "team");
+    for o in &blue_v1 {
+        if o.key.kind == Kind::Namespace {
+            continue;
+        }
+        let labels = &o.body["metadata"]["labels"];
+        assert_eq!(
+            labels[names::MANAGED_BY_LABEL],
+            names::MANAGED_BY_VALUE,
+            "{}",
+            o.key
+        );
+        assert_eq!(labels[names::TENANT_LABEL], "blue", "{}", o.key);
+        assert_eq!(labels[names::REVISION_LABEL], "blue-v1", "{}", o.key);
+        assert_eq!(
+            o.body["metadata"]["ownerReferences"][0]["uid"], "uid-blue-v1",
+            "{}",
+            o.key
+        );
+    }
+}
+
+#[test]
+fn bootstrap_uses_the_cluster_ip_when_assigned_and_http2_for_xds() {
+    let with_ip = render::envoy_bootstrap("10.96.0.10");
+    let cluster = &with_ip["static_resources"]["clusters"][0];
+    assert_eq!(cluster["name"], "xds-grpc");
+    assert_eq!(cluster["type"], "STATIC");
+    assert!(cluster["typed_extension_protocol_options"]
+        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
+        ["http2_protocol_options"]
+        .is_object());
+    let with_dns = render::envoy_bootstrap("meshplane-blue-v1.meshplane-blue.svc");
+    assert_eq!(
+        with_dns["static_resources"]["clusters"][0]["type"],
+        "STRICT_DNS"
+    );
+}
+
+/// A tiny RBAC evaluator: can `subject` do `verb` on `group/resource` in `namespace`
+/// (`None` = cluster scope)?
+struct Rbac<'a> {
+    objects: &'a [DesiredObject],
+}
+
+impl Rbac<'_> {
+    fn rules_of(&self, kind: Kind, namespace: Option<&str>, name: &str) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .filter(|o| {
+                o.key.kind == kind && o.key.namespace.as_deref() == namespace && o.key.name == name
+            })
+            .flat_map(|o| o.body["rules"].as_array().into_iter().flatten())
+            .collect()
+    }
+
+    fn allows(rule: &Value, verb: &str, group: &str, resource: &str) -> bool {
+        let has = |field: &str, v: &str| {
+            rule[field]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == v || x == "*"))
+        };
+        has("verbs", verb) && has("apiGroups", group) && has("resources", resource)
+    }
+
+    fn can(
+        &self,
+        sa: (&str, &str),
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> bool {
+        self.objects
+            .iter()
+            .filter(|b| matches!(b.key.kind, Kind::RoleBinding | Kind::ClusterRoleBinding))
+            .filter(|b| {
+                b.body["subjects"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| {
+                        s["kind"] == "ServiceAccount" && s["name"] == sa.0 && s["namespace"] == sa.1
+                    })
+            })
+            .any(|b| {
+                let role_ref = &b.body["roleRef"];
+                let role_name = role_ref["name"].as_str().unwrap_or_default();
+                let (rules, reach) = if b.key.kind == Kind::ClusterRoleBinding {
+                    // A ClusterRoleBinding grants its ClusterRole everywhere.
+                    (self.rules_of(Kind::ClusterRole, None, role_name), true)
+                } else {
+                    let binding_ns = b.key.namespace.as_deref();
+                    let rules = if role_ref["kind"] == "ClusterRole" {
+                        self.rules_of(Kind::ClusterRole, None, role_name)
+                    } else {
+                        self.rules_of(Kind::Role, binding_ns, role_name)
+                    };
+                    (rules, namespace.is_some() && binding_ns == namespace)
+                };
+                reach && rules.iter().any(|r| Self::allows(r, verb, group, resource))
+            })
+    }
+}
+
+const VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+];
+const NAMESPACED: &[(&str, &str)] = &[
+    ("", "services"),
+    ("", "pods"),
+    ("", "configmaps"),
+    ("", "secrets"),
+    ("discovery.k8s.io", "endpointslices"),
+    ("networking.meshplane.io", "serviceentries"),
+    ("networking.meshplane.io", "envoyfilters"),
+    ("networking.meshplane.io", "sidecars"),
+    ("rbac.authorization.k8s.io", "roles"),
+];
+
+#[test]
+fn strict_rbac_never_reaches_a_non_member_namespace() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    for cp in &cps {
+        let objects = render_of(cp, &m, &Observed::default());
+        let rev = cp.revision();
+        let control_ns = cp.control_namespace();
+        let sa = (names::instance_name(&rev), control_ns.clone());
+        let rbac = Rbac { objects: &objects };
+        let members = m.tenant_members(&cp.spec.tenant);
+        let all_namespaces = [
+            "shop",
+            "cart",
+            "bank",
+            "intruder",
+            "outsider",
+            "meshplane-blue",
+            "meshplane-green",
+            "kube-system",
+        ];
+        for ns in all_namespaces {
+            for verb in VERBS {
+                for (group, resource) in NAMESPACED {
+                    let allowed = rbac.can((&sa.0, &sa.1), verb, group, resource, Some(ns));
+                    if allowed {
+                        assert!(
+                            members.contains(ns) || ns == control_ns,
+                            "{rev}: {verb} {resource} allowed in non-member {ns}"
+                        );
+                        assert!(
+                            ["get", "list", "watch"].contains(verb)
+                                || (ns == control_ns
+                                    && *verb == "patch"
+                                    && *resource == "configmaps"),
+                            "{rev}: write {verb} {resource} in {ns}"
+                        );
+                        assert_ne!(*resource, "secrets", "{rev}: secrets readable in {ns}");
+                    }
+                }
+            }
+            // Members can be read.
+            if members.contains(ns) {
+                assert!(
+                    rbac.can((&sa.0, &sa.1), "watch", "", "services", Some(ns)),
+                    "{rev}: {ns}"
+                );
+            }
+        }
+        // The only cluster-scoped right: TokenReview.
+        assert!(rbac.can(
+            (&sa.0, &sa.1),
+            "create",
+            "authentication.k8s.io",
+            "tokenreviews",
+            None
+        ));
+        for (group, resource) in [
+            ("", "namespaces"),
+            ("", "nodes"),
+            ("rbac.authorization.k8s.io", "clusterroles"),
+        ] {
+            for verb in VERBS {
+                assert!(
+                    !rbac.can((&sa.0, &sa.1), verb, group, resource, None),
+                    "{rev}: {verb} {resource}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_namespace_leaving_loses_its_bootstrap_and_reader_binding() {
+    let (cps, tags) = samples();
+    let before = membership(&cps, &tags, &cluster_namespaces());
+    let mut namespaces = cluster_namespaces();
+    namespaces.retain(|n| n.name != "shop");
+    namespaces.push(NamespaceFacts::new("shop", &[]));
+    let after = membership(&cps, &tags, &namespaces);
+    let keys = |m: &Membership| -> BTreeSet<(Kind, String)> {
+        render_of(&cps[1], m, &Observed::default())
+            .into_iter()
+            .filter(|o| o.key.namespace.as_deref() == Some("shop"))
+            .map(|o| (o.key.kind, o.key.name.clone()))
+            .collect()
+    };
+    assert_eq!(
+        keys(&before),
+        BTreeSet::from([
+            (Kind::Role, "meshplane-blue-v2-reader".to_string()),
+            (Kind::RoleBinding, "meshplane-blue-v2-reader".to_string()),
+            (Kind::ConfigMap, "meshplane-blue-v2-bootstrap".to_string()),
+        ])
+    );
+    assert!(keys(&after).is_empty());
+}

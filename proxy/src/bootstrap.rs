@@ -1,0 +1,410 @@
+//! Pure construction of the final Envoy bootstrap from the bootstrap ConfigMap's `envoy.yaml`
+//! (contract 6) and the proxy's identity (contract 7).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+/// Name of the static cluster that carries ADS to the instance (contract 6).
+pub const ADS_CLUSTER: &str = "xds-grpc";
+
+/// Node metadata key telling the control plane which loopback address the pod owns, so that
+/// it binds the proxy's dynamic listeners there too.
+pub const LOOPBACK_ADDR_META: &str = "LOOPBACK_ADDR";
+
+/// Addresses rewritten to the pod's own loopback address when one is given.
+const SHARED_BIND_ADDRESSES: &[&str] = &["127.0.0.1", "0.0.0.0"];
+
+/// What the launcher adds to the bootstrap.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BootstrapOptions {
+    /// `node.id`, e.g. `sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local`.
+    pub node_id: String,
+    /// `node.cluster`: the workload's service cluster name.
+    pub cluster: String,
+    /// Entries merged into `node.metadata` (string values), overriding the bootstrap's.
+    pub metadata: BTreeMap<String, String>,
+    /// Projected ServiceAccount token sent as `authorization: Bearer <token>` on the ADS stream.
+    pub token: Option<String>,
+    /// Set only by the local test pod runner, where every pod shares the host's network
+    /// namespace: the loopback address (e.g. `127.0.0.12`) that stands for this pod's own.
+    pub loopback_addr: Option<IpAddr>,
+}
+
+/// Why the bootstrap could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// The input is not YAML (or JSON).
+    #[error("bootstrap is not valid YAML: {0}")]
+    Parse(String),
+    /// The input parsed but is not a mapping at the top or where a mapping is needed.
+    #[error("bootstrap field {field} must be a mapping")]
+    NotAMapping { field: &'static str },
+    /// A token was given but no ADS `grpc_service` targets the `xds-grpc` cluster.
+    #[error("bootstrap has no dynamic_resources grpc_service with envoy_grpc.cluster_name {ADS_CLUSTER:?} to carry the proxy token")]
+    NoAdsGrpcService,
+    /// The token is empty: the instance would refuse the proxy anyway.
+    #[error("the proxy token is empty")]
+    EmptyToken,
+    /// A required identity value is empty.
+    #[error("{0} must not be empty")]
+    EmptyIdentity(&'static str),
+}
+
+/// Builds the final bootstrap: parses `input` (the ConfigMap's `envoy.yaml`), sets `node.id`,
+/// `node.cluster` and `node.metadata`, adds the token to the ADS `grpc_service`s and, in the
+/// local test runner only, moves the admin and static listener binds on `127.0.0.1` or
+/// `0.0.0.0`, and static upstreams on `127.0.0.1`, to the pod's loopback address.
+pub fn build_bootstrap(input: &str, opts: &BootstrapOptions) -> Result<Value, BootstrapError> {
+    if opts.node_id.is_empty() {
+        return Err(BootstrapError::EmptyIdentity("node id"));
+    }
+    if opts.cluster.is_empty() {
+        return Err(BootstrapError::EmptyIdentity("node cluster"));
+    }
+    let mut bootstrap: Value =
+        serde_saphyr::from_str(input).map_err(|e| BootstrapError::Parse(e.to_string()))?;
+    let root = bootstrap
+        .as_object_mut()
+        .ok_or(BootstrapError::NotAMapping {
+            field: "(top level)",
+        })?;
+
+    let mut metadata = opts.metadata.clone();
+    if let Some(addr) = opts.loopback_addr {
+        metadata.insert(LOOPBACK_ADDR_META.to_owned(), addr.to_string());
+    }
+    set_node(root, opts, &metadata)?;
+
+    if let Some(token) = &opts.token {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(BootstrapError::EmptyToken);
+        }
+        let header = format!("Bearer {token}");
+        let changed = root
+            .get_mut("dynamic_resources")
+            .map_or(0, |dynamic| add_authorization(dynamic, &header));
+        if changed == 0 {
+            return Err(BootstrapError::NoAdsGrpcService);
+        }
+    }
+
+    if let Some(addr) = opts.loopback_addr {
+        let addr = addr.to_string();
+        if let Some(admin) = root.get_mut("admin") {
+            rebind_socket_address(admin.get_mut("address"), &addr);
+        }
+        let listeners = root
+            .get_mut("static_resources")
+            .and_then(|s| s.get_mut("listeners"))
+            .and_then(Value::as_array_mut);
+        for listener in listeners.into_iter().flatten() {
+            rebind_socket_address(listener.get_mut("address"), &addr);
+        }
+        // Inside a pod 127.0.0.1 is the pod itself (e.g. a readiness route to the admin port),
+        // so static upstreams on loopback move to the pod's address as well.
+        if let Some(clusters) = root
+            .get_mut("static_resources")
+            .and_then(|s| s.get_mut("clusters"))
+        {
+            redirect_loopback_upstreams(clusters, &addr);
+        }
+    }
+    Ok(bootstrap)
+}
+
+fn set_node(
+    root: &mut Map<String, Value>,
+    opts: &BootstrapOptions,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), BootstrapError> {
+    let node = root.entry("node").or_insert_with(|| json!({}));
+    let node = node
+        .as_object_mut()
+        .ok_or(BootstrapError::NotAMapping { field: "node" })?;
+    node.insert("id".into(), Value::String(opts.node_id.clone()));
+    node.insert("cluster".into(), Value::String(opts.cluster.clone()));
+    let meta = node.entry("metadata").or_insert_with(|| json!({}));
+    let meta = meta.as_object_mut().ok_or(BootstrapError::NotAMapping {
+        field: "node.metadata",
+    })?;
+    for (k, v) in metadata {
+        meta.insert(k.clone(), Value::String(v.clone()));
+    }
+    Ok(())
+}
+
+/// Sets `authorization` in the `initial_metadata` of every `grpc_service` under `value` whose
+/// `envoy_grpc.cluster_name` is the ADS cluster; returns how many it changed.
+fn add_authorization(value: &mut Value, header: &str) -> usize {
+    match value {
+        Value::Object(map) => {
+            let targets_ads = map
+                .get("envoy_grpc")
+                .and_then(|g| g.get("cluster_name"))
+                .and_then(Value::as_str)
+                == Some(ADS_CLUSTER);
+            if targets_ads {
+                let entries = map.entry("initial_metadata").or_insert_with(|| json!([]));
+                if !entries.is_array() {
+                    *entries = json!([]);
+                }
+                if let Some(entries) = entries.as_array_mut() {
+                    // Replace, never duplicate: Envoy would send both values.
+                    entries.retain(|e| {
+                        e.get("key")
+                            .and_then(Value::as_str)
+                            .is_none_or(|k| !k.eq_ignore_ascii_case("authorization"))
+                    });
+                    entries.push(json!({ "key": "authorization", "value": header }));
+                }
+                return 1;
+            }
+            map.values_mut().map(|v| add_authorization(v, header)).sum()
+        }
+        Value::Array(items) => items.iter_mut().map(|v| add_authorization(v, header)).sum(),
+        _ => 0,
+    }
+}
+
+fn redirect_loopback_upstreams(value: &mut Value, loopback: &str) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Object(socket)) = map.get_mut("socket_address") {
+                if socket.get("address").and_then(Value::as_str) == Some("127.0.0.1") {
+                    socket.insert("address".into(), Value::String(loopback.to_owned()));
+                }
+            }
+            map.values_mut()
+                .for_each(|v| redirect_loopback_upstreams(v, loopback));
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| redirect_loopback_upstreams(v, loopback)),
+        _ => {}
+    }
+}
+
+fn rebind_socket_address(address: Option<&mut Value>, loopback: &str) {
+    let Some(socket) = address.and_then(|a| a.get_mut("socket_address")) else {
+        return;
+    };
+    let Some(bound) = socket.get_mut("address") else {
+        return;
+    };
+    if bound
+        .as_str()
+        .is_some_and(|a| SHARED_BIND_ADDRESSES.contains(&a))
+    {
+        *bound = Value::String(loopback.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shaped like contract 6: admin on loopback, readiness listener, ADS over `xds-grpc`.
+    const INPUT: &str = r#"
+node:
+  metadata:
+    FROM_CONFIGMAP: "kept"
+admin:
+  address:
+    socket_address: { address: 127.0.0.1, port_value: 15000 }
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services:
+      - envoy_grpc: { cluster_name: xds-grpc }
+  cds_config: { ads: {}, resource_api_version: V3 }
+  lds_config: { ads: {}, resource_api_version: V3 }
+static_resources:
+  listeners:
+    - name: readiness
+      address:
+        socket_address: { address: 0.0.0.0, port_value: 15021 }
+  clusters:
+    - name: admin
+      type: STATIC
+      load_assignment:
+        cluster_name: admin
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: { address: 127.0.0.1, port_value: 15000 }
+    - name: xds-grpc
+      type: STRICT_DNS
+      load_assignment:
+        cluster_name: xds-grpc
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: { address: meshplane-blue-v1.meshplane-blue.svc, port_value: 15010 }
+"#;
+
+    fn opts() -> BootstrapOptions {
+        BootstrapOptions {
+            node_id: "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local".into(),
+            cluster: "web".into(),
+            metadata: BTreeMap::from([
+                ("NAMESPACE".into(), "shop".into()),
+                ("TENANT".into(), "blue".into()),
+            ]),
+            token: None,
+            loopback_addr: None,
+        }
+    }
+
+    #[test]
+    fn sets_node_identity_and_merges_metadata() {
+        let out = build_bootstrap(INPUT, &opts()).unwrap();
+        assert_eq!(
+            out["node"]["id"],
+            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local"
+        );
+        assert_eq!(out["node"]["cluster"], "web");
+        assert_eq!(
+            out["node"]["metadata"],
+            json!({ "FROM_CONFIGMAP": "kept", "NAMESPACE": "shop", "TENANT": "blue" })
+        );
+    }
+
+    #[test]
+    fn adds_bearer_token_to_the_ads_grpc_service_only() {
+        let mut o = opts();
+        o.token = Some("tok-123\n".into());
+        let out = build_bootstrap(INPUT, &o).unwrap();
+        assert_eq!(
+            out["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"],
+            json!([{ "key": "authorization", "value": "Bearer tok-123" }])
+        );
+        // The static cluster is not a grpc_service and stays untouched.
+        assert!(out["static_resources"]["clusters"][1]
+            .get("initial_metadata")
+            .is_none());
+    }
+
+    #[test]
+    fn replaces_an_existing_authorization_header() {
+        let input = r#"
+dynamic_resources:
+  ads_config:
+    grpc_services:
+      - envoy_grpc: { cluster_name: xds-grpc }
+        initial_metadata:
+          - { key: Authorization, value: "Bearer stale" }
+          - { key: x-other, value: "1" }
+"#;
+        let mut o = opts();
+        o.token = Some("fresh".into());
+        let out = build_bootstrap(input, &o).unwrap();
+        assert_eq!(
+            out["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"],
+            json!([
+                { "key": "x-other", "value": "1" },
+                { "key": "authorization", "value": "Bearer fresh" }
+            ])
+        );
+    }
+
+    #[test]
+    fn a_token_without_an_ads_grpc_service_is_an_error() {
+        let input = "dynamic_resources:\n  ads_config:\n    grpc_services:\n      - envoy_grpc: { cluster_name: other }\n";
+        let mut o = opts();
+        o.token = Some("tok".into());
+        let err = build_bootstrap(input, &o).unwrap_err();
+        assert!(matches!(err, BootstrapError::NoAdsGrpcService), "{err}");
+    }
+
+    #[test]
+    fn an_empty_token_is_an_error() {
+        let mut o = opts();
+        o.token = Some(" \n".into());
+        assert!(matches!(
+            build_bootstrap(INPUT, &o),
+            Err(BootstrapError::EmptyToken)
+        ));
+    }
+
+    #[test]
+    fn without_token_no_authorization_is_added() {
+        let out = build_bootstrap(INPUT, &opts()).unwrap();
+        assert!(out["dynamic_resources"]["ads_config"]["grpc_services"][0]
+            .get("initial_metadata")
+            .is_none());
+    }
+
+    #[test]
+    fn loopback_addr_rebinds_admin_and_static_listeners_and_is_announced() {
+        let mut o = opts();
+        o.loopback_addr = Some("127.0.0.12".parse().unwrap());
+        let out = build_bootstrap(INPUT, &o).unwrap();
+        assert_eq!(
+            out["admin"]["address"]["socket_address"]["address"],
+            "127.0.0.12"
+        );
+        assert_eq!(
+            out["admin"]["address"]["socket_address"]["port_value"],
+            15000
+        );
+        assert_eq!(
+            out["static_resources"]["listeners"][0]["address"]["socket_address"]["address"],
+            "127.0.0.12"
+        );
+        assert_eq!(out["node"]["metadata"][LOOPBACK_ADDR_META], "127.0.0.12");
+        assert_eq!(
+            out["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
+                ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"],
+            "127.0.0.12",
+            "a loopback upstream is the pod itself"
+        );
+        // Other upstreams are not the pod and must not move.
+        assert_eq!(
+            out["static_resources"]["clusters"][1]["load_assignment"]["endpoints"][0]
+                ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"],
+            "meshplane-blue-v1.meshplane-blue.svc"
+        );
+    }
+
+    #[test]
+    fn without_loopback_addr_binds_are_unchanged() {
+        let out = build_bootstrap(INPUT, &opts()).unwrap();
+        assert_eq!(
+            out["admin"]["address"]["socket_address"]["address"],
+            "127.0.0.1"
+        );
+        assert!(out["node"]["metadata"].get(LOOPBACK_ADDR_META).is_none());
+    }
+
+    #[test]
+    fn a_non_mapping_bootstrap_is_an_error_not_a_panic() {
+        assert!(matches!(
+            build_bootstrap("- just\n- a list\n", &opts()),
+            Err(BootstrapError::NotAMapping { .. })
+        ));
+        assert!(matches!(
+            build_bootstrap("node: [1]\n", &opts()),
+            Err(BootstrapError::NotAMapping { field: "node" })
+        ));
+        assert!(matches!(
+            build_bootstrap("a: [unclosed\n", &opts()),
+            Err(BootstrapError::Parse(_))
+        ));
+    }
+
+    #[test]
+    fn empty_identity_is_an_error() {
+        let mut o = opts();
+        o.cluster.clear();
+        assert!(matches!(
+            build_bootstrap(INPUT, &o),
+            Err(BootstrapError::EmptyIdentity(_))
+        ));
+    }
+}

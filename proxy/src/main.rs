@@ -1,0 +1,114 @@
+//! `meshplane-proxy`: writes the final Envoy bootstrap and execs Envoy (see the library docs).
+
+use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::Parser;
+use meshplane_proxy::cli::{Cli, LOOPBACK_ADDR_ENV};
+use meshplane_proxy::{build_bootstrap, BootstrapError, BootstrapOptions};
+
+#[derive(Debug, thiserror::Error)]
+enum LaunchError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{LOOPBACK_ADDR_ENV}={value:?} is not an IP address")]
+    LoopbackAddr { value: String },
+    #[error("building the bootstrap from {path}: {source}")]
+    Bootstrap {
+        path: PathBuf,
+        source: BootstrapError,
+    },
+    #[error("serializing the bootstrap: {0}")]
+    Serialize(serde_json::Error),
+    #[error("exec {bin}: {source}")]
+    Exec {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let cli = Cli::parse();
+    // `launch` only returns on failure: on success the process is Envoy.
+    let err = launch(cli);
+    tracing::error!("meshplane-proxy: {err}");
+    ExitCode::FAILURE
+}
+
+fn launch(cli: Cli) -> LaunchError {
+    match prepare(&cli) {
+        Ok(()) => {}
+        Err(e) => return e,
+    }
+    tracing::info!(envoy = %cli.envoy_bin.display(), out = %cli.out.display(), "starting Envoy");
+    let source = Command::new(&cli.envoy_bin)
+        .arg("-c")
+        .arg(&cli.out)
+        .arg("--disable-hot-restart")
+        .args(&cli.envoy_args)
+        .exec();
+    LaunchError::Exec {
+        bin: cli.envoy_bin,
+        source,
+    }
+}
+
+fn prepare(cli: &Cli) -> Result<(), LaunchError> {
+    let input = read(&cli.bootstrap)?;
+    let token = match &cli.token_file {
+        Some(path) if path.exists() => Some(read(path)?),
+        Some(path) => {
+            tracing::warn!(path = %path.display(), "token file absent: ADS stream carries no token");
+            None
+        }
+        None => None,
+    };
+    let loopback_addr = match std::env::var(LOOPBACK_ADDR_ENV) {
+        Ok(value) => Some(
+            value
+                .parse::<IpAddr>()
+                .map_err(|_| LaunchError::LoopbackAddr {
+                    value: value.clone(),
+                })?,
+        ),
+        Err(_) => None,
+    };
+    let opts = BootstrapOptions {
+        node_id: cli.node_id.clone(),
+        cluster: cli.cluster.clone(),
+        metadata: cli.meta.iter().cloned().collect(),
+        token,
+        loopback_addr,
+    };
+    let bootstrap = build_bootstrap(&input, &opts).map_err(|source| LaunchError::Bootstrap {
+        path: cli.bootstrap.clone(),
+        source,
+    })?;
+    // JSON is valid YAML, so Envoy reads it from a `.yaml` path as well.
+    let text = serde_json::to_string_pretty(&bootstrap).map_err(LaunchError::Serialize)?;
+    std::fs::write(&cli.out, text).map_err(|source| LaunchError::Write {
+        path: cli.out.clone(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, LaunchError> {
+    std::fs::read_to_string(path).map_err(|source| LaunchError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,144 @@
+//! The two admission handlers of an instance, from request body to response body, without I/O.
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::DynamicObject;
+use serde_json::Value;
+
+use crate::inject::{inject, Injection, InjectionConfig};
+use crate::review::{self, Verdict};
+use crate::tenant::TenantView;
+use crate::validate::{validate_config, ConfigKind};
+
+/// An HTTP answer to an admission call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// 200 for every answered review; 400 when the body is not a review at all.
+    pub status: StatusCode,
+    /// The AdmissionReview response.
+    pub body: Value,
+}
+
+/// The admission webhooks of one revision's instance.
+pub struct Webhooks {
+    injection: InjectionConfig,
+    tenant: Arc<dyn TenantView>,
+}
+
+impl Webhooks {
+    /// Handlers injecting with `injection` and validating against `tenant`'s membership.
+    pub fn new(injection: InjectionConfig, tenant: Arc<dyn TenantView>) -> Self {
+        Webhooks { injection, tenant }
+    }
+
+    /// `/inject`: the mutating review of a Pod CREATE.
+    pub fn inject(&self, body: &[u8]) -> Reply {
+        answer(body, |req| self.injection_verdict(req))
+    }
+
+    /// `/validate`: the validating review of networking config CREATE/UPDATE.
+    pub fn validate(&self, body: &[u8]) -> Reply {
+        answer(body, |req| self.validation_verdict(req))
+    }
+
+    fn injection_verdict(&self, req: &AdmissionRequest<DynamicObject>) -> Verdict {
+        if req.operation != Operation::Create
+            || !req.kind.group.is_empty()
+            || req.kind.kind != "Pod"
+        {
+            return Verdict::Allow;
+        }
+        let Some(object) = &req.object else {
+            return Verdict::bad_request("request.object: missing for a Pod CREATE");
+        };
+        let pod: Pod = match serde_json::to_value(object).and_then(serde_json::from_value) {
+            Ok(pod) => pod,
+            Err(e) => return Verdict::bad_request(format!("request.object: not a Pod: {e}")),
+        };
+        let namespace = req
+            .namespace
+            .clone()
+            .or_else(|| pod.metadata.namespace.clone());
+        let Some(namespace) = namespace.filter(|ns| !ns.is_empty()) else {
+            return Verdict::bad_request("request.namespace: missing for a Pod CREATE");
+        };
+        let pod_name = pod
+            .metadata
+            .name
+            .clone()
+            .or_else(|| pod.metadata.generate_name.clone());
+        match inject(&pod, &namespace, &self.injection) {
+            Ok(Injection::Patch(patch)) => {
+                tracing::info!(uid = %req.uid, %namespace, pod = ?pod_name, revision = %self.injection.revision, "injecting sidecar");
+                Verdict::Patch(patch)
+            }
+            Ok(Injection::Skip(reason)) => {
+                tracing::debug!(uid = %req.uid, %namespace, pod = ?pod_name, reason = reason.as_str(), "not injecting");
+                Verdict::Allow
+            }
+            Err(e) => {
+                tracing::info!(uid = %req.uid, %namespace, pod = ?pod_name, error = %e, "refusing pod");
+                Verdict::bad_request(e.to_string())
+            }
+        }
+    }
+
+    fn validation_verdict(&self, req: &AdmissionRequest<DynamicObject>) -> Verdict {
+        if !matches!(req.operation, Operation::Create | Operation::Update) {
+            return Verdict::Allow;
+        }
+        let Some(kind) = ConfigKind::from_group_kind(&req.kind.group, &req.kind.kind) else {
+            tracing::warn!(uid = %req.uid, group = %req.kind.group, kind = %req.kind.kind, "unexpected kind sent to /validate; allowing");
+            return Verdict::Allow;
+        };
+        let Some(object) = &req.object else {
+            return Verdict::bad_request(format!(
+                "request.object: missing for a {} {:?}",
+                kind.as_str(),
+                req.operation
+            ));
+        };
+        let object = match serde_json::to_value(object) {
+            Ok(v) => v,
+            Err(e) => return Verdict::bad_request(format!("request.object: {e}")),
+        };
+        match validate_config(kind, &object, self.tenant.as_ref()) {
+            Ok(()) => Verdict::Allow,
+            Err(violations) => {
+                let message = violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::info!(uid = %req.uid, kind = kind.as_str(), namespace = ?req.namespace, name = %req.name, %message, "denying config");
+                Verdict::forbidden(message)
+            }
+        }
+    }
+}
+
+fn answer(body: &[u8], verdict: impl FnOnce(&AdmissionRequest<DynamicObject>) -> Verdict) -> Reply {
+    match review::decode(body) {
+        Ok(req) => Reply {
+            status: StatusCode::OK,
+            body: review::encode(&req.uid, &verdict(&req)),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed admission request");
+            // With a uid the API server can still show the reason to the user.
+            let status = if e.uid.is_some() {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            let uid = e.uid.clone().unwrap_or_default();
+            Reply {
+                status,
+                body: review::encode(&uid, &Verdict::bad_request(e.to_string())),
+            }
+        }
+    }
+}

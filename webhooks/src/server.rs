@@ -1,0 +1,151 @@
+//! HTTPS serving of the webhooks on the instance's webhook port (contract 5): `/inject`,
+//! `/validate` and `/healthz`, with the certificate of contract 4 reloaded on change.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::handlers::Webhooks;
+use crate::tls::{ReloadingCertResolver, TlsError};
+
+/// The API server sends the object and the old object; Kubernetes objects are at most ~1.5 MiB.
+const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
+/// A client that does not finish the TLS handshake in this time is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long in-flight requests may take to finish after shutdown is asked (the API server's
+/// webhook timeout is 10 s).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed `accept` (e.g. out of file descriptors) so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("binding the webhook port {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The initial certificate could not be loaded.
+    #[error("loading the webhook certificate: {0}")]
+    Tls(#[from] TlsError),
+    /// rustls refused the configuration.
+    #[error("configuring TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The HTTP routes, without TLS.
+pub fn router(handlers: Arc<Webhooks>) -> Router {
+    Router::new()
+        .route("/inject", post(inject))
+        .route("/validate", post(validate))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .with_state(handlers)
+}
+
+async fn inject(State(handlers): State<Arc<Webhooks>>, body: Bytes) -> impl IntoResponse {
+    let reply = handlers.inject(&body);
+    (reply.status, Json(reply.body))
+}
+
+async fn validate(State(handlers): State<Arc<Webhooks>>, body: Bytes) -> impl IntoResponse {
+    let reply = handlers.validate(&body);
+    (reply.status, Json(reply.body))
+}
+
+/// Serves the webhooks over HTTPS on `addr` with `tls.crt`/`tls.key` from `tls_dir` until
+/// `shutdown` completes, then lets in-flight requests finish (bounded).
+pub async fn serve(
+    addr: SocketAddr,
+    tls_dir: PathBuf,
+    handlers: Arc<Webhooks>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    serve_on(listener, tls_dir, handlers, shutdown).await
+}
+
+/// [`serve`] on an already bound listener (tests bind port 0 and read the address).
+pub async fn serve_on(
+    listener: TcpListener,
+    tls_dir: PathBuf,
+    handlers: Arc<Webhooks>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let resolver = Arc::new(ReloadingCertResolver::load(&tls_dir, provider.clone())?);
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let app = router(handlers);
+    let graceful = GracefulShutdown::new();
+    tracing::info!(addr = ?listener.local_addr().ok(), tls_dir = %tls_dir.display(), "serving admission webhooks");
+
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a webhook connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
+            }
+        });
+    }
+
+    tracing::info!("webhook server shutting down");
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
+            tracing::warn!("webhook connections still open after the drain timeout; closing");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! Config validation: the shared semantic rules of `meshplane_crds::validation` plus the
+//! tenant-boundary rules, for `ServiceEntry`, `EnvoyFilter` and `Sidecar`.
+//!
+//! Tenant-boundary rules (see `docs/webhooks.md`):
+//! - `ServiceEntry.spec.exportTo` and `Sidecar.spec.egress[].hosts` may name only namespaces of
+//!   the tenant (members and the control namespace); `.`, `*` and `~` keep their meanings and
+//!   `*` means "every namespace of the tenant".
+//! - An `EnvoyFilter`'s reach is decided by where it lives: outside the control namespace it
+//!   applies to its own namespace's proxies only (the translator enforces that). The webhook
+//!   therefore rejects the Istio fields that select proxies by anything else (`targetRefs`,
+//!   `targetRef`, `configPatches[].match.proxy`) in every namespace, and patches that match a
+//!   Kubernetes service (`<svc>.<ns>.svc...`) of a namespace outside the tenant.
+//!
+//! The namespace of the object itself is not checked: the webhook configuration calls this
+//! instance only for namespaces attached to its revision.
+
+use meshplane_crds::networking::{EnvoyFilterSpec, ServiceEntrySpec, SidecarSpec};
+use meshplane_crds::validation::{self, ValidationError};
+use serde_json::Value;
+
+use crate::tenant::TenantView;
+
+/// API group of the networking config.
+pub const NETWORKING_GROUP: &str = "networking.meshplane.io";
+
+/// The config kinds this webhook validates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigKind {
+    /// `ServiceEntry`.
+    ServiceEntry,
+    /// `EnvoyFilter`.
+    EnvoyFilter,
+    /// `Sidecar`.
+    Sidecar,
+}
+
+impl ConfigKind {
+    /// The kind for an API group and kind name, if this webhook validates it.
+    pub fn from_group_kind(group: &str, kind: &str) -> Option<Self> {
+        if group != NETWORKING_GROUP {
+            return None;
+        }
+        match kind {
+            "ServiceEntry" => Some(ConfigKind::ServiceEntry),
+            "EnvoyFilter" => Some(ConfigKind::EnvoyFilter),
+            "Sidecar" => Some(ConfigKind::Sidecar),
+            _ => None,
+        }
+    }
+
+    /// The kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigKind::ServiceEntry => "ServiceEntry",
+            ConfigKind::EnvoyFilter => "EnvoyFilter",
+            ConfigKind::Sidecar => "Sidecar",
+        }
+    }
+}
+
+/// One broken rule; the message names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigViolation {
+    /// A shared semantic rule.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// A reference to a namespace outside the tenant.
+    #[error("{field}: namespace {namespace:?} is not a member of tenant {tenant:?}; {rule}")]
+    ForeignNamespace {
+        field: String,
+        namespace: String,
+        tenant: String,
+        rule: &'static str,
+    },
+    /// An EnvoyFilter field that would select proxies other than by its namespace.
+    #[error("{field}: not supported; an EnvoyFilter applies to the proxies of its own namespace (narrowed by spec.workloadSelector), or to the whole tenant only from the control namespace {control_namespace:?}")]
+    ProxySelection {
+        field: String,
+        control_namespace: String,
+    },
+    /// The object does not decode into its type.
+    #[error("{field}: cannot be decoded as a {kind} spec: {reason}")]
+    Malformed {
+        field: &'static str,
+        kind: &'static str,
+        reason: String,
+    },
+}
+
+const EXPORT_TO_RULE: &str = "exportTo may only name namespaces of the tenant";
+const EGRESS_RULE: &str = "Sidecar egress hosts may only name namespaces of the tenant";
+const PATCH_MATCH_RULE: &str = "EnvoyFilter patches may only match services of the tenant";
+
+/// Validates `object` (the full resource as JSON) of `kind` against the shared
+/// rules and the tenant-boundary rules; all violations are returned, not just the first.
+pub fn validate_config(
+    kind: ConfigKind,
+    object: &Value,
+    view: &dyn TenantView,
+) -> Result<(), Vec<ConfigViolation>> {
+    let mut violations = Vec::new();
+    let spec = object.get("spec").cloned().unwrap_or(Value::Null);
+    match kind {
+        ConfigKind::ServiceEntry => match decode::<ServiceEntrySpec>(spec, kind) {
+            Ok(se) => {
+                push_semantic(&mut violations, validation::validate_service_entry(&se));
+                for (i, entry) in se.export_to.iter().enumerate() {
+                    check_namespace_ref(
+                        &mut violations,
+                        view,
+                        entry,
+                        || format!("spec.exportTo[{i}]"),
+                        EXPORT_TO_RULE,
+                    );
+                }
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::Sidecar => match decode::<SidecarSpec>(spec, kind) {
+            Ok(sc) => {
+                push_semantic(&mut violations, validation::validate_sidecar(&sc));
+                for (i, listener) in sc.egress.iter().enumerate() {
+                    for (j, host) in listener.hosts.iter().enumerate() {
+                        if let Some((ns, _)) = host.split_once('/') {
+                            check_namespace_ref(
+                                &mut violations,
+                                view,
+                                ns,
+                                || format!("spec.egress[{i}].hosts[{j}]"),
+                                EGRESS_RULE,
+                            );
+                        }
+                    }
+                }
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::EnvoyFilter => {
+            check_proxy_selection(&mut violations, object, view);
+            match decode::<EnvoyFilterSpec>(spec, kind) {
+                Ok(ef) => {
+                    push_semantic(&mut violations, validation::validate_envoy_filter(&ef));
+                    check_patch_matches(&mut violations, &ef, view);
+                }
+                Err(e) => violations.push(e),
+            }
+        }
+    }
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations)
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    spec: Value,
+    kind: ConfigKind,
+) -> Result<T, ConfigViolation> {
+    if spec.is_null() {
+        return Err(ConfigViolation::Malformed {
+            field: "spec",
+            kind: kind.as_str(),
+            reason: "spec is missing".into(),
+        });
+    }
+    serde_json::from_value(spec).map_err(|e| ConfigViolation::Malformed {
+        field: "spec",
+        kind: kind.as_str(),
+        reason: e.to_string(),
+    })
+}
+
+fn push_semantic(
+    violations: &mut Vec<ConfigViolation>,
+    result: Result<(), validation::ValidationErrors>,
+) {
+    if let Err(errs) = result {
+        violations.extend(errs.0.into_iter().map(ConfigViolation::Invalid));
+    }
+}
+
+/// `.`, `*` and `~` are relative to the tenant; anything else must be a tenant namespace.
+fn check_namespace_ref(
+    violations: &mut Vec<ConfigViolation>,
+    view: &dyn TenantView,
+    namespace: &str,
+    field: impl FnOnce() -> String,
+    rule: &'static str,
+) {
+    if matches!(namespace, "." | "*" | "~") || view.contains(namespace) {
+        return;
+    }
+    violations.push(ConfigViolation::ForeignNamespace {
+        field: field(),
+        namespace: namespace.to_owned(),
+        tenant: view.tenant().to_owned(),
+        rule,
+    });
+}
+
+/// Istio's ways to pick proxies other than by namespace and workload selector. The CRD schema
+/// prunes them, but a lenient API server (or an older schema) would pass them silently.
+fn check_proxy_selection(
+    violations: &mut Vec<ConfigViolation>,
+    object: &Value,
+    view: &dyn TenantView,
+) {
+    let spec = object.get("spec");
+    let mut reject = |field: String| {
+        violations.push(ConfigViolation::ProxySelection {
+            field,
+            control_namespace: view.control_namespace().to_owned(),
+        })
+    };
+    for key in ["targetRefs", "targetRef"] {
+        if spec.and_then(|s| s.get(key)).is_some() {
+            reject(format!("spec.{key}"));
+        }
+    }
+    let patches = spec
+        .and_then(|s| s.get("configPatches"))
+        .and_then(Value::as_array);
+    for (i, patch) in patches.into_iter().flatten().enumerate() {
+        if patch.get("match").and_then(|m| m.get("proxy")).is_some() {
+            reject(format!("spec.configPatches[{i}].match.proxy"));
+        }
+    }
+}
+
+fn check_patch_matches(
+    violations: &mut Vec<ConfigViolation>,
+    ef: &EnvoyFilterSpec,
+    view: &dyn TenantView,
+) {
+    for (i, patch) in ef.config_patches.iter().enumerate() {
+        let Some(m) = &patch.match_ else { continue };
+        let mut hosts: Vec<(String, &str)> = Vec::new();
+        if let Some(c) = &m.cluster {
+            hosts.push((
+                format!("spec.configPatches[{i}].match.cluster.service"),
+                c.service.as_str(),
+            ));
+            let name_host = c
+                .name
+                .strip_prefix("outbound|")
+                .and_then(|rest| rest.rsplit('|').next());
+            if let Some(host) = name_host {
+                hosts.push((format!("spec.configPatches[{i}].match.cluster.name"), host));
+            }
+        }
+        if let Some(vhost) = m
+            .route_configuration
+            .as_ref()
+            .and_then(|r| r.vhost.as_ref())
+        {
+            let host = vhost
+                .name
+                .rsplit_once(':')
+                .map_or(vhost.name.as_str(), |(h, _)| h);
+            hosts.push((
+                format!("spec.configPatches[{i}].match.routeConfiguration.vhost.name"),
+                host,
+            ));
+        }
+        for (field, host) in hosts {
+            if let Some(ns) = service_namespace(host) {
+                check_namespace_ref(violations, view, ns, || field, PATCH_MATCH_RULE);
+            }
+        }
+    }
+}
+
+/// The namespace of a Kubernetes service host `<svc>.<ns>.svc[.<domain>]` (or `*.<ns>.svc...`).
+fn service_namespace(host: &str) -> Option<&str> {
+    let mut labels = host.split('.');
+    let (_svc, ns, svc_label) = (labels.next()?, labels.next()?, labels.next()?);
+    (svc_label == "svc" && !ns.is_empty()).then_some(ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::StaticTenant;
+    use serde_json::json;
+
+    fn blue() -> StaticTenant {
+        StaticTenant::new("blue", "meshplane-blue", ["shop", "payments"])
+    }
+
+    fn messages(r: Result<(), Vec<ConfigViolation>>) -> Vec<String> {
+        r.err()
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn export_to_a_foreign_namespace_is_denied_with_field_and_rule() {
+        let se = json!({"spec": {"hosts": ["api.example.com"], "exportTo": ["green", ".", "payments", "meshplane-blue"]}});
+        assert_eq!(
+            messages(validate_config(ConfigKind::ServiceEntry, &se, &blue())),
+            vec![
+                r#"spec.exportTo[0]: namespace "green" is not a member of tenant "blue"; exportTo may only name namespaces of the tenant"#
+            ]
+        );
+    }
+
+    #[test]
+    fn export_to_wildcards_stay_inside_the_tenant() {
+        for export in [json!(["*"]), json!(["."]), json!(["~"]), json!([])] {
+            let se = json!({"spec": {"hosts": ["api.example.com"], "exportTo": export}});
+            assert_eq!(
+                validate_config(ConfigKind::ServiceEntry, &se, &blue()),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn sidecar_egress_hosts_are_checked_per_namespace_part() {
+        let sc = json!({"spec": {"egress": [{"hosts": ["./*", "*/api.example.com", "payments/*", "green/*"]}]}});
+        assert_eq!(
+            messages(validate_config(ConfigKind::Sidecar, &sc, &blue())),
+            vec![
+                r#"spec.egress[0].hosts[3]: namespace "green" is not a member of tenant "blue"; Sidecar egress hosts may only name namespaces of the tenant"#
+            ]
+        );
+    }
+
+    #[test]
+    fn semantic_errors_come_from_the_shared_validation() {
+        let se = json!({"spec": {"hosts": ["Not A Host"]}});
+        let msgs = messages(validate_config(ConfigKind::ServiceEntry, &se, &blue()));
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(msgs[0].starts_with("spec.hosts[0]: host"), "{msgs:?}");
+    }
+
+    #[test]
+    fn envoy_filter_proxy_selection_fields_are_denied() {
+        let ef = json!({"spec": {
+            "targetRefs": [{"kind": "Service", "name": "web"}],
+            "configPatches": [{"applyTo": "CLUSTER", "match": {"proxy": {"proxyVersion": ".*"}}, "patch": {"operation": "REMOVE"}}]
+        }});
+        let msgs = messages(validate_config(ConfigKind::EnvoyFilter, &ef, &blue()));
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with("spec.targetRefs: not supported"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].starts_with("spec.configPatches[0].match.proxy: not supported"),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn envoy_filter_may_not_match_services_of_other_tenants() {
+        let ef = json!({"spec": {"configPatches": [
+            {"applyTo": "CLUSTER", "match": {"cluster": {"service": "web.shop.svc.cluster.local"}}, "patch": {"operation": "REMOVE"}},
+            {"applyTo": "CLUSTER", "match": {"cluster": {"name": "outbound|80||pay.green.svc.cluster.local"}}, "patch": {"operation": "REMOVE"}},
+            {"applyTo": "VIRTUAL_HOST", "match": {"routeConfiguration": {"vhost": {"name": "ui.green.svc.cluster.local:8080"}}}, "patch": {"operation": "REMOVE"}},
+            {"applyTo": "CLUSTER", "match": {"cluster": {"service": "api.example.com"}}, "patch": {"operation": "REMOVE"}}
+        ]}});
+        let msgs = messages(validate_config(ConfigKind::EnvoyFilter, &ef, &blue()));
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with(r#"spec.configPatches[1].match.cluster.name: namespace "green""#),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].starts_with(
+                r#"spec.configPatches[2].match.routeConfiguration.vhost.name: namespace "green""#
+            ),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn malformed_and_missing_specs_are_denied_not_panics() {
+        let bad = json!({"spec": {"hosts": "not-a-list"}});
+        let msgs = messages(validate_config(ConfigKind::ServiceEntry, &bad, &blue()));
+        assert!(
+            msgs[0].starts_with("spec: cannot be decoded as a ServiceEntry spec"),
+            "{msgs:?}"
+        );
+        let missing = json!({"metadata": {}});
+        let msgs = messages(validate_config(ConfigKind::Sidecar, &missing, &blue()));
+        assert_eq!(
+            msgs,
+            vec!["spec: cannot be decoded as a Sidecar spec: spec is missing"]
+        );
+    }
+
+    #[test]
+    fn service_namespace_reads_kubernetes_service_hosts_only() {
+        assert_eq!(
+            service_namespace("web.shop.svc.cluster.local"),
+            Some("shop")
+        );
+        assert_eq!(service_namespace("*.shop.svc"), Some("shop"));
+        assert_eq!(service_namespace("api.example.com"), None);
+        assert_eq!(service_namespace("web"), None);
+    }
+}

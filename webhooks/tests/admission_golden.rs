@@ -1,0 +1,356 @@
+//! Golden tests of the AdmissionReview responses of `/inject` and `/validate`.
+//!
+//! Each golden file in `tests/golden/` holds the HTTP status and the response review; the
+//! base64 `patch` is shown decoded under `patchDecoded` for readability. Rewrite them with
+//! `UPDATE_GOLDEN=1 cargo test -p meshplane-webhooks --test admission_golden`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use base64::Engine;
+use meshplane_webhooks::inject::{CaptureMode, InjectionConfig};
+use meshplane_webhooks::tenant::StaticTenant;
+use meshplane_webhooks::{Reply, Webhooks};
+use serde_json::{json, Value};
+
+fn webhooks() -> Webhooks {
+    let injection = InjectionConfig {
+        tenant: "blue".into(),
+        revision: "blue-v1".into(),
+        proxy_image: "ghcr.io/meshplane/proxy:1.40.0".into(),
+        trust_domain: "blue.example".into(),
+        default_capture_mode: CaptureMode::Default,
+    };
+    Webhooks::new(
+        injection,
+        Arc::new(StaticTenant::new(
+            "blue",
+            "meshplane-blue",
+            ["shop", "payments"],
+        )),
+    )
+}
+
+fn review(
+    uid: &str,
+    kind: (&str, &str, &str),
+    resource: &str,
+    namespace: &str,
+    operation: &str,
+    object: Value,
+) -> Vec<u8> {
+    let (group, version, kind) = kind;
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false
+        }
+    }))
+    .unwrap()
+}
+
+fn pod_review(uid: &str, namespace: &str, pod: Value) -> Vec<u8> {
+    review(uid, ("", "v1", "Pod"), "pods", namespace, "CREATE", pod)
+}
+
+fn config_review(uid: &str, kind: &str, resource: &str, namespace: &str, object: Value) -> Vec<u8> {
+    review(
+        uid,
+        ("networking.meshplane.io", "v1alpha1", kind),
+        resource,
+        namespace,
+        "CREATE",
+        object,
+    )
+}
+
+/// The reply as stored in a golden file: patch decoded.
+fn readable(reply: &Reply) -> Value {
+    let mut body = reply.body.clone();
+    if let Some(response) = body.get_mut("response").and_then(Value::as_object_mut) {
+        if let Some(Value::String(b64)) = response.remove("patch") {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("patch is base64");
+            let patch: Value = serde_json::from_slice(&bytes).expect("patch is JSON");
+            response.insert("patchDecoded".into(), patch);
+        }
+    }
+    json!({ "httpStatus": reply.status.as_u16(), "review": body })
+}
+
+fn assert_golden(name: &str, reply: &Reply) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.json"));
+    let actual = format!(
+        "{}\n",
+        serde_json::to_string_pretty(&readable(reply)).unwrap()
+    );
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs; rerun with UPDATE_GOLDEN=1 if the change is intended",
+        path.display()
+    );
+}
+
+/// Applies the reply's patch to `pod`, proving the operations are valid for that pod.
+fn apply_patch(reply: &Reply, pod: &Value) -> Value {
+    let b64 = reply.body["response"]["patch"].as_str().expect("a patch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut doc = pod.clone();
+    json_patch::patch(&mut doc, &patch).expect("patch applies to the pod");
+    doc
+}
+
+fn deployment_pod() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "web-5d9f8c7b6-",
+            "namespace": "shop",
+            "labels": {"pod-template-hash": "5d9f8c7b6"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9f8c7b6", "uid": "rs-1", "controller": true}]
+        },
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]}]}
+    })
+}
+
+#[test]
+fn inject_pod_without_annotations_init_containers_or_volumes() {
+    let pod = deployment_pod();
+    let reply = webhooks().inject(&pod_review("u-inject-1", "shop", pod.clone()));
+    assert_golden("inject_minimal_pod", &reply);
+    let patched = apply_patch(&reply, &pod);
+    assert_eq!(
+        patched["metadata"]["annotations"]["sidecar.meshplane.io/revision"],
+        "blue-v1"
+    );
+    assert_eq!(patched["spec"]["containers"][1]["name"], "meshplane-proxy");
+    assert_eq!(
+        patched["spec"]["initContainers"][0]["name"],
+        "meshplane-init"
+    );
+    assert_eq!(
+        patched["spec"]["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+        "meshplane-blue"
+    );
+}
+
+#[test]
+fn inject_pod_with_existing_lists_and_capture_none() {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "reviews",
+            "labels": {"app": "reviews"},
+            "annotations": {"sidecar.meshplane.io/captureMode": "NONE", "team": "books"}
+        },
+        "spec": {
+            "initContainers": [{"name": "migrate", "image": "migrate:1"}],
+            "containers": [{"name": "reviews", "image": "reviews:2"}],
+            "volumes": [{"name": "cache", "emptyDir": {}}]
+        }
+    });
+    let reply = webhooks().inject(&pod_review("u-inject-2", "payments", pod.clone()));
+    assert_golden("inject_existing_lists_capture_none", &reply);
+    let patched = apply_patch(&reply, &pod);
+    assert_eq!(
+        patched["spec"]["initContainers"].as_array().unwrap().len(),
+        1,
+        "no capture init container"
+    );
+    assert_eq!(patched["metadata"]["annotations"]["team"], "books");
+}
+
+#[test]
+fn inject_skips_opted_out_and_injected_pods() {
+    let opted_out = json!({"metadata": {"name": "a", "labels": {"sidecar.meshplane.io/inject": "false"}}, "spec": {"containers": [{"name": "a"}]}});
+    assert_golden(
+        "inject_opted_out",
+        &webhooks().inject(&pod_review("u-inject-3", "shop", opted_out)),
+    );
+    let injected = json!({"metadata": {"name": "b", "annotations": {"sidecar.meshplane.io/revision": "blue-v0"}}, "spec": {"containers": [{"name": "b"}]}});
+    assert_golden(
+        "inject_already_injected",
+        &webhooks().inject(&pod_review("u-inject-4", "shop", injected)),
+    );
+}
+
+#[test]
+fn inject_denies_an_unknown_capture_mode() {
+    let pod = json!({"metadata": {"name": "c", "annotations": {"sidecar.meshplane.io/captureMode": "REDIRECT"}}, "spec": {"containers": [{"name": "c"}]}});
+    assert_golden(
+        "inject_invalid_capture_mode",
+        &webhooks().inject(&pod_review("u-inject-5", "shop", pod)),
+    );
+}
+
+#[test]
+fn malformed_reviews_get_clear_errors() {
+    assert_golden("malformed_not_json", &webhooks().inject(b"{not json"));
+    let missing_fields = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-bad"}}"#;
+    assert_golden(
+        "malformed_request_with_uid",
+        &webhooks().validate(missing_fields),
+    );
+    let not_a_pod = pod_review(
+        "u-inject-6",
+        "shop",
+        json!({"metadata": {"name": "d"}, "spec": {"containers": "nope"}}),
+    );
+    assert_golden("inject_object_not_a_pod", &webhooks().inject(&not_a_pod));
+}
+
+#[test]
+fn validate_allows_tenant_config() {
+    let se = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "ServiceEntry",
+        "metadata": {"name": "payments-api", "namespace": "shop"},
+        "spec": {"hosts": ["api.payments.example"], "ports": [{"number": 443, "name": "https", "protocol": "TLS"}],
+                 "resolution": "DNS", "location": "MESH_EXTERNAL", "exportTo": [".", "payments", "meshplane-blue"]}
+    });
+    assert_golden(
+        "validate_service_entry_allowed",
+        &webhooks().validate(&config_review(
+            "u-val-1",
+            "ServiceEntry",
+            "serviceentries",
+            "shop",
+            se,
+        )),
+    );
+    let ef = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "EnvoyFilter",
+        "metadata": {"name": "tenant-wide-lua", "namespace": "meshplane-blue"},
+        "spec": {"configPatches": [{
+            "applyTo": "HTTP_FILTER",
+            "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+            "patch": {"operation": "INSERT_FIRST", "value": {"name": "envoy.filters.http.lua"}}
+        }]}
+    });
+    assert_golden(
+        "validate_envoy_filter_allowed",
+        &webhooks().validate(&config_review(
+            "u-val-2",
+            "EnvoyFilter",
+            "envoyfilters",
+            "meshplane-blue",
+            ef,
+        )),
+    );
+}
+
+#[test]
+fn validate_denies_crossing_the_tenant_boundary() {
+    let se = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "ServiceEntry",
+        "metadata": {"name": "leak", "namespace": "shop"},
+        "spec": {"hosts": ["api.payments.example"], "exportTo": ["green"]}
+    });
+    let reply = webhooks().validate(&config_review(
+        "u-val-3",
+        "ServiceEntry",
+        "serviceentries",
+        "shop",
+        se,
+    ));
+    assert_eq!(
+        reply.body["response"]["status"]["message"],
+        r#"spec.exportTo[0]: namespace "green" is not a member of tenant "blue"; exportTo may only name namespaces of the tenant"#
+    );
+    assert_golden("validate_service_entry_export_to_foreign", &reply);
+
+    let sc = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "Sidecar",
+        "metadata": {"name": "default", "namespace": "shop"},
+        "spec": {"egress": [{"hosts": ["./*", "meshplane-blue/*", "green/*"]}]}
+    });
+    assert_golden(
+        "validate_sidecar_egress_foreign",
+        &webhooks().validate(&config_review("u-val-4", "Sidecar", "sidecars", "shop", sc)),
+    );
+
+    let ef = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "EnvoyFilter",
+        "metadata": {"name": "reach-out", "namespace": "shop"},
+        "spec": {
+            "targetRefs": [{"kind": "Service", "name": "web"}],
+            "configPatches": [{
+                "applyTo": "CLUSTER",
+                "match": {"cluster": {"service": "checkout.green.svc.cluster.local"}},
+                "patch": {"operation": "MERGE", "value": {"connect_timeout": "1s"}}
+            }]
+        }
+    });
+    assert_golden(
+        "validate_envoy_filter_out_of_scope",
+        &webhooks().validate(&config_review(
+            "u-val-5",
+            "EnvoyFilter",
+            "envoyfilters",
+            "shop",
+            ef,
+        )),
+    );
+}
+
+#[test]
+fn validate_denies_semantic_errors_with_all_violations() {
+    let se = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "ServiceEntry",
+        "metadata": {"name": "bad", "namespace": "shop"},
+        "spec": {"hosts": ["*.example.com"], "resolution": "STATIC", "ports": [{"number": 70000}]}
+    });
+    assert_golden(
+        "validate_service_entry_invalid",
+        &webhooks().validate(&config_review(
+            "u-val-6",
+            "ServiceEntry",
+            "serviceentries",
+            "shop",
+            se,
+        )),
+    );
+}
+
+#[test]
+fn validate_allows_deletes_and_other_kinds() {
+    let se = json!({"metadata": {"name": "x"}, "spec": {"hosts": ["api.example.com"], "exportTo": ["green"]}});
+    let delete = review(
+        "u-val-7",
+        ("networking.meshplane.io", "v1alpha1", "ServiceEntry"),
+        "serviceentries",
+        "shop",
+        "DELETE",
+        se,
+    );
+    let reply = webhooks().validate(&delete);
+    assert_eq!(reply.body["response"]["allowed"], true);
+}

@@ -1,0 +1,90 @@
+//! The monitoring HTTP server: `/metrics`, `/healthz`, `/readyz`, `/debug/proxies` and
+//! `/debug/config_dump?proxy=<id>`.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::push::Hub;
+
+/// The routes of the monitoring server.
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/debug/proxies", get(proxies))
+        .route("/debug/config_dump", get(config_dump))
+        .with_state(hub)
+}
+
+/// Serves the monitoring endpoints on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    hub: Arc<Hub>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(hub))
+        .with_graceful_shutdown(
+            async move { crate::ads::stream::shutting_down(&mut shutdown).await },
+        )
+        .await
+}
+
+async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+    match hub.metrics().encode() {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn readyz(State(hub): State<Arc<Hub>>) -> Response {
+    if hub.is_ready() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "sources not synced").into_response()
+    }
+}
+
+async fn proxies(State(hub): State<Arc<Hub>>) -> Response {
+    // The resource lists belong to the config dump; the overview stays small.
+    let list: Vec<_> = hub
+        .proxy_statuses()
+        .into_iter()
+        .map(|mut p| {
+            for t in &mut p.types {
+                t.resources.clear();
+            }
+            p
+        })
+        .collect();
+    Json(list).into_response()
+}
+
+#[derive(Deserialize)]
+struct DumpQuery {
+    proxy: String,
+}
+
+async fn config_dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Response {
+    match hub.proxy_statuses().into_iter().find(|p| p.id == q.proxy) {
+        Some(p) => Json(p).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no connected proxy {:?}", q.proxy),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,200 @@
+//! One ADS stream: reads requests, folds them into the [`StreamState`], and writes the
+//! responses due for the proxy's current snapshot. The wire variants (SotW, delta) differ
+//! only in how requests are read and responses encoded ([`Wire`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    Resource as DeltaResource,
+};
+use envoy_types::pb::google::protobuf::Any;
+use tokio::sync::{mpsc, watch};
+use tonic::{Status, Streaming};
+
+use super::snapshot::{short_name, type_index, Snapshot};
+use super::tracker::{Outgoing, Protocol, RequestOutcome, StreamState};
+use crate::model::Resource;
+use crate::push::ProxyHandle;
+
+/// Request and response encoding of one ADS variant.
+pub trait Wire: Send + 'static {
+    type Req: Send + 'static;
+    type Resp: Send + 'static;
+    const PROTOCOL: Protocol;
+    fn node(req: &Self::Req) -> Option<&Node>;
+    fn fold(state: &mut StreamState, req: &Self::Req) -> RequestOutcome;
+    fn encode(out: Outgoing) -> Self::Resp;
+}
+
+fn any(r: &Resource) -> Any {
+    // prost's `Any` owns its bytes: this is a copy of the shared encoding, not a re-encode.
+    Any {
+        type_url: r.type_url.to_string(),
+        value: r.encoded.to_vec(),
+    }
+}
+
+/// State of the world.
+pub enum Sotw {}
+
+impl Wire for Sotw {
+    type Req = DiscoveryRequest;
+    type Resp = DiscoveryResponse;
+    const PROTOCOL: Protocol = Protocol::Sotw;
+
+    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn fold(state: &mut StreamState, req: &DiscoveryRequest) -> RequestOutcome {
+        state.on_sotw_request(
+            &req.type_url,
+            &req.response_nonce,
+            &req.version_info,
+            &req.resource_names,
+            req.error_detail.as_ref().map(|e| e.message.as_str()),
+        )
+    }
+
+    fn encode(out: Outgoing) -> DiscoveryResponse {
+        DiscoveryResponse {
+            version_info: out.version,
+            resources: out.resources.iter().map(|r| any(r)).collect(),
+            type_url: out.type_url.to_string(),
+            nonce: out.nonce,
+            ..Default::default()
+        }
+    }
+}
+
+/// Incremental.
+pub enum Delta {}
+
+impl Wire for Delta {
+    type Req = DeltaDiscoveryRequest;
+    type Resp = DeltaDiscoveryResponse;
+    const PROTOCOL: Protocol = Protocol::Delta;
+
+    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn fold(state: &mut StreamState, req: &DeltaDiscoveryRequest) -> RequestOutcome {
+        state.on_delta_request(
+            &req.type_url,
+            &req.response_nonce,
+            &req.resource_names_subscribe,
+            &req.resource_names_unsubscribe,
+            &req.initial_resource_versions,
+            req.error_detail.as_ref().map(|e| e.message.as_str()),
+        )
+    }
+
+    fn encode(out: Outgoing) -> DeltaDiscoveryResponse {
+        DeltaDiscoveryResponse {
+            system_version_info: out.version,
+            resources: out
+                .resources
+                .iter()
+                .map(|r| DeltaResource {
+                    name: r.name.clone(),
+                    version: r.version.clone(),
+                    resource: Some(any(r)),
+                    ..Default::default()
+                })
+                .collect(),
+            type_url: out.type_url.to_string(),
+            removed_resources: out.removed,
+            nonce: out.nonce,
+            ..Default::default()
+        }
+    }
+}
+
+fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
+    let proxy = handle.node().id.as_str();
+    match outcome {
+        RequestOutcome::Nack { type_url, nack } => {
+            let name = type_index(type_url).map(short_name).unwrap_or("unknown");
+            handle.hub().metrics().nacked(name);
+            tracing::warn!(proxy, r#type = name, version = %nack.version, error = %nack.message, "proxy rejected config");
+        }
+        RequestOutcome::Ack { type_url, version } => {
+            tracing::debug!(proxy, r#type = %type_url, %version, "ACK");
+        }
+        RequestOutcome::UnknownType(t) => {
+            tracing::debug!(proxy, r#type = %t, "request for a type this server does not serve");
+        }
+        RequestOutcome::Stale | RequestOutcome::Subscribe { .. } => {}
+    }
+}
+
+/// Runs one stream until the proxy leaves, the server shuts down or the sink closes.
+pub async fn run_stream<W: Wire>(
+    mut handle: ProxyHandle,
+    first: W::Req,
+    mut inbound: Streaming<W::Req>,
+    tx: mpsc::Sender<Result<W::Resp, Status>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut state = StreamState::new(W::PROTOCOL);
+    note(&handle, &W::fold(&mut state, &first));
+    let hub = Arc::clone(handle.hub());
+    // Nothing is answered before the sources synced: an empty config would tear proxies down.
+    let mut snapshot: Option<Arc<Snapshot>> = hub.is_ready().then(|| handle.refresh());
+    loop {
+        if let Some(snap) = &snapshot {
+            let responses = state.next_responses(snap);
+            let sent_any = !responses.is_empty();
+            for out in responses {
+                let latency = Instant::now().saturating_duration_since(out.changed_at);
+                let name = type_index(out.type_url)
+                    .map(short_name)
+                    .unwrap_or("unknown");
+                if tx.send(Ok(W::encode(out))).await.is_err() {
+                    return;
+                }
+                hub.metrics().pushed(name, latency.as_secs_f64());
+            }
+            if sent_any {
+                handle.publish(&state);
+            }
+        }
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(req)) => {
+                    note(&handle, &W::fold(&mut state, &req));
+                    handle.publish(&state);
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(proxy = %handle.node().id, %status, "stream ended");
+                    break;
+                }
+            },
+            changed = handle.snapshot.changed(), if snapshot.is_some() => {
+                if changed.is_err() {
+                    break;
+                }
+                let next = Arc::clone(&handle.snapshot.borrow_and_update());
+                snapshot = Some(next);
+            }
+            _ = hub.wait_ready(), if snapshot.is_none() => {
+                snapshot = Some(handle.refresh());
+            }
+            () = shutting_down(&mut shutdown) => {
+                let _ = tx.send(Err(Status::unavailable("xds-server shutting down"))).await;
+                break;
+            }
+        }
+    }
+    tracing::info!(proxy = %handle.node().id, "proxy disconnected");
+}
+
+/// Resolves when the server starts shutting down (or its shutdown sender is gone).
+pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}

@@ -1,0 +1,501 @@
+//! EnvoyFilter patches, applied to a proxy's translated resources.
+//!
+//! Which filters apply: those of the proxy's namespace and of the tenant control namespace
+//! whose `workloadSelector` matches the proxy's labels (absent selector: every proxy). Order:
+//! control namespace first, then `priority` (lower first), creation time, name; the patches of
+//! one filter in their order.
+//!
+//! Supported (`applyTo` × operation):
+//!
+//! | applyTo | ops |
+//! |---|---|
+//! | `CLUSTER`, `LISTENER`, `ROUTE_CONFIGURATION` | `ADD`, `MERGE`, `REMOVE`, `REPLACE` |
+//! | `FILTER_CHAIN`, `VIRTUAL_HOST` | `ADD`, `MERGE`, `REMOVE`, `REPLACE` |
+//! | `NETWORK_FILTER`, `HTTP_FILTER` | all of the above and `INSERT_BEFORE`, `INSERT_AFTER`, `INSERT_FIRST` |
+//!
+//! Matching: `context` (`SIDECAR_INBOUND`: `virtualInbound`, bound ingress listeners and
+//! `inbound|` clusters; `SIDECAR_OUTBOUND`: the rest; `GATEWAY`: nothing), listener
+//! `portNumber`/`name`/`filterChain.name`/`filter.name`/`filter.subFilter.name`, route
+//! configuration `portNumber` (outbound route configurations are named by port)/`name`/
+//! `vhost.name`, cluster `portNumber`/`service`/`name`. `ROUTE_CONFIGURATION` and
+//! `VIRTUAL_HOST` patches reach RDS route configurations only, not the inline routes of
+//! inbound listeners.
+//!
+//! `MERGE` has protobuf merge semantics (scalars replaced, messages merged, lists appended);
+//! a filter's `typed_config` of the same `@type` is merged field by field, as Istio does.
+//! Values are proto-JSON, encoded by [`crate::translate::protojson`] (see there for the
+//! message types a value may contain). A patch that cannot be applied is skipped and reported;
+//! the others still apply.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfigType;
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpFilterConfigType;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter,
+};
+use envoy_types::pb::google::protobuf::Any;
+use meshplane_crds::networking::{
+    ApplyTo, ClusterMatch, EnvoyConfigObjectMatch, EnvoyConfigObjectPatch, FilterChainMatch, ListenerMatch,
+    PatchContext, PatchOperation, RouteConfigurationMatch,
+};
+use meshplane_crds::EnvoyFilter;
+use prost::Message;
+use serde_json::Value;
+
+use crate::model::ProxyNode;
+use crate::translate::envoy::filter_name::HTTP_CONNECTION_MANAGER;
+use crate::translate::protojson::{self, ProtoJsonError};
+use crate::translate::{Registry, Translated};
+use crate::translate::{INBOUND_PASSTHROUGH_CLUSTER, VIRTUAL_INBOUND_LISTENER};
+
+const CLUSTER: &str = "envoy.config.cluster.v3.Cluster";
+const LISTENER: &str = "envoy.config.listener.v3.Listener";
+const FILTER_CHAIN: &str = "envoy.config.listener.v3.FilterChain";
+const NETWORK_FILTER: &str = "envoy.config.listener.v3.Filter";
+const HTTP_FILTER: &str = "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter";
+const ROUTE_CONFIGURATION: &str = "envoy.config.route.v3.RouteConfiguration";
+const VIRTUAL_HOST: &str = "envoy.config.route.v3.VirtualHost";
+
+/// Why one patch was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("EnvoyFilter {filter} configPatches[{index}]: {reason}")]
+pub struct PatchError {
+    /// `namespace/name` of the EnvoyFilter.
+    pub filter: String,
+    pub index: usize,
+    pub reason: String,
+}
+
+/// Identity of an EnvoyFilter (`namespace/name`).
+pub fn filter_id(f: &EnvoyFilter) -> String {
+    format!(
+        "{}/{}",
+        f.metadata.namespace.as_deref().unwrap_or_default(),
+        f.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The EnvoyFilters applying to a proxy, in application order.
+pub fn applicable<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<&'a EnvoyFilter> {
+    let selects = |f: &&EnvoyFilter| {
+        f.spec
+            .workload_selector
+            .as_ref()
+            .is_none_or(|s| s.labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)))
+    };
+    let ordered = |ns: &str| {
+        let mut v: Vec<&EnvoyFilter> = registry
+            .envoy_filters
+            .get(ns)
+            .into_iter()
+            .flatten()
+            .filter(selects)
+            .collect();
+        v.sort_by(|a, b| {
+            (
+                a.spec.priority,
+                &a.metadata.creation_timestamp,
+                &a.metadata.name,
+            )
+                .cmp(&(
+                    b.spec.priority,
+                    &b.metadata.creation_timestamp,
+                    &b.metadata.name,
+                ))
+        });
+        v
+    };
+    let mut out = ordered(&registry.control_namespace);
+    if node.namespace != registry.control_namespace {
+        out.extend(ordered(&node.namespace));
+    }
+    out
+}
+
+/// Applies the filters' patches in order; returns the patches that could not be applied.
+pub fn apply(filters: &[&EnvoyFilter], out: &mut Translated) -> Vec<PatchError> {
+    let mut errors = Vec::new();
+    for f in filters {
+        for (index, patch) in f.spec.config_patches.iter().enumerate() {
+            if let Err(reason) = apply_patch(patch, out) {
+                errors.push(PatchError {
+                    filter: filter_id(f),
+                    index,
+                    reason,
+                });
+            }
+        }
+    }
+    out.sort();
+    errors
+}
+
+fn err(e: ProtoJsonError) -> String {
+    e.to_string()
+}
+
+fn value(patch: &EnvoyConfigObjectPatch) -> Result<&Value, String> {
+    patch
+        .patch
+        .value
+        .as_ref()
+        .ok_or_else(|| format!("operation {:?} needs patch.value", patch.patch.operation))
+}
+
+fn decode<M: Message + Default>(
+    type_name: &str,
+    patch: &EnvoyConfigObjectPatch,
+) -> Result<M, String> {
+    protojson::decode_message(type_name, value(patch)?).map_err(err)
+}
+
+/// Protobuf merge: the concatenation of two encodings decodes as their merge.
+fn merge<M: Message + Default>(
+    existing: &mut M,
+    type_name: &str,
+    patch: &EnvoyConfigObjectPatch,
+) -> Result<(), String> {
+    let patch_bytes = protojson::encode_message(type_name, value(patch)?).map_err(err)?;
+    let mut bytes = existing.encode_to_vec();
+    bytes.extend_from_slice(&patch_bytes);
+    *existing = M::decode(bytes.as_slice())
+        .map_err(|e| format!("merged {type_name} does not decode: {e}"))?;
+    Ok(())
+}
+
+/// Merges two `Any`s: the same type merges field by field, another type replaces.
+fn merge_any(existing: &mut Any, patch: Any) {
+    if existing.type_url == patch.type_url {
+        existing.value.extend_from_slice(&patch.value);
+    } else {
+        *existing = patch;
+    }
+}
+
+fn unsupported(patch: &EnvoyConfigObjectPatch) -> String {
+    format!(
+        "operation {:?} is not supported for applyTo {:?}",
+        patch.patch.operation, patch.apply_to
+    )
+}
+
+fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(), String> {
+    let m = patch.match_.clone().unwrap_or_default();
+    if m.context == PatchContext::Gateway {
+        return Ok(());
+    }
+    match patch.apply_to {
+        ApplyTo::Invalid => Err("applyTo must be set".to_string()),
+        ApplyTo::Cluster => patch_list(&mut out.clusters, patch, CLUSTER, |c| {
+            cluster_matches(c, &m)
+        }),
+        ApplyTo::Listener => patch_list(&mut out.listeners, patch, LISTENER, |l| {
+            listener_matches(l, &m)
+                && m.listener
+                    .as_ref()
+                    .is_none_or(|lm| lm.filter_chain.is_none() || any_chain_matches(l, lm))
+        }),
+        ApplyTo::RouteConfiguration => {
+            patch_list(&mut out.routes, patch, ROUTE_CONFIGURATION, |r| {
+                m.context != PatchContext::SidecarInbound
+                    && route_matches(r, m.route_configuration.as_ref())
+            })
+        }
+        ApplyTo::VirtualHost => {
+            let vhost_name = m
+                .route_configuration
+                .as_ref()
+                .and_then(|r| r.vhost.as_ref())
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
+            for route in out.routes.iter_mut() {
+                if m.context == PatchContext::SidecarInbound
+                    || !route_matches(route, m.route_configuration.as_ref())
+                {
+                    continue;
+                }
+                patch_list(
+                    &mut route.virtual_hosts,
+                    patch,
+                    VIRTUAL_HOST,
+                    |v: &VirtualHost| vhost_name.is_empty() || v.name == vhost_name,
+                )?;
+            }
+            Ok(())
+        }
+        ApplyTo::FilterChain => {
+            let lm = m.listener.clone().unwrap_or_default();
+            for l in out.listeners.iter_mut() {
+                if !listener_matches(l, &m) {
+                    continue;
+                }
+                if patch.patch.operation == PatchOperation::Add {
+                    l.filter_chains.push(decode(FILTER_CHAIN, patch)?);
+                    continue;
+                }
+                patch_list(&mut l.filter_chains, patch, FILTER_CHAIN, |c| {
+                    chain_matches(c, lm.filter_chain.as_ref())
+                })?;
+            }
+            Ok(())
+        }
+        ApplyTo::NetworkFilter => {
+            let lm = m.listener.clone().unwrap_or_default();
+            let filter_name = lm
+                .filter_chain
+                .as_ref()
+                .and_then(|fc| fc.filter.as_ref())
+                .map(|f| f.name.clone())
+                .unwrap_or_default();
+            for l in out.listeners.iter_mut() {
+                if !listener_matches(l, &m) {
+                    continue;
+                }
+                for chain in l.filter_chains.iter_mut() {
+                    if !chain_matches(chain, lm.filter_chain.as_ref()) {
+                        continue;
+                    }
+                    patch_filters(
+                        &mut chain.filters,
+                        patch,
+                        NETWORK_FILTER,
+                        |f: &Filter| filter_name.is_empty() || f.name == filter_name,
+                        |existing, p| merge_network_filter(existing, p),
+                    )?;
+                }
+            }
+            Ok(())
+        }
+        ApplyTo::HttpFilter => {
+            let lm = m.listener.clone().unwrap_or_default();
+            let sub_name = lm
+                .filter_chain
+                .as_ref()
+                .and_then(|fc| fc.filter.as_ref())
+                .and_then(|f| f.sub_filter.as_ref())
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            for l in out.listeners.iter_mut() {
+                if !listener_matches(l, &m) {
+                    continue;
+                }
+                for chain in l.filter_chains.iter_mut() {
+                    if !chain_matches(chain, lm.filter_chain.as_ref()) {
+                        continue;
+                    }
+                    for f in chain
+                        .filters
+                        .iter_mut()
+                        .filter(|f| f.name == HTTP_CONNECTION_MANAGER)
+                    {
+                        let Some(FilterConfigType::TypedConfig(any)) = &mut f.config_type else {
+                            continue;
+                        };
+                        let mut hcm = HttpConnectionManager::decode(any.value.as_slice())
+                            .map_err(|e| format!("HTTP connection manager does not decode: {e}"))?;
+                        patch_filters(
+                            &mut hcm.http_filters,
+                            patch,
+                            HTTP_FILTER,
+                            |h: &HttpFilter| sub_name.is_empty() || h.name == sub_name,
+                            |existing, p| merge_http_filter(existing, p),
+                        )?;
+                        any.value = hcm.encode_to_vec();
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// ADD, REMOVE, MERGE and REPLACE on a list of resources.
+fn patch_list<M: Message + Default + Clone>(
+    list: &mut Vec<M>,
+    patch: &EnvoyConfigObjectPatch,
+    type_name: &str,
+    matches: impl Fn(&M) -> bool,
+) -> Result<(), String> {
+    match patch.patch.operation {
+        PatchOperation::Add => list.push(decode(type_name, patch)?),
+        PatchOperation::Remove => list.retain(|x| !matches(x)),
+        PatchOperation::Merge => {
+            for x in list.iter_mut().filter(|x| matches(x)) {
+                merge(x, type_name, patch)?;
+            }
+        }
+        PatchOperation::Replace => {
+            let replacement: M = decode(type_name, patch)?;
+            for x in list.iter_mut().filter(|x| matches(x)) {
+                *x = replacement.clone();
+            }
+        }
+        _ => return Err(unsupported(patch)),
+    }
+    Ok(())
+}
+
+/// Every operation on a list of (network or HTTP) filters.
+fn patch_filters<F: Message + Default + Clone>(
+    filters: &mut Vec<F>,
+    patch: &EnvoyConfigObjectPatch,
+    type_name: &str,
+    matches: impl Fn(&F) -> bool,
+    merge_one: impl Fn(&mut F, F),
+) -> Result<(), String> {
+    let op = patch.patch.operation;
+    match op {
+        PatchOperation::Add => filters.push(decode(type_name, patch)?),
+        PatchOperation::InsertFirst => filters.insert(0, decode(type_name, patch)?),
+        PatchOperation::InsertBefore | PatchOperation::InsertAfter => {
+            let new: F = decode(type_name, patch)?;
+            if let Some(i) = filters.iter().position(&matches) {
+                let at = if op == PatchOperation::InsertBefore {
+                    i
+                } else {
+                    i + 1
+                };
+                filters.insert(at, new);
+            }
+        }
+        PatchOperation::Remove => filters.retain(|f| !matches(f)),
+        PatchOperation::Replace => {
+            let new: F = decode(type_name, patch)?;
+            for f in filters.iter_mut().filter(|f| matches(f)) {
+                *f = new.clone();
+            }
+        }
+        PatchOperation::Merge => {
+            let new: F = decode(type_name, patch)?;
+            for f in filters.iter_mut().filter(|f| matches(f)) {
+                merge_one(f, new.clone());
+            }
+        }
+        PatchOperation::Invalid => return Err(unsupported(patch)),
+    }
+    Ok(())
+}
+
+fn merge_network_filter(existing: &mut Filter, patch: Filter) {
+    if !patch.name.is_empty() {
+        existing.name = patch.name;
+    }
+    match (&mut existing.config_type, patch.config_type) {
+        (Some(FilterConfigType::TypedConfig(old)), Some(FilterConfigType::TypedConfig(new))) => {
+            merge_any(old, new)
+        }
+        (slot, Some(new)) => *slot = Some(new),
+        (_, None) => {}
+    }
+}
+
+fn merge_http_filter(existing: &mut HttpFilter, patch: HttpFilter) {
+    if !patch.name.is_empty() {
+        existing.name = patch.name;
+    }
+    existing.disabled |= patch.disabled;
+    existing.is_optional |= patch.is_optional;
+    match (&mut existing.config_type, patch.config_type) {
+        (
+            Some(HttpFilterConfigType::TypedConfig(old)),
+            Some(HttpFilterConfigType::TypedConfig(new)),
+        ) => merge_any(old, new),
+        (slot, Some(new)) => *slot = Some(new),
+        (_, None) => {}
+    }
+}
+
+fn is_inbound_listener(l: &Listener) -> bool {
+    l.name == VIRTUAL_INBOUND_LISTENER
+        || l.filter_chains
+            .first()
+            .is_some_and(|c| c.name.starts_with("inbound|"))
+}
+
+fn listener_port(l: &Listener) -> Option<u32> {
+    match l.address.as_ref()?.address.as_ref()? {
+        AddressKind::SocketAddress(sa) => match sa.port_specifier.as_ref()? {
+            PortSpecifier::PortValue(p) => Some(*p),
+            PortSpecifier::NamedPort(_) => None,
+        },
+        _ => None,
+    }
+}
+
+fn context_matches(context: PatchContext, inbound: bool) -> bool {
+    match context {
+        PatchContext::Any => true,
+        PatchContext::SidecarInbound => inbound,
+        PatchContext::SidecarOutbound => !inbound,
+        PatchContext::Gateway => false,
+    }
+}
+
+fn listener_matches(l: &Listener, m: &EnvoyConfigObjectMatch) -> bool {
+    if !context_matches(m.context, is_inbound_listener(l)) {
+        return false;
+    }
+    let Some(lm) = &m.listener else { return true };
+    lm.port_number.is_none_or(|p| listener_port(l) == Some(p))
+        && (lm.name.is_empty() || lm.name == l.name)
+}
+
+fn any_chain_matches(l: &Listener, lm: &ListenerMatch) -> bool {
+    l.filter_chains
+        .iter()
+        .any(|c| chain_matches(c, lm.filter_chain.as_ref()))
+}
+
+fn chain_matches(chain: &FilterChain, m: Option<&FilterChainMatch>) -> bool {
+    let Some(m) = m else { return true };
+    if !m.name.is_empty() && m.name != chain.name {
+        return false;
+    }
+    let Some(fm) = &m.filter else { return true };
+    chain.filters.iter().any(|f| {
+        (fm.name.is_empty() || f.name == fm.name)
+            && fm.sub_filter.as_ref().is_none_or(|sub| {
+                sub.name.is_empty() || http_filter_names(f).iter().any(|n| *n == sub.name)
+            })
+    })
+}
+
+fn http_filter_names(f: &Filter) -> Vec<String> {
+    if f.name != HTTP_CONNECTION_MANAGER {
+        return Vec::new();
+    }
+    let Some(FilterConfigType::TypedConfig(any)) = &f.config_type else {
+        return Vec::new();
+    };
+    HttpConnectionManager::decode(any.value.as_slice())
+        .map(|hcm| hcm.http_filters.into_iter().map(|h| h.name).collect())
+        .unwrap_or_default()
+}
+
+fn route_matches(r: &RouteConfiguration, m: Option<&RouteConfigurationMatch>) -> bool {
+    let Some(m) = m else { return true };
+    m.port_number.is_none_or(|p| r.name == p.to_string()) && (m.name.is_empty() || m.name == r.name)
+}
+
+fn cluster_matches(c: &Cluster, m: &EnvoyConfigObjectMatch) -> bool {
+    let inbound = c.name.starts_with("inbound|") || c.name == INBOUND_PASSTHROUGH_CLUSTER;
+    if !context_matches(m.context, inbound) {
+        return false;
+    }
+    let Some(cm): Option<&ClusterMatch> = m.cluster.as_ref() else {
+        return true;
+    };
+    if !cm.name.is_empty() && cm.name != c.name {
+        return false;
+    }
+    // `outbound|<port>|<subset>|<host>`
+    let mut parts = c.name.splitn(4, '|');
+    let (_, port, _, host) = (parts.next(), parts.next(), parts.next(), parts.next());
+    cm.port_number
+        .is_none_or(|p| port == Some(p.to_string().as_str()))
+        && (cm.service.is_empty() || host == Some(cm.service.as_str()))
+}

@@ -1,0 +1,500 @@
+//! The tenant index: the in-memory state of one tenant, folded from [`SourceEvent`]s, and the
+//! rendering of each proxy's configuration from it.
+//!
+//! Pure: no I/O. Every applied event rebuilds the [`Registry`] that translation reads and
+//! compares it with the previous one, so [`Change`] says exactly what a proxy could see
+//! differently: nothing, endpoints only (with the EDS clusters concerned), or configuration.
+//!
+//! Rendered configurations are cached by the proxy's scope (namespace, capture mode, Sidecar,
+//! applicable EnvoyFilters, own ports): proxies of the same scope share one [`ProxyConfig`].
+//! Encoded resources are interned by content, so an identical resource is one
+//! `Arc<Resource>` across proxies and across re-renders, and its version (hex SHA-256 of the
+//! encoding) is stable across restarts.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use k8s_openapi::api::core::v1::Pod;
+use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts, TagFacts};
+use meshplane_crds::networking::CaptureMode;
+use meshplane_crds::{EnvoyFilter, MeshConfig, Sidecar};
+use prost::{Message, Name};
+use sha2::{Digest, Sha256};
+
+use crate::envoyfilter;
+use crate::model::{
+    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyNode, Resource, SourceEvent,
+};
+use crate::translate::registry::{self, ServiceModel};
+use crate::translate::{self, InboundPort, Registry, Translated};
+
+/// How far a change reaches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChangeKind {
+    /// Nothing any proxy receives changed.
+    #[default]
+    None,
+    /// Only endpoints of some EDS clusters changed (push EDS to the proxies that import them).
+    Endpoints,
+    /// Configuration changed (clusters, listeners, routes may differ).
+    Config,
+}
+
+/// What an applied event changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    pub kind: ChangeKind,
+    /// EDS clusters whose endpoints changed (for [`ChangeKind::Endpoints`]).
+    pub clusters: BTreeSet<String>,
+    /// Namespaces whose objects changed.
+    pub namespaces: BTreeSet<String>,
+    /// Whether the member namespaces changed.
+    pub members_changed: bool,
+}
+
+impl Change {
+    /// Whether any proxy may need a push.
+    pub fn is_empty(&self) -> bool {
+        self.kind == ChangeKind::None
+    }
+
+    /// Folds another change into this one (for debouncing).
+    pub fn merge(&mut self, other: Change) {
+        self.kind = self.kind.max(other.kind);
+        self.clusters.extend(other.clusters);
+        self.namespaces.extend(other.namespaces);
+        self.members_changed |= other.members_changed;
+    }
+}
+
+/// Everything a rendered configuration depends on besides the registry: proxies with equal
+/// keys get the same configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ScopeKey {
+    namespace: String,
+    captures: bool,
+    sidecar: Option<(String, String)>,
+    envoy_filters: Vec<String>,
+    inbound: Vec<InboundPort>,
+}
+
+#[derive(Default)]
+struct RenderCache {
+    configs: HashMap<ScopeKey, ProxyConfig>,
+    /// Encoded resources by (type URL, name, version).
+    interned: HashMap<(&'static str, String, String), Weak<Resource>>,
+}
+
+/// A relist in progress: objects of these kinds in this namespace not seen again before
+/// `Synced` are deleted.
+struct PendingResync {
+    namespace: Option<String>,
+    kinds: Vec<Kind>,
+    seen: BTreeSet<ObjectKey>,
+}
+
+/// The in-memory state of one tenant, as one revision's instance sees it.
+pub struct TenantIndex {
+    tenant: String,
+    revision: String,
+    control_namespace: String,
+    mesh_config: MeshConfig,
+    /// Tags pointing at this revision given on the command line (directory mode).
+    tags: BTreeSet<String>,
+    /// Members as told by the source (Kubernetes mode); none: derived from Namespaces.
+    explicit_members: Option<BTreeSet<String>>,
+    objects: BTreeMap<ObjectKey, Object>,
+    resync: Vec<PendingResync>,
+    members: BTreeSet<String>,
+    registry: Arc<Registry>,
+    cache: Mutex<RenderCache>,
+}
+
+impl TenantIndex {
+    /// An empty index of revision `revision` of `tenant`.
+    pub fn new(
+        tenant: &str,
+        revision: &str,
+        control_namespace: &str,
+        mesh_config: MeshConfig,
+    ) -> Self {
+        let registry = Registry {
+            control_namespace: control_namespace.to_string(),
+            mesh_config: mesh_config.clone(),
+            ..Registry::default()
+        };
+        Self {
+            tenant: tenant.to_string(),
+            revision: revision.to_string(),
+            control_namespace: control_namespace.to_string(),
+            mesh_config,
+            tags: BTreeSet::new(),
+            explicit_members: None,
+            objects: BTreeMap::new(),
+            resync: Vec::new(),
+            members: BTreeSet::new(),
+            registry: Arc::new(registry),
+            cache: Mutex::new(RenderCache::default()),
+        }
+    }
+
+    /// Adds tags that resolve to this revision (directory mode's `--tags`).
+    pub fn with_tags(mut self, tags: impl IntoIterator<Item = String>) -> Self {
+        self.tags.extend(tags);
+        self
+    }
+
+    /// The tenant's member namespaces.
+    pub fn members(&self) -> &BTreeSet<String> {
+        &self.members
+    }
+
+    /// Whether proxies of `namespace` belong to this tenant.
+    pub fn is_member(&self, namespace: &str) -> bool {
+        self.members.contains(namespace)
+    }
+
+    /// The tenant's control namespace.
+    pub fn control_namespace(&self) -> &str {
+        &self.control_namespace
+    }
+
+    /// The registry translation currently reads.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Folds one source event into the state.
+    pub fn apply(&mut self, ev: SourceEvent) -> Change {
+        let mut touched = BTreeSet::new();
+        match ev {
+            SourceEvent::Upsert(obj) => {
+                let key = obj.key();
+                if let Some(ns) = &key.namespace {
+                    touched.insert(ns.clone());
+                }
+                for r in self.resync.iter_mut() {
+                    r.seen.insert(key.clone());
+                }
+                self.objects.insert(key, obj);
+            }
+            SourceEvent::Delete(key) => {
+                if let Some(ns) = &key.namespace {
+                    touched.insert(ns.clone());
+                }
+                self.objects.remove(&key);
+            }
+            SourceEvent::Members(members) => {
+                // Objects outside the tenant are dropped, not only hidden.
+                let control = self.control_namespace.clone();
+                self.objects.retain(|k, _| {
+                    k.namespace
+                        .as_ref()
+                        .is_none_or(|ns| *ns == control || members.contains(ns))
+                });
+                self.explicit_members = Some(members);
+            }
+            SourceEvent::Resync { namespace, kinds } => {
+                self.resync.push(PendingResync {
+                    namespace,
+                    kinds,
+                    seen: BTreeSet::new(),
+                });
+                // The registry is rebuilt once, at Synced.
+                return Change::default();
+            }
+            SourceEvent::Synced => {
+                for r in std::mem::take(&mut self.resync) {
+                    self.objects.retain(|k, _| {
+                        let in_scope = r.kinds.contains(&k.kind)
+                            && (r.namespace.is_none() || r.namespace == k.namespace);
+                        !in_scope || r.seen.contains(k)
+                    });
+                }
+            }
+        }
+        if !self.resync.is_empty() {
+            return Change::default();
+        }
+        let mut change = self.rebuild();
+        if change.kind != ChangeKind::None {
+            change.namespaces.extend(touched);
+        }
+        change
+    }
+
+    /// Recomputes membership and the registry, and says what differs.
+    fn rebuild(&mut self) -> Change {
+        let members = self.compute_members();
+        let members_changed = members != self.members;
+        self.members = members;
+        let next = self.build_registry();
+        let prev = &self.registry;
+        let config_changed = prev.services != next.services
+            || !same_objects(&prev.sidecars, &next.sidecars, |a: &Sidecar, b| {
+                a.spec == b.spec
+            })
+            || !same_objects(
+                &prev.envoy_filters,
+                &next.envoy_filters,
+                |a: &EnvoyFilter, b| a.spec == b.spec,
+            )
+            || prev.pod_ports != next.pod_ports;
+        let mut change = Change {
+            members_changed,
+            ..Change::default()
+        };
+        if config_changed || members_changed {
+            change.kind = ChangeKind::Config;
+        } else if prev.endpoints != next.endpoints {
+            change.kind = ChangeKind::Endpoints;
+            let names: BTreeSet<&String> =
+                prev.endpoints.keys().chain(next.endpoints.keys()).collect();
+            change.clusters = names
+                .into_iter()
+                .filter(|n| prev.endpoints.get(*n) != next.endpoints.get(*n))
+                .cloned()
+                .collect();
+        }
+        if change.kind != ChangeKind::None {
+            self.registry = Arc::new(next);
+            self.lock_cache().configs.clear();
+        }
+        change
+    }
+
+    fn compute_members(&self) -> BTreeSet<String> {
+        if let Some(m) = &self.explicit_members {
+            return m.clone();
+        }
+        // Directory mode: the same rules as the operator (`meshplane_crds::membership`), over
+        // the Namespaces, MeshControlPlanes and MeshRevisionTags of the directory. This
+        // revision exists even when the directory does not declare it; `--tags` point at it.
+        let mut namespaces = Vec::new();
+        let mut control_planes: Vec<ControlPlaneFacts> = Vec::new();
+        let mut tags: Vec<TagFacts> = Vec::new();
+        for obj in self.objects.values() {
+            match obj {
+                Object::Namespace(ns) => namespaces.push(NamespaceFacts {
+                    name: ns.metadata.name.clone().unwrap_or_default(),
+                    labels: ns.metadata.labels.clone().unwrap_or_default(),
+                }),
+                Object::MeshControlPlane(mcp) => {
+                    control_planes.push(ControlPlaneFacts::from(mcp.as_ref()))
+                }
+                Object::MeshRevisionTag(tag) => tags.push(TagFacts::from(tag.as_ref())),
+                _ => {}
+            }
+        }
+        if !control_planes.iter().any(|cp| cp.revision == self.revision) {
+            control_planes.push(ControlPlaneFacts {
+                name: self.revision.clone(),
+                created: None,
+                tenant: self.tenant.clone(),
+                revision: self.revision.clone(),
+                control_namespace: self.control_namespace.clone(),
+                namespace_selector: None,
+            });
+        }
+        for tag in &self.tags {
+            if !tags.iter().any(|t| t.name == *tag) {
+                tags.push(TagFacts {
+                    name: tag.clone(),
+                    target: self.revision.clone(),
+                    recorded_tenant: None,
+                    recorded_revision: None,
+                });
+            }
+        }
+        membership::compute(&namespaces, &control_planes, &tags).tenant_members(&self.tenant)
+    }
+
+    fn in_tenant(&self, key: &ObjectKey) -> bool {
+        key.namespace
+            .as_ref()
+            .is_some_and(|ns| *ns == self.control_namespace || self.members.contains(ns))
+    }
+
+    fn build_registry(&self) -> Registry {
+        let mut reg = Registry {
+            control_namespace: self.control_namespace.clone(),
+            mesh_config: self.mesh_config.clone(),
+            ..Registry::default()
+        };
+        let mut k8s_services: BTreeMap<(String, String), ServiceModel> = BTreeMap::new();
+        let mut pods: Vec<&Pod> = Vec::new();
+        for (key, obj) in self.objects.iter().filter(|(k, _)| self.in_tenant(k)) {
+            let ns = key.namespace.clone().unwrap_or_default();
+            match obj {
+                Object::Service(svc) => {
+                    if let Some(model) = registry::service_model(svc) {
+                        k8s_services.insert((ns, key.name.clone()), model);
+                    }
+                }
+                Object::ServiceEntry(se) => reg.services.extend(registry::service_entry_models(se)),
+                Object::Sidecar(s) => reg.sidecars.entry(ns).or_default().push((**s).clone()),
+                Object::EnvoyFilter(f) => {
+                    reg.envoy_filters.entry(ns).or_default().push((**f).clone())
+                }
+                Object::Pod(p) => {
+                    let ports = registry::pod_named_ports(p);
+                    if !ports.is_empty() {
+                        reg.pod_ports.insert((ns, key.name.clone()), ports);
+                    }
+                    pods.push(p);
+                }
+                _ => {}
+            }
+        }
+        for obj in self
+            .objects
+            .iter()
+            .filter(|(k, _)| self.in_tenant(k))
+            .map(|(_, o)| o)
+        {
+            if let Object::EndpointSlice(slice) = obj {
+                registry::add_slice_endpoints(slice, &k8s_services, &mut reg.endpoints);
+            }
+        }
+        for svc in &reg.services {
+            registry::add_entry_pod_endpoints(svc, pods.iter().copied(), &mut reg.endpoints);
+        }
+        reg.services.extend(k8s_services.into_values());
+        reg.services
+            .sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
+        for list in reg.sidecars.values_mut() {
+            list.sort_by(|a, b| {
+                (&a.metadata.creation_timestamp, &a.metadata.name)
+                    .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+            });
+        }
+        reg
+    }
+
+    fn lock_cache(&self) -> MutexGuard<'_, RenderCache> {
+        // The cache holds no invariant a panicking holder could break: recover it.
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn scope_key(&self, node: &ProxyNode) -> ScopeKey {
+        let scope = translate::scope::proxy_scope(&self.registry, &node.namespace, &node.labels);
+        ScopeKey {
+            namespace: node.namespace.clone(),
+            captures: node.capture_mode != CaptureMode::None,
+            envoy_filters: envoyfilter::applicable(&self.registry, node)
+                .into_iter()
+                .map(envoyfilter::filter_id)
+                .collect(),
+            inbound: translate::inbound_ports(&self.registry, node, &scope),
+            sidecar: scope.sidecar,
+        }
+    }
+
+    /// The full configuration of one proxy: translation, then its EnvoyFilters, encoded.
+    pub fn render_proxy(&self, node: &ProxyNode) -> ProxyConfig {
+        let key = self.scope_key(node);
+        if let Some(config) = self.lock_cache().configs.get(&key) {
+            return config.clone();
+        }
+        let mut translated = translate::translate(&self.registry, node);
+        let filters = envoyfilter::applicable(&self.registry, node);
+        for e in envoyfilter::apply(&filters, &mut translated) {
+            tracing::warn!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
+        }
+        let mut cache = self.lock_cache();
+        let config = encode(&mut cache, translated);
+        cache.configs.insert(key, config.clone());
+        config
+    }
+
+    /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).
+    pub fn imports_any_cluster(&self, node: &ProxyNode, clusters: &BTreeSet<String>) -> bool {
+        self.render_proxy(node)
+            .endpoints
+            .iter()
+            .any(|r| clusters.contains(&r.name))
+    }
+}
+
+fn same_objects<T>(
+    a: &BTreeMap<String, Vec<T>>,
+    b: &BTreeMap<String, Vec<T>>,
+    same_spec: impl Fn(&T, &T) -> bool,
+) -> bool
+where
+    T: kube::Resource,
+{
+    let flat = |m: &BTreeMap<String, Vec<T>>| -> usize { m.values().map(Vec::len).sum() };
+    flat(a) == flat(b)
+        && a.iter().all(|(ns, xs)| {
+            b.get(ns).is_some_and(|ys| {
+                xs.len() == ys.len()
+                    && xs.iter().zip(ys).all(|(x, y)| {
+                        x.meta().name == y.meta().name
+                            && x.meta().creation_timestamp == y.meta().creation_timestamp
+                            && same_spec(x, y)
+                    })
+            })
+        })
+}
+
+/// Hex SHA-256 of an encoding: the resource version.
+pub fn content_version(encoded: &[u8]) -> String {
+    let digest = Sha256::digest(encoded);
+    let mut s = String::with_capacity(64);
+    for b in digest {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+fn intern<M: Message + Name>(
+    cache: &mut RenderCache,
+    type_url: &'static str,
+    name: String,
+    msg: &M,
+) -> Arc<Resource> {
+    let encoded = msg.encode_to_vec();
+    let version = content_version(&encoded);
+    let key = (type_url, name, version);
+    if let Some(existing) = cache.interned.get(&key).and_then(Weak::upgrade) {
+        return existing;
+    }
+    let resource = Arc::new(Resource {
+        name: key.1.clone(),
+        type_url,
+        encoded: bytes::Bytes::from(encoded),
+        version: key.2.clone(),
+    });
+    // Drop entries of resources nobody holds any more before the map doubles.
+    if cache.interned.len() > 1024 && cache.interned.len() % 1024 == 0 {
+        cache.interned.retain(|_, w| w.strong_count() > 0);
+    }
+    cache.interned.insert(key, Arc::downgrade(&resource));
+    resource
+}
+
+fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {
+    ProxyConfig {
+        clusters: t
+            .clusters
+            .iter()
+            .map(|c| intern(cache, type_url::CLUSTER, c.name.clone(), c))
+            .collect(),
+        endpoints: t
+            .endpoints
+            .iter()
+            .map(|e| intern(cache, type_url::ENDPOINT, e.cluster_name.clone(), e))
+            .collect(),
+        listeners: t
+            .listeners
+            .iter()
+            .map(|l| intern(cache, type_url::LISTENER, l.name.clone(), l))
+            .collect(),
+        routes: t
+            .routes
+            .iter()
+            .map(|r| intern(cache, type_url::ROUTE, r.name.clone(), r))
+            .collect(),
+    }
+}

@@ -1,0 +1,398 @@
+//! Kubernetes source: watches Services, EndpointSlices, Pods, ServiceEntries, EnvoyFilters and
+//! Sidecars of the tenant's member namespaces and its control namespace, and reports the
+//! instance's connected proxy count (contract 3).
+//!
+//! Strict isolation reads only what namespace-scoped RoleBindings allow: the members ConfigMap
+//! (contract 2) in the control namespace, then one watcher per kind per member namespace,
+//! started and stopped as members change. Shared isolation runs cluster-wide watchers and
+//! filters in process. `kube::runtime::watcher` relists on 410 Gone and reconnects; each
+//! relist becomes `Resync` + `Upsert`s + `Synced`, delivered as one uninterrupted batch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, ResourceExt};
+use meshplane_crds::{EnvoyFilter, ServiceEntry, Sidecar};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::model::{Kind, Object, ObjectKey, SourceEvent};
+use crate::push::Hub;
+
+/// What the Kubernetes source watches.
+#[derive(Clone, Debug)]
+pub struct KubeSourceConfig {
+    pub control_namespace: String,
+    pub revision: String,
+    /// Shared isolation: cluster-wide watchers filtered in process.
+    pub shared: bool,
+}
+
+/// Member namespaces listed in the members ConfigMap (`data.members`, one per line).
+pub fn parse_members(cm: &ConfigMap) -> BTreeSet<String> {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get("members"))
+        .map(|m| {
+            m.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+type Batch = Vec<SourceEvent>;
+
+/// Runs the source until `out` closes. Marks `hub` ready once the members and every initial
+/// namespace watch have been listed.
+pub async fn run(
+    client: Client,
+    config: KubeSourceConfig,
+    out: mpsc::Sender<SourceEvent>,
+    hub: Arc<Hub>,
+) {
+    let (batch_tx, mut batch_rx) = mpsc::channel::<Batch>(256);
+    // One writer keeps each relist batch contiguous on the output channel.
+    let funnel = tokio::spawn(async move {
+        while let Some(batch) = batch_rx.recv().await {
+            for event in batch {
+                if out.send(event).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let (allowed_tx, allowed_rx) =
+        watch::channel(BTreeSet::from([config.control_namespace.clone()]));
+    let mut watchers: HashMap<Option<String>, Vec<JoinHandle<()>>> = HashMap::new();
+    let mut initial: Vec<oneshot::Receiver<()>> = Vec::new();
+    if config.shared {
+        let handles = spawn_kind_watchers(
+            &client,
+            None,
+            &batch_tx,
+            Some(allowed_rx.clone()),
+            &mut initial,
+        );
+        watchers.insert(None, handles);
+    }
+
+    let members_api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.control_namespace);
+    let name = meshplane_crds::names::members_configmap(&config.revision);
+    let selector = format!("metadata.name={name}");
+    let mut stream = watcher(members_api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let mut listed: Option<BTreeSet<String>> = None;
+    let mut members: Option<BTreeSet<String>> = None;
+    let mut ready_spawned = false;
+    while let Some(event) = stream.next().await {
+        let next = match event {
+            Ok(Event::Init) => {
+                listed = Some(BTreeSet::new());
+                continue;
+            }
+            Ok(Event::InitApply(cm)) => {
+                listed = Some(parse_members(&cm));
+                continue;
+            }
+            // The ConfigMap absent from a relist means no members.
+            Ok(Event::InitDone) => listed.take().unwrap_or_default(),
+            Ok(Event::Apply(cm)) => parse_members(&cm),
+            Ok(Event::Delete(_)) => BTreeSet::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, configmap = %name, "members watch failed, retrying");
+                continue;
+            }
+        };
+        if members.as_ref() != Some(&next) {
+            tracing::info!(members = ?next, "tenant members changed");
+            if batch_tx
+                .send(vec![SourceEvent::Members(next.clone())])
+                .await
+                .is_err()
+            {
+                break;
+            }
+            let mut allowed = next.clone();
+            allowed.insert(config.control_namespace.clone());
+            if !config.shared {
+                watchers.retain(|ns, handles| {
+                    let keep = ns.as_ref().is_some_and(|n| allowed.contains(n));
+                    if !keep {
+                        handles.iter().for_each(JoinHandle::abort);
+                    }
+                    keep
+                });
+                for ns in &allowed {
+                    if let std::collections::hash_map::Entry::Vacant(slot) =
+                        watchers.entry(Some(ns.clone()))
+                    {
+                        slot.insert(spawn_kind_watchers(
+                            &client,
+                            Some(ns),
+                            &batch_tx,
+                            None,
+                            &mut initial,
+                        ));
+                    }
+                }
+            }
+            allowed_tx.send_replace(allowed);
+            members = Some(next);
+        }
+        if !ready_spawned && members.is_some() {
+            ready_spawned = true;
+            let waits = std::mem::take(&mut initial);
+            let hub = Arc::clone(&hub);
+            tokio::spawn(async move {
+                for w in waits {
+                    // A watcher stopped before listing (namespace left) counts as done.
+                    let _ = w.await;
+                }
+                tracing::info!("Kubernetes source synced");
+                hub.mark_ready();
+            });
+        }
+        initial.clear();
+    }
+    watchers.values().flatten().for_each(JoinHandle::abort);
+    funnel.abort();
+}
+
+fn spawn_kind_watchers(
+    client: &Client,
+    namespace: Option<&String>,
+    out: &mpsc::Sender<Batch>,
+    filter: Option<watch::Receiver<BTreeSet<String>>>,
+    initial: &mut Vec<oneshot::Receiver<()>>,
+) -> Vec<JoinHandle<()>> {
+    fn api<K>(client: &Client, namespace: Option<&String>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let mut handles = Vec::new();
+    let mut spawn = |h: JoinHandle<()>| handles.push(h);
+    macro_rules! kind {
+        ($ty:ty, $kind:expr, $variant:ident) => {{
+            let (done_tx, done_rx) = oneshot::channel();
+            initial.push(done_rx);
+            spawn(tokio::spawn(watch_kind::<$ty>(
+                api::<$ty>(client, namespace),
+                namespace.cloned(),
+                $kind,
+                |o| Object::$variant(Box::new(o)),
+                out.clone(),
+                done_tx,
+                filter.clone(),
+            )));
+        }};
+    }
+    kind!(Service, Kind::Service, Service);
+    kind!(EndpointSlice, Kind::EndpointSlice, EndpointSlice);
+    kind!(Pod, Kind::Pod, Pod);
+    kind!(ServiceEntry, Kind::ServiceEntry, ServiceEntry);
+    kind!(EnvoyFilter, Kind::EnvoyFilter, EnvoyFilter);
+    kind!(Sidecar, Kind::Sidecar, Sidecar);
+    handles
+}
+
+fn key_of<K: ResourceExt>(kind: Kind, o: &K) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: o.namespace(),
+        name: o.name_any(),
+    }
+}
+
+/// One watcher of one kind (in one namespace, or cluster-wide filtered by `filter`).
+async fn watch_kind<K>(
+    api: Api<K>,
+    namespace: Option<String>,
+    kind: Kind,
+    wrap: fn(K) -> Object,
+    out: mpsc::Sender<Batch>,
+    done: oneshot::Sender<()>,
+    mut filter: Option<watch::Receiver<BTreeSet<String>>>,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let mut done = Some(done);
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut buffer: Batch = Vec::new();
+    // Shared mode: everything seen, so a namespace that joins gets its objects at once.
+    let mut cache: BTreeMap<ObjectKey, K> = BTreeMap::new();
+    let mut allowed: BTreeSet<String> = filter
+        .as_mut()
+        .map(|f| f.borrow_and_update().clone())
+        .unwrap_or_default();
+    let visible = |allowed: &BTreeSet<String>, key: &ObjectKey, shared: bool| {
+        !shared || key.namespace.as_ref().is_some_and(|n| allowed.contains(n))
+    };
+    let shared = filter.is_some();
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(e) => e,
+                None => break,
+            },
+            changed = async {
+                match filter.as_mut() {
+                    Some(f) => f.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    break;
+                }
+                let next = filter.as_mut().map(|f| f.borrow_and_update().clone()).unwrap_or_default();
+                let joined: Batch = cache
+                    .iter()
+                    .filter(|(k, _)| visible(&next, k, true) && !visible(&allowed, k, true))
+                    .map(|(_, o)| SourceEvent::Upsert(wrap(o.clone())))
+                    .collect();
+                allowed = next;
+                if !joined.is_empty() && out.send(joined).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let batch = match event {
+            Ok(Event::Init) => {
+                cache.clear();
+                buffer = vec![SourceEvent::Resync {
+                    namespace: namespace.clone(),
+                    kinds: vec![kind],
+                }];
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                let key = key_of(kind, &o);
+                if visible(&allowed, &key, shared) {
+                    buffer.push(SourceEvent::Upsert(wrap(o.clone())));
+                }
+                if shared {
+                    cache.insert(key, o);
+                }
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                buffer.push(SourceEvent::Synced);
+                std::mem::take(&mut buffer)
+            }
+            Ok(Event::Apply(o)) => {
+                let key = key_of(kind, &o);
+                let show = visible(&allowed, &key, shared);
+                let event = SourceEvent::Upsert(wrap(o.clone()));
+                if shared {
+                    cache.insert(key, o);
+                }
+                if !show {
+                    continue;
+                }
+                vec![event]
+            }
+            Ok(Event::Delete(o)) => {
+                let key = key_of(kind, &o);
+                cache.remove(&key);
+                if !visible(&allowed, &key, shared) {
+                    continue;
+                }
+                vec![SourceEvent::Delete(key)]
+            }
+            Err(e) => {
+                tracing::warn!(?kind, namespace = ?namespace, error = %e, "watch failed, retrying");
+                continue;
+            }
+        };
+        let listed = matches!(batch.last(), Some(SourceEvent::Synced));
+        if out.send(batch).await.is_err() {
+            break;
+        }
+        if listed {
+            if let Some(done) = done.take() {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Server-side-applies this pod's connected proxy count into `meshplane-R-proxies` (contract
+/// 3) whenever it changes, until `shutdown`.
+pub async fn report_proxy_count(
+    client: Client,
+    control_namespace: String,
+    revision: String,
+    pod_name: String,
+    mut count: watch::Receiver<usize>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &control_namespace);
+    let name = format!("meshplane-{revision}-proxies");
+    let params = PatchParams::apply(&format!("meshplane-xds/{pod_name}"));
+    let mut reported: Option<usize> = None;
+    loop {
+        let current = *count.borrow_and_update();
+        if reported != Some(current) {
+            let patch = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": { "name": name, "namespace": control_namespace },
+                "data": { pod_name.clone(): current.to_string() },
+            });
+            match api.patch(&name, &params, &Patch::Apply(&patch)).await {
+                Ok(_) => reported = Some(current),
+                Err(e) => {
+                    tracing::warn!(error = %e, configmap = %name, "cannot report proxy count, retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                        () = crate::ads::stream::shutting_down(&mut shutdown) => return,
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            changed = count.changed() => if changed.is_err() { return },
+            () = crate::ads::stream::shutting_down(&mut shutdown) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_read_line_by_line() {
+        let cm = ConfigMap {
+            data: Some([("members".to_string(), "bank\n\n shop \n".to_string())].into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            parse_members(&cm),
+            BTreeSet::from(["bank".to_string(), "shop".to_string()])
+        );
+        assert!(parse_members(&ConfigMap::default()).is_empty());
+    }
+}

@@ -1,0 +1,347 @@
+//! Proxy admission at the ADS connection: who the proxy says it is (node id and metadata,
+//! contract 7), whether its namespace belongs to this tenant, and, in Kubernetes mode, whether
+//! its ServiceAccount token proves that namespace (TokenReview).
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kube::api::PostParams;
+use meshplane_crds::networking::CaptureMode;
+use tonic::metadata::MetadataMap;
+
+use crate::model::ProxyNode;
+
+/// Why a proxy is refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdmissionError {
+    #[error("the first ADS request carries no node")]
+    MissingNode,
+    #[error("node.id {0:?} is not `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` and node metadata has no NAMESPACE")]
+    MalformedNodeId(String),
+    #[error("node metadata NAMESPACE {metadata:?} contradicts node.id namespace {id:?}")]
+    NamespaceMismatch { metadata: String, id: String },
+    #[error(
+        "proxy of namespace {namespace:?} belongs to tenant {claimed:?}, this is tenant {tenant:?}"
+    )]
+    WrongTenant {
+        namespace: String,
+        claimed: String,
+        tenant: String,
+    },
+    #[error("namespace {namespace:?} is not a member of tenant {tenant:?} (revision {revision:?}): label it meshplane.io/rev=<a revision or tag of {tenant:?}>")]
+    NotMember {
+        namespace: String,
+        tenant: String,
+        revision: String,
+    },
+    #[error("no `authorization: Bearer <token>` on the ADS stream")]
+    MissingToken,
+    #[error("token rejected: {0}")]
+    InvalidToken(String),
+    #[error("token belongs to namespace {token:?}, the proxy claims namespace {claimed:?}")]
+    TokenNamespaceMismatch { token: String, claimed: String },
+    #[error("token review failed: {0}")]
+    ReviewFailed(String),
+}
+
+impl AdmissionError {
+    /// Short reason for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AdmissionError::MissingNode | AdmissionError::MalformedNodeId(_) => "malformed_node",
+            AdmissionError::NamespaceMismatch { .. } => "namespace_mismatch",
+            AdmissionError::WrongTenant { .. } => "wrong_tenant",
+            AdmissionError::NotMember { .. } => "not_member",
+            AdmissionError::MissingToken
+            | AdmissionError::InvalidToken(_)
+            | AdmissionError::TokenNamespaceMismatch { .. } => "unauthenticated",
+            AdmissionError::ReviewFailed(_) => "review_failed",
+        }
+    }
+
+    /// The gRPC status the stream ends with.
+    pub fn to_status(&self) -> tonic::Status {
+        match self {
+            AdmissionError::MissingNode
+            | AdmissionError::MalformedNodeId(_)
+            | AdmissionError::NamespaceMismatch { .. } => {
+                tonic::Status::invalid_argument(self.to_string())
+            }
+            AdmissionError::MissingToken | AdmissionError::InvalidToken(_) => {
+                tonic::Status::unauthenticated(self.to_string())
+            }
+            AdmissionError::ReviewFailed(_) => tonic::Status::unavailable(self.to_string()),
+            AdmissionError::WrongTenant { .. }
+            | AdmissionError::NotMember { .. }
+            | AdmissionError::TokenNamespaceMismatch { .. } => {
+                tonic::Status::permission_denied(self.to_string())
+            }
+        }
+    }
+}
+
+fn metadata_string(md: Option<&Struct>, key: &str) -> Option<String> {
+    match md?.fields.get(key)?.kind.as_ref()? {
+        ValueKind::StringValue(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Workload labels from metadata `LABELS`: a struct of strings, or a JSON object string.
+fn metadata_labels(md: Option<&Struct>) -> BTreeMap<String, String> {
+    let Some(value) = md.and_then(|m| m.fields.get("LABELS")) else {
+        return BTreeMap::new();
+    };
+    match value.kind.as_ref() {
+        Some(ValueKind::StructValue(s)) => s
+            .fields
+            .iter()
+            .filter_map(|(k, v)| match v.kind.as_ref() {
+                Some(ValueKind::StringValue(s)) => Some((k.clone(), s.clone())),
+                _ => None,
+            })
+            .collect(),
+        Some(ValueKind::StringValue(s)) => serde_json::from_str(s).unwrap_or_default(),
+        _ => BTreeMap::new(),
+    }
+}
+
+fn capture_mode(value: Option<String>) -> CaptureMode {
+    match value.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        Some("NONE") => CaptureMode::None,
+        Some("IPTABLES") => CaptureMode::Iptables,
+        _ => CaptureMode::Default,
+    }
+}
+
+/// Parses `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` into (ip, pod, namespace).
+fn parse_node_id(id: &str) -> Option<(String, String, String)> {
+    let parts: Vec<&str> = id.split('~').collect();
+    let [_, ip, pod_ns, domain] = parts.as_slice() else {
+        return None;
+    };
+    let namespace = domain.split('.').next().filter(|s| !s.is_empty())?;
+    let pod = pod_ns
+        .strip_suffix(&format!(".{namespace}"))
+        .unwrap_or(pod_ns);
+    Some((ip.to_string(), pod.to_string(), namespace.to_string()))
+}
+
+/// Identity a node claims, checked against itself and the tenant.
+pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, AdmissionError> {
+    let node = node.ok_or(AdmissionError::MissingNode)?;
+    let md = node.metadata.as_ref();
+    let from_id = parse_node_id(&node.id);
+    let md_namespace = metadata_string(md, "NAMESPACE");
+    let namespace = match (&md_namespace, &from_id) {
+        (Some(m), Some((_, _, id_ns))) if m != id_ns => {
+            return Err(AdmissionError::NamespaceMismatch {
+                metadata: m.clone(),
+                id: id_ns.clone(),
+            })
+        }
+        (Some(m), _) => m.clone(),
+        (None, Some((_, _, id_ns))) => id_ns.clone(),
+        (None, None) => return Err(AdmissionError::MalformedNodeId(node.id.clone())),
+    };
+    if let Some(claimed) = metadata_string(md, "TENANT") {
+        if claimed != tenant {
+            return Err(AdmissionError::WrongTenant {
+                namespace,
+                claimed,
+                tenant: tenant.to_string(),
+            });
+        }
+    }
+    let pod_name =
+        metadata_string(md, "POD_NAME").or_else(|| from_id.as_ref().map(|f| f.1.clone()));
+    let ip = from_id.map(|f| f.0).filter(|ip| !ip.is_empty());
+    Ok(ProxyNode {
+        id: node.id.clone(),
+        namespace,
+        pod_name,
+        ip,
+        labels: metadata_labels(md),
+        capture_mode: capture_mode(metadata_string(md, "CAPTURE_MODE")),
+    })
+}
+
+/// The bearer token of a request, if any.
+pub fn bearer_token(metadata: &MetadataMap) -> Option<String> {
+    let value = metadata.get("authorization")?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?;
+    Some(token.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// The namespace of a ServiceAccount username `system:serviceaccount:NS:NAME`.
+pub fn service_account_namespace(username: &str) -> Option<&str> {
+    let rest = username.strip_prefix("system:serviceaccount:")?;
+    let (ns, name) = rest.split_once(':')?;
+    (!ns.is_empty() && !name.is_empty()).then_some(ns)
+}
+
+/// Verifies projected ServiceAccount tokens with the Kubernetes TokenReview API.
+#[derive(Clone)]
+pub struct TokenReviewer {
+    client: kube::Client,
+    audience: String,
+}
+
+impl std::fmt::Debug for TokenReviewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenReviewer")
+            .field("audience", &self.audience)
+            .finish()
+    }
+}
+
+impl TokenReviewer {
+    pub fn new(client: kube::Client, audience: impl Into<String>) -> Self {
+        Self {
+            client,
+            audience: audience.into(),
+        }
+    }
+
+    /// Checks that `token` is valid for our audience and belongs to `node`'s namespace (and
+    /// pod, when the token is bound to one).
+    pub async fn verify(&self, token: &str, node: &ProxyNode) -> Result<(), AdmissionError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                audiences: Some(vec![self.audience.clone()]),
+            },
+            ..Default::default()
+        };
+        let api: kube::Api<TokenReview> = kube::Api::all(self.client.clone());
+        let result = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| AdmissionError::ReviewFailed(e.to_string()))?;
+        let status = result.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err(AdmissionError::InvalidToken(
+                status.error.unwrap_or_else(|| "not authenticated".into()),
+            ));
+        }
+        if let Some(audiences) = &status.audiences {
+            if !audiences.contains(&self.audience) {
+                return Err(AdmissionError::InvalidToken(format!(
+                    "token is not for audience {:?}",
+                    self.audience
+                )));
+            }
+        }
+        let user = status.user.unwrap_or_default();
+        let username = user.username.unwrap_or_default();
+        let token_ns = service_account_namespace(&username).ok_or_else(|| {
+            AdmissionError::InvalidToken(format!("{username:?} is not a ServiceAccount"))
+        })?;
+        if token_ns != node.namespace {
+            return Err(AdmissionError::TokenNamespaceMismatch {
+                token: token_ns.to_string(),
+                claimed: node.namespace.clone(),
+            });
+        }
+        let bound_pod = user
+            .extra
+            .as_ref()
+            .and_then(|e| e.get("authentication.kubernetes.io/pod-name"))
+            .and_then(|v| v.first());
+        if let (Some(bound), Some(claimed)) = (bound_pod, &node.pod_name) {
+            if bound != claimed {
+                return Err(AdmissionError::InvalidToken(format!(
+                    "token is bound to pod {bound:?}, the proxy claims pod {claimed:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::google::protobuf::Value;
+
+    fn string(s: &str) -> Value {
+        Value {
+            kind: Some(ValueKind::StringValue(s.into())),
+        }
+    }
+
+    fn node(id: &str, md: &[(&str, Value)]) -> Node {
+        Node {
+            id: id.into(),
+            cluster: "c".into(),
+            metadata: Some(Struct {
+                fields: md.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn parses_contract_node_id_and_metadata() {
+        let labels = Value {
+            kind: Some(ValueKind::StructValue(Struct {
+                fields: [("app".to_string(), string("web"))].into_iter().collect(),
+            })),
+        };
+        let n = node(
+            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local",
+            &[
+                ("CAPTURE_MODE", string("NONE")),
+                ("LABELS", labels),
+                ("TENANT", string("blue")),
+            ],
+        );
+        let p = parse_node(Some(&n), "blue").expect("valid node");
+        assert_eq!(p.namespace, "shop");
+        assert_eq!(p.pod_name.as_deref(), Some("web-1"));
+        assert_eq!(p.ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(p.capture_mode, CaptureMode::None);
+        assert_eq!(p.labels.get("app").map(String::as_str), Some("web"));
+    }
+
+    #[test]
+    fn refuses_contradictions_and_other_tenants() {
+        let n = node(
+            "sidecar~1.2.3.4~a.shop~shop.svc.cluster.local",
+            &[("NAMESPACE", string("bank"))],
+        );
+        assert!(matches!(
+            parse_node(Some(&n), "blue"),
+            Err(AdmissionError::NamespaceMismatch { .. })
+        ));
+        let n = node(
+            "sidecar~1.2.3.4~a.shop~shop.svc.cluster.local",
+            &[("TENANT", string("green"))],
+        );
+        let err = parse_node(Some(&n), "blue").expect_err("other tenant");
+        assert_eq!(err.to_status().code(), tonic::Code::PermissionDenied);
+        assert!(err.to_string().contains("green") && err.to_string().contains("blue"));
+        assert_eq!(parse_node(None, "blue"), Err(AdmissionError::MissingNode));
+        assert!(matches!(
+            parse_node(Some(&node("garbage", &[])), "blue"),
+            Err(AdmissionError::MalformedNodeId(_))
+        ));
+    }
+
+    #[test]
+    fn reads_bearer_tokens_and_service_account_names() {
+        let mut md = MetadataMap::new();
+        assert_eq!(bearer_token(&md), None);
+        md.insert("authorization", "Bearer abc.def".parse().expect("ascii"));
+        assert_eq!(bearer_token(&md).as_deref(), Some("abc.def"));
+        assert_eq!(
+            service_account_namespace("system:serviceaccount:shop:default"),
+            Some("shop")
+        );
+        assert_eq!(service_account_namespace("alice"), None);
+    }
+}

@@ -1,0 +1,85 @@
+//! Pure translation of the tenant registry into the Envoy resources of one proxy, Istio-style.
+//!
+//! - Clusters `outbound|<port>||<host>` for every port of every host the proxy imports: EDS
+//!   (over ADS) for Kubernetes Services and ServiceEntries with a workload selector; `STATIC`,
+//!   `STRICT_DNS` (`DNS`), `LOGICAL_DNS` (`DNS_ROUND_ROBIN`) or `ORIGINAL_DST` (`NONE`) for
+//!   ServiceEntries; plus `PassthroughCluster`, `BlackHoleCluster` and, with capture,
+//!   `InboundPassthroughCluster`.
+//! - Outbound listeners: with capture, `virtualOutbound` on 15001 (original destination) and one
+//!   `0.0.0.0_<port>` per service port (not bound); without capture (`captureMode: NONE` on the
+//!   node or the Sidecar egress listener), real listeners `<bind>_<port>` (default bind
+//!   127.0.0.1). HTTP ports use RDS with the route configuration named by the port; TCP ports
+//!   proxy to the service matched by destination address (or the only service of the port).
+//! - Inbound: `inbound|<port>||` clusters to the workload's own ports (services selecting its
+//!   labels, or its Sidecar's `ingress`), the `virtualInbound` listener on 15006 with capture,
+//!   bound ingress listeners without.
+//! - Scoping: only hosts visible to the proxy (`exportTo`) and imported by its Sidecar appear.
+//!
+//! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
+
+pub mod envoy;
+mod inbound;
+mod outbound;
+pub mod protojson;
+#[rustfmt::skip]
+mod protojson_schema;
+pub mod registry;
+pub mod scope;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use meshplane_crds::networking::CaptureMode;
+
+use crate::model::ProxyNode;
+pub use inbound::{inbound_ports, InboundPort};
+pub use registry::Registry;
+use scope::ProxyScope;
+
+/// Name of the cluster forwarding unknown outbound traffic to its original destination.
+pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
+/// Name of the cluster that drops unknown outbound traffic.
+pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
+/// Name of the cluster forwarding unknown inbound traffic to its original destination.
+pub const INBOUND_PASSTHROUGH_CLUSTER: &str = "InboundPassthroughCluster";
+/// Name of the capture listener for outbound traffic.
+pub const VIRTUAL_OUTBOUND_LISTENER: &str = "virtualOutbound";
+/// Name of the capture listener for inbound traffic.
+pub const VIRTUAL_INBOUND_LISTENER: &str = "virtualInbound";
+
+/// The Envoy resources of one proxy, before encoding.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Translated {
+    pub clusters: Vec<Cluster>,
+    pub endpoints: Vec<ClusterLoadAssignment>,
+    pub listeners: Vec<Listener>,
+    pub routes: Vec<RouteConfiguration>,
+}
+
+impl Translated {
+    /// Sorts every resource list by name (the order ADS and golden files rely on).
+    pub fn sort(&mut self) {
+        self.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+        self.endpoints
+            .sort_by(|a, b| a.cluster_name.cmp(&b.cluster_name));
+        self.listeners.sort_by(|a, b| a.name.cmp(&b.name));
+        self.routes.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+}
+
+/// Whether the proxy relies on traffic capture (iptables) rather than bound listeners.
+pub fn captures(node: &ProxyNode) -> bool {
+    node.capture_mode != CaptureMode::None
+}
+
+/// Translates the registry for one proxy (without EnvoyFilter patches).
+pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
+    let scope: ProxyScope = scope::proxy_scope(registry, &node.namespace, &node.labels);
+    let mut out = Translated::default();
+    outbound::translate_outbound(registry, &scope, node, &mut out);
+    let inbound = inbound_ports(registry, node, &scope);
+    inbound::translate_inbound(&inbound, node, &mut out);
+    out.sort();
+    out
+}

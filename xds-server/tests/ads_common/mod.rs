@@ -1,0 +1,292 @@
+//! Shared harness of the ADS protocol tests: an in-process server over a generator whose
+//! per-namespace configs the test sets directly, and tonic clients for both ADS variants.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use meshplane_xds::ads::snapshot::content_version;
+use meshplane_xds::ads::AdsServer;
+use meshplane_xds::metrics::Metrics;
+use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
+use meshplane_xds::push::{ConfigGenerator, Hub};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+pub const TENANT: &str = "blue";
+/// Upper bound on waiting for one message: a deadline, not a pacing sleep.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Configs by proxy namespace, set by the test.
+#[derive(Clone, Default)]
+pub struct Configs(pub Arc<Mutex<BTreeMap<String, ProxyConfig>>>);
+
+struct TestGenerator {
+    configs: Configs,
+    members: BTreeSet<String>,
+}
+
+impl ConfigGenerator for TestGenerator {
+    fn apply(&mut self, _event: SourceEvent) -> bool {
+        false
+    }
+    fn render(&self, node: &ProxyNode) -> ProxyConfig {
+        let configs = self.configs.0.lock().expect("configs lock");
+        configs.get(&node.namespace).cloned().unwrap_or_default()
+    }
+    fn is_member(&self, namespace: &str) -> bool {
+        self.members.contains(namespace)
+    }
+}
+
+/// One encoded resource with a content-hash version.
+pub fn res(type_url: &'static str, name: &str, body: &str) -> Arc<Resource> {
+    let encoded = bytes::Bytes::from(format!("{name}:{body}"));
+    Arc::new(Resource {
+        name: name.into(),
+        type_url,
+        version: content_version(&encoded),
+        encoded,
+    })
+}
+
+/// A config with one resource per type (cluster `c1`, endpoints `c1`, listener `l1`, route `r1`).
+pub fn config(tag: &str) -> ProxyConfig {
+    ProxyConfig {
+        clusters: vec![res(type_url::CLUSTER, "c1", tag)],
+        endpoints: vec![res(type_url::ENDPOINT, "c1", tag)],
+        listeners: vec![res(type_url::LISTENER, "l1", tag)],
+        routes: vec![res(type_url::ROUTE, "r1", tag)],
+    }
+}
+
+pub struct Harness {
+    pub hub: Arc<Hub>,
+    pub configs: Configs,
+    pub addr: std::net::SocketAddr,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Harness {
+    /// A ready server whose tenant has member namespaces `shop` and `bank`.
+    pub async fn start() -> Harness {
+        let configs = Configs::default();
+        let generator = TestGenerator {
+            configs: configs.clone(),
+            members: ["shop".to_string(), "bank".to_string()].into(),
+        };
+        let hub = Hub::new(
+            TENANT,
+            "blue-v1",
+            "meshplane-blue",
+            Box::new(generator),
+            Arc::new(Metrics::new()),
+        );
+        hub.mark_ready();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(AdsServer::new(Arc::clone(&hub), None, shutdown_rx).serve(listener));
+        Harness { hub, configs, addr, shutdown }
+    }
+
+    /// Replaces the config of `namespace` and pushes.
+    pub fn set(&self, namespace: &str, config: ProxyConfig) {
+        self.configs.0.lock().expect("configs lock").insert(namespace.into(), config);
+        self.hub.push_all(Instant::now());
+    }
+
+    pub async fn client(&self) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
+        AggregatedDiscoveryServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+}
+
+pub fn node(namespace: &str, pod: &str) -> Node {
+    Node {
+        id: format!("sidecar~10.0.0.1~{pod}.{namespace}~{namespace}.svc.cluster.local"),
+        cluster: "test".into(),
+        metadata: Some(Struct {
+            fields: [(
+                "NAMESPACE".to_string(),
+                Value { kind: Some(ValueKind::StringValue(namespace.into())) },
+            )]
+            .into_iter()
+            .collect(),
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn nack(message: &str) -> Option<RpcStatus> {
+    Some(RpcStatus { code: 3, message: message.into(), details: vec![] })
+}
+
+/// A state-of-the-world client stream.
+pub struct SotwClient {
+    pub tx: mpsc::Sender<DiscoveryRequest>,
+    pub rx: Streaming<DiscoveryResponse>,
+    node: Node,
+}
+
+impl SotwClient {
+    /// Opens a stream whose first request subscribes to `type_url` with `names`.
+    pub async fn open(
+        h: &Harness,
+        node: Node,
+        type_url: &str,
+        names: &[&str],
+    ) -> Result<SotwClient, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(DiscoveryRequest {
+            node: Some(node.clone()),
+            type_url: type_url.into(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("queue first request");
+        let rx = h.client().await.stream_aggregated_resources(ReceiverStream::new(rx)).await?;
+        Ok(SotwClient { tx, rx: rx.into_inner(), node })
+    }
+
+    pub async fn recv(&mut self) -> DiscoveryResponse {
+        tokio::time::timeout(DEADLINE, self.rx.message())
+            .await
+            .expect("response before the deadline")
+            .expect("stream ok")
+            .expect("stream open")
+    }
+
+    pub async fn request(&self, type_url: &str, names: &[&str], version: &str, nonce: &str) {
+        self.send(type_url, names, version, nonce, None).await
+    }
+
+    pub async fn send(
+        &self,
+        type_url: &str,
+        names: &[&str],
+        version: &str,
+        nonce: &str,
+        error: Option<RpcStatus>,
+    ) {
+        self.tx
+            .send(DiscoveryRequest {
+                node: None,
+                type_url: type_url.into(),
+                resource_names: names.iter().map(|s| s.to_string()).collect(),
+                version_info: version.into(),
+                response_nonce: nonce.into(),
+                error_detail: error,
+                ..Default::default()
+            })
+            .await
+            .expect("send request");
+    }
+
+    /// ACKs a response (keeping a wildcard subscription).
+    pub async fn ack(&self, r: &DiscoveryResponse) {
+        self.request(&r.type_url, &[], &r.version_info, &r.nonce).await
+    }
+
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+}
+
+/// An incremental client stream.
+pub struct DeltaClient {
+    pub tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    pub rx: Streaming<DeltaDiscoveryResponse>,
+}
+
+impl DeltaClient {
+    pub async fn open(
+        h: &Harness,
+        node: Node,
+        type_url: &str,
+        subscribe: &[&str],
+    ) -> Result<DeltaClient, tonic::Status> {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(DeltaDiscoveryRequest {
+            node: Some(node),
+            type_url: type_url.into(),
+            resource_names_subscribe: subscribe.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("queue first request");
+        let rx = h.client().await.delta_aggregated_resources(ReceiverStream::new(rx)).await?;
+        Ok(DeltaClient { tx, rx: rx.into_inner() })
+    }
+
+    pub async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(DEADLINE, self.rx.message())
+            .await
+            .expect("response before the deadline")
+            .expect("stream ok")
+            .expect("stream open")
+    }
+
+    pub async fn send(
+        &self,
+        type_url: &str,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        nonce: &str,
+        error: Option<RpcStatus>,
+    ) {
+        self.tx
+            .send(DeltaDiscoveryRequest {
+                type_url: type_url.into(),
+                resource_names_subscribe: subscribe.iter().map(|s| s.to_string()).collect(),
+                resource_names_unsubscribe: unsubscribe.iter().map(|s| s.to_string()).collect(),
+                response_nonce: nonce.into(),
+                error_detail: error,
+                ..Default::default()
+            })
+            .await
+            .expect("send request");
+    }
+
+    pub async fn ack(&self, r: &DeltaDiscoveryResponse) {
+        self.send(&r.type_url, &[], &[], &r.nonce, None).await
+    }
+}
+
+/// Names of the resources in a SotW response.
+pub fn sotw_names(r: &DiscoveryResponse) -> Vec<String> {
+    r.resources
+        .iter()
+        .map(|a| {
+            let s = String::from_utf8_lossy(&a.value).to_string();
+            s.split(':').next().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+/// Bodies (`name:tag`) of the resources in a SotW response.
+pub fn sotw_bodies(r: &DiscoveryResponse) -> Vec<String> {
+    r.resources.iter().map(|a| String::from_utf8_lossy(&a.value).to_string()).collect()
+}
+
+/// Names of the resources in a delta response.
+pub fn delta_names(r: &DeltaDiscoveryResponse) -> Vec<String> {
+    r.resources.iter().map(|x| x.name.clone()).collect()
+}

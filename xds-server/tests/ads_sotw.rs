@@ -1,0 +1,246 @@
+//! State-of-the-world ADS protocol rules, checked with a tonic client.
+//!
+//! "Nothing was sent" is proven by ordering, not by waiting: after the step under test the
+//! client asks for something else, and the next message must be that answer.
+
+mod ads_common;
+
+use ads_common::*;
+use meshplane_xds::ads::snapshot::set_version;
+use meshplane_xds::model::{type_url, ProxyConfig};
+
+#[tokio::test]
+async fn first_response_carries_content_hash_version_and_ack_is_not_answered() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let r = c.recv().await;
+    assert_eq!(r.type_url, type_url::CLUSTER);
+    assert_eq!(sotw_names(&r), ["c1"]);
+    assert_eq!(r.version_info, set_version(&config("a").clusters));
+    assert!(!r.nonce.is_empty());
+    c.ack(&r).await;
+    c.request(type_url::LISTENER, &[], "", "").await;
+    let next = c.recv().await;
+    assert_eq!(next.type_url, type_url::LISTENER, "an ACK must not be answered with the same clusters");
+    assert_ne!(next.nonce, r.nonce);
+}
+
+#[tokio::test]
+async fn versions_are_stable_across_servers() {
+    let a = Harness::start().await;
+    let b = Harness::start().await;
+    a.set("shop", config("x"));
+    b.set("shop", config("x"));
+    let mut ca = SotwClient::open(&a, node("shop", "p"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut cb = SotwClient::open(&b, node("shop", "p"), type_url::CLUSTER, &[]).await.expect("admitted");
+    assert_eq!(ca.recv().await.version_info, cb.recv().await.version_info);
+}
+
+#[tokio::test]
+async fn nack_is_recorded_and_not_resent_until_config_changes() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let r = c.recv().await;
+    c.send(type_url::CLUSTER, &[], "", &r.nonce, nack("cluster c1: bad")).await;
+    // Same content pushed again: still blocked.
+    h.set("shop", config("a"));
+    c.request(type_url::LISTENER, &[], "", "").await;
+    let l = c.recv().await;
+    assert_eq!(l.type_url, type_url::LISTENER, "NACKed clusters must not be re-sent");
+
+    let status = h.hub.proxy_statuses();
+    let cds = &status[0].types[0];
+    assert_eq!(cds.type_name, "cds");
+    let last = cds.last_nack.as_ref().expect("NACK recorded");
+    assert_eq!(last.message, "cluster c1: bad");
+    assert_eq!(last.version, r.version_info);
+    assert_eq!(cds.acked_version, None);
+    let metrics = h.hub.metrics().encode().expect("metrics");
+    assert!(metrics.contains(r#"meshplane_xds_nacks_total{type="cds"} 1"#), "{metrics}");
+
+    c.ack(&l).await;
+    h.set("shop", config("b"));
+    let again = c.recv().await;
+    assert_eq!(again.type_url, type_url::CLUSTER, "changed clusters are sent again");
+    assert_eq!(sotw_bodies(&again), ["c1:b"]);
+}
+
+#[tokio::test]
+async fn one_unacked_response_per_type_and_newer_state_coalesced() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let first = c.recv().await;
+    h.set("shop", config("b"));
+    h.set("shop", config("c"));
+    c.request(type_url::LISTENER, &[], "", "").await;
+    let l = c.recv().await;
+    assert_eq!(l.type_url, type_url::LISTENER, "no second CDS while the first is un-ACKed");
+    assert_eq!(sotw_bodies(&l), ["l1:c"]);
+    c.ack(&first).await;
+    let coalesced = c.recv().await;
+    assert_eq!(coalesced.type_url, type_url::CLUSTER);
+    assert_eq!(sotw_bodies(&coalesced), ["c1:c"], "intermediate state b is skipped");
+}
+
+async fn subscribe_all(c: &mut SotwClient) {
+    for (t, names) in [
+        (type_url::CLUSTER, vec![]),
+        (type_url::ENDPOINT, vec!["c1", "c2"]),
+        (type_url::LISTENER, vec![]),
+        (type_url::ROUTE, vec!["r1"]),
+    ] {
+        if t != type_url::CLUSTER {
+            c.request(t, &names, "", "").await;
+        }
+        let r = c.recv().await;
+        assert_eq!(r.type_url, t);
+        c.request(t, &names, &r.version_info, &r.nonce).await;
+    }
+}
+
+#[tokio::test]
+async fn pushes_in_cds_eds_lds_rds_order() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    subscribe_all(&mut c).await;
+    h.set("shop", config("b"));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(c.recv().await.type_url);
+    }
+    assert_eq!(order, type_url::ORDER);
+}
+
+#[tokio::test]
+async fn removals_go_out_after_additions_are_acked() {
+    let h = Harness::start().await;
+    let mut two = config("a");
+    two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
+    h.set("shop", two);
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    subscribe_all(&mut c).await;
+    // c2 removed, listener changed at once.
+    let mut next = config("a");
+    next.listeners = vec![res(type_url::LISTENER, "l1", "b")];
+    h.set("shop", next);
+    let l = c.recv().await;
+    assert_eq!(l.type_url, type_url::LISTENER, "the listener change goes first");
+    c.ack(&l).await;
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, type_url::CLUSTER);
+    assert_eq!(sotw_names(&cds), ["c1"], "c2 is removed last");
+}
+
+#[tokio::test]
+async fn eds_request_is_answered_while_cds_is_warming() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, type_url::CLUSTER);
+    // Envoy asks for endpoints before ACKing the clusters that need them.
+    c.request(type_url::ENDPOINT, &["c1"], "", "").await;
+    let eds = c.recv().await;
+    assert_eq!(eds.type_url, type_url::ENDPOINT);
+    assert_eq!(sotw_names(&eds), ["c1"]);
+}
+
+#[tokio::test]
+async fn named_subscriptions_get_only_their_resources() {
+    let h = Harness::start().await;
+    let mut cfg = config("a");
+    cfg.endpoints.push(res(type_url::ENDPOINT, "c2", "a"));
+    h.set("shop", cfg);
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"]).await.expect("admitted");
+    let r = c.recv().await;
+    assert_eq!(sotw_names(&r), ["c2"]);
+    c.request(type_url::ENDPOINT, &["c1", "c2"], &r.version_info, &r.nonce).await;
+    let both = c.recv().await;
+    assert_eq!(sotw_names(&both), ["c1", "c2"]);
+    // Explicit wildcard.
+    let mut w = SotwClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"]).await.expect("admitted");
+    assert_eq!(sotw_names(&w.recv().await), ["c1", "c2"]);
+}
+
+#[tokio::test]
+async fn reconnect_with_current_version_is_not_answered() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    let version = {
+        let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+        c.recv().await.version_info
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+        node: Some(node("shop", "web-1")),
+        type_url: type_url::CLUSTER.into(),
+        version_info: version,
+        ..Default::default()
+    })
+    .await
+    .expect("queue");
+    let mut stream = h
+        .client()
+        .await
+        .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("admitted")
+        .into_inner();
+    tx.send(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+        type_url: type_url::LISTENER.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("queue");
+    let next = tokio::time::timeout(DEADLINE, stream.message())
+        .await
+        .expect("deadline")
+        .expect("ok")
+        .expect("open");
+    assert_eq!(next.type_url, type_url::LISTENER, "clusters the proxy holds are not re-sent");
+}
+
+#[tokio::test]
+async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
+    let h = Harness::start().await;
+    h.set("shop", config("a"));
+    h.set("bank", config("a"));
+    let mut shop = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut bank = SotwClient::open(&h, node("bank", "api-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    for c in [&mut shop, &mut bank] {
+        let r = c.recv().await;
+        c.ack(&r).await;
+        c.request(type_url::ENDPOINT, &["c1"], "", "").await;
+        let r = c.recv().await;
+        c.request(type_url::ENDPOINT, &["c1"], &r.version_info, &r.nonce).await;
+    }
+    let mut changed = config("a");
+    changed.endpoints = vec![res(type_url::ENDPOINT, "c1", "moved")];
+    h.set("shop", changed);
+    let eds = shop.recv().await;
+    assert_eq!(eds.type_url, type_url::ENDPOINT);
+    assert_eq!(sotw_bodies(&eds), ["c1:moved"]);
+    shop.request(type_url::ENDPOINT, &["c1"], &eds.version_info, &eds.nonce).await;
+    for c in [&mut shop, &mut bank] {
+        c.request(type_url::LISTENER, &[], "", "").await;
+        assert_eq!(c.recv().await.type_url, type_url::LISTENER, "no CDS after an endpoint change; nothing for bank");
+    }
+}
+
+#[tokio::test]
+async fn proxy_of_a_non_member_namespace_is_refused() {
+    let h = Harness::start().await;
+    h.set("shop", ProxyConfig::default());
+    let err = match SotwClient::open(&h, node("payments", "p-1"), type_url::CLUSTER, &[]).await {
+        Ok(_) => panic!("a non-member must be refused"),
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    assert!(err.message().contains("\"payments\"") && err.message().contains("\"blue\""), "{}", err.message());
+    let metrics = h.hub.metrics().encode().expect("metrics");
+    assert!(metrics.contains(r#"meshplane_xds_rejected_connections_total{reason="not_member"} 1"#), "{metrics}");
+}
