@@ -1,6 +1,7 @@
 //! The scenarios of issue 8: each generates a mesh, starts `meshplane-xds --source dir:`,
 //! connects the load, drives mutations, samples the server and returns a markdown table.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -423,24 +424,40 @@ async fn churn_s1(mesh: &mut MeshState, handle: &LoadHandle, p: &S1Params) -> Re
     let start = Instant::now();
     let mut next_service = start + p.new_service_every;
     let mut count = 0;
+    let mut touched = HashMap::new();
     while start.elapsed() < p.churn {
         interval.tick().await;
         if Instant::now() >= next_service {
             next_service += p.new_service_every;
             let ns = mesh.namespaces[rng.random_range(0..mesh.namespaces.len())].clone();
             mutate(mesh, handle, "service-add", |m| Ok(m.plan_add_service(&ns)))?;
+            touched.insert(mesh.services.len() - 1, Instant::now());
             count += 1;
         }
-        let (svc, slot) = (
-            rng.random_range(0..usize::MAX),
-            rng.random_range(0..usize::MAX),
-        );
-        mutate(mesh, handle, "endpoint", |m| {
-            m.plan_replace_endpoint(svc, slot)
-        })?;
+        let svc = pick_untouched(&mut rng, mesh.services.len(), &mut touched);
+        let slot = rng.random_range(0..usize::MAX);
+        mutate(mesh, handle, "endpoint", |m| m.plan_replace_endpoint(svc, slot))?;
         count += 1;
     }
     Ok(count)
+}
+
+/// How long a service is left alone after a change: a second change before the first was
+/// pushed would supersede it (its new address never reaches the wire) and count as lost.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// A random service index not changed within [`SETTLE`] (best effort: 20 tries).
+fn pick_untouched(rng: &mut StdRng, len: usize, touched: &mut HashMap<usize, Instant>) -> usize {
+    let now = Instant::now();
+    let mut pick = 0;
+    for _ in 0..20 {
+        pick = rng.random_range(0..len.max(1));
+        if touched.get(&pick).is_none_or(|t| now.duration_since(*t) > SETTLE) {
+            break;
+        }
+    }
+    touched.insert(pick, now);
+    pick
 }
 
 /// Plans a mutation, registers what streams must see, then makes the file change: the
@@ -1166,12 +1183,11 @@ async fn s4_phases(
 ) -> Result<(Instant, f64, usize)> {
     let mut rng = StdRng::seed_from_u64(4);
     // Quiet phase: everyone gets probes only.
-    let probe = |meshes: &mut [MeshState], rng: &mut StdRng| -> Result<()> {
+    let mut touched: Vec<HashMap<usize, Instant>> = vec![HashMap::new(); meshes.len()];
+    let mut probe = |meshes: &mut [MeshState], rng: &mut StdRng| -> Result<()> {
         for (i, mesh) in meshes.iter_mut().enumerate().skip(1) {
-            let (svc, slot) = (
-                rng.random_range(0..usize::MAX),
-                rng.random_range(0..usize::MAX),
-            );
+            let svc = pick_untouched(rng, mesh.services.len(), &mut touched[i]);
+            let slot = rng.random_range(0..usize::MAX);
             mutate(mesh, &handles[i], "probe", |m| {
                 m.plan_replace_endpoint(svc, slot)
             })?;

@@ -31,7 +31,10 @@ fn seed(api: &FakeApi) -> anyhow::Result<Vec<String>> {
                     names_out.push(m.metadata.name.clone().unwrap_or_default());
                     api.insert(("meshplane.io", "meshcontrolplanes"), v);
                 }
-                Object::MeshRevisionTag(t) => api.insert(("meshplane.io", "meshrevisiontags"), serde_json::to_value(&*t)?),
+                Object::MeshRevisionTag(t) => api.insert(
+                    ("meshplane.io", "meshrevisiontags"),
+                    serde_json::to_value(&*t)?,
+                ),
                 _ => {}
             }
         }
@@ -54,7 +57,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn main() -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let api = FakeApi::default();
         let control_planes = seed(&api)?;
@@ -65,7 +70,9 @@ fn main() -> anyhow::Result<()> {
             Arc::new(time::OffsetDateTime::now_utc),
         ));
         let load = |name: &str| -> anyhow::Result<Arc<MeshControlPlane>> {
-            let v = api.get("meshplane.io", "meshcontrolplanes", None, name).ok_or_else(|| anyhow::anyhow!("missing {name}"))?;
+            let v = api
+                .get("meshplane.io", "meshcontrolplanes", None, name)
+                .ok_or_else(|| anyhow::anyhow!("missing {name}"))?;
             Ok(Arc::new(serde_json::from_value(v)?))
         };
         // Converge (first reconcile creates; a second settles status written by siblings).

@@ -124,7 +124,11 @@ async fn publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str) -> 
     let mut attempt = 0;
     loop {
         match try_publish_ca_bundle(client, config_name, ca_pem).await {
-            Err(e) if attempt < 5 && e.downcast_ref::<kube::Error>().is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 409)) => {
+            Err(e)
+                if attempt < 5
+                    && e.downcast_ref::<kube::Error>()
+                        .is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 409)) =>
+            {
                 attempt += 1;
             }
             other => return other,
@@ -134,7 +138,11 @@ async fn publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str) -> 
 
 /// One attempt: the new CA first, then the two most recent other CAs, so that several replicas
 /// (each self-issuing) are all trusted.
-async fn try_publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str) -> anyhow::Result<()> {
+async fn try_publish_ca_bundle(
+    client: &Client,
+    config_name: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
     use base64::Engine as _;
     let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
     let current = api
@@ -187,6 +195,26 @@ async fn try_publish_ca_bundle(client: &Client, config_name: &str, ca_pem: &str)
     .await
     .context("setting caBundle")?;
     Ok(())
+}
+
+/// How long in-flight reconciles may take to finish after shutdown was requested.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the controllers until shutdown; in-flight reconciles get [`SHUTDOWN_GRACE`] to finish
+/// (watchers stuck in retry would otherwise hold the process past its termination period).
+async fn run_controllers(ctx: Arc<Context>, stop_rx: &watch::Receiver<bool>) {
+    let controllers = controller::run(ctx, stopped(stop_rx));
+    let deadline = {
+        let stop = stopped(stop_rx);
+        async move {
+            stop.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    tokio::select! {
+        _ = controllers => {},
+        _ = deadline => warn!("controllers did not stop within the grace period; exiting anyway"),
+    }
 }
 
 #[tokio::main]
@@ -290,12 +318,12 @@ async fn main() -> anyhow::Result<()> {
                 let _ = lost_tx.send(true);
                 true
             });
-            controller::run(ctx, stopped(&stop_rx)).await;
+            run_controllers(ctx, &stop_rx).await;
             lost_leadership = holding.is_finished() && holding.await.unwrap_or(false);
             elector.release().await;
         }
     } else {
-        controller::run(ctx, stopped(&stop_rx)).await;
+        run_controllers(ctx, &stop_rx).await;
     }
     let _ = stop_tx.send(true);
     let _ = tokio::join!(monitoring_task, admission_task);

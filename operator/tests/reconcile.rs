@@ -439,26 +439,65 @@ async fn the_webhook_certificate_rotates_when_a_third_of_its_validity_remains() 
     let clock = Arc::new(move || {
         time::OffsetDateTime::from_unix_timestamp(clock_now.load(Ordering::SeqCst)).expect("valid")
     });
-    let ctx = Arc::new(Context::new(api.client(), Arc::new(Metrics::default()), Settings::default(), clock));
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
-    let secret = |api: &FakeApi| api.get("", "secrets", Some("meshplane-blue"), "meshplane-blue-v1-webhook-tls").unwrap();
+    let ctx = Arc::new(Context::new(
+        api.client(),
+        Arc::new(Metrics::default()),
+        Settings::default(),
+        clock,
+    ));
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let secret = |api: &FakeApi| {
+        api.get(
+            "",
+            "secrets",
+            Some("meshplane-blue"),
+            "meshplane-blue-v1-webhook-tls",
+        )
+        .unwrap()
+    };
     let first = secret(&api);
 
     // 59 of 90 days later: still more than a third left, nothing is written.
     now.fetch_add(59 * 86_400, Ordering::SeqCst);
     api.clear_writes();
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
     assert_eq!(object_writes(&api), Vec::<String>::new());
 
     // 61 days: rotated; the webhooks get the new bundle, which still trusts the old CA.
     now.fetch_add(2 * 86_400, Ordering::SeqCst);
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone()).await.expect("reconciles");
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
     let rotated = secret(&api);
     assert_ne!(rotated["data"]["tls.crt"], first["data"]["tls.crt"]);
-    let hook = api.get("admissionregistration.k8s.io", "validatingwebhookconfigurations", None, "meshplane-blue-v1-validator").unwrap();
-    assert_eq!(hook["webhooks"][0]["clientConfig"]["caBundle"], rotated["data"]["ca.crt"]);
+    let hook = api
+        .get(
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            None,
+            "meshplane-blue-v1-validator",
+        )
+        .unwrap();
+    assert_eq!(
+        hook["webhooks"][0]["clientConfig"]["caBundle"],
+        rotated["data"]["ca.crt"]
+    );
     use base64::Engine as _;
-    let decode = |v: &Value| String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap();
+    let decode = |v: &Value| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
     assert!(decode(&rotated["data"]["ca.crt"]).contains(decode(&first["data"]["ca.crt"]).trim()));
-    assert!(api.events().iter().any(|e| e["reason"] == "CertificateIssued"));
+    assert!(api
+        .events()
+        .iter()
+        .any(|e| e["reason"] == "CertificateIssued"));
 }

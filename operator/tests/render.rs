@@ -383,3 +383,31 @@ fn a_namespace_leaving_loses_its_bootstrap_and_reader_binding() {
     );
     assert!(keys(&after).is_empty());
 }
+
+#[test]
+fn shared_mode_reads_cluster_wide_through_one_binding_and_no_per_namespace_roles() {
+    let (mut cps, tags) = samples();
+    cps[2].spec.isolation = meshplane_crds::IsolationMode::Shared;
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let objects = render_of(&cps[2], &m, &Observed::default());
+    assert!(!objects
+        .iter()
+        .any(|o| o.key.name == "meshplane-green-reader"));
+    let rbac = Rbac { objects: &objects };
+    let sa = ("meshplane-green", "meshplane-green");
+    assert!(rbac.can(sa, "list", "", "services", Some("outsider")));
+    assert!(rbac.can(
+        sa,
+        "watch",
+        "discovery.k8s.io",
+        "endpointslices",
+        Some("kube-system")
+    ));
+    assert!(!rbac.can(sa, "list", "", "secrets", Some("outsider")));
+    assert!(!rbac.can(sa, "patch", "", "services", Some("bank")));
+    let cluster_bindings = objects
+        .iter()
+        .filter(|o| o.key.kind == Kind::ClusterRoleBinding)
+        .count();
+    assert_eq!(cluster_bindings, 1);
+}

@@ -264,7 +264,7 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                         patch,
                         NETWORK_FILTER,
                         |f: &Filter| filter_name.is_empty() || f.name == filter_name,
-                        |existing, p| merge_network_filter(existing, p),
+                        merge_network_filter,
                     )?;
                 }
             }
@@ -302,7 +302,7 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                             patch,
                             HTTP_FILTER,
                             |h: &HttpFilter| sub_name.is_empty() || h.name == sub_name,
-                            |existing, p| merge_http_filter(existing, p),
+                            merge_http_filter,
                         )?;
                         any.value = hcm.encode_to_vec();
                     }
@@ -459,7 +459,7 @@ fn chain_matches(chain: &FilterChain, m: Option<&FilterChainMatch>) -> bool {
     chain.filters.iter().any(|f| {
         (fm.name.is_empty() || f.name == fm.name)
             && fm.sub_filter.as_ref().is_none_or(|sub| {
-                sub.name.is_empty() || http_filter_names(f).iter().any(|n| *n == sub.name)
+                sub.name.is_empty() || http_filter_names(f).contains(&sub.name)
             })
     })
 }

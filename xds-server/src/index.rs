@@ -83,6 +83,8 @@ struct RenderCache {
     configs: HashMap<ScopeKey, ProxyConfig>,
     /// Encoded resources by (type URL, name, version).
     interned: HashMap<(&'static str, String, String), Weak<Resource>>,
+    /// Size of `interned` at which dead entries are dropped.
+    prune_at: usize,
 }
 
 /// A relist in progress: objects of these kinds in this namespace not seen again before
@@ -159,6 +161,21 @@ impl TenantIndex {
         &self.control_namespace
     }
 
+    /// Labels of a Pod of the tenant (for proxies whose node metadata carries none).
+    pub fn pod_labels(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
+        let key = ObjectKey {
+            kind: Kind::Pod,
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        };
+        match self.objects.get(&key) {
+            Some(Object::Pod(pod)) if self.in_tenant(&key) => {
+                Some(pod.metadata.labels.clone().unwrap_or_default())
+            }
+            _ => None,
+        }
+    }
+
     /// The registry translation currently reads.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
@@ -230,7 +247,8 @@ impl TenantIndex {
         self.members = members;
         let next = self.build_registry();
         let prev = &self.registry;
-        let config_changed = prev.services != next.services
+        let config_changed = prev.mesh_config != next.mesh_config
+            || prev.services != next.services
             || !same_objects(&prev.sidecars, &next.sidecars, |a: &Sidecar, b| {
                 a.spec == b.spec
             })
@@ -315,10 +333,26 @@ impl TenantIndex {
             .is_some_and(|ns| *ns == self.control_namespace || self.members.contains(ns))
     }
 
+    /// The mesh settings: those of this revision's MeshControlPlane when the source delivers
+    /// it (directory mode), else the ones given at start.
+    fn effective_mesh_config(&self) -> MeshConfig {
+        self.objects
+            .values()
+            .find_map(|obj| match obj {
+                Object::MeshControlPlane(mcp)
+                    if mcp.spec.tenant == self.tenant && mcp.revision() == self.revision =>
+                {
+                    Some(mcp.spec.mesh_config.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| self.mesh_config.clone())
+    }
+
     fn build_registry(&self) -> Registry {
         let mut reg = Registry {
             control_namespace: self.control_namespace.clone(),
-            mesh_config: self.mesh_config.clone(),
+            mesh_config: self.effective_mesh_config(),
             ..Registry::default()
         };
         let mut k8s_services: BTreeMap<(String, String), ServiceModel> = BTreeMap::new();
@@ -396,15 +430,19 @@ impl TenantIndex {
         if let Some(config) = self.lock_cache().configs.get(&key) {
             return config.clone();
         }
+        let config = self.render_proxy_uncached(node);
+        self.lock_cache().configs.insert(key, config.clone());
+        config
+    }
+
+    /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).
+    pub fn render_proxy_uncached(&self, node: &ProxyNode) -> ProxyConfig {
         let mut translated = translate::translate(&self.registry, node);
         let filters = envoyfilter::applicable(&self.registry, node);
         for e in envoyfilter::apply(&filters, &mut translated) {
             tracing::warn!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
         }
-        let mut cache = self.lock_cache();
-        let config = encode(&mut cache, translated);
-        cache.configs.insert(key, config.clone());
-        config
+        encode(&mut self.lock_cache(), translated)
     }
 
     /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).
@@ -466,9 +504,10 @@ fn intern<M: Message + Name>(
         encoded: bytes::Bytes::from(encoded),
         version: key.2.clone(),
     });
-    // Drop entries of resources nobody holds any more before the map doubles.
-    if cache.interned.len() > 1024 && cache.interned.len() % 1024 == 0 {
+    // Drop entries of resources nobody holds any more each time the map doubles.
+    if cache.interned.len() >= cache.prune_at {
         cache.interned.retain(|_, w| w.strong_count() > 0);
+        cache.prune_at = (cache.interned.len() * 2).max(4096);
     }
     cache.interned.insert(key, Arc::downgrade(&resource));
     resource

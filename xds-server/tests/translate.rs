@@ -1269,6 +1269,22 @@ fn real_envoy_accepts_rendered_configs() {
         let (ok, log) = envoy_validates(&bin, &static_bootstrap(&index.render_proxy(&node)), name);
         assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
     }
+    // With access logging on every HCM and TCP proxy logs to a file.
+    let mesh = MeshConfig {
+        access_logging: meshplane_crds::controlplane::AccessLogging {
+            enabled: true,
+            path: Some("/dev/null".into()),
+        },
+        ..MeshConfig::default()
+    };
+    let mut logged = TenantIndex::new(TENANT, REVISION, CONTROL_NS, mesh);
+    feed(&mut logged, &[BASE, ENTRIES]);
+    let (ok, log) = envoy_validates(
+        &bin,
+        &static_bootstrap(&logged.render_proxy(&web_proxy())),
+        "logged",
+    );
+    assert!(ok, "access-logged config rejected:\n{log}");
     // The check has teeth: the router placed first is rejected by Envoy.
     let bad = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: bad, namespace: shop}\nspec:\n  configPatches:\n  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80}}\n    patch: {operation: INSERT_FIRST, value: {name: early-router, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}}\n";
     let index = index_with(&[BASE, bad]);
@@ -1281,4 +1297,60 @@ fn real_envoy_accepts_rendered_configs() {
         !ok,
         "Envoy should reject a router that is not the last HTTP filter"
     );
+}
+
+#[test]
+fn access_logging_adds_a_file_log_to_every_proxy_filter() {
+    let mesh = MeshConfig {
+        access_logging: meshplane_crds::controlplane::AccessLogging {
+            enabled: true,
+            path: None,
+        },
+        ..MeshConfig::default()
+    };
+    let mut index = TenantIndex::new(TENANT, REVISION, CONTROL_NS, mesh);
+    feed(&mut index, &[BASE]);
+    let mut hcms = 0;
+    let mut tcps = 0;
+    for l in decode_all::<Listener>(&index.render_proxy(&web_proxy()).listeners) {
+        for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            if let Ok(h) = decode_any::<HttpConnectionManager>(any, "HttpConnectionManager") {
+                assert_eq!(h.access_log.len(), 1, "{}", l.name);
+                hcms += 1;
+            } else if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
+                assert_eq!(t.access_log.len(), 1, "{}", l.name);
+                tcps += 1;
+            }
+        }
+    }
+    assert!(hcms > 0 && tcps > 0, "{hcms} HCMs, {tcps} TCP proxies");
+    // Off by default.
+    let plain = index_with(&[BASE]);
+    for l in decode_all::<Listener>(&plain.render_proxy(&web_proxy()).listeners) {
+        for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
+                assert!(t.access_log.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_revision_declared_in_the_directory_brings_its_mesh_config() {
+    let mcp = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n";
+    let mut index = index_with(&[BASE]);
+    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost allow_any"));
+    let change = feed(&mut index, &[BASE, mcp]);
+    assert_eq!(change.kind, ChangeKind::Config);
+    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost block_all"));
+    // Another tenant's revision with the same settings changes nothing for us.
+    let foreign = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: green}\nspec:\n  tenant: other\n  meshConfig: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n";
+    let index = index_with(&[BASE, foreign]);
+    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost allow_any"));
 }

@@ -1,5 +1,5 @@
-//! `kube-standin`: a TEST FIXTURE standing in for the Kubernetes API server (in memory, plain
-//! HTTP on loopback). For meshplane's e2e suite and demo only; not a Kubernetes distribution.
+//! `kube-standin`: a TEST FIXTURE standing in for the Kubernetes API server (in memory, HTTPS on
+//! loopback with its own CA). For meshplane's e2e suite and demo only; not a Kubernetes distribution.
 
 use std::path::PathBuf;
 use std::time::Duration;

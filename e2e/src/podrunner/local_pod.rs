@@ -134,7 +134,7 @@ impl LocalPod {
         let creating = |e| ("ContainerCreating", e);
         for projection in token_projections(pod) {
             let key = (projection.volume.clone(), projection.path.clone());
-            if !self.tokens.contains_key(&key) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.tokens.entry(key) {
                 let token = request_token(
                     env.client,
                     &owner,
@@ -143,7 +143,7 @@ impl LocalPod {
                 )
                 .await
                 .map_err(creating)?;
-                self.tokens.insert(key, token);
+                slot.insert(token);
             }
         }
         if self.kubeconfig_path.is_none() && spec.automount_service_account_token != Some(false) {

@@ -26,6 +26,7 @@ mod http_client;
 mod launch;
 mod local_pod;
 mod runner;
+mod service_accounts;
 mod service_proxy;
 mod tokens;
 mod volumes;

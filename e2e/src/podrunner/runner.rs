@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::config::Kubeconfig;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -26,6 +26,7 @@ use super::deployments::DeploymentController;
 use super::endpoints::EndpointController;
 use super::error::PodRunnerError;
 use super::local_pod::{LocalPod, PodEnvironment};
+use super::service_accounts::DefaultServiceAccounts;
 use super::service_proxy::ServiceProxy;
 use super::volumes::ObjectData;
 use super::PodRunnerOptions;
@@ -53,6 +54,7 @@ struct Caches {
     services: Store<Service>,
     config_maps: Store<ConfigMap>,
     secrets: Store<Secret>,
+    namespaces: Store<Namespace>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -138,6 +140,7 @@ pub struct Runner {
     addresses: AddressPool,
     deployments: DeploymentController,
     endpoints: EndpointController,
+    service_accounts: DefaultServiceAccounts,
     service_proxy: ServiceProxy,
     registry: Arc<ProcessRegistry>,
     status_errors: BTreeMap<String, String>,
@@ -163,13 +166,16 @@ impl Runner {
         let (services, services_task) = reflect::<Service>(&client, &changed);
         let (config_maps, config_maps_task) = reflect::<ConfigMap>(&client, &changed);
         let (secrets, secrets_task) = reflect::<Secret>(&client, &changed);
+        let (namespaces, namespaces_task) = reflect::<Namespace>(&client, &changed);
         let caches = Caches {
             pods,
             deployments,
             services,
             config_maps,
             secrets,
+            namespaces,
             tasks: vec![
+                namespaces_task,
                 pods_task,
                 deployments_task,
                 services_task,
@@ -182,6 +188,7 @@ impl Runner {
             caches.deployments.wait_until_ready().await?;
             caches.services.wait_until_ready().await?;
             caches.config_maps.wait_until_ready().await?;
+            caches.namespaces.wait_until_ready().await?;
             caches.secrets.wait_until_ready().await
         };
         match tokio::time::timeout(CACHE_SYNC_TIMEOUT, synced).await {
@@ -210,6 +217,7 @@ impl Runner {
             local: BTreeMap::new(),
             deployments: DeploymentController::default(),
             endpoints: EndpointController::default(),
+            service_accounts: DefaultServiceAccounts::default(),
             service_proxy: ServiceProxy::default(),
             registry,
             status_errors: BTreeMap::new(),
@@ -265,6 +273,10 @@ impl Runner {
     }
 
     async fn reconcile(&mut self) {
+        let namespaces = self.caches.namespaces.state();
+        self.service_accounts
+            .reconcile_all(&self.client, &namespaces)
+            .await;
         let pods = self.caches.pods.state();
         let deployments = self.caches.deployments.state();
         self.deployments

@@ -98,7 +98,11 @@ fn list_kind(field: &str, items: &[Value]) -> ListKind {
     if items.is_empty() {
         return ListKind::Atomic;
     }
-    let all_have = |key: &str| items.iter().all(|i| i.get(key).is_some_and(Value::is_string));
+    let all_have = |key: &str| {
+        items
+            .iter()
+            .all(|i| i.get(key).is_some_and(Value::is_string))
+    };
     match field {
         "finalizers" if items.iter().all(Value::is_string) => ListKind::Set,
         "ownerReferences" if all_have("uid") => ListKind::Map(&["uid"]),
@@ -212,14 +216,14 @@ fn remove_at(value: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
-    let Some(parent) = parents.iter().try_fold(&mut *value, |v, el| child_mut(v, el)) else {
+    let Some(parent) = parents
+        .iter()
+        .try_fold(&mut *value, |v, el| child_mut(v, el))
+    else {
         return;
     };
     let removed = match parent {
-        Value::Object(m) => last
-            .strip_prefix("f:")
-            .and_then(|k| m.remove(k))
-            .is_some(),
+        Value::Object(m) => last.strip_prefix("f:").and_then(|k| m.remove(k)).is_some(),
         Value::Array(items) => match find_item(items, last) {
             Some(i) => {
                 items.remove(i);
@@ -335,7 +339,12 @@ pub fn read_entries(obj: &Value) -> Vec<ManagedEntry> {
     else {
         return Vec::new();
     };
-    let s = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let s = |e: &Value, k: &str| {
+        e.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     entries
         .iter()
         .map(|e| ManagedEntry {
@@ -600,21 +609,75 @@ mod tests {
 
     #[test]
     fn apply_conflicts_then_force_takes_ownership() {
-        let first = apply(None, &json!({"spec": {"x": 1, "y": 2}}), "a", false, Scope::Whole, None, "v1").unwrap();
-        let err = apply(Some(&first), &json!({"spec": {"x": 5}}), "b", false, Scope::Whole, None, "v1").unwrap_err();
+        let first = apply(
+            None,
+            &json!({"spec": {"x": 1, "y": 2}}),
+            "a",
+            false,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap();
+        let err = apply(
+            Some(&first),
+            &json!({"spec": {"x": 5}}),
+            "b",
+            false,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap_err();
         assert_eq!(err[0].manager, "a");
         assert_eq!(err[0].field, ".spec.x");
-        let forced = apply(Some(&first), &json!({"spec": {"x": 5}}), "b", true, Scope::Whole, None, "v1").unwrap();
+        let forced = apply(
+            Some(&first),
+            &json!({"spec": {"x": 5}}),
+            "b",
+            true,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap();
         assert_eq!(forced["spec"], json!({"x": 5, "y": 2}));
         // "a" no longer owns x: dropping y from its config removes only y.
-        let again = apply(Some(&forced), &json!({"spec": {}}), "a", false, Scope::Whole, None, "v1").unwrap();
+        let again = apply(
+            Some(&forced),
+            &json!({"spec": {}}),
+            "a",
+            false,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap();
         assert_eq!(again["spec"], json!({"x": 5}));
     }
 
     #[test]
     fn shared_ownership_keeps_field_when_one_manager_drops_it() {
-        let one = apply(None, &json!({"data": {"k": "v"}}), "a", false, Scope::Whole, None, "v1").unwrap();
-        let two = apply(Some(&one), &json!({"data": {"k": "v"}}), "b", false, Scope::Whole, None, "v1").unwrap();
+        let one = apply(
+            None,
+            &json!({"data": {"k": "v"}}),
+            "a",
+            false,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap();
+        let two = apply(
+            Some(&one),
+            &json!({"data": {"k": "v"}}),
+            "b",
+            false,
+            Scope::Whole,
+            None,
+            "v1",
+        )
+        .unwrap();
         let three = apply(Some(&two), &json!({}), "a", false, Scope::Whole, None, "v1").unwrap();
         assert_eq!(three["data"]["k"], "v");
     }

@@ -5,11 +5,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tokio_rustls::TlsAcceptor;
 
 use super::auth::{Authenticator, Identity};
 use super::server::{self, ServerState};
 use super::store::Store;
+use super::tls::{serving_tls, TlsError};
 
 /// How to start a stand-in.
 #[derive(Debug, Clone)]
@@ -51,7 +57,7 @@ pub enum StandInError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Auth(#[from] super::auth::AuthError),
+    Tls(#[from] TlsError),
     #[error("loading kubeconfig {path}: {message}")]
     Client { path: String, message: String },
 }
@@ -96,20 +102,20 @@ impl StandIn {
         let app = axum::Router::new()
             .fallback(server::handle)
             .with_state(state);
+        let tls = serving_tls()?;
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = shutdown_rx.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "kube-standin server stopped");
-            }
-        });
+        tokio::spawn(serve(
+            listener,
+            TlsAcceptor::from(tls.config),
+            app,
+            shutdown_rx,
+        ));
         let handle = StandInHandle {
             addr,
             dir,
             store,
             auth,
+            ca_pem: tls.ca_pem,
             shutdown: Some(shutdown_tx),
         };
         for identity in [Identity::Admin, Identity::Operator, Identity::Node] {
@@ -120,12 +126,74 @@ impl StandIn {
     }
 }
 
+/// Accepts connections and serves HTTP/1.1 and HTTP/2 on them (over TLS, or plain) until
+/// shutdown.
+async fn serve(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: axum::Router,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // A TLS ClientHello starts with record type 0x16; anything else is plain HTTP
+            // (raw test clients), served on the same port.
+            let mut first = [0u8; 1];
+            let is_tls = matches!(tcp.peek(&mut first).await, Ok(1) if first[0] == 0x16);
+            let served = if is_tls {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                builder
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                    .await
+            } else {
+                builder
+                    .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                    .await
+            };
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// A kubeconfig with one cluster (server URL and CA), one token user and one context.
+fn kubeconfig_yaml(server_url: &str, ca_pem: &str, token: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    // JSON strings are valid YAML scalars and need no further escaping.
+    let server = serde_json::Value::from(server_url);
+    let token = serde_json::Value::from(token);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: standin-user\n  user:\n    token: {token}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: standin-user\ncurrent-context: standin\n"
+    )
+}
+
 /// A running stand-in. Dropping it stops the server.
 pub struct StandInHandle {
     addr: SocketAddr,
     dir: PathBuf,
     store: Arc<Store>,
     auth: Arc<Authenticator>,
+    ca_pem: String,
     shutdown: Option<oneshot::Sender<()>>,
 }
 
@@ -134,9 +202,20 @@ impl StandInHandle {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:<port>`: the same server without TLS, for raw test clients (kubectl
+    /// sends tokens only over HTTPS).
+    pub fn plain_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// PEM of the CA that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     pub fn kubeconfig_dir(&self) -> &Path {
@@ -154,7 +233,13 @@ impl StandInHandle {
             }
         };
         let path = self.dir.join(file);
-        self.auth.write_kubeconfig(&path, &self.url(), identity)?;
+        let token = self.auth.token_for(identity);
+        std::fs::write(&path, kubeconfig_yaml(&self.url(), &self.ca_pem, &token)).map_err(
+            |source| StandInError::KubeconfigDir {
+                path: path.display().to_string(),
+                source,
+            },
+        )?;
         Ok(path)
     }
 
@@ -170,7 +255,8 @@ impl StandInHandle {
             path: path.display().to_string(),
             message,
         };
-        let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(|e| err(e.to_string()))?;
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&path).map_err(|e| err(e.to_string()))?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .map_err(|e| err(e.to_string()))?;

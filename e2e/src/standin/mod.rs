@@ -1,11 +1,13 @@
-//! **Test fixture**: an in-memory stand-in for the Kubernetes API server, served over plain
-//! HTTP on loopback, for the e2e suite (no kube-apiserver can be installed where meshplane is
-//! built and tested). It is not a Kubernetes implementation and is never shipped.
+//! **Test fixture**: an in-memory stand-in for the Kubernetes API server, for the e2e suite (no
+//! kube-apiserver can be installed where meshplane is built and tested). It serves HTTPS on
+//! loopback with its own CA (in the kubeconfigs it writes; plain HTTP on the same port for raw
+//! test clients). It is not a Kubernetes implementation and is never shipped.
 //!
 //! The real operator, xds-server and `kubectl` talk to it unchanged through the kubeconfigs it
 //! writes. Request pipeline (`server`): authenticate (`auth`, 401) → authorize (`rbac`, 403) →
-//! custom-resource schema validation and defaulting (`schema`, 422) → admission webhooks
-//! (`admission`) → storage (`store`) or watch (`watch`).
+//! custom-resource schema validation and defaulting (`schema`, 422) and RBAC escalation
+//! prevention (`rbac::check_escalation`, 403) → admission webhooks (`admission`) → storage
+//! (`store`) or watch (`watch`).
 //!
 //! Implemented:
 //! - discovery (`/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]`) for the
@@ -19,16 +21,31 @@
 //!   `deletionTimestamp`, owner-reference GC (`blockOwnerDeletion` honoured by Foreground),
 //!   namespace termination, label selectors and `metadata.name`/`metadata.namespace` field
 //!   selectors (plus the few per-kind fields the real API has, e.g. Event `involvedObject.*`),
-//!   `limit`/`continue`, Table output for `kubectl get` (also on watches), Service ClusterIPs
-//!   from 127.0.1.0/24 upward;
+//!   `limit`/`continue`, Table output for `kubectl get` (also on watches; CRD printer columns,
+//!   Name and Age only for built-in kinds), Service ClusterIPs from 127.0.1.0/24 upward;
+//! - RBAC like the real API: request attributes as `RequestInfo` derives them (a namespace is
+//!   inside itself; list/watch with `fieldSelector=metadata.name=<n>` is a request for `<n>`),
+//!   non-resource paths (`/api`, `/apis`, `/version`, `/openapi/*`, unknown paths) authorized by
+//!   path and method, escalation prevention on Role/ClusterRole/(Cluster)RoleBinding writes
+//!   (`escalate`/`bind`; updates of only owner references/finalizers are exempt), and
+//!   `SelfSubjectAccessReview`/`SubjectAccessReview` (`kubectl auth can-i`), and impersonation
+//!   (`kubectl --as`/`--as-group`, checked against the `impersonate` verb);
 //! - watches: resume by `resourceVersion`, 410 Gone (ERROR event) past the bounded history,
 //!   bookmarks, `sendInitialEvents`, `timeoutSeconds`, and fault injection
 //!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]).
 //!
 //! Not implemented (differences a test could notice against a real cluster):
-//! - no TLS on the API itself, no protobuf/CBOR, no aggregated discovery (kubectl falls back
-//!   to `/apis`), no OpenAPI documents (`/openapi/v2|v3` are 404: `kubectl explain` does not
-//!   work; `kubectl apply` needs `--validate=false` only if it insists on client-side schema);
+//! - no client-certificate authentication; impersonation of users and groups only (no
+//!   `Impersonate-Uid`/`Impersonate-Extra-*`, answered 400); no `selfsubjectrulesreviews` (`kubectl auth can-i --list`) or `localsubjectaccessreviews`;
+//!   no CBOR; protobuf request bodies only for the kinds
+//!   typed `kubectl create <kind>` commands send (see `protobuf`), responses always JSON;
+//! - no aggregated discovery (kubectl falls back to `/apis`); OpenAPI v3 documents list
+//!   operations only, without schemas (enough for `kubectl apply` to pick server-side field
+//!   validation; `kubectl explain` shows no fields; `/openapi/v2` is 404);
+//!   `fieldValidation=Strict` is not enforced beyond the CRD schema check;
+//! - `kubectl get all` covers pods, services, deployments and replicasets only;
+//! - list semantics of server-side apply: lists of objects that all have a `name` merge by
+//!   name (also in custom resources, where the real server treats unmarked lists as atomic);
 //! - no version conversion: all served versions of a CRD share one stored object;
 //! - server-side apply decides list semantics by a fixed rule (`fields::list_kind`) instead of
 //!   OpenAPI markers, and applies no built-in defaulting (only Namespace labels/phase and
@@ -36,6 +53,9 @@
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
 //! - core/v1 and events.k8s.io/v1 Events are stored separately;
+//! - no `pods/log`, `exec`, `attach`, `portforward`, `eviction`, `binding` or `scale`
+//!   subresources (so no `kubectl logs`, `exec`, `scale`); no `namespaces/finalize`;
+//! - `metadata.managedFields` sent by clients is ignored (cannot be reset);
 //! - no controllers: nothing runs pods or fills Deployment status (the pod runner does).
 
 pub mod admission;
@@ -46,7 +66,9 @@ pub mod fields;
 pub mod handle;
 pub mod lookup;
 pub mod object;
+pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod query;
 pub mod rbac;
 pub mod resources;
@@ -54,6 +76,7 @@ pub mod schema;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod tokens;
 pub mod watch;
 

@@ -20,7 +20,10 @@ pub fn human_age(timestamp: &str) -> String {
     let Some(t) = parse_time(timestamp) else {
         return "<unknown>".to_string();
     };
-    let secs = Timestamp::now().as_second().saturating_sub(t.as_second()).max(0);
+    let secs = Timestamp::now()
+        .as_second()
+        .saturating_sub(t.as_second())
+        .max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 3600 * 2 => format!("{}m", s / 60),

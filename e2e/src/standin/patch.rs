@@ -39,8 +39,13 @@ pub fn apply_patch(kind: PatchKind, doc: &mut Value, patch: &Value) -> Result<()
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(doc, &ops)
-                .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch could not be applied: {e}")))
+            json_patch::patch(doc, &ops).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the JSON patch could not be applied: {e}"),
+                )
+            })
         }
         PatchKind::Merge => {
             if !patch.is_object() {
@@ -51,12 +56,16 @@ pub fn apply_patch(kind: PatchKind, doc: &mut Value, patch: &Value) -> Result<()
         }
         PatchKind::Strategic => {
             if !patch.is_object() {
-                return Err(ApiError::bad_request("a strategic merge patch must be a JSON object"));
+                return Err(ApiError::bad_request(
+                    "a strategic merge patch must be a JSON object",
+                ));
             }
             strategic_merge(doc, patch);
             Ok(())
         }
-        PatchKind::Apply => Err(ApiError::internal("apply patches are handled by field management")),
+        PatchKind::Apply => Err(ApiError::internal(
+            "apply patches are handled by field management",
+        )),
     }
 }
 
@@ -106,7 +115,9 @@ fn strategic_merge(doc: &mut Value, patch: &Value) {
 }
 
 fn strip_directives(map: Map<String, Value>) -> Map<String, Value> {
-    map.into_iter().filter(|(k, _)| !k.starts_with('$')).collect()
+    map.into_iter()
+        .filter(|(k, _)| !k.starts_with('$'))
+        .collect()
 }
 
 fn is_delete(item: &Value) -> bool {
@@ -114,7 +125,10 @@ fn is_delete(item: &Value) -> bool {
 }
 
 fn keyed_by_name(items: &[Value]) -> bool {
-    !items.is_empty() && items.iter().all(|i| i.get("name").is_some_and(Value::is_string))
+    !items.is_empty()
+        && items
+            .iter()
+            .all(|i| i.get("name").is_some_and(Value::is_string))
 }
 
 fn merge_named_list(existing: &mut Vec<Value>, items: &[Value]) {
@@ -150,6 +164,9 @@ mod tests {
                      "containers": [{"name": "app", "image": "x:2"}, {"name": "side", "$patch": "delete"}]}});
         apply_patch(PatchKind::Strategic, &mut doc, &patch).unwrap();
         assert_eq!(doc["metadata"]["labels"], json!({"a": "1", "c": "3"}));
-        assert_eq!(doc["spec"]["containers"], json!([{"name": "app", "image": "x:2"}]));
+        assert_eq!(
+            doc["spec"]["containers"],
+            json!([{"name": "app", "image": "x:2"}])
+        );
     }
 }

@@ -32,7 +32,10 @@ impl QueryParams {
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.raw.get(key).map(String::as_str).filter(|v| !v.is_empty())
+        self.raw
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     pub fn flag(&self, key: &str) -> bool {

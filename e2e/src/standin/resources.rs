@@ -29,7 +29,7 @@ pub struct ResourceType {
     pub has_status: bool,
     /// Other subresources served by the auth helper (`serviceaccounts/token`).
     pub extra_subresources: Vec<String>,
-    /// Only `create` is served (TokenReview).
+    /// Only `create` is served (TokenReview, the access reviews).
     pub create_only: bool,
     pub printer_columns: Vec<PrinterColumn>,
     /// Name of the CRD that registered this type.
@@ -93,22 +93,167 @@ const BUILTINS: &[Builtin] = &[
     b("", "v1", "Service", "services", true, &["svc"], true),
     b("", "v1", "ConfigMap", "configmaps", true, &["cm"], false),
     b("", "v1", "Secret", "secrets", true, &[], false),
-    b("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], false),
+    b(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        false,
+    ),
     b("", "v1", "Event", "events", true, &["ev"], false),
-    b("events.k8s.io", "v1", "Event", "events", true, &["ev"], false),
-    b("apps", "v1", "Deployment", "deployments", true, &["deploy"], true),
-    b("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], true),
-    b("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", true, &[], false),
-    b("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], true),
-    b("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[], false),
-    b("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[], false),
-    b("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[], false),
-    b("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], false),
-    b("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false, &[], false),
-    b("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false, &[], false),
-    b("coordination.k8s.io", "v1", "Lease", "leases", true, &[], false),
-    b("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], true),
-    b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", false, &[], false),
+    b(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        true,
+        &["ev"],
+        false,
+    ),
+    b(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        &["rs"],
+        true,
+    ),
+    b(
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+        &["pdb"],
+        true,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        true,
+    ),
+    b(
+        "authentication.k8s.io",
+        "v1",
+        "TokenReview",
+        "tokenreviews",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        false,
+        &[],
+        false,
+    ),
+];
+
+/// Kinds that are only ever created, answered and never stored (reviews).
+const CREATE_ONLY: &[&str] = &[
+    "tokenreviews",
+    "selfsubjectaccessreviews",
+    "subjectaccessreviews",
 ];
 
 const fn b(
@@ -143,14 +288,22 @@ pub fn builtin_types() -> Vec<ResourceType> {
             singular: b.kind.to_ascii_lowercase(),
             namespaced: b.namespaced,
             short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
-            categories: Vec::new(),
+            // `kubectl get all` lists the kinds in category "all".
+            categories: if matches!(
+                b.plural,
+                "pods" | "services" | "deployments" | "replicasets"
+            ) {
+                vec!["all".into()]
+            } else {
+                Vec::new()
+            },
             has_status: b.has_status,
             extra_subresources: if b.plural == "serviceaccounts" {
                 vec!["token".into()]
             } else {
                 Vec::new()
             },
-            create_only: b.plural == "tokenreviews",
+            create_only: CREATE_ONLY.contains(&b.plural),
             printer_columns: Vec::new(),
             crd_name: None,
         })

@@ -11,11 +11,14 @@ use http::{header, Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::admission::{self, AdmissionInput};
-use super::auth::{Authenticator, UserInfo};
+use super::auth::{parse_service_account_username, Authenticator, UserInfo, GROUP_AUTHENTICATED};
+use super::discovery;
 use super::error::{ApiError, Target as ErrTarget};
 use super::fields::{self, Scope};
 use super::object;
+use super::openapi;
 use super::patch::{self, PatchKind};
+use super::protobuf;
 use super::query::{Filter, QueryParams};
 use super::rbac::{self, RequestAttributes};
 use super::resources::ResourceType;
@@ -24,7 +27,6 @@ use super::store::{DeleteRequest, Propagation, Store, WriteCtx};
 use super::table;
 use super::tokens;
 use super::watch::{self, Start, WatchRequest};
-use super::discovery;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -107,45 +109,39 @@ fn header_str(req: &Request, name: header::HeaderName) -> String {
 }
 
 async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, ApiError> {
-    let path = req.uri().path().trim_end_matches('/').to_string();
+    let raw_path = req.uri().path().to_string();
+    let path = raw_path.trim_end_matches('/').to_string();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match segments.as_slice() {
-        ["version"] => return Ok(json_response(StatusCode::OK, discovery::version())),
-        ["healthz" | "livez" | "readyz"] => return Ok((StatusCode::OK, "ok").into_response()),
-        _ => {}
-    }
     let authorization = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    // `system:public-info-viewer` is bound to unauthenticated clients as well.
+    let public = matches!(
+        segments.as_slice(),
+        ["version"] | ["healthz" | "livez" | "readyz"]
+    );
+    if public && authorization.is_none() {
+        return non_resource(state, &segments, &path);
+    }
     let user = state.auth.authenticate(authorization).map_err(|e| {
         tracing::debug!(error = %e, "authentication failed");
         ApiError::unauthorized()
     })?;
-    let types = state.store.types();
-    match segments.as_slice() {
-        ["api"] => return Ok(json_response(StatusCode::OK, discovery::core_versions(&state.address))),
-        ["apis"] => return Ok(json_response(StatusCode::OK, discovery::group_list(&types))),
-        ["api", "v1"] => {
-            return discovery::resource_list(&types, "", "v1")
-                .map(|d| json_response(StatusCode::OK, d))
-                .ok_or_else(|| ApiError::path_not_found(&path))
-        }
-        ["apis", group] => {
-            return discovery::group(&types, group)
-                .map(|d| json_response(StatusCode::OK, d))
-                .ok_or_else(|| ApiError::path_not_found(&path))
-        }
-        ["apis", group, version] => {
-            return discovery::resource_list(&types, group, version)
-                .map(|d| json_response(StatusCode::OK, d))
-                .ok_or_else(|| ApiError::path_not_found(&path))
-        }
-        _ => {}
+    let user = impersonate(state, user, req.headers())?;
+    if !is_resource_request(&segments) {
+        // Like the real API, a non-resource request is authorized by its path and its
+        // lowercased HTTP method before anything else (unknown paths get 403, not 404).
+        let verb = req.method().as_str().to_ascii_lowercase();
+        rbac::authorize_non_resource(state.store.as_ref(), &user, &verb, &raw_path)
+            .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
+        return non_resource(state, &segments, &path);
     }
     let target = match segments.as_slice() {
         ["api", "v1", rest @ ..] => parse_target(&state.store, "", "v1", rest, &path)?,
-        ["apis", group, version, rest @ ..] => parse_target(&state.store, group, version, rest, &path)?,
+        ["apis", group, version, rest @ ..] => {
+            parse_target(&state.store, group, version, rest, &path)?
+        }
         _ => return Err(ApiError::path_not_found(&path)),
     };
     let call = Call {
@@ -170,11 +166,137 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         "patch" => patch_resource(state, &call, &target).await,
         "delete" => delete(state, &call, &target).await,
         "deletecollection" => delete_collection(state, &call, &target).await,
-        _ => Err(ApiError::method_not_allowed(format!("{verb} is not supported"))),
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{verb} is not supported"
+        ))),
     }
 }
 
-fn parse_target(store: &Store, group: &str, version: &str, rest: &[&str], path: &str) -> Result<Target, ApiError> {
+/// Applies `Impersonate-User`/`Impersonate-Group` (`kubectl --as`/`--as-group`) like the real
+/// API: each requires the `impersonate` verb on the user (or ServiceAccount) and every group;
+/// the request then runs as that identity, in `system:authenticated`, and an impersonated
+/// ServiceAccount without requested groups gets its own. UID and extra impersonation are not
+/// supported (400).
+fn impersonate(
+    state: &ServerState,
+    user: UserInfo,
+    headers: &http::HeaderMap,
+) -> Result<UserInfo, ApiError> {
+    if headers.keys().any(|k| {
+        let k = k.as_str();
+        k == "impersonate-uid" || k.starts_with("impersonate-extra-")
+    }) {
+        return Err(ApiError::bad_request(
+            "kube-standin (test fixture) supports only Impersonate-User and Impersonate-Group",
+        ));
+    }
+    let text = |v: &http::HeaderValue| {
+        v.to_str()
+            .map(str::to_string)
+            .map_err(|_| ApiError::bad_request("impersonation headers must be text"))
+    };
+    let username = headers
+        .get("impersonate-user")
+        .map(text)
+        .transpose()?
+        .filter(|u| !u.is_empty());
+    let groups = headers
+        .get_all("impersonate-group")
+        .iter()
+        .map(text)
+        .collect::<Result<Vec<_>, _>>()?;
+    let Some(username) = username else {
+        if groups.is_empty() {
+            return Ok(user);
+        }
+        return Err(ApiError::bad_request(format!(
+            "requested {groups:?} without impersonating a user"
+        )));
+    };
+    let check = |resource: &str, namespace: Option<&str>, name: &str| {
+        let attrs = RequestAttributes {
+            user: user.clone(),
+            verb: "impersonate".to_string(),
+            api_group: String::new(),
+            resource: resource.to_string(),
+            subresource: None,
+            namespace: namespace.map(str::to_string),
+            name: Some(name.to_string()),
+        };
+        rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
+    };
+    let mut impersonated = match parse_service_account_username(&username) {
+        Some((namespace, name)) => {
+            check("serviceaccounts", Some(namespace), name)?;
+            let account = UserInfo::service_account(namespace, name);
+            if groups.is_empty() {
+                account
+            } else {
+                UserInfo {
+                    username: account.username,
+                    groups: Vec::new(),
+                }
+            }
+        }
+        None => {
+            check("users", None, &username)?;
+            UserInfo {
+                username,
+                groups: Vec::new(),
+            }
+        }
+    };
+    for group in groups {
+        check("groups", None, &group)?;
+        if !impersonated.in_group(&group) {
+            impersonated.groups.push(group);
+        }
+    }
+    if impersonated.username != "system:anonymous" && !impersonated.in_group(GROUP_AUTHENTICATED) {
+        impersonated.groups.push(GROUP_AUTHENTICATED.to_string());
+    }
+    tracing::debug!(by = %user.username, as_user = %impersonated.username, "impersonation");
+    Ok(impersonated)
+}
+
+/// Whether a path addresses resources (`/api/<v>/<...>`, `/apis/<g>/<v>/<...>`), as the real
+/// API's `RequestInfo` decides; everything else (discovery, `/version`, `/openapi/*`, health
+/// and unknown paths) is a non-resource request.
+fn is_resource_request(segments: &[&str]) -> bool {
+    matches!(segments, ["api", _, _, ..] | ["apis", _, _, _, ..])
+}
+
+/// Serves an authorized non-resource path: discovery, `/version`, OpenAPI, health.
+fn non_resource(state: &ServerState, segments: &[&str], path: &str) -> Result<Response, ApiError> {
+    let types = state.store.types();
+    let found = |doc: Option<Value>| {
+        doc.map(|d| json_response(StatusCode::OK, d))
+            .ok_or_else(|| ApiError::path_not_found(path))
+    };
+    match segments {
+        ["version"] => Ok(json_response(StatusCode::OK, discovery::version())),
+        ["healthz" | "livez" | "readyz"] => Ok((StatusCode::OK, "ok").into_response()),
+        ["api"] => Ok(json_response(
+            StatusCode::OK,
+            discovery::core_versions(&state.address),
+        )),
+        ["apis"] => Ok(json_response(StatusCode::OK, discovery::group_list(&types))),
+        ["api", "v1"] => found(discovery::resource_list(&types, "", "v1")),
+        ["apis", group] => found(discovery::group(&types, group)),
+        ["openapi", "v3"] => Ok(json_response(StatusCode::OK, openapi::root(&types))),
+        ["openapi", "v3", gv @ ..] => found(openapi::group_version(&types, &gv.join("/"))),
+        ["apis", group, version] => found(discovery::resource_list(&types, group, version)),
+        _ => Err(ApiError::path_not_found(path)),
+    }
+}
+
+fn parse_target(
+    store: &Store,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    path: &str,
+) -> Result<Target, ApiError> {
     let not_found = || ApiError::path_not_found(path);
     let namespaced = match rest {
         ["namespaces", ns, plural, tail @ ..] => store
@@ -186,7 +308,13 @@ fn parse_target(store: &Store, group: &str, version: &str, rest: &[&str], path: 
     let (rt, namespace, tail) = match namespaced {
         Some(t) => t,
         None => match rest {
-            [plural, tail @ ..] => (store.find_type(group, version, plural).ok_or_else(not_found)?, None, tail),
+            [plural, tail @ ..] => (
+                store
+                    .find_type(group, version, plural)
+                    .ok_or_else(not_found)?,
+                None,
+                tail,
+            ),
             [] => return Err(not_found()),
         },
     };
@@ -240,51 +368,150 @@ fn verb_of(call: &Call, t: &Target) -> Result<&'static str, ApiError> {
     Ok(verb)
 }
 
-fn authorize(state: &ServerState, call: &Call, t: &Target, verb: &str) -> Result<(), ApiError> {
-    let attrs = RequestAttributes {
+/// The RBAC attributes of a resource request, as the real API's `RequestInfo` derives them.
+fn request_attributes(call: &Call, t: &Target, verb: &str) -> RequestAttributes {
+    let mut namespace = t.namespace.clone();
+    let mut name = t.name.clone();
+    // `/api/v1/namespaces/<n>[/status]` is inside namespace <n> as well.
+    if t.rt.group.is_empty() && t.rt.plural == "namespaces" && namespace.is_none() {
+        namespace = name.clone();
+    }
+    // A list or watch pinned to one object by `metadata.name=<n>` is a request for <n>, so
+    // rules with `resourceNames` grant it. An unparsable selector leaves the name unset (the
+    // handler answers it with 400).
+    if matches!(verb, "list" | "watch") && name.is_none() {
+        name = call
+            .query
+            .field_selector(&t.rt)
+            .ok()
+            .and_then(|selector| selector.exact_name().map(str::to_string))
+            .filter(|n| valid_path_segment(n));
+    }
+    RequestAttributes {
         user: call.user.clone(),
         verb: verb.to_string(),
         api_group: t.rt.group.clone(),
         resource: t.rt.plural.clone(),
         subresource: t.subresource.clone(),
-        namespace: t.namespace.clone(),
-        name: t.name.clone(),
-    };
-    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| {
-        let resource = match &t.subresource {
-            Some(sub) => format!("{}/{sub}", t.rt.plural),
-            None => t.rt.plural.clone(),
+        namespace,
+        name,
+    }
+}
+
+/// Whether `name` could be a path segment (the real API ignores other selected names).
+fn valid_path_segment(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+fn forbidden(attrs: &RequestAttributes, reason: &str) -> ApiError {
+    ApiError::forbidden(rbac::forbidden_message(attrs, reason)).with_details(json!({
+        "name": attrs.name.clone().unwrap_or_default(),
+        "group": attrs.api_group,
+        "kind": attrs.resource,
+    }))
+}
+
+fn authorize(state: &ServerState, call: &Call, t: &Target, verb: &str) -> Result<(), ApiError> {
+    let attrs = request_attributes(call, t, verb);
+    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
+}
+
+/// Escalation prevention for a write of a Role, ClusterRole or (Cluster)RoleBinding: `obj` is
+/// the object as it would be stored, `old` the stored one on update. Like the real API, an
+/// update that changes only what garbage collection touches (owner references, finalizers) is
+/// not checked.
+fn check_escalation(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if t.rt.group != "rbac.authorization.k8s.io" {
+        return Ok(());
+    }
+    // The check keys on apiVersion and kind, which a client may leave out of the body.
+    let mut obj = obj.clone();
+    obj["apiVersion"] = json!(t.rt.api_version());
+    obj["kind"] = json!(t.rt.kind);
+    if old.is_some_and(|old| only_gc_fields_differ(&obj, old, &t.rt)) {
+        return Ok(());
+    }
+    rbac::check_escalation(state.store.as_ref(), &call.user, &obj).map_err(|reason| {
+        let attrs = RequestAttributes {
+            user: call.user.clone(),
+            verb: String::new(),
+            api_group: t.rt.group.clone(),
+            resource: t.rt.plural.clone(),
+            subresource: None,
+            namespace: t.namespace.clone(),
+            name: Some(object::name(&obj).to_string()),
         };
-        let subject = match &t.name {
-            Some(n) => format!("{resource} \"{n}\""),
-            None => resource.clone(),
-        };
-        let scope = match &t.namespace {
-            Some(ns) => format!("in the namespace \"{ns}\""),
-            None => "at the cluster scope".to_string(),
-        };
-        let reason = if reason.is_empty() {
-            String::new()
-        } else {
-            format!(": {reason}")
-        };
-        ApiError::forbidden(format!(
-            "{subject} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\" {scope}{reason}",
-            call.user.username, t.rt.group
-        ))
-        .with_details(json!({"name": t.name.clone().unwrap_or_default(), "group": t.rt.group, "kind": t.rt.plural}))
+        forbidden(&attrs, &reason)
     })
+}
+
+/// Whether `new` equals `old` but for the metadata that garbage collection and the server
+/// manage (empty and absent fields count as equal).
+fn only_gc_fields_differ(new: &Value, old: &Value, rt: &ResourceType) -> bool {
+    const IGNORED: &[&str] = &[
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+        "selfLink",
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ];
+    let normalized = |obj: &Value| {
+        let mut obj = obj.clone();
+        obj["apiVersion"] = json!(rt.api_version());
+        obj["kind"] = json!(rt.kind);
+        let meta = object::metadata_mut(&mut obj);
+        for key in IGNORED {
+            meta.remove(*key);
+        }
+        meta.retain(|_, v| !is_empty_value(v));
+        if let Some(fields) = obj.as_object_mut() {
+            fields.retain(|_, v| !is_empty_value(v));
+        }
+        obj
+    };
+    normalized(new) == normalized(old)
+}
+
+fn is_empty_value(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    }
 }
 
 fn parse_body(call: &Call) -> Result<Value, ApiError> {
     if call.body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
+    let media = call.content_type.to_ascii_lowercase();
+    if media.contains("protobuf") {
+        return protobuf::decode(&call.body);
+    }
+    if media.contains("cbor") {
+        return Err(ApiError::unsupported_media_type(&call.content_type));
+    }
     serde_json::from_slice(&call.body).or_else(|json_err| {
         let text = std::str::from_utf8(&call.body)
             .map_err(|_| ApiError::bad_request(format!("the body is not JSON: {json_err}")))?;
-        serde_saphyr::from_str::<Value>(text)
-            .map_err(|e| ApiError::bad_request(format!("the body is neither JSON ({json_err}) nor YAML ({e})")))
+        serde_saphyr::from_str::<Value>(text).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body is neither JSON ({json_err}) nor YAML ({e})"
+            ))
+        })
     })
 }
 
@@ -304,9 +531,14 @@ fn check_type(obj: &Value, rt: &ResourceType) -> Result<(), ApiError> {
     if !obj.is_object() {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let version_ok = api_version.is_empty() || api_version == rt.api_version() || api_version.split('/').next() == Some(rt.group.as_str()) && !rt.group.is_empty();
+    let version_ok = api_version.is_empty()
+        || api_version == rt.api_version()
+        || api_version.split('/').next() == Some(rt.group.as_str()) && !rt.group.is_empty();
     if !version_ok || !(kind.is_empty() || kind == rt.kind) {
         return Err(ApiError::bad_request(format!(
             "the object provided is unrecognized or does not match the addressed resource: expected {}, Kind={}, got apiVersion {api_version:?} kind {kind:?}",
@@ -426,7 +658,12 @@ fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Respon
 }
 
 /// Applies defaults and schema checks of a custom resource (422 on failure).
-fn validate(state: &ServerState, t: &Target, obj: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+fn validate(
+    state: &ServerState,
+    t: &Target,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let Some(crd) = state.store.crd_of(&t.rt) else {
         return Ok(());
     };
@@ -434,7 +671,15 @@ fn validate(state: &ServerState, t: &Target, obj: &mut Value, old: Option<&Value
         .map_err(|causes| ApiError::invalid(&t.rt.kind, object::name(obj), &t.rt.group, &causes))
 }
 
-async fn admit(state: &ServerState, call: &Call, t: &Target, operation: &str, name: &str, object: Option<Value>, old_object: Option<Value>) -> Result<Option<Value>, ApiError> {
+async fn admit(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    operation: &str,
+    name: &str,
+    object: Option<Value>,
+    old_object: Option<Value>,
+) -> Result<Option<Value>, ApiError> {
     let had_object = object.is_some();
     let input = AdmissionInput {
         operation: operation.to_string(),
@@ -467,16 +712,35 @@ async fn admit(state: &ServerState, call: &Call, t: &Target, operation: &str, na
     }
 }
 
-/// Schema validation, then admission, then schema validation again if a webhook changed it.
-async fn validate_and_admit(state: &ServerState, call: &Call, t: &Target, operation: &str, mut obj: Value, old: Option<Value>) -> Result<Value, ApiError> {
+/// Schema validation and RBAC escalation prevention, then admission, then both again if a
+/// webhook changed the object. Callers turn `generateName` into a name first: CEL rules on
+/// `metadata.name` see the name that will be stored.
+async fn validate_and_admit(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    operation: &str,
+    mut obj: Value,
+    old: Option<Value>,
+) -> Result<Value, ApiError> {
     validate(state, t, &mut obj, old.as_ref())?;
+    check_escalation(state, call, t, &obj, old.as_ref())?;
     let name = object::name(&obj).to_string();
-    let admitted = admit(state, call, t, operation, &name, Some(obj.clone()), old.clone())
-        .await?
-        .unwrap_or(obj.clone());
+    let admitted = admit(
+        state,
+        call,
+        t,
+        operation,
+        &name,
+        Some(obj.clone()),
+        old.clone(),
+    )
+    .await?
+    .unwrap_or(obj.clone());
     if admitted != obj {
         let mut admitted = admitted;
         validate(state, t, &mut admitted, old.as_ref())?;
+        check_escalation(state, call, t, &admitted, old.as_ref())?;
         return Ok(admitted);
     }
     Ok(obj)
@@ -499,34 +763,67 @@ fn random_suffix() -> String {
 }
 
 async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+    if t.rt.group == "authorization.k8s.io"
+        && matches!(
+            t.rt.plural.as_str(),
+            "selfsubjectaccessreviews" | "subjectaccessreviews"
+        )
+    {
+        let mut body = parse_body(call)?;
+        check_type(&body, &t.rt)?;
+        // The kind decides whose access is reviewed: it must be the addressed one.
+        body["kind"] = json!(t.rt.kind);
+        let review = rbac::handle_access_review(state.store.as_ref(), &call.user, &body)
+            .map_err(ApiError::bad_request)?;
+        return Ok(json_response(StatusCode::CREATED, review));
+    }
     if t.rt.group == "authentication.k8s.io" && t.rt.plural == "tokenreviews" {
         let body = parse_body(call)?;
-        let review = tokens::handle_token_review(&state.auth, state.store.as_ref(), &body).map_err(token_error)?;
+        let review = tokens::handle_token_review(&state.auth, state.store.as_ref(), &body)
+            .map_err(token_error)?;
         return Ok(json_response(StatusCode::CREATED, review));
     }
     if t.subresource.as_deref() == Some("token") {
         let body = parse_body(call)?;
         let name = t.name.as_deref().unwrap_or_default();
         state.store.get(&t.rt, t.ns(), name)?;
-        let issued = tokens::handle_token_request(&state.auth, state.store.as_ref(), t.ns(), name, &body).map_err(token_error)?;
+        let issued =
+            tokens::handle_token_request(&state.auth, state.store.as_ref(), t.ns(), name, &body)
+                .map_err(token_error)?;
         return Ok(json_response(StatusCode::CREATED, issued));
     }
     if t.subresource.is_some() {
-        return Err(ApiError::method_not_allowed("create is not supported on this subresource"));
+        return Err(ApiError::method_not_allowed(
+            "create is not supported on this subresource",
+        ));
     }
     let mut obj = parse_body(call)?;
     check_type(&obj, &t.rt)?;
     check_namespace(&mut obj, t)?;
     if object::name(&obj).is_empty() {
-        let generate = object::meta_str(&obj, "generateName").unwrap_or_default().to_string();
+        let generate = object::meta_str(&obj, "generateName")
+            .unwrap_or_default()
+            .to_string();
         if generate.is_empty() {
-            return Err(ApiError::invalid(&t.rt.kind, "", &t.rt.group, &["metadata.name: Required value: name or generateName is required".into()]));
+            return Err(ApiError::invalid(
+                &t.rt.kind,
+                "",
+                &t.rt.group,
+                &["metadata.name: Required value: name or generateName is required".into()],
+            ));
         }
-        object::metadata_mut(&mut obj).insert("name".into(), json!(format!("{generate}{}", random_suffix())));
+        object::metadata_mut(&mut obj).insert(
+            "name".into(),
+            json!(format!("{generate}{}", random_suffix())),
+        );
     }
     if let Some(ns) = &t.namespace {
         if !state.store.namespace_exists(ns)? {
-            return Err(ApiError::not_found(ErrTarget { group: "", resource: "namespaces", name: ns }));
+            return Err(ApiError::not_found(ErrTarget {
+                group: "",
+                resource: "namespaces",
+                name: ns,
+            }));
         }
     }
     if t.rt.has_status && t.rt.plural != "customresourcedefinitions" {
@@ -535,7 +832,10 @@ async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response
         }
     }
     let obj = validate_and_admit(state, call, t, "CREATE", obj, None).await?;
-    let created = state.store.create(&t.rt, obj, &write_ctx(call, t, update_manager(call), true))?;
+    let created =
+        state
+            .store
+            .create(&t.rt, obj, &write_ctx(call, t, update_manager(call), true))?;
     Ok(json_response(StatusCode::CREATED, created))
 }
 
@@ -582,17 +882,28 @@ async fn update(state: &ServerState, call: &Call, t: &Target) -> Result<Response
         )));
     }
     let old = state.store.get(&t.rt, t.ns(), name)?;
-    let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+    let old_rv = object::resource_version(&old)
+        .unwrap_or_default()
+        .to_string();
     if object::resource_version(&new).is_some_and(|rv| rv != old_rv) {
         return Err(ApiError::stale(t.err_target(name)));
     }
     let new = scoped_write(&old, new, t);
     let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
-    let updated = state.store.update(&t.rt, &old_rv, new, &write_ctx(call, t, update_manager(call), true))?;
+    let updated = state.store.update(
+        &t.rt,
+        &old_rv,
+        new,
+        &write_ctx(call, t, update_manager(call), true),
+    )?;
     Ok(json_response(StatusCode::OK, updated))
 }
 
-async fn patch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+async fn patch_resource(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+) -> Result<Response, ApiError> {
     let kind = PatchKind::from_content_type(&call.content_type)?;
     let patch_body = parse_body(call)?;
     let name = t.name.as_deref().unwrap_or_default();
@@ -603,20 +914,38 @@ async fn patch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<
         };
         match outcome {
             // Another write landed between reading and storing: patch the newer object.
-            Err(e) if e.code == 409 && e.reason == "Conflict" && e.message.contains(RACE_MARKER) => continue,
-            Err(e) if e.code == 409 && e.reason == "AlreadyExists" && kind == PatchKind::Apply => continue,
+            Err(e)
+                if e.code == 409 && e.reason == "Conflict" && e.message.contains(RACE_MARKER) =>
+            {
+                continue
+            }
+            Err(e) if e.code == 409 && e.reason == "AlreadyExists" && kind == PatchKind::Apply => {
+                continue
+            }
             other => return other,
         }
     }
-    Err(ApiError::conflict(t.err_target(name), "too many concurrent writes; try again"))
+    Err(ApiError::conflict(
+        t.err_target(name),
+        "too many concurrent writes; try again",
+    ))
 }
 
 /// Part of the stale-object message, used to recognise a lost race worth retrying.
 const RACE_MARKER: &str = "the object has been modified";
 
-async fn patch_once(state: &ServerState, call: &Call, t: &Target, name: &str, kind: PatchKind, patch_body: &Value) -> Result<Response, ApiError> {
+async fn patch_once(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    name: &str,
+    kind: PatchKind,
+    patch_body: &Value,
+) -> Result<Response, ApiError> {
     let old = state.store.get(&t.rt, t.ns(), name)?;
-    let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+    let old_rv = object::resource_version(&old)
+        .unwrap_or_default()
+        .to_string();
     let mut doc = old.clone();
     patch::apply_patch(kind, &mut doc, patch_body)?;
     if object::resource_version(&doc).is_some_and(|rv| rv != old_rv) {
@@ -625,22 +954,42 @@ async fn patch_once(state: &ServerState, call: &Call, t: &Target, name: &str, ki
     }
     for k in ["name", "namespace"] {
         if object::meta_str(&doc, k) != object::meta_str(&old, k) {
-            return Err(ApiError::bad_request(format!("metadata.{k} cannot be changed by a patch")));
+            return Err(ApiError::bad_request(format!(
+                "metadata.{k} cannot be changed by a patch"
+            )));
         }
     }
     let new = scoped_write(&old, doc, t);
     let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
-    let updated = state.store.update(&t.rt, &old_rv, new, &write_ctx(call, t, update_manager(call), true))?;
+    let updated = state.store.update(
+        &t.rt,
+        &old_rv,
+        new,
+        &write_ctx(call, t, update_manager(call), true),
+    )?;
     Ok(json_response(StatusCode::OK, updated))
 }
 
-async fn apply_once(state: &ServerState, call: &Call, t: &Target, name: &str, applied: &Value) -> Result<Response, ApiError> {
+async fn apply_once(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    name: &str,
+    applied: &Value,
+) -> Result<Response, ApiError> {
     let Some(manager) = call.query.get("fieldManager") else {
-        return Err(ApiError::invalid("PatchOptions", "", "meta.k8s.io", &["fieldManager: Required value: is required for apply patch".into()]));
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "",
+            "meta.k8s.io",
+            &["fieldManager: Required value: is required for apply patch".into()],
+        ));
     };
     check_type(applied, &t.rt)?;
     if applied.get("apiVersion").is_none() || applied.get("kind").is_none() {
-        return Err(ApiError::bad_request("apiVersion and kind must be set in an apply patch"));
+        return Err(ApiError::bad_request(
+            "apiVersion and kind must be set in an apply patch",
+        ));
     }
     if object::name(applied) != name {
         return Err(ApiError::bad_request(format!(
@@ -657,14 +1006,26 @@ async fn apply_once(state: &ServerState, call: &Call, t: &Target, name: &str, ap
         Err(e) if e.code == 404 && t.subresource.is_none() => None,
         Err(e) => return Err(e),
     };
-    let mut new = fields::apply(old.as_ref(), &applied, manager, force, scope, t.subresource.as_deref(), &t.rt.api_version())
-        .map_err(|conflicts| conflict_error(t, name, &conflicts))?;
+    let mut new = fields::apply(
+        old.as_ref(),
+        &applied,
+        manager,
+        force,
+        scope,
+        t.subresource.as_deref(),
+        &t.rt.api_version(),
+    )
+    .map_err(|conflicts| conflict_error(t, name, &conflicts))?;
     let ctx = write_ctx(call, t, manager.to_string(), false);
     match old {
         None => {
             if let Some(ns) = &t.namespace {
                 if !state.store.namespace_exists(ns)? {
-                    return Err(ApiError::not_found(ErrTarget { group: "", resource: "namespaces", name: ns }));
+                    return Err(ApiError::not_found(ErrTarget {
+                        group: "",
+                        resource: "namespaces",
+                        name: ns,
+                    }));
                 }
             }
             let meta = object::metadata_mut(&mut new);
@@ -677,7 +1038,9 @@ async fn apply_once(state: &ServerState, call: &Call, t: &Target, name: &str, ap
             Ok(json_response(StatusCode::CREATED, created))
         }
         Some(old) => {
-            let old_rv = object::resource_version(&old).unwrap_or_default().to_string();
+            let old_rv = object::resource_version(&old)
+                .unwrap_or_default()
+                .to_string();
             let new = validate_and_admit(state, call, t, "UPDATE", new, Some(old.clone())).await?;
             let updated = state.store.update(&t.rt, &old_rv, new, &ctx)?;
             Ok(json_response(StatusCode::OK, updated))
@@ -688,7 +1051,12 @@ async fn apply_once(state: &ServerState, call: &Call, t: &Target, name: &str, ap
 fn conflict_error(t: &Target, name: &str, conflicts: &[fields::Conflict]) -> ApiError {
     let lines: Vec<String> = conflicts
         .iter()
-        .map(|c| format!("conflict with \"{}\" using {}: {}", c.manager, c.api_version, c.field))
+        .map(|c| {
+            format!(
+                "conflict with \"{}\" using {}: {}",
+                c.manager, c.api_version, c.field
+            )
+        })
         .collect();
     let plural = if conflicts.len() == 1 { "" } else { "s" };
     let causes: Vec<Value> = conflicts
@@ -698,7 +1066,11 @@ fn conflict_error(t: &Target, name: &str, conflicts: &[fields::Conflict]) -> Api
     ApiError::new(
         409,
         "Conflict",
-        format!("Apply failed with {} conflict{plural}: {}", conflicts.len(), lines.join("\n")),
+        format!(
+            "Apply failed with {} conflict{plural}: {}",
+            conflicts.len(),
+            lines.join("\n")
+        ),
     )
     .with_details(json!({"name": name, "group": t.rt.group, "kind": t.rt.plural, "causes": causes}))
 }
@@ -732,7 +1104,11 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, ApiError> {
             )))
         }
     };
-    let pre = |k: &str| body.pointer(&format!("/preconditions/{k}")).and_then(Value::as_str).map(str::to_string);
+    let pre = |k: &str| {
+        body.pointer(&format!("/preconditions/{k}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
     Ok(DeleteOptions {
         propagation,
         precondition_rv: pre("resourceVersion"),
@@ -742,7 +1118,9 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, ApiError> {
 
 async fn delete(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
     if t.subresource.is_some() {
-        return Err(ApiError::method_not_allowed("delete is not supported on subresources"));
+        return Err(ApiError::method_not_allowed(
+            "delete is not supported on subresources",
+        ));
     }
     let name = t.name.as_deref().unwrap_or_default();
     let opts = delete_options(call)?;
@@ -762,10 +1140,16 @@ async fn delete(state: &ServerState, call: &Call, t: &Target) -> Result<Response
     Ok(json_response(StatusCode::OK, deleted))
 }
 
-async fn delete_collection(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
+async fn delete_collection(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+) -> Result<Response, ApiError> {
     let opts = delete_options(call)?;
     let filter = Filter::from_query(&call.query, &t.rt)?;
-    let page = state.store.list(&t.rt, t.namespace.as_deref(), &filter, None, None)?;
+    let page = state
+        .store
+        .list(&t.rt, t.namespace.as_deref(), &filter, None, None)?;
     let mut deleted = Vec::new();
     for obj in page.items {
         let name = object::name(&obj).to_string();

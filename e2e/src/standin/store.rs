@@ -156,7 +156,14 @@ impl State {
             .get(&(ns.to_string(), name.to_string()))
     }
 
-    fn record(&mut self, resource: ResourceKey, kind: EventKind, object: Value, old: Option<Value>, events: &broadcast::Sender<Arc<StoredEvent>>) {
+    fn record(
+        &mut self,
+        resource: ResourceKey,
+        kind: EventKind,
+        object: Value,
+        old: Option<Value>,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) {
         let event = Arc::new(StoredEvent {
             rv: self.rv,
             resource,
@@ -175,7 +182,12 @@ impl State {
     }
 
     /// Stores `obj` with a new resourceVersion and records the event.
-    fn put(&mut self, key: &ResourceKey, mut obj: Value, events: &broadcast::Sender<Arc<StoredEvent>>) -> Value {
+    fn put(
+        &mut self,
+        key: &ResourceKey,
+        mut obj: Value,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) -> Value {
         self.rv += 1;
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let k = object_key(&obj);
@@ -193,8 +205,16 @@ impl State {
     }
 
     /// Removes an object for good and records the DELETED event.
-    fn remove(&mut self, key: &ResourceKey, ns: &str, name: &str, events: &broadcast::Sender<Arc<StoredEvent>>) -> Option<Value> {
-        let mut obj = self.bucket(key).remove(&(ns.to_string(), name.to_string()))?;
+    fn remove(
+        &mut self,
+        key: &ResourceKey,
+        ns: &str,
+        name: &str,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) -> Option<Value> {
+        let mut obj = self
+            .bucket(key)
+            .remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.record(key.clone(), EventKind::Deleted, obj.clone(), None, events);
@@ -206,7 +226,9 @@ impl State {
     }
 
     fn drop_custom_resources(&mut self, crd: &Value, events: &broadcast::Sender<Arc<StoredEvent>>) {
-        let Ok(types) = types_from_crd(crd) else { return };
+        let Ok(types) = types_from_crd(crd) else {
+            return;
+        };
         let Some(rt) = types.first() else { return };
         let key = rt.key();
         let names: Vec<(String, String)> = self.bucket(&key).keys().cloned().collect();
@@ -232,7 +254,14 @@ impl State {
     }
 
     /// Starts deleting an object: sets `deletionTimestamp` when finalizers hold it, else removes it.
-    fn delete(&mut self, key: &ResourceKey, ns: &str, name: &str, policy: Propagation, events: &broadcast::Sender<Arc<StoredEvent>>) -> Option<Value> {
+    fn delete(
+        &mut self,
+        key: &ResourceKey,
+        ns: &str,
+        name: &str,
+        policy: Propagation,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) -> Option<Value> {
         let current = self.get(key, ns, name)?.clone();
         let mut obj = current.clone();
         let is_namespace = key.group.is_empty() && key.plural == "namespaces";
@@ -338,7 +367,10 @@ impl State {
                 return true;
             }
             let owners = object::owner_refs(obj);
-            if !deleting && !owners.is_empty() && owners.iter().all(|r| !uids.contains(r.uid.as_str())) {
+            if !deleting
+                && !owners.is_empty()
+                && owners.iter().all(|r| !uids.contains(r.uid.as_str()))
+            {
                 self.delete(key, &ns, &name, Propagation::Background, events);
                 return true;
             }
@@ -356,7 +388,13 @@ impl State {
                 .is_some_and(|f| f.iter().any(|f| f == NAMESPACE_FINALIZER))
     }
 
-    fn drop_finalizer(&mut self, key: &ResourceKey, obj: &Value, finalizer: &str, events: &broadcast::Sender<Arc<StoredEvent>>) {
+    fn drop_finalizer(
+        &mut self,
+        key: &ResourceKey,
+        obj: &Value,
+        finalizer: &str,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) {
         let mut obj = obj.clone();
         let rest: Vec<String> = object::finalizers(&obj)
             .into_iter()
@@ -367,7 +405,12 @@ impl State {
     }
 
     /// Deletes a terminating namespace's contents; once empty, releases the namespace.
-    fn terminate_namespace(&mut self, ns: &str, obj: &Value, events: &broadcast::Sender<Arc<StoredEvent>>) -> bool {
+    fn terminate_namespace(
+        &mut self,
+        ns: &str,
+        obj: &Value,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) -> bool {
         let contents: Vec<(ResourceKey, String, bool)> = self
             .objects
             .iter()
@@ -436,6 +479,8 @@ pub struct ListResult {
 /// A watch's starting point: past events to replay and the live feed that follows them.
 pub struct WatchStart {
     pub replay: Vec<Arc<StoredEvent>>,
+    /// The resource's objects when the watch started (for watches starting at current state).
+    pub current: Vec<Value>,
     pub live: broadcast::Receiver<Arc<StoredEvent>>,
     pub epoch: watch::Receiver<u64>,
     pub resource_version: u64,
@@ -534,7 +579,14 @@ impl Store {
     }
 
     /// Lists objects (`ns` None: all namespaces) sorted by namespace and name, one page at a time.
-    pub fn list(&self, rt: &ResourceType, ns: Option<&str>, filter: &Filter, limit: Option<u64>, continue_from: Option<&str>) -> Result<ListResult, ApiError> {
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        filter: &Filter,
+        limit: Option<u64>,
+        continue_from: Option<&str>,
+    ) -> Result<ListResult, ApiError> {
         let state = self.lock();
         let start = continue_from.map(decode_continue).transpose()?;
         let mut matching = state
@@ -573,7 +625,12 @@ impl Store {
     }
 
     /// Creates an object; system metadata is set here.
-    pub fn create(&self, rt: &ResourceType, mut obj: Value, ctx: &WriteCtx) -> Result<Value, ApiError> {
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        mut obj: Value,
+        ctx: &WriteCtx,
+    ) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let key = rt.key();
         let (ns, name) = object_key(&obj);
@@ -581,7 +638,8 @@ impl Store {
             return Err(ApiError::already_exists(target(rt, &name)));
         }
         if rt.crd_name.is_none() && key.group == "apiextensions.k8s.io" {
-            types_from_crd(&obj).map_err(|e| ApiError::invalid(&rt.kind, &name, &rt.group, &[e]))?;
+            types_from_crd(&obj)
+                .map_err(|e| ApiError::invalid(&rt.kind, &name, &rt.group, &[e]))?;
             set_crd_status(&mut obj);
         }
         if key.group.is_empty() && key.plural == "services" {
@@ -598,7 +656,12 @@ impl Store {
         meta.insert("uid".into(), json!(new_uid()));
         meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
         meta.insert("generation".into(), json!(1));
-        for k in ["deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink"] {
+        for k in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+            "selfLink",
+        ] {
             meta.remove(k);
         }
         if ctx.record_update {
@@ -616,7 +679,13 @@ impl Store {
 
     /// Replaces an object. `obj` already carries what the write may change (see the server's
     /// request preparation); `expected_rv` is the version it was computed from.
-    pub fn update(&self, rt: &ResourceType, expected_rv: &str, mut obj: Value, ctx: &WriteCtx) -> Result<Value, ApiError> {
+    pub fn update(
+        &self,
+        rt: &ResourceType,
+        expected_rv: &str,
+        mut obj: Value,
+        ctx: &WriteCtx,
+    ) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let key = rt.key();
         let (ns, name) = object_key(&obj);
@@ -627,7 +696,13 @@ impl Store {
         if object::resource_version(&old) != Some(expected_rv) {
             return Err(ApiError::stale(target(rt, &name)));
         }
-        for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
             let meta_old = object::metadata(&old).and_then(|m| m.get(k)).cloned();
             let meta = object::metadata_mut(&mut obj);
             match meta_old {
@@ -636,7 +711,8 @@ impl Store {
             };
         }
         if rt.crd_name.is_none() && key.group == "apiextensions.k8s.io" {
-            types_from_crd(&obj).map_err(|e| ApiError::invalid(&rt.kind, &name, &rt.group, &[e]))?;
+            types_from_crd(&obj)
+                .map_err(|e| ApiError::invalid(&rt.kind, &name, &rt.group, &[e]))?;
             set_crd_status(&mut obj);
         }
         if key.group.is_empty() && key.plural == "services" {
@@ -658,7 +734,14 @@ impl Store {
         }
         if ctx.record_update {
             let scope = Scope::of(ctx.subresource.as_deref(), rt.has_status);
-            fields::record_update(Some(&old), &mut obj, &ctx.manager, scope, ctx.subresource.as_deref(), &rt.api_version());
+            fields::record_update(
+                Some(&old),
+                &mut obj,
+                &ctx.manager,
+                scope,
+                ctx.subresource.as_deref(),
+                &rt.api_version(),
+            );
         }
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(expected_rv));
         if same_content(&old, &obj) {
@@ -675,7 +758,14 @@ impl Store {
 
     /// Deletes (or starts deleting) an object; returns it as last seen.
     pub fn delete(&self, rt: &ResourceType, req: &DeleteRequest<'_>) -> Result<Value, ApiError> {
-        let DeleteRequest { namespace: ns, name, policy, precondition_rv, precondition_uid, dry_run } = *req;
+        let DeleteRequest {
+            namespace: ns,
+            name,
+            policy,
+            precondition_rv,
+            precondition_uid,
+            dry_run,
+        } = *req;
         let mut state = self.lock();
         let key = rt.key();
         let current = state
@@ -700,7 +790,13 @@ impl Store {
 
     /// Where a watch from `since` starts, or 410 Gone when history no longer reaches back there.
     /// `since` None: only future events.
-    pub fn watch_from(&self, since: Option<u64>) -> Result<WatchStart, ApiError> {
+    /// `current_of`: also snapshot the current objects of that resource, atomically with the
+    /// subscription, for watches that start with the current state.
+    pub fn watch_from(
+        &self,
+        since: Option<u64>,
+        current_of: Option<&ResourceKey>,
+    ) -> Result<WatchStart, ApiError> {
         let state = self.lock();
         let live = self.events.subscribe();
         let epoch = self.watch_epoch.subscribe();
@@ -712,10 +808,20 @@ impl Store {
                     state.oldest_resumable
                 )))
             }
-            Some(rv) => state.history.iter().filter(|e| e.rv > rv).cloned().collect(),
+            Some(rv) => state
+                .history
+                .iter()
+                .filter(|e| e.rv > rv)
+                .cloned()
+                .collect(),
         };
+        let current = current_of
+            .and_then(|key| state.objects.get(key))
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
         Ok(WatchStart {
             replay,
+            current,
             live,
             epoch,
             resource_version: state.rv,
@@ -816,7 +922,7 @@ fn default_service(svc: &mut Value, old: Option<&Value>, state: &mut State) {
         spec["type"] = json!("ClusterIP");
     }
     if let Some(Value::Array(ports)) = spec.get_mut("ports") {
-        for p in ports {
+        for p in ports.iter_mut().filter(|p| p.is_object()) {
             if p.get("protocol").is_none() {
                 p["protocol"] = json!("TCP");
             }
@@ -833,8 +939,21 @@ fn new_uid() -> String {
     let b: [u8; 16] = rand::random();
     format!(
         "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-4{:x}{:02x}-{:x}{:x}{:02x}-{}",
-        b[0], b[1], b[2], b[3], b[4], b[5], b[6] & 0x0f, b[7], 8 | (b[8] & 0x3), b[8] >> 4, b[9],
-        b[10..16].iter().map(|x| format!("{x:02x}")).collect::<String>()
+        b[0],
+        b[1],
+        b[2],
+        b[3],
+        b[4],
+        b[5],
+        b[6] & 0x0f,
+        b[7],
+        8 | (b[8] & 0x3),
+        b[8] >> 4,
+        b[9],
+        b[10..16]
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
     )
 }
 
@@ -854,7 +973,13 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 }
 
 impl ObjectLookup for Store {
-    fn get(&self, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
         let rt = self.type_for_kind(api_version, kind)?;
         Store::get(self, &rt, namespace.unwrap_or_default(), name).ok()
     }

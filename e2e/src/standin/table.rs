@@ -98,7 +98,12 @@ fn row_object(obj: &Value, include_object: Option<&str>) -> Option<Value> {
 }
 
 /// Builds a `meta.k8s.io/v1` Table of `items`.
-pub fn to_table(rt: &ResourceType, items: &[Value], list_meta: Value, include_object: Option<&str>) -> Value {
+pub fn to_table(
+    rt: &ResourceType,
+    items: &[Value],
+    list_meta: Value,
+    include_object: Option<&str>,
+) -> Value {
     let cols = columns(rt);
     let definitions: Vec<Value> = cols
         .iter()
@@ -136,7 +141,10 @@ mod tests {
         let obj = json!({"status": {"conditions": [{"type": "Other", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         let v = eval_json_path(&obj, r#".status.conditions[?(@.type=="Ready")].status"#);
         assert_eq!(v, Some(&json!("True")));
-        assert_eq!(eval_json_path(&obj, ".status.conditions[0].type"), Some(&json!("Other")));
+        assert_eq!(
+            eval_json_path(&obj, ".status.conditions[0].type"),
+            Some(&json!("Other"))
+        );
         assert_eq!(eval_json_path(&obj, ".status.missing"), None);
     }
 }

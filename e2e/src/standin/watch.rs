@@ -14,7 +14,7 @@ use super::error::ApiError;
 use super::object;
 use super::query::Filter;
 use super::resources::ResourceType;
-use super::store::{EventKind, StoredEvent, Store};
+use super::store::{EventKind, Store, StoredEvent};
 use super::table;
 
 /// Where a watch starts.
@@ -116,21 +116,22 @@ async fn run(store: Arc<Store>, req: &WatchRequest, tx: &Sink) -> Result<(), Api
         Start::CurrentState => (None, true),
         Start::After(rv) => (Some(rv), false),
     };
-    let mut start = store.watch_from(since)?;
+    let key = req.rt.key();
+    let mut start = store.watch_from(since, initial.then_some(&key))?;
     let mut last_rv = start.resource_version;
     if initial {
-        let current = store.list(&req.rt, req.namespace.as_deref(), &req.filter, None, None)?;
-        // Objects written between subscribing and listing arrive again as live events with a
-        // higher version; skip those here so each change is delivered once, in order.
-        for obj in current.items {
-            let rv: u64 = object::resource_version(&obj)
-                .and_then(|rv| rv.parse().ok())
-                .unwrap_or(0);
-            if rv <= last_rv && !send(tx, line("ADDED", render(req, obj))).await {
-                return Ok(());
+        for obj in std::mem::take(&mut start.current) {
+            if in_scope(req, &obj) {
+                let obj = Store::present(&req.rt, &obj);
+                if !send(tx, line("ADDED", render(req, obj))).await {
+                    return Ok(());
+                }
             }
         }
-        if req.initial_events_end_marker && req.bookmarks && !send(tx, bookmark(req, last_rv, true)).await {
+        if req.initial_events_end_marker
+            && req.bookmarks
+            && !send(tx, bookmark(req, last_rv, true)).await
+        {
             return Ok(());
         }
     }
@@ -143,7 +144,8 @@ async fn run(store: Arc<Store>, req: &WatchRequest, tx: &Sink) -> Result<(), Api
     }
     let deadline = tokio::time::sleep(req.timeout);
     tokio::pin!(deadline);
-    let mut ticker = tokio::time::interval(req.bookmark_interval);
+    // interval() rejects a zero period.
+    let mut ticker = tokio::time::interval(req.bookmark_interval.max(Duration::from_millis(10)));
     ticker.tick().await;
     loop {
         tokio::select! {

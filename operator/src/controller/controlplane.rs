@@ -340,7 +340,10 @@ async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error>
     let snap = snapshot(&ctx.client).await?;
     // A conflicting control plane (e.g. a duplicate revision's loser) injected nothing: pods
     // annotated with its revision name belong to the winner and must not block its deletion.
-    let active = snap.membership.revision_of_control_plane(&mcp.name_any()).is_some();
+    let active = snap
+        .membership
+        .revision_of_control_plane(&mcp.name_any())
+        .is_some();
     if !forced && active {
         let mut namespaces = snap.membership.tenant_members(&tenant);
         namespaces.extend(

@@ -285,10 +285,10 @@ impl FakeApi {
             }
             (&Method::PATCH, Some(name)) => {
                 if path.plural == "events" {
-                    return (
-                        StatusCode::OK,
-                        serde_json::from_slice(body).unwrap_or(Value::Null),
-                    );
+                    // A repeated Event is patched into a series: still an Event write.
+                    let event: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                    st.events.push(event.clone());
+                    return (StatusCode::OK, event);
                 }
                 let key = (
                     path.group.clone(),

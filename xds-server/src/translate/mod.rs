@@ -8,15 +8,18 @@
 //! - Outbound listeners: with capture, `virtualOutbound` on 15001 (original destination) and one
 //!   `0.0.0.0_<port>` per service port (not bound); without capture (`captureMode: NONE` on the
 //!   node or the Sidecar egress listener), real listeners `<bind>_<port>` (default bind
-//!   127.0.0.1). HTTP ports use RDS with the route configuration named by the port; TCP ports
+//!   127.0.0.1; unknown hosts are refused there, as their original destination is the listener
+//!   itself). HTTP ports use RDS with the route configuration named by the port; TCP ports
 //!   proxy to the service matched by destination address (or the only service of the port).
 //! - Inbound: `inbound|<port>||` clusters to the workload's own ports (services selecting its
 //!   labels, or its Sidecar's `ingress`), the `virtualInbound` listener on 15006 with capture,
 //!   bound ingress listeners without.
 //! - Scoping: only hosts visible to the proxy (`exportTo`) and imported by its Sidecar appear.
+//! - Access logging (`meshConfig.accessLogging`): a file log on every HCM and TCP proxy.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
 
+pub mod access_log;
 pub mod envoy;
 mod inbound;
 mod outbound;
@@ -80,6 +83,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
     outbound::translate_outbound(registry, &scope, node, &mut out);
     let inbound = inbound_ports(registry, node, &scope);
     inbound::translate_inbound(&inbound, node, &mut out);
+    access_log::apply(&registry.mesh_config.access_logging, &mut out);
     out.sort();
     out
 }

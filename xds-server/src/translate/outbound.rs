@@ -227,6 +227,9 @@ fn listener_for_group(
     out: &mut Translated,
 ) {
     let port = group.port;
+    // Without capture the original destination is this listener itself: passing unknown
+    // traffic through would loop back into Envoy, so it is refused instead.
+    let fallback = if bound { BLACKHOLE_CLUSTER } else { fallback };
     let address = if !bound {
         "0.0.0.0".to_string()
     } else if group.egress.bind.is_empty() {

