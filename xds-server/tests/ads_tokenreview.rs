@@ -16,8 +16,16 @@ const AUDIENCE: &str = "meshplane-blue";
 /// `bank-token` (bank/default), for the audience `meshplane-blue` only.
 fn fake_kube() -> kube::Client {
     let service = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
-        assert_eq!(req.uri().path(), "/apis/authentication.k8s.io/v1/tokenreviews");
-        let body = req.into_body().collect().await.expect("request body").to_bytes();
+        assert_eq!(
+            req.uri().path(),
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+        );
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .expect("request body")
+            .to_bytes();
         let review: serde_json::Value = serde_json::from_slice(&body).expect("TokenReview JSON");
         let token = review["spec"]["token"].as_str().unwrap_or_default();
         let wants_audience = review["spec"]["audiences"][0] == AUDIENCE;
@@ -51,20 +59,27 @@ type Stream = (
 /// Opens a SotW stream for a proxy of `namespace`; the sender keeps the request side open.
 async fn open(h: &Harness, namespace: &str, token: Option<&str>) -> Result<Stream, tonic::Status> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
-        node: Some(node(namespace, "p-1")),
-        type_url: type_url::CLUSTER.into(),
-        ..Default::default()
-    })
+    tx.send(
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+            node: Some(node(namespace, "p-1")),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
     .await
     .expect("queue");
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     if let Some(t) = token {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {t}").parse().expect("ascii"));
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("ascii"),
+        );
     }
-    let stream = h.client().await.stream_aggregated_resources(request).await?;
+    let stream = h
+        .client()
+        .await
+        .stream_aggregated_resources(request)
+        .await?;
     Ok((tx, stream.into_inner()))
 }
 
@@ -76,17 +91,29 @@ async fn kube_mode_harness() -> Harness {
 async fn a_valid_token_of_the_claimed_namespace_is_admitted() {
     let h = kube_mode_harness().await;
     h.set("shop", config("a"));
-    let (_tx, mut stream) = open(&h, "shop", Some("shop-token")).await.expect("admitted");
-    let r = tokio::time::timeout(DEADLINE, stream.message()).await.expect("deadline").expect("ok").expect("open");
+    let (_tx, mut stream) = open(&h, "shop", Some("shop-token"))
+        .await
+        .expect("admitted");
+    let r = tokio::time::timeout(DEADLINE, stream.message())
+        .await
+        .expect("deadline")
+        .expect("ok")
+        .expect("open");
     assert_eq!(r.type_url, type_url::CLUSTER);
 }
 
 #[tokio::test]
 async fn a_token_of_another_namespace_cannot_claim_this_one() {
     let h = kube_mode_harness().await;
-    let err = open(&h, "shop", Some("bank-token")).await.expect_err("refused");
+    let err = open(&h, "shop", Some("bank-token"))
+        .await
+        .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
-    assert!(err.message().contains("\"bank\"") && err.message().contains("\"shop\""), "{}", err.message());
+    assert!(
+        err.message().contains("\"bank\"") && err.message().contains("\"shop\""),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -96,7 +123,14 @@ async fn missing_or_invalid_tokens_are_unauthenticated() {
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let err = open(&h, "shop", Some("forged")).await.expect_err("refused");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
-    assert!(err.message().contains("invalid bearer token"), "{}", err.message());
+    assert!(
+        err.message().contains("invalid bearer token"),
+        "{}",
+        err.message()
+    );
     let metrics = h.hub.metrics().encode().expect("metrics");
-    assert!(metrics.contains(r#"meshplane_xds_rejected_connections_total{reason="unauthenticated"} 2"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"meshplane_xds_rejected_connections_total{reason="unauthenticated"} 2"#),
+        "{metrics}"
+    );
 }

@@ -23,19 +23,36 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
     let web = SocketAddr::from((Ipv4Addr::LOCALHOST, web_port));
     let api = SocketAddr::from((Ipv4Addr::LOCALHOST, api_port));
     let server = Server::start(&[
-        ("ns.yaml", &format!("{}---\n{}", namespace("shop", true), namespace("bank", true))),
-        ("web.yaml", &service("web", "shop", "10.96.0.10", web_port, target, "127.0.0.2")),
-        ("api.yaml", &service("api", "bank", "10.96.0.11", api_port, target, "127.0.0.3")),
+        (
+            "ns.yaml",
+            &format!(
+                "{}---\n{}",
+                namespace("shop", true),
+                namespace("bank", true)
+            ),
+        ),
+        (
+            "web.yaml",
+            &service("web", "shop", "10.96.0.10", web_port, target, "127.0.0.2"),
+        ),
+        (
+            "api.yaml",
+            &service("api", "bank", "10.96.0.11", api_port, target, "127.0.0.3"),
+        ),
     ])
     .await;
     let envoy = Envoy::start(&server, "shop", "client-1", Ads::Delta).await;
 
     eventually("web.shop routes to upstream-a", || async {
-        http_get(web, "web.shop.svc.cluster.local", "/").await.filter(|(s, b)| *s == 200 && b == "upstream-a")
+        http_get(web, "web.shop.svc.cluster.local", "/")
+            .await
+            .filter(|(s, b)| *s == 200 && b == "upstream-a")
     })
     .await;
     eventually("api.bank routes to upstream-b", || async {
-        http_get(api, "api.bank.svc.cluster.local", "/").await.filter(|(s, b)| *s == 200 && b == "upstream-b")
+        http_get(api, "api.bank.svc.cluster.local", "/")
+            .await
+            .filter(|(s, b)| *s == 200 && b == "upstream-b")
     })
     .await;
     let proxies = server.monitoring_get("/debug/proxies").await;
@@ -50,7 +67,17 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
     })
     .await;
     let clusters = envoy.admin_get("/clusters").await;
-    assert!(!clusters.contains("api.bank.svc.cluster.local"), "bank's cluster is removed: {clusters}");
-    let (status, body) = http_get(web, "web.shop.svc.cluster.local", "/").await.expect("web still routable");
-    assert_eq!((status, body.as_str()), (200, "upstream-a"), "{}", envoy.log());
+    assert!(
+        !clusters.contains("api.bank.svc.cluster.local"),
+        "bank's cluster is removed: {clusters}"
+    );
+    let (status, body) = http_get(web, "web.shop.svc.cluster.local", "/")
+        .await
+        .expect("web still routable");
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "upstream-a"),
+        "{}",
+        envoy.log()
+    );
 }

@@ -27,21 +27,31 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
     let listener = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let server = Server::start(&[
         ("ns.yaml", &namespace("shop", true)),
-        ("web.yaml", &service("web", "shop", "10.96.0.10", port, target, "127.0.0.2")),
+        (
+            "web.yaml",
+            &service("web", "shop", "10.96.0.10", port, target, "127.0.0.2"),
+        ),
     ])
     .await;
     let envoy = Envoy::start(&server, "shop", "client-1", Ads::Sotw).await;
 
     // Real HTTP through the bound listener to upstream a.
     eventually("traffic reaches upstream-a", || async {
-        http_get(listener, HOST, "/").await.filter(|(s, b)| *s == 200 && b == "upstream-a")
+        http_get(listener, HOST, "/")
+            .await
+            .filter(|(s, b)| *s == 200 && b == "upstream-a")
     })
     .await;
 
     // The endpoint moves: traffic follows.
-    server.write("web.yaml", &service("web", "shop", "10.96.0.10", port, target, "127.0.0.3"));
+    server.write(
+        "web.yaml",
+        &service("web", "shop", "10.96.0.10", port, target, "127.0.0.3"),
+    );
     eventually("traffic shifts to upstream-b", || async {
-        http_get(listener, HOST, "/").await.filter(|(s, b)| *s == 200 && b == "upstream-b")
+        http_get(listener, HOST, "/")
+            .await
+            .filter(|(s, b)| *s == 200 && b == "upstream-b")
     })
     .await;
 
@@ -56,22 +66,39 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
     let nack = eventually("the NACK is reported on /debug/proxies", || async {
         let body = server.monitoring_get("/debug/proxies").await;
         let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-        let m = v[0]["types"][0]["last_nack"]["message"].as_str()?.to_string();
+        let m = v[0]["types"][0]["last_nack"]["message"]
+            .as_str()?
+            .to_string();
         Some(m)
     })
     .await;
-    assert!(nack.to_lowercase().contains("duration"), "Envoy names the bad field: {nack}");
+    assert!(
+        nack.to_lowercase().contains("duration"),
+        "Envoy names the bad field: {nack}"
+    );
     let metrics = server.monitoring_get("/metrics").await;
-    assert!(metrics.contains(r#"meshplane_xds_nacks_total{type="cds"}"#), "{metrics}");
-    let dump = server.monitoring_get(&format!(
-        "/debug/config_dump?proxy=sidecar~127.0.0.1~client-1.shop~shop.svc.cluster.local"
-    ))
-    .await;
-    assert!(dump.contains("outbound|"), "config dump lists the held clusters: {dump}");
+    assert!(
+        metrics.contains(r#"meshplane_xds_nacks_total{type="cds"}"#),
+        "{metrics}"
+    );
+    let dump = server
+        .monitoring_get(
+            "/debug/config_dump?proxy=sidecar~127.0.0.1~client-1.shop~shop.svc.cluster.local",
+        )
+        .await;
+    assert!(
+        dump.contains("outbound|"),
+        "config dump lists the held clusters: {dump}"
+    );
 
     // The last good config keeps serving.
     let (status, body) = http_get(listener, HOST, "/").await.expect("still routable");
-    assert_eq!((status, body.as_str()), (200, "upstream-b"), "{}", envoy.log());
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "upstream-b"),
+        "{}",
+        envoy.log()
+    );
     let clusters = envoy.admin_get("/clusters").await;
     assert!(clusters.contains("127.0.0.3"), "{clusters}");
 }

@@ -33,12 +33,30 @@ impl PatchKind {
     }
 }
 
+/// The real API server's JSON patch treats a missing path as `null` in a `test` operation;
+/// kube-runtime's finalizer helper relies on it (`test /metadata/finalizers == null`, then
+/// `add`). The json-patch crate fails such a test, so those operations are dropped here.
+fn without_null_tests_of_missing_paths(doc: &Value, ops: json_patch::Patch) -> json_patch::Patch {
+    json_patch::Patch(
+        ops.0
+            .into_iter()
+            .filter(|op| match op {
+                json_patch::PatchOperation::Test(t) => {
+                    !(t.value.is_null() && doc.pointer(t.path.as_str()).is_none())
+                }
+                _ => true,
+            })
+            .collect(),
+    )
+}
+
 /// Applies a JSON, merge or strategic patch to `doc`.
 pub fn apply_patch(kind: PatchKind, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {
     match kind {
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let ops = without_null_tests_of_missing_paths(doc, ops);
             json_patch::patch(doc, &ops).map_err(|e| {
                 ApiError::new(
                     422,
@@ -168,5 +186,25 @@ mod tests {
             doc["spec"]["containers"],
             json!([{"name": "app", "image": "x:2"}])
         );
+    }
+
+    #[test]
+    fn json_patch_test_of_null_passes_on_a_missing_path_only() {
+        // kube-runtime's finalizer helper: test finalizers == null, then add them.
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["meshplane.io/cleanup"]}
+        ]);
+        let mut doc = json!({"metadata": {"name": "blue-v1"}});
+        apply_patch(PatchKind::Json, &mut doc, &patch).unwrap();
+        assert_eq!(
+            doc["metadata"]["finalizers"],
+            json!(["meshplane.io/cleanup"])
+        );
+        // Once finalizers exist the same test must fail: it guards against lost updates.
+        let mut doc = json!({"metadata": {"name": "blue-v1", "finalizers": ["other"]}});
+        let err = apply_patch(PatchKind::Json, &mut doc, &patch).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(doc["metadata"]["finalizers"], json!(["other"]));
     }
 }

@@ -1,7 +1,8 @@
 //! Just enough of the Kubernetes protobuf encoding to accept the bodies typed `kubectl create
 //! <kind>` commands send (client-go's typed clients write protobuf): Namespace, ConfigMap,
 //! Secret and ServiceAccount, with name, generateName, namespace, labels, annotations and the
-//! kind's data fields; and the SelfSubjectAccessReview of `kubectl auth can-i`. Anything else is
+//! kind's data fields; the SelfSubjectAccessReview of `kubectl auth can-i` and the TokenRequest
+//! of `kubectl create token`. Anything else is
 //! refused with 415.
 
 use base64::Engine;
@@ -222,13 +223,49 @@ fn decode_self_subject_access_review(raw: &[u8]) -> Option<Value> {
     Some(Value::Object(obj))
 }
 
+/// A `TokenRequest` (what `kubectl create token` sends): metadata, audiences, expiry and the
+/// bound object reference.
+fn decode_token_request(raw: &[u8]) -> Option<Value> {
+    const BOUND: &[(u64, &str)] = &[(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")];
+    let mut obj = Map::new();
+    let mut spec = Map::new();
+    let mut audiences = Vec::new();
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => {
+                obj.insert("metadata".into(), object_meta(b)?);
+            }
+            (2, Field::Bytes(b)) => {
+                for (sn, sf) in fields(b)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(a)) => audiences.push(json!(text(a)?)),
+                        (3, Field::Bytes(r)) => {
+                            spec.insert("boundObjectRef".into(), string_fields(r, BOUND)?);
+                        }
+                        (4, Field::Varint(v)) => {
+                            spec.insert("expirationSeconds".into(), json!(v as i64));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if !audiences.is_empty() {
+        spec.insert("audiences".into(), Value::Array(audiences));
+    }
+    obj.insert("spec".into(), Value::Object(spec));
+    Some(Value::Object(obj))
+}
+
 /// Decodes a protobuf request body into the JSON object it stands for.
 pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let unsupported = |what: &str| {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("kube-standin (test fixture) decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount and SelfSubjectAccessReview; {what}; send JSON instead"),
+            format!("kube-standin (test fixture) decodes protobuf only for Namespace, ConfigMap, Secret, ServiceAccount, SelfSubjectAccessReview and TokenRequest; {what}; send JSON instead"),
         )
     };
     let envelope = body
@@ -261,6 +298,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
             decode_self_subject_access_review(raw)
         }
+        ("authentication.k8s.io/v1", "TokenRequest") => decode_token_request(raw),
         _ => return Err(unsupported(&format!("got {api_version} {kind}"))),
     };
     let mut obj = decoded.ok_or_else(|| unsupported(&format!("got {api_version} {kind}")))?;
@@ -315,6 +353,38 @@ mod tests {
         .concat();
         let body = [MAGIC.to_vec(), field(1, &other), field(2, &raw)].concat();
         assert_eq!(decode(&body).unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn decodes_a_token_request() {
+        let bound = [
+            field(1, b"Pod"),
+            field(2, b"v1"),
+            field(3, b"p"),
+            field(4, b"u"),
+        ]
+        .concat();
+        // expirationSeconds = 600 as a varint (0xd8 0x04) in field 4.
+        let spec = [
+            field(1, b"a1"),
+            field(1, b"a2"),
+            field(3, &bound),
+            vec![4 << 3, 0xd8, 0x04],
+        ]
+        .concat();
+        let raw = [field(1, &field(1, b"sa")), field(2, &spec)].concat();
+        let type_meta = [
+            field(1, b"authentication.k8s.io/v1"),
+            field(2, b"TokenRequest"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &raw)].concat();
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "metadata": {"name": "sa"}, "spec": {"audiences": ["a1", "a2"], "expirationSeconds": 600,
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "u"}}})
+        );
     }
 
     #[test]

@@ -71,6 +71,7 @@ async fn write_status(
     let body = json!({
         "apiVersion": "meshplane.io/v1alpha1",
         "kind": "MeshControlPlane",
+        "metadata": {"name": mcp.name_any()},
         "status": serde_json::to_value(status)?,
     });
     api.patch_status(

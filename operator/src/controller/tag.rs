@@ -57,6 +57,7 @@ async fn reconcile(tag: &MeshRevisionTag, ctx: &Context) -> Result<Action, Error
     let body = json!({
         "apiVersion": "meshplane.io/v1alpha1",
         "kind": "MeshRevisionTag",
+        "metadata": {"name": name},
         "status": serde_json::to_value(&new_status)?,
     });
     Api::<MeshRevisionTag>::all(ctx.client.clone())

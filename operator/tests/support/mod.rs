@@ -308,6 +308,19 @@ impl FakeApi {
                 } else {
                     "apply"
                 };
+                // Like the API server: an apply body must name the object of the URL.
+                if !content_type.contains("json-patch")
+                    && patch["metadata"]["name"].as_str() != Some(name.as_str())
+                {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        status_json(
+                            400,
+                            "BadRequest",
+                            "the name of the object does not match the name on the URL",
+                        ),
+                    );
+                }
                 let existing = st.objects.get(&key).cloned();
                 let obj = if content_type.contains("json-patch") {
                     let Some(mut obj) = existing else {

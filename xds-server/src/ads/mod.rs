@@ -98,9 +98,7 @@ impl AdsServer {
             .await
             .is_err()
         {
-            return Err(AdmissionError::ReviewFailed(
-                "sources have not synced yet".into(),
-            ));
+            return Err(AdmissionError::NotSynced);
         }
         if !self.hub.admits_namespace(&proxy.namespace) {
             return Err(AdmissionError::NotMember {

@@ -107,6 +107,8 @@ fn port_groups<'a>(
         .filter_map(|(e, _)| e.port.as_ref().map(|p| p.number))
         .collect();
     let mut groups: BTreeMap<u32, PortGroup<'a>> = BTreeMap::new();
+    // (port, hostname) already grouped: a host appears once per listener port.
+    let mut grouped: HashSet<(u32, &str)> = HashSet::new();
     for (egress, services) in per_egress {
         for svc in services {
             for sp in &svc.ports {
@@ -122,11 +124,7 @@ fn port_groups<'a>(
                     egress,
                     services: Vec::new(),
                 });
-                if !group
-                    .services
-                    .iter()
-                    .any(|(s, _)| s.hostname == svc.hostname)
-                {
+                if grouped.insert((sp.port, svc.hostname.as_str())) {
                     group.services.push((svc, sp));
                 }
             }

@@ -104,15 +104,26 @@ impl Harness {
         );
         hub.mark_ready();
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx).serve(listener));
-        Harness { hub, configs, addr, shutdown }
+        Harness {
+            hub,
+            configs,
+            addr,
+            shutdown,
+        }
     }
 
     /// Replaces the config of `namespace` and pushes.
     pub fn set(&self, namespace: &str, config: ProxyConfig) {
-        self.configs.0.lock().expect("configs lock").insert(namespace.into(), config);
+        self.configs
+            .0
+            .lock()
+            .expect("configs lock")
+            .insert(namespace.into(), config);
         self.hub.push_all(Instant::now());
     }
 
@@ -130,7 +141,9 @@ pub fn node(namespace: &str, pod: &str) -> Node {
         metadata: Some(Struct {
             fields: [(
                 "NAMESPACE".to_string(),
-                Value { kind: Some(ValueKind::StringValue(namespace.into())) },
+                Value {
+                    kind: Some(ValueKind::StringValue(namespace.into())),
+                },
             )]
             .into_iter()
             .collect(),
@@ -140,7 +153,11 @@ pub fn node(namespace: &str, pod: &str) -> Node {
 }
 
 pub fn nack(message: &str) -> Option<RpcStatus> {
-    Some(RpcStatus { code: 3, message: message.into(), details: vec![] })
+    Some(RpcStatus {
+        code: 3,
+        message: message.into(),
+        details: vec![],
+    })
 }
 
 /// A state-of-the-world client stream.
@@ -167,8 +184,16 @@ impl SotwClient {
         })
         .await
         .expect("queue first request");
-        let rx = h.client().await.stream_aggregated_resources(ReceiverStream::new(rx)).await?;
-        Ok(SotwClient { tx, rx: rx.into_inner(), node })
+        let rx = h
+            .client()
+            .await
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await?;
+        Ok(SotwClient {
+            tx,
+            rx: rx.into_inner(),
+            node,
+        })
     }
 
     pub async fn recv(&mut self) -> DiscoveryResponse {
@@ -207,7 +232,8 @@ impl SotwClient {
 
     /// ACKs a response (keeping a wildcard subscription).
     pub async fn ack(&self, r: &DiscoveryResponse) {
-        self.request(&r.type_url, &[], &r.version_info, &r.nonce).await
+        self.request(&r.type_url, &[], &r.version_info, &r.nonce)
+            .await
     }
 
     pub fn node(&self) -> &Node {
@@ -237,8 +263,15 @@ impl DeltaClient {
         })
         .await
         .expect("queue first request");
-        let rx = h.client().await.delta_aggregated_resources(ReceiverStream::new(rx)).await?;
-        Ok(DeltaClient { tx, rx: rx.into_inner() })
+        let rx = h
+            .client()
+            .await
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await?;
+        Ok(DeltaClient {
+            tx,
+            rx: rx.into_inner(),
+        })
     }
 
     pub async fn recv(&mut self) -> DeltaDiscoveryResponse {
@@ -288,7 +321,10 @@ pub fn sotw_names(r: &DiscoveryResponse) -> Vec<String> {
 
 /// Bodies (`name:tag`) of the resources in a SotW response.
 pub fn sotw_bodies(r: &DiscoveryResponse) -> Vec<String> {
-    r.resources.iter().map(|a| String::from_utf8_lossy(&a.value).to_string()).collect()
+    r.resources
+        .iter()
+        .map(|a| String::from_utf8_lossy(&a.value).to_string())
+        .collect()
 }
 
 /// Names of the resources in a delta response.
