@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks of issue 8 against a release build of meshplane-xds.
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
-#   ./scripts/bench.sh full    the issue's sizes (S1 alone runs 5 minutes of churn); ~25 minutes on 2 cores
+#   ./scripts/bench.sh full    the issue's sizes (S1 alone runs 5 minutes of churn); ~16 minutes on 2 cores
 #   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves)
 #   BENCH_NO_BUILD=1 ...       reuse the release binaries already in $CARGO_TARGET_DIR
 # Tables go to stdout and to target/bench-<mode>.md; the cost-curve chart to docs/bench-curves*.svg.

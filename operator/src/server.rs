@@ -156,7 +156,18 @@ pub async fn serve_https(
     router: Router,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
+    let (_keep, configs) = tokio::sync::watch::channel(Some(tls));
+    serve_https_reloading(listener, configs, router, shutdown).await;
+}
+
+/// Like [`serve_https`], but every new connection uses the latest configuration in `configs`
+/// (certificate reload without a restart); connections are refused while it is `None`.
+pub async fn serve_https_reloading(
+    listener: TcpListener,
+    configs: tokio::sync::watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     info!(addr = ?listener.local_addr().ok(), "serving admission over HTTPS");
     loop {
@@ -167,7 +178,11 @@ pub async fn serve_https(
                 Err(e) => { warn!(error = %e, "accept failed"); continue; }
             },
         };
-        let acceptor = acceptor.clone();
+        let Some(tls) = configs.borrow().clone() else {
+            debug!(%peer, "no serving certificate loaded yet; closing the connection");
+            continue;
+        };
+        let acceptor = TlsAcceptor::from(tls);
         let service = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
             let tls_stream = match acceptor.accept(stream).await {

@@ -142,6 +142,73 @@ pub fn ensure(
     Ok((issue(host, now, validity, previous_ca.as_deref())?, true))
 }
 
+/// What a replica of the operator does with the shared admission TLS Secret it just read
+/// (`observed`, `None` when the Secret does not exist).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SharedTlsStep {
+    /// The Secret holds good material: serve it (this is also how a replica adopts the winner
+    /// after its own create lost with 409 AlreadyExists: it re-reads and lands here).
+    Use(WebhookTls),
+    /// No Secret yet: create it (POST, never apply) with this material; on 409 re-read.
+    Create(WebhookTls),
+    /// The Secret must be rotated: replace it carrying the resourceVersion that was read; on
+    /// 409 re-read (another replica rotated first).
+    Update(WebhookTls),
+}
+
+/// The create-or-adopt decision of the replicas sharing one admission certificate. Pure, so
+/// every replica decides the same way from the same observation. `secret_exists` with
+/// `observed` `None` is a Secret whose data is unreadable: it is replaced, not created.
+pub fn shared_tls_step(
+    secret_exists: bool,
+    observed: Option<WebhookTls>,
+    host: &str,
+    now: OffsetDateTime,
+    validity: Duration,
+) -> Result<SharedTlsStep, TlsError> {
+    let (tls, issued) = ensure(observed, host, now, validity)?;
+    Ok(match (secret_exists, issued) {
+        (_, false) => SharedTlsStep::Use(tls),
+        (false, true) => SharedTlsStep::Create(tls),
+        (true, true) => SharedTlsStep::Update(tls),
+    })
+}
+
+fn pem_certs(bundle: &str) -> Vec<&str> {
+    let end = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(end)
+        .map(str::trim)
+        .filter(|c| c.starts_with("-----BEGIN CERTIFICATE-----") && c.ends_with(end))
+        .collect()
+}
+
+/// Whether a replica serving `ours` (the Secret's material) must write its `ca.crt` into a
+/// webhook configuration whose caBundle is `current` (PEM). It writes unless the bundle already
+/// equals `ca.crt`, or unless the bundle is from a newer rotation that still trusts our current
+/// CA (it starts with another CA but contains ours): a replica that has not yet re-read a
+/// rotated Secret must not roll the caBundle back.
+pub fn ca_bundle_needs_write(current: &str, ours: &WebhookTls) -> bool {
+    let have = pem_certs(current);
+    let want = pem_certs(&ours.ca_bundle_pem);
+    if have == want {
+        return false;
+    }
+    let Some(our_ca) = want.first() else {
+        return false;
+    };
+    let newer_rotation = have.first().is_some_and(|c| c != our_ca) && have.contains(our_ca);
+    !newer_rotation
+}
+
+/// Whether the caBundle `current` (PEM) trusts the CA that signed `ours`' serving certificate.
+pub fn ca_bundle_trusts(current: &str, ours: &WebhookTls) -> bool {
+    let have = pem_certs(current);
+    pem_certs(&ours.ca_bundle_pem)
+        .first()
+        .is_some_and(|ca| have.contains(ca))
+}
+
 /// Issues a fresh CA and a serving certificate for `host`, valid from `now` for `validity`.
 pub fn issue(
     host: &str,
@@ -256,5 +323,80 @@ mod tests {
         };
         assert!(needs_rotation(Some(&garbage), HOST, t0()));
         assert!(needs_rotation(None, HOST, t0()));
+    }
+
+    #[test]
+    fn a_missing_secret_is_created_and_an_existing_one_adopted() {
+        let validity = Duration::days(90);
+        // Nobody created it yet: issue and create.
+        let SharedTlsStep::Create(ours) =
+            shared_tls_step(false, None, HOST, t0(), validity).unwrap()
+        else {
+            panic!("expected Create");
+        };
+        // A Secret that exists but does not parse is replaced, never re-created.
+        assert!(matches!(
+            shared_tls_step(true, None, HOST, t0(), validity).unwrap(),
+            SharedTlsStep::Update(_)
+        ));
+        assert!(!needs_rotation(Some(&ours), HOST, t0()));
+        // Our create lost (409): the re-read shows the winner's material, which is used as is,
+        // never replaced by ours.
+        let winner = issue(HOST, t0(), validity, None).unwrap();
+        assert_ne!(winner, ours);
+        assert_eq!(
+            shared_tls_step(
+                true,
+                Some(winner.clone()),
+                HOST,
+                t0() + Duration::days(1),
+                validity
+            )
+            .unwrap(),
+            SharedTlsStep::Use(winner.clone())
+        );
+        // With less than a third left the Secret is replaced (guarded update), trusting the
+        // winner's CA during the switch.
+        match shared_tls_step(
+            true,
+            Some(winner.clone()),
+            HOST,
+            t0() + Duration::days(61),
+            validity,
+        )
+        .unwrap()
+        {
+            SharedTlsStep::Update(rotated) => {
+                assert!(rotated.ca_bundle_pem.contains(winner.current_ca().unwrap()));
+            }
+            other => panic!("expected Update, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ca_bundle_is_kept_equal_to_the_secret_and_never_rolled_back() {
+        let validity = Duration::days(90);
+        let old = issue(HOST, t0(), validity, None).unwrap();
+        let (new, _) =
+            ensure(Some(old.clone()), HOST, t0() + Duration::days(61), validity).unwrap();
+        // Another replica's self-issued CA only: replace it.
+        let stray = issue(HOST, t0(), validity, None).unwrap();
+        assert!(ca_bundle_needs_write(&stray.ca_bundle_pem, &old));
+        assert!(!ca_bundle_trusts(&stray.ca_bundle_pem, &old));
+        assert!(ca_bundle_needs_write("", &old));
+        // Equal (modulo trailing whitespace): nothing to do.
+        assert!(!ca_bundle_needs_write(
+            &format!("{}\n\n", old.ca_bundle_pem),
+            &old
+        ));
+        assert!(ca_bundle_trusts(&old.ca_bundle_pem, &old));
+        // The rotating replica moves the bundle forward...
+        assert!(ca_bundle_needs_write(&old.ca_bundle_pem, &new));
+        // ...and a replica still on the old Secret does not move it back, and is trusted.
+        assert!(!ca_bundle_needs_write(&new.ca_bundle_pem, &old));
+        assert!(ca_bundle_trusts(&new.ca_bundle_pem, &old));
+        // A bundle holding our CA plus a stray one behind it is made exact.
+        let extra = format!("{}{}", old.ca_bundle_pem, stray.ca_bundle_pem);
+        assert!(ca_bundle_needs_write(&extra, &old));
     }
 }

@@ -103,13 +103,20 @@ pub fn build_bootstrap(input: &str, opts: &BootstrapOptions) -> Result<Value, Bo
         for listener in listeners.into_iter().flatten() {
             rebind_socket_address(listener.get_mut("address"), &addr);
         }
-        // Inside a pod 127.0.0.1 is the pod itself (e.g. a readiness route to the admin port),
-        // so static upstreams on loopback move to the pod's address as well.
-        if let Some(clusters) = root
+        // Inside a pod 127.0.0.1 is the pod itself (e.g. the `envoy-admin` cluster behind the
+        // readiness route to the admin port), so static upstreams on loopback move to the
+        // pod's address as well. The ADS cluster is the instance Service, never the pod.
+        let clusters = root
             .get_mut("static_resources")
             .and_then(|s| s.get_mut("clusters"))
-        {
-            redirect_loopback_upstreams(clusters, &addr);
+            .and_then(Value::as_array_mut);
+        for cluster in clusters.into_iter().flatten() {
+            if cluster.get("name").and_then(Value::as_str) == Some(ADS_CLUSTER) {
+                continue;
+            }
+            if let Some(assignment) = cluster.get_mut("load_assignment") {
+                redirect_loopback_upstreams(assignment, &addr);
+            }
         }
     }
     Ok(bootstrap)
@@ -369,6 +376,107 @@ dynamic_resources:
             out["static_resources"]["clusters"][1]["load_assignment"]["endpoints"][0]
                 ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"],
             "meshplane-blue-v1.meshplane-blue.svc"
+        );
+    }
+
+    /// The bootstrap exactly as the operator renders it (golden `render-blue-v1.yaml`), with the
+    /// ADS cluster on loopback as in the local pod runner, where the instance Service is too.
+    const RENDERED: &str = r#"
+admin:
+  address:
+    socket_address:
+      address: "127.0.0.1"
+      port_value: 15000
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    grpc_services:
+    - envoy_grpc:
+        cluster_name: xds-grpc
+    set_node_on_first_message_only: true
+    transport_api_version: V3
+  cds_config:
+    ads: {}
+    resource_api_version: V3
+  lds_config:
+    ads: {}
+    resource_api_version: V3
+static_resources:
+  clusters:
+  - connect_timeout: 1s
+    load_assignment:
+      cluster_name: xds-grpc
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address:
+                address: "127.0.0.1"
+                port_value: 15010
+    name: xds-grpc
+    type: STATIC
+  - connect_timeout: 1s
+    load_assignment:
+      cluster_name: envoy-admin
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address:
+                address: "127.0.0.1"
+                port_value: 15000
+    name: envoy-admin
+    type: STATIC
+  listeners:
+  - address:
+      socket_address:
+        address: "0.0.0.0"
+        port_value: 15021
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          route_config:
+            virtual_hosts:
+            - domains: ["*"]
+              name: readiness
+              routes:
+              - match: { path: /healthz/ready }
+                route: { cluster: envoy-admin, prefix_rewrite: /ready }
+          stat_prefix: readiness
+    name: readiness
+"#;
+
+    fn endpoint_address<'a>(out: &'a Value, cluster: &str) -> &'a Value {
+        let clusters = out["static_resources"]["clusters"].as_array().unwrap();
+        let c = clusters.iter().find(|c| c["name"] == cluster).unwrap();
+        &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+            ["socket_address"]
+    }
+
+    #[test]
+    fn loopback_addr_moves_the_rendered_envoy_admin_cluster_but_not_ads() {
+        let mut o = opts();
+        o.loopback_addr = Some("127.0.0.12".parse().unwrap());
+        let out = build_bootstrap(RENDERED, &o).unwrap();
+        // The readiness route's upstream follows the admin listener to the pod's address.
+        assert_eq!(
+            out["admin"]["address"]["socket_address"]["address"],
+            "127.0.0.12"
+        );
+        let admin = endpoint_address(&out, "envoy-admin");
+        assert_eq!(admin["address"], "127.0.0.12");
+        assert_eq!(admin["port_value"], 15000);
+        // The ADS cluster is the instance Service, not this pod, even when it is on loopback.
+        let ads = endpoint_address(&out, ADS_CLUSTER);
+        assert_eq!(ads["address"], "127.0.0.1");
+        assert_eq!(ads["port_value"], 15010);
+
+        let unchanged = build_bootstrap(RENDERED, &opts()).unwrap();
+        assert_eq!(
+            endpoint_address(&unchanged, "envoy-admin")["address"],
+            "127.0.0.1"
         );
     }
 

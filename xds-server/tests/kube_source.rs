@@ -41,7 +41,7 @@ impl Seen {
     }
 }
 
-fn service_upsert(ns: &str, name: &str) -> impl Fn(&SourceEvent) -> bool + '_ {
+fn service_upsert<'a>(ns: &'a str, name: &'a str) -> impl Fn(&SourceEvent) -> bool + 'a {
     move |e| match e {
         SourceEvent::Upsert(Object::Service(s)) => {
             s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name)
