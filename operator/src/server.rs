@@ -44,7 +44,8 @@ pub enum ServeError {
     },
 }
 
-/// Readiness of this replica: set once it leads (and runs the controllers) or stands by.
+/// Readiness of this replica: set while its admission check serves a certificate the API
+/// server trusts (the serving certificate is loaded and the caBundle contains its CA).
 #[derive(Clone, Default)]
 pub struct Health {
     ready: Arc<AtomicBool>,
