@@ -458,9 +458,10 @@ fn chain_matches(chain: &FilterChain, m: Option<&FilterChainMatch>) -> bool {
     let Some(fm) = &m.filter else { return true };
     chain.filters.iter().any(|f| {
         (fm.name.is_empty() || f.name == fm.name)
-            && fm.sub_filter.as_ref().is_none_or(|sub| {
-                sub.name.is_empty() || http_filter_names(f).contains(&sub.name)
-            })
+            && fm
+                .sub_filter
+                .as_ref()
+                .is_none_or(|sub| sub.name.is_empty() || http_filter_names(f).contains(&sub.name))
     })
 }
 
