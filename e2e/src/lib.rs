@@ -1,4 +1,4 @@
 //! e2e fixtures
-pub mod standin;
-pub mod podrunner;
 pub mod harness;
+pub mod podrunner;
+pub mod standin;

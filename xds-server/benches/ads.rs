@@ -104,6 +104,7 @@ fn config_bytes(scoped: bool) -> usize {
         ip: Some("10.1.0.0".into()),
         labels: Default::default(),
         capture_mode: CaptureMode::Default,
+        loopback: None,
     };
     let config = index.render_proxy(&node);
     [

@@ -67,6 +67,7 @@ fn node() -> ProxyNode {
         ip: Some("10.0.0.1".into()),
         labels: [("app".to_string(), "svc0".to_string())].into(),
         capture_mode: CaptureMode::Default,
+        loopback: None,
     }
 }
 

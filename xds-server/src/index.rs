@@ -76,6 +76,7 @@ struct ScopeKey {
     sidecar: Option<(String, String)>,
     envoy_filters: Vec<String>,
     inbound: Vec<InboundPort>,
+    loopback: Option<String>,
 }
 
 #[derive(Default)]
@@ -421,6 +422,7 @@ impl TenantIndex {
                 .collect(),
             inbound: translate::inbound_ports(&self.registry, node, &scope),
             sidecar: scope.sidecar,
+            loopback: node.loopback.clone(),
         }
     }
 

@@ -1,9 +1,9 @@
 //! meshplane xds-server: one revision of one tenant, serving Envoy over ADS.
 
 pub mod admin;
+pub mod ads;
 pub mod envoyfilter;
 pub mod index;
-pub mod ads;
 pub mod metrics;
 pub mod model;
 pub mod push;

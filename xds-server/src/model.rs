@@ -114,6 +114,21 @@ pub struct ProxyNode {
     pub labels: BTreeMap<String, String>,
     /// `NONE` means listeners bind real addresses instead of relying on iptables capture.
     pub capture_mode: CaptureMode,
+    /// Address that stands in for `127.0.0.1` and `0.0.0.0` in this proxy's bound listeners and
+    /// inbound targets (node metadata `LOOPBACK_ADDR`). Only the local test pod runner sets it,
+    /// because there every pod shares the host's loopback; in a cluster it is `None`.
+    pub loopback: Option<String>,
+}
+
+impl ProxyNode {
+    /// `addr`, or the proxy's own loopback address when `addr` is `127.0.0.1` or `0.0.0.0` and the
+    /// proxy declared one.
+    pub fn local_address(&self, addr: &str) -> String {
+        match &self.loopback {
+            Some(l) if addr == "127.0.0.1" || addr == "0.0.0.0" => l.clone(),
+            _ => addr.to_string(),
+        }
+    }
 }
 
 /// Envoy resource type URLs, in the order ADS must push them (removals in reverse).

@@ -24,6 +24,19 @@ use crate::model::{Kind, Object, SourceEvent};
 /// Quiet time after the last file event before the directory is read again.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// Longest a burst of file events may delay a read of the directory.
+pub const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a file event means the manifests may have changed (not a read or an attribute change).
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::event::ModifyKind;
+    match kind {
+        notify::EventKind::Access(_) => false,
+        notify::EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        _ => true,
+    }
+}
+
 /// Every kind the directory source delivers (the scope of its resyncs).
 pub const KINDS: [Kind; 9] = [
     Kind::Namespace,
@@ -236,7 +249,9 @@ pub async fn run_dir_source(
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel::<()>();
     let mut watcher =
         notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-            Ok(ev) if !ev.kind.is_access() => {
+            // Reading the manifests changes their access time (a metadata event); only content,
+            // name, creation and removal events mean the directory changed.
+            Ok(ev) if changes_content(&ev.kind) => {
                 // The receiver only goes away when the source stops.
                 let _ = fs_tx.send(());
             }
@@ -262,8 +277,17 @@ pub async fn run_dir_source(
             ev = fs_rx.recv() => if ev.is_none() { return Ok(()) },
             _ = tx.closed() => return Ok(()),
         }
-        // Debounce: wait for a quiet period so an editor's burst of writes is read once.
-        while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, fs_rx.recv()).await {}
+        // Debounce: wait for a quiet period so an editor's burst of writes is read once, but
+        // never longer than DEBOUNCE_MAX, so a steady stream of changes cannot starve readers.
+        let deadline = tokio::time::Instant::now() + DEBOUNCE_MAX;
+        loop {
+            let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
+            match tokio::time::timeout_at(quiet, fs_rx.recv()).await {
+                Ok(Some(())) if tokio::time::Instant::now() < deadline => {}
+                Ok(None) => return Ok(()),
+                _ => break,
+            }
+        }
         match send_snapshot(&dir, &tx).await {
             Ok(true) => {}
             Ok(false) => return Ok(()),
@@ -277,6 +301,26 @@ pub async fn run_dir_source(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_and_attribute_changes_do_not_trigger_a_reload() {
+        use notify::event::{
+            AccessKind, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind, RenameMode,
+        };
+        use notify::EventKind;
+        assert!(!changes_content(&EventKind::Access(AccessKind::Any)));
+        assert!(!changes_content(&EventKind::Modify(ModifyKind::Metadata(
+            MetadataKind::AccessTime
+        ))));
+        assert!(changes_content(&EventKind::Modify(ModifyKind::Data(
+            DataChange::Content
+        ))));
+        assert!(changes_content(&EventKind::Modify(ModifyKind::Name(
+            RenameMode::To
+        ))));
+        assert!(changes_content(&EventKind::Create(CreateKind::File)));
+        assert!(changes_content(&EventKind::Remove(RemoveKind::File)));
+    }
 
     #[test]
     fn invalid_objects_are_skipped_and_the_rest_kept() {

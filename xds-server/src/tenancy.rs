@@ -170,6 +170,7 @@ pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, Admiss
         ip,
         labels: metadata_labels(md),
         capture_mode: capture_mode(metadata_string(md, "CAPTURE_MODE")),
+        loopback: metadata_string(md, "LOOPBACK_ADDR"),
     })
 }
 

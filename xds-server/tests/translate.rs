@@ -177,6 +177,7 @@ fn proxy(ns: &str, labels: &[(&str, &str)], capture: CaptureMode) -> ProxyNode {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         capture_mode: capture,
+        loopback: None,
     }
 }
 
@@ -586,6 +587,21 @@ spec:
         "captured rest\n{text}"
     );
     golden("sidecar_egress_bind", &text);
+}
+
+#[test]
+fn a_proxy_with_its_own_loopback_binds_there_instead_of_127_0_0_1() {
+    // The local pod runner gives every pod its own loopback address (node metadata
+    // LOOPBACK_ADDR); two proxies on one host must never share 127.0.0.1:80.
+    let index = index_with(&[BASE, ENTRIES]);
+    let mut node = proxy("shop", &[("app", "web")], CaptureMode::None);
+    node.loopback = Some("127.0.0.23".to_string());
+    let text = describe(&index.render_proxy(&node));
+    assert!(text.contains("127.0.0.23:80"), "{text}");
+    assert!(!text.contains("127.0.0.1:80"), "{text}");
+    // Without it, the same proxy binds 127.0.0.1 as in a cluster (and is cached separately).
+    let plain = proxy("shop", &[("app", "web")], CaptureMode::None);
+    assert!(describe(&index.render_proxy(&plain)).contains("127.0.0.1:80"));
 }
 
 // ---------- scoping ----------

@@ -46,10 +46,10 @@ pub fn inbound_ports(
             let (target_address, target_port) = l
                 .default_endpoint
                 .parse::<std::net::SocketAddr>()
-                .map(|a| (a.ip().to_string(), u32::from(a.port())))
+                .map(|a| (node.local_address(&a.ip().to_string()), u32::from(a.port())))
                 .unwrap_or_else(|_| {
                     (
-                        "127.0.0.1".to_string(),
+                        node.local_address("127.0.0.1"),
                         l.port.target_port.unwrap_or(l.port.number),
                     )
                 });
@@ -61,9 +61,9 @@ pub fn inbound_ports(
                 protocol: Protocol::detect(Some(&l.port.protocol), &l.port.name),
                 bind: bound.then(|| {
                     if l.bind.is_empty() {
-                        "0.0.0.0".to_string()
+                        node.local_address("0.0.0.0")
                     } else {
-                        l.bind.clone()
+                        node.local_address(&l.bind)
                     }
                 }),
             });
@@ -94,7 +94,7 @@ pub fn inbound_ports(
                 };
                 ports.push(InboundPort {
                     port: sp.port,
-                    target_address: "127.0.0.1".to_string(),
+                    target_address: node.local_address("127.0.0.1"),
                     target_port,
                     protocol: sp.protocol,
                     bind: None,

@@ -81,7 +81,7 @@ pub(super) fn translate_outbound(
     };
     for group in port_groups(&per_egress) {
         let bound = !captures(node) || group.egress.capture_mode == CaptureMode::None;
-        listener_for_group(&group, bound, scope, fallback, out);
+        listener_for_group(&group, bound, scope, node, fallback, out);
     }
     if captures(node) {
         out.listeners.push(Listener {
@@ -221,6 +221,7 @@ fn listener_for_group(
     group: &PortGroup<'_>,
     bound: bool,
     scope: &ProxyScope,
+    node: &ProxyNode,
     fallback: &str,
     out: &mut Translated,
 ) {
@@ -231,9 +232,9 @@ fn listener_for_group(
     let address = if !bound {
         "0.0.0.0".to_string()
     } else if group.egress.bind.is_empty() {
-        DEFAULT_BIND.to_string()
+        node.local_address(DEFAULT_BIND)
     } else {
-        group.egress.bind.clone()
+        node.local_address(&group.egress.bind)
     };
     let route_name = port.to_string();
     let http: Vec<_> = group
