@@ -30,11 +30,10 @@ pub const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
 /// Whether a file event means the manifests may have changed (not a read or an attribute change).
 fn changes_content(kind: &notify::EventKind) -> bool {
     use notify::event::ModifyKind;
-    match kind {
-        notify::EventKind::Access(_) => false,
-        notify::EventKind::Modify(ModifyKind::Metadata(_)) => false,
-        _ => true,
-    }
+    !matches!(
+        kind,
+        notify::EventKind::Access(_) | notify::EventKind::Modify(ModifyKind::Metadata(_))
+    )
 }
 
 /// Every kind the directory source delivers (the scope of its resyncs).
