@@ -212,6 +212,9 @@ impl TenantIndex {
                 });
                 self.explicit_members = Some(members);
             }
+            SourceEvent::MeshConfig(mesh_config) => {
+                self.mesh_config = *mesh_config;
+            }
             SourceEvent::Resync { namespace, kinds } => {
                 self.resync.push(PendingResync {
                     namespace,

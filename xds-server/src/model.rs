@@ -94,6 +94,8 @@ pub enum SourceEvent {
         namespace: Option<String>,
         kinds: Vec<Kind>,
     },
+    /// The revision's mesh config (Kubernetes mode: from the members ConfigMap).
+    MeshConfig(Box<meshplane_crds::MeshConfig>),
     /// The source has delivered its initial state (readiness).
     Synced,
 }

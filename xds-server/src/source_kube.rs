@@ -52,6 +52,17 @@ pub fn parse_members(cm: &ConfigMap) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// The revision's mesh config from the members ConfigMap (key `meshConfig`, JSON written by the
+/// operator); `None` when absent or unreadable, so the instance keeps what it has.
+pub fn parse_mesh_config(cm: &ConfigMap) -> Option<meshplane_crds::MeshConfig> {
+    let text = cm.data.as_ref()?.get("meshConfig")?;
+    serde_json::from_str(text)
+        .map_err(
+            |e| tracing::warn!(error = %e, "meshConfig in the members ConfigMap is unreadable"),
+        )
+        .ok()
+}
+
 type Batch = Vec<SourceEvent>;
 
 /// Runs the source until `out` closes. Marks `hub` ready once the members and every initial
@@ -96,8 +107,24 @@ pub async fn run(
         .boxed();
     let mut listed: Option<BTreeSet<String>> = None;
     let mut members: Option<BTreeSet<String>> = None;
+    let mut mesh_config: Option<meshplane_crds::MeshConfig> = None;
     let mut ready_spawned = false;
     while let Some(event) = stream.next().await {
+        let seen_mesh = match &event {
+            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_mesh_config(cm),
+            _ => None,
+        };
+        if let Some(mc) = seen_mesh.filter(|mc| mesh_config.as_ref() != Some(mc)) {
+            tracing::info!("revision mesh config changed");
+            mesh_config = Some(mc.clone());
+            if batch_tx
+                .send(vec![SourceEvent::MeshConfig(Box::new(mc))])
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
         let next = match event {
             Ok(Event::Init) => {
                 listed = Some(BTreeSet::new());
@@ -382,6 +409,23 @@ pub async fn report_proxy_count(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mesh_config_is_read_from_the_members_configmap_and_bad_json_is_ignored() {
+        let cm = |text: &str| ConfigMap {
+            data: Some([("meshConfig".to_string(), text.to_string())].into()),
+            ..Default::default()
+        };
+        let mc = parse_mesh_config(&cm(r#"{"trustDomain":"green.mesh.local","outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}}"#))
+            .expect("valid meshConfig");
+        assert_eq!(mc.trust_domain, "green.mesh.local");
+        assert_eq!(
+            mc.outbound_traffic_policy.mode,
+            meshplane_crds::controlplane::OutboundTrafficMode::RegistryOnly
+        );
+        assert!(parse_mesh_config(&cm("{not json")).is_none());
+        assert!(parse_mesh_config(&ConfigMap::default()).is_none());
+    }
 
     #[test]
     fn members_are_read_line_by_line() {

@@ -821,6 +821,30 @@ fn export_to_table() {
 }
 
 #[test]
+fn a_mesh_config_event_changes_the_policy_of_every_proxy() {
+    // Kubernetes mode: the operator publishes the revision's meshConfig in the members
+    // ConfigMap and the source delivers it as an event.
+    let mut index = index_with(&[BASE]);
+    let before = describe(&index.render_proxy(&web_proxy()));
+    assert!(before.contains("vhost allow_any"), "{before}");
+    let change = index.apply(SourceEvent::MeshConfig(Box::new(MeshConfig {
+        outbound_traffic_policy: meshplane_crds::controlplane::OutboundTrafficPolicy {
+            mode: meshplane_crds::controlplane::OutboundTrafficMode::RegistryOnly,
+        },
+        ..MeshConfig::default()
+    })));
+    assert!(
+        !change.is_empty(),
+        "a mesh config change is a config change"
+    );
+    let after = describe(&index.render_proxy(&web_proxy()));
+    assert!(
+        after.contains("vhost block_all [\"*\"] -> direct 502"),
+        "{after}"
+    );
+}
+
+#[test]
 fn outbound_traffic_policy_decides_the_fallback() {
     let mesh = MeshConfig {
         outbound_traffic_policy: meshplane_crds::controlplane::OutboundTrafficPolicy {

@@ -110,6 +110,10 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
                 "members": join(&mut members.iter()),
                 "attached": join(&mut rev.input.revision.attached.iter()),
                 "tags": join(&mut rev.input.revision.tags.iter()),
+                // The instance applies the revision's meshConfig (outbound policy, default
+                // exportTo, access logging) from here; it cannot read MeshControlPlanes.
+                "meshConfig": serde_json::to_string(&rev.input.control_plane.spec.mesh_config)
+                    .unwrap_or_default(),
             }}),
         ),
         // Contract 3: created without data; each instance pod applies its own key under its
