@@ -142,9 +142,13 @@ green_ip=$("$KUBECTL" -n garden get pods -l app=client -o jsonpath='{.items[0].s
 say "clusters known to green's client proxy (Envoy admin on $green_ip:15000):"
 show curl -s "http://$green_ip:15000/clusters?format=json" -o "$WORK/green-clusters.json"
 if grep -q 'shop.svc' "$WORK/green-clusters.json"; then die "green's proxy knows a service of shop"; fi
-say "no cluster of namespace shop in green's proxy: $(grep -o '"name":"[^"]*"' "$WORK/green-clusters.json" | sort -u | tr '\n' ' ')"
-say "and shop may not join green (namespaceSelector team=green):"
-show "$KUBECTL" label namespace shop meshplane.io/rev=green --overwrite --dry-run=server -o name || true
+say "no cluster of namespace shop in green's proxy; it knows only: $(grep -o '"name": *"[^"]*"' "$WORK/green-clusters.json" | sed 's/"name": *//' | grep -v '^"[a-z]*_[a-z_]*"$' | sort -u | tr '\n' ' ')"
+say "a namespace outside green's namespaceSelector (team=green) is rejected, not joined:"
+k create namespace intruder
+k label namespace intruder meshplane.io/rev=green
+k wait --for=jsonpath='{.status.rejected.count}'=1 meshcontrolplane/green --timeout=$WAIT
+show "$KUBECTL" get meshcontrolplane green -o jsonpath='{.status.rejected.namespaces}'
+echo
 
 bold "6. Canary blue-v2, move shop to it, then move the tag"
 k apply --server-side --validate=false -f config/samples/blue-v2.yaml
