@@ -99,5 +99,58 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         !namespaces.contains("meshplane-broken"),
         "no control namespace for a refused plane"
     );
+
+    // Networking config that crosses the tenant boundary is refused by the revision's own
+    // validating webhook, and a namespace that joined no tenant gets no sidecar.
+    cluster
+        .kubectl(&["create", "namespace", "shop"])
+        .expect("shop");
+    cluster
+        .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
+        .expect("join shop to blue");
+    cluster
+        .kubectl(&["create", "namespace", "garden"])
+        .expect("garden");
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            "garden",
+            "team=green",
+            "meshplane.io/rev=green",
+        ])
+        .expect("join garden to green");
+    let message = refused(
+        &cluster,
+        "a blue ServiceEntry exported to green's namespace",
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: leak\n  namespace: shop\nspec:\n  hosts: [leak.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  exportTo: [garden]\n",
+    );
+    assert!(
+        message
+            .contains(r#"spec.exportTo[0]: namespace "garden" is not a member of tenant "blue""#),
+        "the denial names the field and the rule: {message}"
+    );
+    let entries = cluster
+        .kubectl(&["get", "serviceentries", "-n", "shop", "-o", "name"])
+        .expect("serviceentries");
+    assert!(entries.trim().is_empty(), "nothing created: {entries}");
+    cluster
+        .kubectl(&["create", "namespace", "plain"])
+        .expect("plain");
+    cluster
+        .apply_manifest("apiVersion: v1\nkind: Pod\nmetadata:\n  name: lone\n  namespace: plain\nspec:\n  containers:\n    - {name: app, image: example.com/echo:1}\n")
+        .expect("a pod in an unlabelled namespace");
+    let containers = cluster
+        .kubectl(&[
+            "get",
+            "pod",
+            "lone",
+            "-n",
+            "plain",
+            "-o",
+            "jsonpath={.spec.containers[*].name}",
+        ])
+        .expect("pod");
+    assert_eq!(containers.trim(), "app", "no sidecar outside every tenant");
     eprintln!("scenario bad-input took {:?}", started.elapsed());
 }
