@@ -486,6 +486,30 @@ pub fn condition_status(object: &serde_json::Value, kind: &str) -> Option<String
 }
 
 impl Cluster {
+    /// The common starting point of the tenant scenarios: the operator installed, the blue and
+    /// green samples applied, namespace `shop` joined to blue (through the tag `blue-stable`)
+    /// and `garden` to green, and both instances Ready.
+    pub async fn start_two_tenants(name: &str, deadline: Duration) -> Result<Self, HarnessError> {
+        let cluster = Self::start(name).await?;
+        cluster.install_operator().await?;
+        for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
+            cluster.kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])?;
+        }
+        cluster.kubectl(&["create", "namespace", "shop"])?;
+        cluster.kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])?;
+        cluster.kubectl(&["create", "namespace", "garden"])?;
+        cluster.kubectl(&[
+            "label",
+            "namespace",
+            "garden",
+            "team=green",
+            "meshplane.io/rev=green",
+        ])?;
+        cluster.wait_for_mcp_ready("blue-v1", deadline).await?;
+        cluster.wait_for_mcp_ready("green", deadline).await?;
+        Ok(cluster)
+    }
+
     /// Waits until MeshControlPlane `name` reports `Ready=True`.
     pub async fn wait_for_mcp_ready(
         &self,

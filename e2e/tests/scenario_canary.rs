@@ -73,42 +73,9 @@ async fn injected_revision(cluster: &Cluster, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_tag_move_and_rollback_leave_green_untouched() {
     let started = Instant::now();
-    let cluster = Cluster::start("canary").await.expect("cluster");
-    cluster
-        .install_operator()
+    let cluster = Cluster::start_two_tenants("canary", DEADLINE)
         .await
-        .expect("operator installed");
-    for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
-        cluster
-            .kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])
-            .expect("sample");
-    }
-    cluster
-        .kubectl(&["create", "namespace", "shop"])
-        .expect("shop");
-    cluster
-        .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
-        .expect("join shop");
-    cluster
-        .kubectl(&["create", "namespace", "garden"])
-        .expect("garden");
-    cluster
-        .kubectl(&[
-            "label",
-            "namespace",
-            "garden",
-            "team=green",
-            "meshplane.io/rev=green",
-        ])
-        .expect("join garden");
-    cluster
-        .wait_for_mcp_ready("blue-v1", DEADLINE)
-        .await
-        .expect("blue-v1 Ready");
-    cluster
-        .wait_for_mcp_ready("green", DEADLINE)
-        .await
-        .expect("green Ready");
+        .expect("two tenants Ready");
     let client = cluster.client();
     // Green at rest: two reads in a row agree.
     let previous = std::sync::Mutex::new(BTreeMap::new());

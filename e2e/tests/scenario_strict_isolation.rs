@@ -7,49 +7,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::Api;
 use meshplane_crds::names;
-use meshplane_e2e::harness::{wait_for, Cluster, VALIDATE};
+use meshplane_e2e::harness::{wait_for, Cluster};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blue_instance_token_is_denied_in_green_namespaces() {
     let started = Instant::now();
-    let cluster = Cluster::start("strict-isolation").await.expect("cluster");
-    cluster
-        .install_operator()
+    let cluster = Cluster::start_two_tenants("strict-isolation", DEADLINE)
         .await
-        .expect("operator installed");
-    for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
-        cluster
-            .kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])
-            .expect("sample");
-    }
-    cluster
-        .kubectl(&["create", "namespace", "shop"])
-        .expect("shop");
-    cluster
-        .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
-        .expect("join shop");
-    cluster
-        .kubectl(&["create", "namespace", "garden"])
-        .expect("garden");
-    cluster
-        .kubectl(&[
-            "label",
-            "namespace",
-            "garden",
-            "team=green",
-            "meshplane.io/rev=green",
-        ])
-        .expect("join garden");
-    cluster
-        .wait_for_mcp_ready("blue-v1", DEADLINE)
-        .await
-        .expect("blue-v1 Ready");
-    cluster
-        .wait_for_mcp_ready("green", DEADLINE)
-        .await
-        .expect("green Ready");
+        .expect("two tenants Ready");
 
     // The instance's own identity, as its pods get it: a token of its ServiceAccount.
     let control = names::control_namespace("blue");

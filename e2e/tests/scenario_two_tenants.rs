@@ -12,48 +12,9 @@ const DEADLINE: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
     let started = Instant::now();
-    let cluster = Cluster::start("two-tenants").await.expect("cluster");
-    cluster
-        .install_operator()
+    let cluster = Cluster::start_two_tenants("two-tenants", DEADLINE)
         .await
-        .expect("operator installed");
-    for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
-        cluster
-            .kubectl(&[
-                "apply",
-                "--server-side",
-                meshplane_e2e::harness::VALIDATE,
-                "-f",
-                sample,
-            ])
-            .expect("apply sample");
-    }
-    cluster
-        .kubectl(&["create", "namespace", "shop"])
-        .expect("shop");
-    cluster
-        .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
-        .expect("join shop to blue");
-    cluster
-        .kubectl(&["create", "namespace", "garden"])
-        .expect("garden");
-    cluster
-        .kubectl(&[
-            "label",
-            "namespace",
-            "garden",
-            "team=green",
-            "meshplane.io/rev=green",
-        ])
-        .expect("join garden to green");
-    cluster
-        .wait_for_mcp_ready("blue-v1", DEADLINE)
-        .await
-        .expect("blue-v1 Ready");
-    cluster
-        .wait_for_mcp_ready("green", DEADLINE)
-        .await
-        .expect("green Ready");
+        .expect("two tenants Ready");
 
     for namespace in ["shop", "garden"] {
         cluster
