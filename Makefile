@@ -56,7 +56,7 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 # processes, so they are built first and found through MESHPLANE_BIN_DIR.
 unit-test: venv
 	$(CARGO) build --workspace --bins --locked
-	MESHPLANE_BIN_DIR="$(TARGET_DIR)/debug" ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked
+	MESHPLANE_BIN_DIR="$(TARGET_DIR)/debug" ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked --no-fail-fast
 
 test: venv fmt-check clippy crd-check kustomize-check unit-test
 

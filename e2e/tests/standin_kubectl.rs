@@ -290,9 +290,18 @@ async fn delete_waits_for_finalizers() {
         !deleting.is_empty(),
         "deletionTimestamp is set while the finalizer holds"
     );
-    // A second delete waits until the finalizer is removed.
+    // A second delete waits until the finalizer is removed. kubectl waits with a watch: the
+    // finalizer is removed only once that watch is open, or the delete would find nothing.
+    let watches_before = k.handle.open_watches();
     let mut delete = k.command(&["delete", "configmap", "held", "--timeout=25s"]);
     let deleter = tokio::task::spawn_blocking(move || delete.output().unwrap());
+    let waiting = tokio::time::timeout(DEADLINE, async {
+        while k.handle.open_watches() <= watches_before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(waiting.is_ok(), "kubectl delete never started waiting");
     k.ok(&[
         "patch",
         "configmap",

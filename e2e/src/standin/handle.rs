@@ -263,6 +263,11 @@ impl StandInHandle {
         kube::Client::try_from(config).map_err(|e| err(e.to_string()))
     }
 
+    /// How many watch streams are open right now.
+    pub fn open_watches(&self) -> usize {
+        self.store.open_watches()
+    }
+
     /// Ends every open watch stream; clients must reconnect (and resume).
     pub fn drop_all_watches(&self) {
         self.store.drop_all_watches();

@@ -828,6 +828,11 @@ impl Store {
         })
     }
 
+    /// How many watch streams are open (tests await a client's watch before acting).
+    pub fn open_watches(&self) -> usize {
+        self.events.receiver_count()
+    }
+
     /// Ends every open watch stream (fault injection).
     pub fn drop_all_watches(&self) {
         self.watch_epoch.send_modify(|e| *e += 1);
