@@ -10,7 +10,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::fmt::Debug;
+
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -21,13 +23,16 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{finalizer, watcher};
+use kube::runtime::reflector::{self, reflector, ObjectRef};
+use kube::runtime::utils::Backoff;
+use kube::runtime::{finalizer, watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use meshplane_crds::membership::{self, ControlPlaneFacts, Membership, NamespaceFacts, TagFacts};
 use meshplane_crds::{names, MeshControlPlane, MeshRevisionTag};
+use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
@@ -247,66 +252,60 @@ fn error_policy<K: Resource<DynamicType = ()>>(
 }
 
 /// Runs both controllers until `shutdown` completes.
+///
+/// Every trigger watch backs off on its own (`trigger`, `owned`). kube-runtime's `Controller::new`
+/// and `.owns()` put one shared backoff on the merged trigger stream instead: when all watches
+/// fail together (every one gets 410 Gone after the API server compacts its history), each
+/// watch's error grows that one backoff, and no trigger is polled for minutes.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
     let all = watcher::Config::default();
-    let owned = watcher::Config::default().labels(&format!(
+    let managed = watcher::Config::default().labels(&format!(
         "{}={}",
         names::MANAGED_BY_LABEL,
         names::MANAGED_BY_VALUE
     ));
 
-    let cp_controller = Controller::new(Api::<MeshControlPlane>::all(client.clone()), all.clone());
-    let cp_store = cp_controller.store();
+    let (cp_store, cp_writer) = reflector::store::<MeshControlPlane>();
+    let cp_controller = Controller::for_stream(
+        reflector(cp_writer, watched::<MeshControlPlane>(&client, &all)).applied_objects(),
+        cp_store.clone(),
+    );
     let ns_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
     let (store_for_ns, store_for_tags, store_for_siblings) =
         (cp_store.clone(), cp_store.clone(), cp_store.clone());
     let cp_index = ns_index.clone();
     let control_planes = cp_controller
-        .owns(Api::<ConfigMap>::all(client.clone()), owned.clone())
-        .owns(Api::<Secret>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(Api::<ServiceAccount>::all(client.clone()), owned.clone())
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            owned.clone(),
-        )
-        .owns(Api::<Role>::all(client.clone()), owned.clone())
-        .owns(Api::<RoleBinding>::all(client.clone()), owned.clone())
-        .owns(Api::<ClusterRole>::all(client.clone()), owned.clone())
-        .owns(
-            Api::<ClusterRoleBinding>::all(client.clone()),
-            owned.clone(),
-        )
-        .owns(
-            Api::<MutatingWebhookConfiguration>::all(client.clone()),
-            owned.clone(),
-        )
-        .owns(
-            Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-            owned.clone(),
-        )
-        .watches(
-            Api::<Namespace>::all(client.clone()),
-            all.clone(),
+        .trigger_backoff(NoSharedBackoff)
+        .owns_stream(owned::<ConfigMap>(&client, &managed))
+        .owns_stream(owned::<Secret>(&client, &managed))
+        .owns_stream(owned::<Service>(&client, &managed))
+        .owns_stream(owned::<ServiceAccount>(&client, &managed))
+        .owns_stream(owned::<Deployment>(&client, &managed))
+        .owns_stream(owned::<PodDisruptionBudget>(&client, &managed))
+        .owns_stream(owned::<Role>(&client, &managed))
+        .owns_stream(owned::<RoleBinding>(&client, &managed))
+        .owns_stream(owned::<ClusterRole>(&client, &managed))
+        .owns_stream(owned::<ClusterRoleBinding>(&client, &managed))
+        .owns_stream(owned::<MutatingWebhookConfiguration>(&client, &managed))
+        .owns_stream(owned::<ValidatingWebhookConfiguration>(&client, &managed))
+        .watches_stream(
+            watched::<Namespace>(&client, &all).touched_objects(),
             move |ns| {
                 let mut index = cp_index.lock().unwrap_or_else(|p| p.into_inner());
                 triggers::control_planes_for_namespace(&ns, &mut index, &store_for_ns.state())
             },
         )
         // Tags and sibling control planes change membership (duplicates, tags, tenant members).
-        .watches(
-            Api::<MeshRevisionTag>::all(client.clone()),
-            all.clone(),
+        .watches_stream(
+            watched::<MeshRevisionTag>(&client, &all).touched_objects(),
             move |_| all_refs(&store_for_tags.state()),
         )
-        .watches(
-            Api::<MeshControlPlane>::all(client.clone()),
-            all.clone(),
+        .watches_stream(
+            watched::<MeshControlPlane>(&client, &all).touched_objects(),
             move |_| all_refs(&store_for_siblings.state()),
         )
         .graceful_shutdown_on(shutdown.clone())
@@ -321,20 +320,26 @@ pub async fn run(
             }
         });
 
-    let tag_controller = Controller::new(Api::<MeshRevisionTag>::all(client.clone()), all.clone());
-    let tag_store = tag_controller.store();
+    let (tag_store, tag_writer) = reflector::store::<MeshRevisionTag>();
+    let tag_controller = Controller::for_stream(
+        reflector(tag_writer, watched::<MeshRevisionTag>(&client, &all)).applied_objects(),
+        tag_store.clone(),
+    );
     let (tags_for_cp, tags_for_ns) = (tag_store.clone(), tag_store);
     let tag_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
     let tags = tag_controller
-        .watches(
-            Api::<MeshControlPlane>::all(client.clone()),
-            all.clone(),
+        .trigger_backoff(NoSharedBackoff)
+        .watches_stream(
+            watched::<MeshControlPlane>(&client, &all).touched_objects(),
             move |_| all_refs(&tags_for_cp.state()),
         )
-        .watches(Api::<Namespace>::all(client.clone()), all, move |ns| {
-            let mut index = tag_index.lock().unwrap_or_else(|p| p.into_inner());
-            triggers::tags_for_namespace(&ns, &mut index, &tags_for_ns.state())
-        })
+        .watches_stream(
+            watched::<Namespace>(&client, &all).touched_objects(),
+            move |ns| {
+                let mut index = tag_index.lock().unwrap_or_else(|p| p.into_inner());
+                triggers::tags_for_namespace(&ns, &mut index, &tags_for_ns.state())
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile_tag, error_policy(TAG_CONTROLLER), ctx)
         .for_each(|res| async move {
@@ -345,6 +350,49 @@ pub async fn run(
     info!("controllers started");
     futures::join!(control_planes, tags);
     info!("controllers stopped");
+}
+
+/// A full watch of `K` that backs off on its own errors only.
+fn watched<K>(
+    client: &Client,
+    config: &watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(Api::<K>::all(client.clone()), config.clone()).default_backoff()
+}
+
+/// A metadata-only watch of the operator's objects of kind `K` (owner references are all the
+/// controller needs), backing off on its own errors only.
+fn owned<K>(
+    client: &Client,
+    config: &watcher::Config,
+) -> impl Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(
+        Api::<PartialObjectMeta<K>>::all(client.clone()),
+        config.clone(),
+    )
+    .default_backoff()
+    .touched_objects()
+}
+
+/// The controllers' shared trigger backoff, disabled: each watch has its own (see [`run`]).
+struct NoSharedBackoff;
+
+impl Iterator for NoSharedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for NoSharedBackoff {
+    fn reset(&mut self) {}
 }
 
 fn all_refs<K: Resource<DynamicType = ()>>(objects: &[Arc<K>]) -> Vec<ObjectRef<K>> {
