@@ -105,7 +105,7 @@ spec:
   template:
     metadata: {labels: {app: web}, annotations: {sidecar.meshplane.io/captureMode: NONE}}
     spec:
-      containers: [{name: web, image: example.com/echo:1, ports: [{name: http, containerPort: 8080}]}]
+      containers: [{name: web, image: example.com/echo:1, ports: [{name: http, containerPort: 9080}]}]
 ---
 apiVersion: apps/v1
 kind: Deployment

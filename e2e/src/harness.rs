@@ -627,6 +627,8 @@ pub async fn envoy_config_dump(pod_ip: Ipv4Addr) -> Result<String, HarnessError>
 }
 
 /// An app (echo image) and a client in `namespace`, both injected, with bound-listener egress.
+/// Without capture, the sidecar's egress listener for the Service port (8080) binds the pod's
+/// own address; the app therefore listens on another port (9080), as it must in a real pod.
 pub fn app_and_client(namespace: &str) -> String {
     format!(
         r#"
@@ -669,7 +671,7 @@ spec:
       containers:
         - name: web
           image: example.com/echo:1
-          ports: [{{name: http, containerPort: 8080}}]
+          ports: [{{name: http, containerPort: 9080}}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -709,7 +711,7 @@ spec:
   containers:
     - name: app
       image: example.com/echo:1
-      ports: [{{name: http, containerPort: 8080}}]
+      ports: [{{name: http, containerPort: 9080}}]
 "#
     )
 }

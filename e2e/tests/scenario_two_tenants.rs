@@ -22,6 +22,7 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
             .expect("workloads");
     }
     let mut clients = Vec::new();
+    let mut sidecars = Vec::new();
     for namespace in ["shop", "garden"] {
         let web = cluster
             .wait_for_ready_pods(namespace, "app=web", 1, DEADLINE)
@@ -45,6 +46,8 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
             pod_ip(&client[0]).expect("client IP"),
             web[0].metadata.name.clone(),
         ));
+        sidecars.push(pod_ip(&web[0]).expect("web IP"));
+        sidecars.push(pod_ip(&client[0]).expect("client IP"));
     }
 
     // Each tenant's proxy knows its own services and none of the other tenant's.
@@ -97,5 +100,27 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
     let body: serde_json::Value = serde_json::from_str(&reply.body).expect("echo JSON");
     assert_eq!(body["namespace"], "shop");
     assert_eq!(body["pod"].as_str(), web_name.as_deref());
+
+    // Every sidecar accepted every update it got (a listener that cannot bind is a NACK).
+    for ip in sidecars {
+        let admin = std::net::SocketAddr::from((ip, 15000));
+        let stats = http_get(
+            admin,
+            &ip.to_string(),
+            "/stats?filter=update_rejected",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("Envoy stats");
+        let rejected: Vec<&str> = stats
+            .body
+            .lines()
+            .filter(|l| l.contains("update_rejected") && !l.trim_end().ends_with(": 0"))
+            .collect();
+        assert!(
+            !stats.body.is_empty() && rejected.is_empty(),
+            "the sidecar at {ip} rejected config: {rejected:?}"
+        );
+    }
     eprintln!("scenario two-tenants took {:?}", started.elapsed());
 }
