@@ -60,17 +60,7 @@ async fn readyz(State(hub): State<Arc<Hub>>) -> Response {
 
 async fn proxies(State(hub): State<Arc<Hub>>) -> Response {
     // The resource lists belong to the config dump; the overview stays small.
-    let list: Vec<_> = hub
-        .proxy_statuses()
-        .into_iter()
-        .map(|mut p| {
-            for t in &mut p.types {
-                t.resources.clear();
-            }
-            p
-        })
-        .collect();
-    Json(list).into_response()
+    Json(hub.proxy_overview()).into_response()
 }
 
 #[derive(Deserialize)]
@@ -79,7 +69,7 @@ struct DumpQuery {
 }
 
 async fn config_dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Response {
-    match hub.proxy_statuses().into_iter().find(|p| p.id == q.proxy) {
+    match hub.proxy_status(&q.proxy) {
         Some(p) => Json(p).into_response(),
         None => (
             StatusCode::NOT_FOUND,

@@ -7,6 +7,8 @@
 //!
 //! Rendered configurations are cached by the proxy's scope (namespace, capture mode, Sidecar,
 //! applicable EnvoyFilters, own ports): proxies of the same scope share one [`ProxyConfig`].
+//! An endpoint-only change keeps the cached configurations and swaps in the re-encoded
+//! assignments of the changed EDS clusters: clusters, listeners and routes are not re-rendered.
 //! Encoded resources are interned by content, so an identical resource is one
 //! `Arc<Resource>` across proxies and across re-renders, and its version (hex SHA-256 of the
 //! encoding) is stable across restarts.
@@ -81,7 +83,7 @@ struct ScopeKey {
 
 #[derive(Default)]
 struct RenderCache {
-    configs: HashMap<ScopeKey, ProxyConfig>,
+    configs: HashMap<ScopeKey, Arc<ProxyConfig>>,
     /// Encoded resources by (type URL, name, version).
     interned: HashMap<(&'static str, String, String), Weak<Resource>>,
     /// Size of `interned` at which dead entries are dropped.
@@ -278,9 +280,16 @@ impl TenantIndex {
                 .cloned()
                 .collect();
         }
-        if change.kind != ChangeKind::None {
-            self.registry = Arc::new(next);
-            self.lock_cache().configs.clear();
+        match change.kind {
+            ChangeKind::None => {}
+            ChangeKind::Endpoints => {
+                self.registry = Arc::new(next);
+                self.patch_endpoints(&change.clusters);
+            }
+            ChangeKind::Config => {
+                self.registry = Arc::new(next);
+                self.lock_cache().configs.clear();
+            }
         }
         change
     }
@@ -429,14 +438,53 @@ impl TenantIndex {
         }
     }
 
+    /// Re-encodes the assignments of `clusters` from the current registry into every cached
+    /// configuration holding them. EDS is the only output that reads endpoints (EnvoyFilters
+    /// cannot patch it), so the result equals a full render.
+    fn patch_endpoints(&self, clusters: &BTreeSet<String>) {
+        let registry = Arc::clone(&self.registry);
+        let mut cache = self.lock_cache();
+        let fresh: HashMap<&str, Arc<Resource>> = clusters
+            .iter()
+            .map(|name| {
+                let eps = registry.endpoints.get(name).map(Vec::as_slice);
+                let cla = translate::envoy::load_assignment(name, eps.unwrap_or_default());
+                let r = intern(&mut cache, type_url::ENDPOINT, name.clone(), &cla);
+                (name.as_str(), r)
+            })
+            .collect();
+        for config in cache.configs.values_mut() {
+            if !config
+                .endpoints
+                .iter()
+                .any(|r| fresh.contains_key(r.name.as_str()))
+            {
+                continue;
+            }
+            let mut next = ProxyConfig::clone(config);
+            for r in &mut next.endpoints {
+                if let Some(f) = fresh.get(r.name.as_str()) {
+                    *r = Arc::clone(f);
+                }
+            }
+            *config = Arc::new(next);
+        }
+    }
+
     /// The full configuration of one proxy: translation, then its EnvoyFilters, encoded.
     pub fn render_proxy(&self, node: &ProxyNode) -> ProxyConfig {
+        ProxyConfig::clone(&self.render_proxy_shared(node))
+    }
+
+    /// Like [`TenantIndex::render_proxy`], as the one `Arc` every proxy of the scope shares
+    /// until the next change.
+    pub fn render_proxy_shared(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
         let key = self.scope_key(node);
         if let Some(config) = self.lock_cache().configs.get(&key) {
-            return config.clone();
+            return Arc::clone(config);
         }
-        let config = self.render_proxy_uncached(node);
-        self.lock_cache().configs.insert(key, config.clone());
+        let config = Arc::new(self.render_proxy_uncached(node));
+        self.lock_cache().configs.insert(key, Arc::clone(&config));
         config
     }
 
@@ -452,7 +500,7 @@ impl TenantIndex {
 
     /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).
     pub fn imports_any_cluster(&self, node: &ProxyNode, clusters: &BTreeSet<String>) -> bool {
-        self.render_proxy(node)
+        self.render_proxy_shared(node)
             .endpoints
             .iter()
             .any(|r| clusters.contains(&r.name))

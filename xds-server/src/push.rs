@@ -1,11 +1,13 @@
 //! From source events to proxies: the config generator behind a lock, the registry of
 //! connected proxies, the debouncer, and the fan-out of re-rendered snapshots.
 //!
-//! Each connected proxy owns a `watch` channel of its [`Snapshot`]; a push re-renders every
-//! proxy and replaces the snapshot only when its content changed, so an endpoint-only change
-//! reaches only the proxies whose endpoints changed, and only as EDS (the stream diffs per type).
+//! Each connected proxy owns a `watch` channel of its [`Snapshot`]; a push replaces the
+//! snapshot only when its content changed (the stream diffs per type). Proxies sharing a scope
+//! share one rendered config and one snapshot per push. An endpoint-only change touches only
+//! the proxies holding a changed EDS cluster, and only their EDS: the other types of their
+//! snapshot are kept as they are.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,10 +15,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::ads::snapshot::{short_name, Snapshot};
+use crate::ads::snapshot::{short_name, ResourceMap, Snapshot, TypeSnapshot};
 use crate::ads::tracker::{Nack, Protocol, StreamState};
+use crate::index::{Change, ChangeKind};
 use crate::metrics::Metrics;
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
+
+/// Position of EDS in [`crate::model::type_url::ORDER`].
+const EDS: usize = 1;
 
 /// What the ADS server needs from the tenant's state: fold source events, render a proxy.
 pub trait ConfigGenerator: Send + 'static {
@@ -26,6 +32,22 @@ pub trait ConfigGenerator: Send + 'static {
     fn render(&self, node: &ProxyNode) -> ProxyConfig;
     /// Whether `namespace` is a member namespace of this tenant.
     fn is_member(&self, namespace: &str) -> bool;
+    /// Folds one event and says how far it reaches. By default any change is configuration.
+    fn apply_change(&mut self, event: SourceEvent) -> Change {
+        if self.apply(event) {
+            Change {
+                kind: ChangeKind::Config,
+                ..Change::default()
+            }
+        } else {
+            Change::default()
+        }
+    }
+    /// [`ConfigGenerator::render`], returning the same `Arc` for proxies that get the same
+    /// config (pushes then build one snapshot for all of them).
+    fn render_shared(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+        Arc::new(self.render(node))
+    }
 }
 
 /// Debounce settings: push after `quiet` without changes, at the latest `max` after the first.
@@ -91,6 +113,39 @@ pub struct TypeStatus {
     pub resources: Vec<(String, String)>,
 }
 
+/// What a stream last published about one type: cheap to take at every message (the held
+/// resources are shared, not copied); turned into a [`TypeStatus`] only when asked.
+#[derive(Clone, Debug)]
+struct TypeState {
+    subscribed: bool,
+    sent_version: Option<String>,
+    acked_version: Option<String>,
+    awaiting_ack: bool,
+    last_nack: Option<Nack>,
+    held: Arc<ResourceMap>,
+}
+
+impl TypeState {
+    fn status(&self, index: usize, with_resources: bool) -> TypeStatus {
+        TypeStatus {
+            type_name: short_name(index),
+            subscribed: self.subscribed,
+            sent_version: self.sent_version.clone(),
+            acked_version: self.acked_version.clone(),
+            awaiting_ack: self.awaiting_ack,
+            last_nack: self.last_nack.clone(),
+            resources: if with_resources {
+                self.held
+                    .iter()
+                    .map(|(n, r)| (n.clone(), r.version.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
 /// A connected proxy as the debug endpoints show it.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProxyStatus {
@@ -106,15 +161,26 @@ struct ProxyEntry {
     node: ProxyNode,
     protocol: Protocol,
     snapshot: watch::Sender<Arc<Snapshot>>,
-    status: Arc<Mutex<Vec<TypeStatus>>>,
+    status: Arc<Mutex<Vec<TypeState>>>,
 }
+
+/// The generator and its configuration epoch: the count of configuration changes applied.
+/// A snapshot rendered at the current epoch differs from a fresh render at most in EDS.
+struct Generator {
+    inner: Box<dyn ConfigGenerator>,
+    epoch: u64,
+}
+
+/// Per-push memo of what proxies of the same scope share, keyed by their config's address
+/// (the `Arc` is kept alongside, so an address cannot be reused within the push).
+type Shared<T> = HashMap<*const ProxyConfig, (Arc<ProxyConfig>, T)>;
 
 /// Shared state of the server: generator, connected proxies, readiness, metrics.
 pub struct Hub {
     tenant: String,
     revision: String,
     control_namespace: String,
-    generator: Mutex<Box<dyn ConfigGenerator>>,
+    generator: Mutex<Generator>,
     proxies: Mutex<HashMap<u64, ProxyEntry>>,
     next_id: AtomicU64,
     ready: watch::Sender<bool>,
@@ -139,7 +205,10 @@ impl Hub {
             tenant: tenant.into(),
             revision: revision.into(),
             control_namespace: control_namespace.into(),
-            generator: Mutex::new(generator),
+            generator: Mutex::new(Generator {
+                inner: generator,
+                epoch: 0,
+            }),
             proxies: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             ready: watch::Sender::new(false),
@@ -161,14 +230,19 @@ impl Hub {
         &self.metrics
     }
 
-    /// Folds a source event into the generator.
-    pub fn apply(&self, event: SourceEvent) -> bool {
-        lock(&self.generator).apply(event)
+    /// Folds a source event into the generator; returns how far it reaches.
+    pub fn apply(&self, event: SourceEvent) -> Change {
+        let mut generator = lock(&self.generator);
+        let change = generator.inner.apply_change(event);
+        if change.kind == ChangeKind::Config {
+            generator.epoch += 1;
+        }
+        change
     }
 
     /// Whether proxies of `namespace` may connect.
     pub fn admits_namespace(&self, namespace: &str) -> bool {
-        namespace == self.control_namespace || lock(&self.generator).is_member(namespace)
+        namespace == self.control_namespace || lock(&self.generator).inner.is_member(namespace)
     }
 
     /// Marks the sources synced: streams start answering.
@@ -190,13 +264,50 @@ impl Hub {
         self.connected.subscribe()
     }
 
-    fn render(&self, node: &ProxyNode, changed_at: Instant) -> Arc<Snapshot> {
-        let config = lock(&self.generator).render(node);
-        let snapshot = Snapshot::new(&config, changed_at);
-        self.metrics
-            .proxy_config_bytes
-            .observe(snapshot.bytes as f64);
-        Arc::new(snapshot)
+    /// Renders `node` (under the generator lock the caller holds), sharing the snapshot with
+    /// the proxies of the same config in `shared` and reusing the unchanged types of `current`.
+    fn render(
+        generator: &Generator,
+        node: &ProxyNode,
+        current: &Snapshot,
+        changed_at: Instant,
+        shared: &mut Shared<Arc<Snapshot>>,
+    ) -> Arc<Snapshot> {
+        let config = generator.inner.render_shared(node);
+        let key = Arc::as_ptr(&config);
+        if let Some((_, snapshot)) = shared.get(&key) {
+            return Arc::clone(snapshot);
+        }
+        let mut snapshot = Snapshot::reusing(&config, changed_at, Some(current));
+        snapshot.epoch = Some(generator.epoch);
+        let snapshot = Arc::new(snapshot);
+        shared.insert(key, (config, Arc::clone(&snapshot)));
+        snapshot
+    }
+
+    /// Hands `next` to a proxy's stream if its content differs from what the stream has.
+    fn offer(&self, tx: &watch::Sender<Arc<Snapshot>>, next: Arc<Snapshot>) -> bool {
+        self.metrics.proxy_config_bytes.observe(next.bytes as f64);
+        tx.send_if_modified(|current| {
+            if current.same_content(&next) {
+                // Same content: no wake-up, but keep the newer epoch so the next
+                // endpoint-only push can take the short path.
+                if current.epoch != next.epoch {
+                    *current = next;
+                }
+                false
+            } else {
+                *current = next;
+                true
+            }
+        })
+    }
+
+    fn targets(&self) -> Vec<(ProxyNode, watch::Sender<Arc<Snapshot>>)> {
+        lock(&self.proxies)
+            .values()
+            .map(|e| (e.node.clone(), e.snapshot.clone()))
+            .collect()
     }
 
     /// Registers a proxy; the returned guard deregisters it when dropped.
@@ -243,40 +354,111 @@ impl Hub {
         }
     }
 
+    /// Pushes a debounced batch of changes: see [`Hub::push_endpoints`] and [`Hub::push_all`].
+    pub fn push(&self, changed_at: Instant, change: &Change) {
+        match change.kind {
+            ChangeKind::None => {}
+            ChangeKind::Endpoints => self.push_endpoints(changed_at, &change.clusters),
+            ChangeKind::Config => self.push_all(changed_at),
+        }
+    }
+
     /// Re-renders every connected proxy and hands changed snapshots to their streams.
     pub fn push_all(&self, changed_at: Instant) {
-        let targets: Vec<(ProxyNode, watch::Sender<Arc<Snapshot>>)> = lock(&self.proxies)
-            .values()
-            .map(|e| (e.node.clone(), e.snapshot.clone()))
-            .collect();
+        let mut shared = Shared::new();
         let mut pushed = 0usize;
-        for (node, tx) in targets {
-            let next = self.render(&node, changed_at);
-            let changed = tx.send_if_modified(|current| {
-                if current.same_content(&next) {
-                    false
-                } else {
-                    *current = Arc::clone(&next);
-                    true
-                }
-            });
-            pushed += usize::from(changed);
+        for (node, tx) in self.targets() {
+            let next = {
+                let generator = lock(&self.generator);
+                let current = Arc::clone(&tx.borrow());
+                Self::render(&generator, &node, &current, changed_at, &mut shared)
+            };
+            pushed += usize::from(self.offer(&tx, next));
         }
         tracing::debug!(proxies = pushed, "pushed changed configs");
     }
 
-    /// Every connected proxy with its sync state.
+    /// Pushes a change of the endpoints of `clusters` only: proxies holding none of them are
+    /// left alone; the others get their EDS re-rendered, the rest of their snapshot kept.
+    /// A proxy whose snapshot predates the last configuration change is fully re-rendered.
+    pub fn push_endpoints(&self, changed_at: Instant, clusters: &BTreeSet<String>) {
+        let mut full = Shared::new();
+        let mut eds: Shared<Arc<TypeSnapshot>> = Shared::new();
+        let mut pushed = 0usize;
+        for (node, tx) in self.targets() {
+            let next = {
+                let generator = lock(&self.generator);
+                let current = Arc::clone(&tx.borrow());
+                if current.epoch != Some(generator.epoch) {
+                    Self::render(&generator, &node, &current, changed_at, &mut full)
+                } else if clusters
+                    .iter()
+                    .any(|c| current.types[EDS].resources.contains_key(c))
+                {
+                    let config = generator.inner.render_shared(&node);
+                    let key = Arc::as_ptr(&config);
+                    let endpoints = match eds.get(&key) {
+                        Some((_, t)) => Arc::clone(t),
+                        None => {
+                            let t = Arc::new(TypeSnapshot::new(&config.endpoints));
+                            eds.insert(key, (config, Arc::clone(&t)));
+                            t
+                        }
+                    };
+                    let mut types = current.types.clone();
+                    types[EDS] = endpoints;
+                    Arc::new(Snapshot::from_types(types, changed_at, current.epoch))
+                } else {
+                    continue;
+                }
+            };
+            pushed += usize::from(self.offer(&tx, next));
+        }
+        tracing::debug!(
+            proxies = pushed,
+            clusters = clusters.len(),
+            "pushed changed endpoints"
+        );
+    }
+
+    /// Every connected proxy with its sync state, including what each holds.
     pub fn proxy_statuses(&self) -> Vec<ProxyStatus> {
-        let proxies = lock(&self.proxies);
-        let mut out: Vec<ProxyStatus> = proxies
+        self.statuses(None, true)
+    }
+
+    /// Every connected proxy with its sync state, without the held resources.
+    pub fn proxy_overview(&self) -> Vec<ProxyStatus> {
+        self.statuses(None, false)
+    }
+
+    /// One connected proxy with its sync state and what it holds.
+    pub fn proxy_status(&self, id: &str) -> Option<ProxyStatus> {
+        self.statuses(Some(id), true).pop()
+    }
+
+    fn statuses(&self, id: Option<&str>, with_resources: bool) -> Vec<ProxyStatus> {
+        // Take the shared state under the lock; build the lists outside it.
+        let taken: Vec<(ProxyNode, Protocol, usize, Vec<TypeState>)> = lock(&self.proxies)
             .values()
-            .map(|e| ProxyStatus {
-                id: e.node.id.clone(),
-                namespace: e.node.namespace.clone(),
-                pod_name: e.node.pod_name.clone(),
-                protocol: e.protocol.as_str(),
-                config_bytes: e.snapshot.borrow().bytes,
-                types: lock(&e.status).clone(),
+            .filter(|e| id.is_none_or(|id| e.node.id == id))
+            .map(|e| {
+                let bytes = e.snapshot.borrow().bytes;
+                (e.node.clone(), e.protocol, bytes, lock(&e.status).clone())
+            })
+            .collect();
+        let mut out: Vec<ProxyStatus> = taken
+            .into_iter()
+            .map(|(node, protocol, config_bytes, types)| ProxyStatus {
+                id: node.id,
+                namespace: node.namespace,
+                pod_name: node.pod_name,
+                protocol: protocol.as_str(),
+                config_bytes,
+                types: types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| t.status(i, with_resources))
+                    .collect(),
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -292,7 +474,7 @@ pub struct ProxyHandle {
     sender: watch::Sender<Arc<Snapshot>>,
     /// The proxy's current snapshot; changes when a push changed its config.
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
-    status: Arc<Mutex<Vec<TypeStatus>>>,
+    status: Arc<Mutex<Vec<TypeState>>>,
 }
 
 impl ProxyHandle {
@@ -308,28 +490,39 @@ impl ProxyHandle {
     /// Renders the proxy's config now and returns it (first response once the sources synced;
     /// a push racing with this renders the same state).
     pub fn refresh(&mut self) -> Arc<Snapshot> {
-        let next = self.hub.render(&self.node, Instant::now());
+        // Sent under the generator lock, so no change is applied between render and send: a
+        // later push then starts from this snapshot.
+        let generator = lock(&self.hub.generator);
+        let current = Arc::clone(&self.sender.borrow());
+        let next = Hub::render(
+            &generator,
+            &self.node,
+            &current,
+            Instant::now(),
+            &mut Shared::new(),
+        );
+        self.hub
+            .metrics
+            .proxy_config_bytes
+            .observe(next.bytes as f64);
         self.sender.send_replace(Arc::clone(&next));
+        drop(generator);
         self.snapshot.mark_unchanged();
         next
     }
 
-    /// Publishes the stream's protocol state for the debug endpoints.
+    /// Publishes the stream's protocol state for the debug endpoints (shared references and
+    /// versions; the lists are built when an endpoint asks).
     pub fn publish(&self, state: &StreamState) {
         let types = state
             .types()
-            .enumerate()
-            .map(|(i, (_, t))| TypeStatus {
-                type_name: short_name(i),
+            .map(|(_, t)| TypeState {
                 subscribed: t.subscribed(),
                 sent_version: t.sent_version().map(str::to_string),
                 acked_version: t.acked_version().map(str::to_string),
                 awaiting_ack: t.awaiting_ack(),
                 last_nack: t.last_nack().cloned(),
-                resources: t
-                    .held()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect(),
+                held: Arc::clone(t.held_map()),
             })
             .collect();
         *lock(&self.status) = types;
@@ -361,14 +554,18 @@ pub async fn run_push_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut debouncer = Debouncer::new(debounce);
+    // What the pending batch changed, merged: endpoint-only batches take the short path.
+    let mut pending = Change::default();
     loop {
         let deadline = debouncer.deadline();
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { break };
                 let synced = matches!(event, SourceEvent::Synced);
-                if hub.apply(event) {
+                let change = hub.apply(event);
+                if !change.is_empty() {
                     debouncer.on_change(Instant::now());
+                    pending.merge(change);
                 }
                 if synced && ready_on == ReadyOn::FirstSynced && !hub.is_ready() {
                     hub.mark_ready();
@@ -377,9 +574,10 @@ pub async fn run_push_loop(
                 }
             }
             _ = sleep_until_opt(deadline) => {
+                let change = std::mem::take(&mut pending);
                 if let Some(first) = debouncer.take() {
                     if hub.is_ready() {
-                        hub.push_all(first);
+                        hub.push(first, &change);
                     }
                 }
             }
@@ -399,8 +597,14 @@ impl ConfigGenerator for crate::index::TenantIndex {
     fn apply(&mut self, event: SourceEvent) -> bool {
         !crate::index::TenantIndex::apply(self, event).is_empty()
     }
+    fn apply_change(&mut self, event: SourceEvent) -> Change {
+        crate::index::TenantIndex::apply(self, event)
+    }
     fn render(&self, node: &ProxyNode) -> ProxyConfig {
         self.render_proxy(node)
+    }
+    fn render_shared(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+        self.render_proxy_shared(node)
     }
     fn is_member(&self, namespace: &str) -> bool {
         crate::index::TenantIndex::is_member(self, namespace)
@@ -410,6 +614,136 @@ impl ConfigGenerator for crate::index::TenantIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::TenantIndex;
+    use crate::model::type_url;
+    use crate::source_dir::objects_from_yaml;
+    use meshplane_crds::networking::CaptureMode;
+
+    const MESH: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {meshplane.io/rev: blue}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: pay, labels: {meshplane.io/rev: blue}}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: Sidecar
+metadata: {name: default, namespace: pay}
+spec: {egress: [{hosts: [\"./*\"]}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {clusterIP: 10.0.0.10, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: pay}
+spec: {clusterIP: 10.0.0.20, ports: [{name: http, port: 80}]}
+";
+
+    fn event(yaml: &str) -> SourceEvent {
+        SourceEvent::Upsert(objects_from_yaml("t.yaml", yaml).remove(0))
+    }
+
+    fn web_endpoints(ip: &str) -> SourceEvent {
+        event(&format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints: [{{addresses: [{ip}]}}]\n"))
+    }
+
+    fn node(ns: &str, pod: &str) -> ProxyNode {
+        ProxyNode {
+            id: format!("sidecar~10.1.0.1~{pod}.{ns}~{ns}.svc.cluster.local"),
+            namespace: ns.into(),
+            pod_name: Some(pod.into()),
+            ip: None,
+            labels: Default::default(),
+            capture_mode: CaptureMode::Default,
+            loopback: None,
+        }
+    }
+
+    fn current(h: &mut ProxyHandle) -> Arc<Snapshot> {
+        Arc::clone(&h.snapshot.borrow_and_update())
+    }
+
+    #[test]
+    fn endpoint_only_pushes_touch_only_eds_of_importing_proxies() {
+        let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", Default::default());
+        for obj in objects_from_yaml("mesh.yaml", MESH) {
+            index.apply(SourceEvent::Upsert(obj));
+        }
+        let hub = Hub::new(
+            "acme",
+            "blue",
+            "meshplane-acme",
+            Box::new(index),
+            Arc::new(Metrics::new()),
+        );
+        hub.apply(web_endpoints("10.1.0.1"));
+        hub.mark_ready();
+        let mut shop =
+            [node("shop", "a"), node("shop", "b")].map(|n| hub.connect(n, Protocol::Sotw));
+        let mut pay = hub.connect(node("pay", "c"), Protocol::Delta);
+        hub.push_all(Instant::now());
+        let before = [current(&mut shop[0]), current(&mut shop[1])];
+        let pay_before = current(&mut pay);
+        // One render and one snapshot per scope.
+        assert!(Arc::ptr_eq(&before[0], &before[1]));
+        assert!(!Arc::ptr_eq(&before[0], &pay_before));
+
+        let change = hub.apply(web_endpoints("10.1.0.2"));
+        assert_eq!(change.kind, ChangeKind::Endpoints);
+        hub.push(Instant::now(), &change);
+        assert!(
+            !pay.snapshot.has_changed().expect("open"),
+            "pay does not import web"
+        );
+        let after = [current(&mut shop[0]), current(&mut shop[1])];
+        for (b, a) in before.iter().zip(&after) {
+            for i in [0, 2, 3] {
+                assert!(Arc::ptr_eq(&b.types[i], &a.types[i]), "type {i} kept");
+            }
+            assert_ne!(b.types[EDS].version, a.types[EDS].version);
+        }
+        assert!(Arc::ptr_eq(&after[0].types[EDS], &after[1].types[EDS]));
+        // Same content as a full render.
+        let fresh = Hub::new(
+            "acme",
+            "blue",
+            "meshplane-acme",
+            Box::new({
+                let mut index =
+                    TenantIndex::new("acme", "blue", "meshplane-acme", Default::default());
+                for obj in objects_from_yaml("mesh.yaml", MESH) {
+                    index.apply(SourceEvent::Upsert(obj));
+                }
+                index.apply(web_endpoints("10.1.0.2"));
+                index
+            }),
+            Arc::new(Metrics::new()),
+        );
+        fresh.mark_ready();
+        let mut reference = fresh.connect(node("shop", "a"), Protocol::Sotw);
+        assert!(reference.refresh().same_content(&after[0]));
+
+        // A snapshot older than a configuration change is rendered in full.
+        let added = hub.apply(event("apiVersion: v1\nkind: Service\nmetadata: {name: new, namespace: shop}\nspec: {clusterIP: 10.0.0.12, ports: [{name: http, port: 81}]}\n"));
+        assert_eq!(added.kind, ChangeKind::Config);
+        let change = hub.apply(web_endpoints("10.1.0.3"));
+        hub.push(Instant::now(), &change);
+        let latest = current(&mut shop[0]);
+        assert!(latest.types[0]
+            .resources
+            .contains_key("outbound|81||new.shop.svc.cluster.local"));
+        assert_eq!(latest.epoch, after[0].epoch.map(|e| e + 1));
+        assert!(
+            !pay.snapshot.has_changed().expect("open"),
+            "same content: no wake-up"
+        );
+        assert_eq!(type_url::ORDER[EDS], type_url::ENDPOINT);
+    }
 
     #[test]
     fn debouncer_waits_for_quiet_but_not_longer_than_max() {

@@ -1,8 +1,9 @@
 //! The directory source (`--source dir:PATH`): Kubernetes-style YAML manifests in a directory
 //! tree, watched for changes. The standalone mode for local runs, VMs and tests.
 //!
-//! Every `*.yaml`/`*.yml` file under the directory (multi-document) is read; on any change the
-//! whole directory is read again and delivered as one full resync (`Resync` of every kind,
+//! Every `*.yaml`/`*.yml` file under the directory (multi-document) is read; after a change
+//! only the files named by the file events are read again (the others' objects are kept per
+//! file), and the directory's state is delivered as one full resync (`Resync` of every kind,
 //! the objects, `Synced`), so a deleted file deletes its objects. Objects that do not decode
 //! or fail `meshplane_crds::validation` are skipped with a warning naming file and object;
 //! the rest still apply. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
@@ -10,6 +11,7 @@
 //! `meshplane.io/v1alpha1` MeshControlPlane, MeshRevisionTag (for membership). Namespaced
 //! objects without a namespace land in `default`, as with kubectl.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -70,19 +72,114 @@ pub enum DirSourceError {
 
 /// Reads every manifest under `dir`, in path order, skipping (with a warning) what is invalid.
 pub fn load_dir(dir: &Path) -> Result<Vec<Object>, DirSourceError> {
-    let mut files = Vec::new();
-    collect_files(dir, &mut files)?;
-    files.sort();
-    let mut objects = Vec::new();
-    for file in files {
-        match std::fs::read_to_string(&file) {
-            Ok(text) => objects.extend(objects_from_yaml(&file.display().to_string(), &text)),
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "manifest file not readable, skipped")
-            }
+    Ok(DirState::load(dir)?.objects())
+}
+
+/// The valid objects of one manifest file; none when it is gone or unreadable.
+fn read_file(file: &Path) -> Vec<Object> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => objects_from_yaml(&file.display().to_string(), &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            tracing::warn!(file = %file.display(), error = %e, "manifest file not readable, skipped");
+            Vec::new()
         }
     }
-    Ok(objects)
+}
+
+/// The manifests of a directory, file by file, so that a file event re-reads only the files
+/// it names.
+#[derive(Debug)]
+pub struct DirState {
+    root: PathBuf,
+    files: BTreeMap<PathBuf, Vec<Object>>,
+}
+
+impl DirState {
+    /// Reads every manifest under `root`.
+    pub fn load(root: &Path) -> Result<Self, DirSourceError> {
+        let mut paths = Vec::new();
+        collect_files(root, &mut paths)?;
+        let files = paths.into_iter().map(|p| {
+            let objects = read_file(&p);
+            (p, objects)
+        });
+        Ok(Self {
+            root: root.to_path_buf(),
+            files: files.collect(),
+        })
+    }
+
+    /// Every object, in path order (a later file's object replaces an earlier one's).
+    pub fn objects(&self) -> Vec<Object> {
+        self.files.values().flatten().cloned().collect()
+    }
+
+    /// Number of manifest files held.
+    pub fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Re-reads what changed at `paths`: files or directories, created, modified, renamed
+    /// (either name) or removed. A path outside the directory (or the directory itself) reads
+    /// everything again. On an error nothing changes.
+    pub fn update<'a>(
+        &mut self,
+        paths: impl IntoIterator<Item = &'a PathBuf>,
+    ) -> Result<(), DirSourceError> {
+        let mut read: BTreeMap<PathBuf, Vec<Object>> = BTreeMap::new();
+        let mut dropped: Vec<PathBuf> = Vec::new();
+        for path in paths {
+            let Ok(rel) = path.strip_prefix(&self.root) else {
+                return self.reload();
+            };
+            if rel.as_os_str().is_empty() {
+                return self.reload();
+            }
+            // Paths and everything below them are read again; hidden ones are not manifests.
+            dropped.push(path.clone());
+            let hidden = rel
+                .components()
+                .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+            if hidden {
+                continue;
+            }
+            if path.is_dir() {
+                let mut found = Vec::new();
+                collect_files(path, &mut found)?;
+                for f in found {
+                    read.entry(f).or_default();
+                }
+            } else if is_manifest(path) && path.is_file() {
+                read.entry(path.clone()).or_default();
+            }
+        }
+        for (file, objects) in &mut read {
+            *objects = read_file(file);
+        }
+        for path in dropped {
+            let below: Vec<PathBuf> = self
+                .files
+                .range(path.clone()..)
+                .take_while(|(p, _)| p.starts_with(&path))
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in below {
+                self.files.remove(&p);
+            }
+        }
+        self.files.extend(read);
+        Ok(())
+    }
+
+    fn reload(&mut self) -> Result<(), DirSourceError> {
+        *self = Self::load(&self.root)?;
+        Ok(())
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DirSourceError> {
@@ -98,7 +195,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DirSourceErro
         }
         if path.is_dir() {
             collect_files(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        } else if is_manifest(&path) {
             out.push(path);
         }
     }
@@ -220,9 +317,9 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
 }
 
 /// Sends the directory's full state as one resync; false when the receiver is gone.
-async fn send_snapshot(dir: &Path, tx: &mpsc::Sender<SourceEvent>) -> Result<bool, DirSourceError> {
-    let objects = load_dir(dir)?;
-    tracing::info!(dir = %dir.display(), objects = objects.len(), "manifest directory read");
+async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool {
+    let objects = state.objects();
+    tracing::info!(dir = %state.root.display(), files = state.file_count(), objects = objects.len(), "manifest directory read");
     let events = std::iter::once(SourceEvent::Resync {
         namespace: None,
         kinds: KINDS.to_vec(),
@@ -231,36 +328,52 @@ async fn send_snapshot(dir: &Path, tx: &mpsc::Sender<SourceEvent>) -> Result<boo
     .chain(std::iter::once(SourceEvent::Synced));
     for ev in events {
         if tx.send(ev).await.is_err() {
-            return Ok(false);
+            return false;
         }
     }
-    Ok(true)
+    true
+}
+
+/// What the watcher reports: changed paths, or that everything must be read again.
+enum FsChange {
+    Paths(Vec<PathBuf>),
+    Rescan,
 }
 
 /// Runs the directory source until the receiver is dropped: the initial state, then a full
-/// resync after every (debounced) change under `path`.
+/// resync after every (debounced) change under `path`, re-reading only the changed files.
 pub async fn run_dir_source(
     path: impl AsRef<Path>,
     tx: mpsc::Sender<SourceEvent>,
 ) -> Result<(), DirSourceError> {
     use notify::Watcher as _;
     let dir = path.as_ref().to_path_buf();
-    let (fs_tx, mut fs_rx) = mpsc::unbounded_channel::<()>();
-    let mut watcher =
-        notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-            // Reading the manifests changes their access time (a metadata event); only content,
-            // name, creation and removal events mean the directory changed.
+    let (fs_tx, mut fs_rx) = mpsc::unbounded_channel::<FsChange>();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let change = match res {
+            // Reading the manifests changes their access time (a metadata event); only
+            // content, name, creation and removal events mean the directory changed.
             Ok(ev) if changes_content(&ev.kind) => {
-                // The receiver only goes away when the source stops.
-                let _ = fs_tx.send(());
+                if ev.need_rescan() || ev.paths.is_empty() {
+                    FsChange::Rescan
+                } else {
+                    FsChange::Paths(ev.paths)
+                }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "manifest directory watch error"),
-        })
-        .map_err(|source| DirSourceError::Watch {
-            path: dir.clone(),
-            source,
-        })?;
+            Ok(_) => return,
+            Err(e) => {
+                // Events may have been lost: read everything again.
+                tracing::warn!(error = %e, "manifest directory watch error");
+                FsChange::Rescan
+            }
+        };
+        // The receiver only goes away when the source stops.
+        let _ = fs_tx.send(change);
+    })
+    .map_err(|source| DirSourceError::Watch {
+        path: dir.clone(),
+        source,
+    })?;
     watcher
         .watch(&dir, notify::RecursiveMode::Recursive)
         .map_err(|source| DirSourceError::Watch {
@@ -268,12 +381,24 @@ pub async fn run_dir_source(
             source,
         })?;
 
-    if !send_snapshot(&dir, &tx).await? {
+    let mut state = DirState::load(&dir)?;
+    if !send_snapshot(&state, &tx).await {
         return Ok(());
     }
+    // After a failed read the events it covered are gone: the next read takes everything.
+    let mut failed = false;
     loop {
+        let mut changed = BTreeSet::new();
+        let mut rescan = failed;
+        let mut note = |change: FsChange| match change {
+            FsChange::Paths(paths) => changed.extend(paths),
+            FsChange::Rescan => rescan = true,
+        };
         tokio::select! {
-            ev = fs_rx.recv() => if ev.is_none() { return Ok(()) },
+            ev = fs_rx.recv() => match ev {
+                Some(change) => note(change),
+                None => return Ok(()),
+            },
             _ = tx.closed() => return Ok(()),
         }
         // Debounce: wait for a quiet period so an editor's burst of writes is read once, but
@@ -282,17 +407,28 @@ pub async fn run_dir_source(
         loop {
             let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
             match tokio::time::timeout_at(quiet, fs_rx.recv()).await {
-                Ok(Some(())) if tokio::time::Instant::now() < deadline => {}
+                Ok(Some(change)) => {
+                    note(change);
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                }
                 Ok(None) => return Ok(()),
-                _ => break,
+                Err(_) => break,
             }
         }
-        match send_snapshot(&dir, &tx).await {
-            Ok(true) => {}
-            Ok(false) => return Ok(()),
-            Err(e) => {
-                tracing::warn!(error = %e, "manifest directory not readable; keeping the last state")
-            }
+        let result = if rescan {
+            DirState::load(&dir).map(|fresh| state = fresh)
+        } else {
+            state.update(&changed)
+        };
+        failed = result.is_err();
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "manifest directory not readable; keeping the last state");
+            continue;
+        }
+        if !send_snapshot(&state, &tx).await {
+            return Ok(());
         }
     }
 }
@@ -357,6 +493,79 @@ metadata: {name: ignored}
                 "Service Some(\"default\") web".to_string()
             ]
         );
+    }
+
+    fn svc(name: &str, port: u16) -> String {
+        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{port: {port}}}]}}\n")
+    }
+
+    fn names(objects: &[Object]) -> Vec<String> {
+        objects.iter().map(|o| format!("{o:?}")).collect()
+    }
+
+    #[test]
+    fn updates_reread_only_the_named_paths_and_match_a_full_read() {
+        let dir = std::env::temp_dir().join(format!("meshplane-dirstate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("nested")).expect("mkdir");
+        let p = |rel: &str| dir.join(rel);
+        let write = |rel: &str, text: &str| std::fs::write(p(rel), text).expect("write");
+        write("a.yaml", &svc("a", 80));
+        let mut state = DirState::load(&dir).expect("load");
+        let check = |state: &mut DirState, paths: &[PathBuf], what: &str| {
+            state.update(paths).expect("update");
+            let full = load_dir(&dir).expect("full read");
+            assert_eq!(names(&state.objects()), names(&full), "{what}");
+        };
+        write("nested/b.yml", &svc("b", 80));
+        check(&mut state, &[p("nested/b.yml")], "create in a subdirectory");
+        // Only named paths are read again.
+        write("a.yaml", &svc("a", 81));
+        let stale = names(&state.objects());
+        state.update(&[]).expect("update");
+        assert_eq!(names(&state.objects()), stale);
+        check(&mut state, &[p("a.yaml")], "modify");
+        // Write to a hidden temp file, then rename it into place (how the bench mutates).
+        write(".a.yaml.tmp", &svc("a2", 82));
+        check(&mut state, &[p(".a.yaml.tmp")], "hidden temp file");
+        std::fs::rename(p(".a.yaml.tmp"), p("a.yaml")).expect("rename");
+        check(
+            &mut state,
+            &[p(".a.yaml.tmp"), p("a.yaml")],
+            "rename into place",
+        );
+        assert!(format!("{:?}", state.objects()).contains("a2"));
+        // A directory renamed, one staged under a hidden name and renamed in, removals.
+        std::fs::rename(p("nested"), p("moved")).expect("rename dir");
+        check(&mut state, &[p("nested"), p("moved")], "directory renamed");
+        std::fs::create_dir_all(p(".stage/deep")).expect("mkdir");
+        write(".stage/deep/c.yaml", &svc("c", 80));
+        write(".stage/notes.txt", "not a manifest");
+        std::fs::rename(p(".stage"), p("new")).expect("rename dir");
+        check(&mut state, &[p(".stage"), p("new")], "directory renamed in");
+        // The same object in two files: the later path wins, as with a full read.
+        write("z.yaml", &svc("a2", 90));
+        check(&mut state, &[p("z.yaml")], "duplicate object");
+        std::fs::remove_file(p("moved/b.yml")).expect("rm");
+        check(&mut state, &[p("moved/b.yml")], "file removed");
+        std::fs::remove_dir_all(p("new")).expect("rm dir");
+        check(&mut state, &[p("new")], "directory removed");
+        write("a.yaml", "a: [unclosed");
+        check(&mut state, &[p("a.yaml")], "broken file");
+        // Unknown paths (outside, or the directory itself) read everything.
+        write("moved/d.yaml", &svc("d", 80));
+        check(
+            &mut state,
+            &[PathBuf::from("/elsewhere/x.yaml")],
+            "path outside",
+        );
+        write("moved/d.yaml", &svc("d", 81));
+        check(
+            &mut state,
+            std::slice::from_ref(&dir),
+            "the directory itself",
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

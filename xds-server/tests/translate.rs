@@ -483,6 +483,52 @@ endpoints:
 }
 
 #[test]
+fn endpoint_only_changes_patch_eds_of_the_scopes_that_import_the_cluster() {
+    let sidecar = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: default, namespace: pay}\nspec: {egress: [{hosts: [\"./*\"]}]}\n";
+    let mut index = index_with(&[BASE, sidecar]);
+    let shop = web_proxy();
+    let pay = proxy("pay", &[("app", "api")], CaptureMode::Default);
+    let shop_before = index.render_proxy_shared(&shop);
+    let pay_before = index.render_proxy_shared(&pay);
+    let slice = |ips: &str| {
+        let yaml = format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{{addresses: [{ips}]}}]\n");
+        SourceEvent::Upsert(objects_from_yaml("u.yaml", &yaml).remove(0))
+    };
+    let web_slice = ObjectKey {
+        kind: Kind::EndpointSlice,
+        namespace: Some("shop".into()),
+        name: "web-1".into(),
+    };
+    for event in [
+        slice("10.1.0.7"),
+        slice("10.1.0.7, 10.1.0.8"),
+        SourceEvent::Delete(web_slice),
+    ] {
+        let change = index.apply(event);
+        assert_eq!(change.kind, ChangeKind::Endpoints);
+        // The patched cache equals a full render.
+        for node in [&shop, &pay] {
+            assert_eq!(index.render_proxy(node), index.render_proxy_uncached(node));
+        }
+    }
+    let shop_after = index.render_proxy_shared(&shop);
+    let same = |a: &[Arc<meshplane_xds::model::Resource>],
+                b: &[Arc<meshplane_xds::model::Resource>]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+    };
+    // Only EDS was re-rendered for the importing scope; the other scope was not touched.
+    assert!(same(&shop_before.clusters, &shop_after.clusters));
+    assert!(same(&shop_before.listeners, &shop_after.listeners));
+    assert!(same(&shop_before.routes, &shop_after.routes));
+    assert!(!same(&shop_before.endpoints, &shop_after.endpoints));
+    assert!(Arc::ptr_eq(&pay_before, &index.render_proxy_shared(&pay)));
+    assert!(!index.imports_any_cluster(
+        &pay,
+        &BTreeSet::from(["outbound|80||web.shop.svc.cluster.local".to_string()])
+    ));
+}
+
+#[test]
 fn resync_deletes_what_was_not_seen_again() {
     let mut index = index_with(&[BASE, ENTRIES]);
     assert!(names(&index.render_proxy(&web_proxy()).clusters)

@@ -111,6 +111,37 @@ async fn snapshot_then_changes_then_deletions() {
 }
 
 #[tokio::test]
+async fn a_file_renamed_into_place_is_read_again() {
+    let dir = scratch_dir("rename");
+    let web = |name: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{port: 80}}]}}\n")
+    };
+    std::fs::write(dir.join("nested/web.yaml"), web("web")).expect("write");
+    std::fs::write(dir.join("api.yaml"), web("api")).expect("write");
+    let (tx, mut rx) = mpsc::channel(64);
+    let source = tokio::spawn(run_dir_source(dir.clone(), tx));
+    assert_eq!(
+        next_snapshot(&mut rx).await,
+        vec!["Service/api".to_string(), "Service/web".to_string()]
+    );
+    // Atomic replace: a hidden temp file renamed over the manifest.
+    let tmp = dir.join("nested/.web.yaml.tmp");
+    std::fs::write(&tmp, web("web2")).expect("write temp");
+    std::fs::rename(&tmp, dir.join("nested/web.yaml")).expect("rename");
+    let mut snapshot = next_snapshot(&mut rx).await;
+    while !snapshot.contains(&"Service/web2".to_string()) {
+        snapshot = next_snapshot(&mut rx).await;
+    }
+    // The other file's objects are still delivered; the replaced one is gone.
+    assert_eq!(
+        snapshot,
+        vec!["Service/api".to_string(), "Service/web2".to_string()]
+    );
+    source.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn a_missing_directory_is_a_typed_error() {
     let (tx, _rx) = mpsc::channel(4);
     let err = run_dir_source("/nonexistent/meshplane-manifests", tx)

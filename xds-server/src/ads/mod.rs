@@ -4,6 +4,8 @@
 pub mod snapshot;
 pub mod stream;
 pub mod tracker;
+#[cfg(test)]
+mod tracker_model;
 
 use std::sync::Arc;
 use std::time::Duration;

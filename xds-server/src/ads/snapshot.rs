@@ -58,48 +58,93 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// The resources of one type for one proxy.
+/// Resources of one type by name, shared between snapshots and the streams that hold them.
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
+/// The resources of one type for one proxy. Built once per rendered config and shared (by
+/// `Arc`) by every stream and snapshot holding the same content, so the per-type hash is
+/// computed once, not per stream wake-up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeSnapshot {
-    pub resources: BTreeMap<String, Arc<Resource>>,
+    pub resources: Arc<ResourceMap>,
     /// [`set_version`] of `resources`.
     pub version: String,
 }
 
 impl TypeSnapshot {
-    fn new(list: &[Arc<Resource>]) -> Self {
-        let resources: BTreeMap<String, Arc<Resource>> = list
+    /// The snapshot of a resource list.
+    pub fn new(list: &[Arc<Resource>]) -> Self {
+        let resources: ResourceMap = list
             .iter()
             .map(|r| (r.name.clone(), Arc::clone(r)))
             .collect();
         let version = set_version(resources.values());
-        Self { resources, version }
+        Self {
+            resources: Arc::new(resources),
+            version,
+        }
+    }
+
+    /// Whether this snapshot was built from exactly these resources (the same `Arc`s, in name
+    /// order): then it can be reused without hashing anything.
+    pub fn built_from(&self, list: &[Arc<Resource>]) -> bool {
+        self.resources.len() == list.len()
+            && self
+                .resources
+                .values()
+                .zip(list)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
+    /// Encoded bytes of the resources.
+    pub fn bytes(&self) -> usize {
+        self.resources.values().map(|r| r.encoded.len()).sum()
     }
 }
 
 /// A proxy's whole configuration, indexed by push order ([`type_url::ORDER`]).
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    pub types: [TypeSnapshot; TYPE_COUNT],
+    pub types: [Arc<TypeSnapshot>; TYPE_COUNT],
     /// When the change that produced this snapshot was first seen (push latency).
     pub changed_at: Instant,
     /// Total encoded bytes of the configuration.
     pub bytes: usize,
+    /// Which configuration generation of the hub it was rendered from (None: not rendered).
+    pub epoch: Option<u64>,
 }
 
 impl Snapshot {
     /// Builds the snapshot of a rendered configuration.
     pub fn new(config: &ProxyConfig, changed_at: Instant) -> Self {
-        let types = type_url::ORDER.map(|t| TypeSnapshot::new(config.of_type(t)));
-        let bytes = types
-            .iter()
-            .flat_map(|t| t.resources.values())
-            .map(|r| r.encoded.len())
-            .sum();
+        Self::reusing(config, changed_at, None)
+    }
+
+    /// Like [`Snapshot::new`], taking each type from `previous` when it was built from the
+    /// same resources.
+    pub fn reusing(config: &ProxyConfig, changed_at: Instant, previous: Option<&Snapshot>) -> Self {
+        let types: [Arc<TypeSnapshot>; TYPE_COUNT] = std::array::from_fn(|i| {
+            let list = config.of_type(type_url::ORDER[i]);
+            match previous.map(|p| &p.types[i]) {
+                Some(t) if t.built_from(list) => Arc::clone(t),
+                _ => Arc::new(TypeSnapshot::new(list)),
+            }
+        });
+        Self::from_types(types, changed_at, None)
+    }
+
+    /// A snapshot of already built types.
+    pub fn from_types(
+        types: [Arc<TypeSnapshot>; TYPE_COUNT],
+        changed_at: Instant,
+        epoch: Option<u64>,
+    ) -> Self {
+        let bytes = types.iter().map(|t| t.bytes()).sum();
         Self {
             types,
             changed_at,
             bytes,
+            epoch,
         }
     }
 
@@ -142,5 +187,37 @@ mod tests {
             set_version(std::iter::empty()),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    #[test]
+    fn types_are_reused_only_when_built_from_the_same_resources() {
+        let a = res("a", b"1");
+        let b = res("b", b"2");
+        let config = ProxyConfig {
+            clusters: vec![Arc::clone(&a), Arc::clone(&b)],
+            endpoints: vec![Arc::clone(&a)],
+            ..ProxyConfig::default()
+        };
+        let first = Snapshot::new(&config, Instant::now());
+        assert_eq!(first.types[0].version, set_version([&a, &b]));
+        assert_eq!(first.bytes, 3);
+        // Same content in other `Arc`s, or other content: rebuilt; the same `Arc`s: shared.
+        let next = ProxyConfig {
+            clusters: vec![Arc::clone(&a), res("b", b"2")],
+            endpoints: vec![res("a", b"9")],
+            ..config.clone()
+        };
+        let second = Snapshot::reusing(&next, Instant::now(), Some(&first));
+        assert!(!Arc::ptr_eq(&first.types[0], &second.types[0]));
+        assert_eq!(first.types[0], second.types[0]);
+        assert_ne!(first.types[1].version, second.types[1].version);
+        assert!(Arc::ptr_eq(&first.types[2], &second.types[2]));
+        let third = Snapshot::reusing(&config, Instant::now(), Some(&first));
+        assert!(third
+            .types
+            .iter()
+            .zip(&first.types)
+            .all(|(x, y)| Arc::ptr_eq(x, y)));
+        assert!(third.same_content(&first) && !second.same_content(&first));
     }
 }

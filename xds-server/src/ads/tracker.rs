@@ -11,13 +11,13 @@
 //! - additions go out in CDS → EDS → LDS → RDS order; removals only once nothing is in flight,
 //!   in reverse order (make before break).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT};
+use super::snapshot::{set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT};
 use crate::model::{type_url, Resource};
 
 /// Wildcard resource name of xDS subscriptions.
@@ -98,7 +98,7 @@ pub enum RequestOutcome {
 struct Pending {
     nonce: String,
     version: String,
-    prev_sent: BTreeMap<String, Arc<Resource>>,
+    prev_sent: Arc<ResourceMap>,
     prev_sent_version: Option<String>,
     /// Desired version of the type when sent: a NACK blocks exactly this content.
     desired_version: String,
@@ -110,8 +110,9 @@ pub struct TypeTracker {
     requested: bool,
     wildcard: bool,
     names: BTreeSet<String>,
-    /// What the proxy holds (or will hold once the pending response is ACKed).
-    sent: BTreeMap<String, Arc<Resource>>,
+    /// What the proxy holds (or will hold once the pending response is ACKed). Shares the
+    /// snapshot's map when the proxy holds exactly what it subscribed to.
+    sent: Arc<ResourceMap>,
     sent_version: Option<String>,
     acked_version: Option<String>,
     last_nonce: Option<String>,
@@ -123,6 +124,10 @@ pub struct TypeTracker {
     responded: bool,
     /// SotW reconnect: the version the proxy already holds.
     resume_version: Option<String>,
+    /// Desired version for which `sent` is exactly the subscribed part of the desired
+    /// resources: until the content or the subscription changes there is nothing to plan, so a
+    /// wake-up costs a string comparison instead of a walk over every resource.
+    settled: Option<String>,
 }
 
 impl TypeTracker {
@@ -147,6 +152,10 @@ impl TypeTracker {
         self.sent
             .iter()
             .map(|(n, r)| (n.as_str(), r.version.as_str()))
+    }
+    /// What the proxy holds, shared (cheap to keep for the debug endpoints).
+    pub fn held_map(&self) -> &Arc<ResourceMap> {
+        &self.sent
     }
     /// Whether the proxy subscribed to this type.
     pub fn subscribed(&self) -> bool {
@@ -174,6 +183,7 @@ impl TypeTracker {
                 // content again until it changes.
                 self.sent = pending.prev_sent;
                 self.sent_version = pending.prev_sent_version;
+                self.settled = None;
                 self.nack_block = Some(pending.desired_version);
                 let nack = Nack {
                     version: pending.version,
@@ -202,6 +212,21 @@ impl TypeTracker {
         }
     }
 
+    /// The subscribed part of `desired`: its own map (no copy) when everything is subscribed.
+    fn scoped(&self, desired: &TypeSnapshot) -> Arc<ResourceMap> {
+        if self.wildcard || desired.resources.keys().all(|n| self.names.contains(n)) {
+            return Arc::clone(&desired.resources);
+        }
+        Arc::new(
+            desired
+                .resources
+                .iter()
+                .filter(|(n, _)| self.names.contains(*n))
+                .map(|(n, r)| (n.clone(), Arc::clone(r)))
+                .collect(),
+        )
+    }
+
     /// Plans the next response of this type, if one is due.
     fn plan(
         &mut self,
@@ -220,34 +245,56 @@ impl TypeTracker {
             Some(_) => self.nack_block = None,
             None => {}
         }
-        let scoped: BTreeMap<String, Arc<Resource>> = desired
-            .resources
-            .iter()
-            .filter(|(n, _)| self.in_scope(n))
-            .map(|(n, r)| (n.clone(), Arc::clone(r)))
-            .collect();
+        if self.responded
+            && !self.force
+            && self.resume_version.is_none()
+            && self.settled.as_ref() == Some(&desired.version)
+        {
+            return None;
+        }
+        let scoped = self.scoped(desired);
+        let whole = Arc::ptr_eq(&scoped, &desired.resources);
+        // Whether the proxy will hold exactly `scoped` (nothing kept for make-before-break).
+        let complete;
         let (next_sent, version, resources, removed) = match protocol {
             Protocol::Sotw => {
-                let mut target = scoped;
-                if !final_phase {
+                let kept: Vec<(&String, &Arc<Resource>)> = if final_phase {
+                    Vec::new()
+                } else {
                     // Keep resources removed from the config until the additions are ACKed.
-                    for (n, r) in &self.sent {
-                        if self.in_scope(n) && !target.contains_key(n) {
-                            target.insert(n.clone(), Arc::clone(r));
-                        }
+                    self.sent
+                        .iter()
+                        .filter(|(n, _)| self.in_scope(n) && !scoped.contains_key(*n))
+                        .collect()
+                };
+                complete = kept.is_empty();
+                let (target, version) = if complete {
+                    let version = if whole {
+                        desired.version.clone()
+                    } else {
+                        set_version(scoped.values())
+                    };
+                    (scoped, version)
+                } else {
+                    let mut target = (*scoped).clone();
+                    for (n, r) in kept {
+                        target.insert(n.clone(), Arc::clone(r));
                     }
-                }
-                let version = set_version(target.values());
+                    let version = set_version(target.values());
+                    (Arc::new(target), version)
+                };
                 if let Some(resume) = self.resume_version.take() {
                     if resume == version {
                         self.sent = target;
                         self.sent_version = Some(version.clone());
                         self.acked_version = Some(version);
                         self.responded = true;
+                        self.settled = complete.then(|| desired.version.clone());
                         return None;
                     }
                 }
                 if self.responded && !self.force && self.sent_version.as_ref() == Some(&version) {
+                    self.settled = complete.then(|| desired.version.clone());
                     return None;
                 }
                 let resources = target.values().cloned().collect();
@@ -259,25 +306,28 @@ impl TypeTracker {
                     .filter(|r| self.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
                     .cloned()
                     .collect();
-                let removed: Vec<String> = if final_phase {
-                    self.sent
-                        .keys()
-                        .filter(|n| !scoped.contains_key(*n))
-                        .cloned()
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let stale: Vec<String> = self
+                    .sent
+                    .keys()
+                    .filter(|n| !scoped.contains_key(*n))
+                    .cloned()
+                    .collect();
+                complete = final_phase || stale.is_empty();
+                let removed = if final_phase { stale } else { Vec::new() };
                 if self.responded && upserts.is_empty() && removed.is_empty() {
+                    self.settled = complete.then(|| desired.version.clone());
                     return None;
                 }
-                let mut next = self.sent.clone();
-                for r in &upserts {
-                    next.insert(r.name.clone(), Arc::clone(r));
-                }
-                for n in &removed {
-                    next.remove(n);
-                }
+                // Holding exactly `scoped`: share it rather than patching a copy.
+                let next = if complete {
+                    scoped
+                } else {
+                    let mut next = (*self.sent).clone();
+                    for r in &upserts {
+                        next.insert(r.name.clone(), Arc::clone(r));
+                    }
+                    Arc::new(next)
+                };
                 (next, desired.version.clone(), upserts, removed)
             }
         };
@@ -290,6 +340,7 @@ impl TypeTracker {
             prev_sent_version: self.sent_version.replace(version.clone()),
             desired_version: desired.version.clone(),
         });
+        self.settled = complete.then(|| desired.version.clone());
         self.last_nonce = Some(nonce.clone());
         self.responded = true;
         self.force = false;
@@ -358,8 +409,12 @@ impl StreamState {
             .filter(|n| *n != WILDCARD)
             .cloned()
             .collect();
-        if !first && (wildcard != t.wildcard || names != t.names) {
+        let resubscribed = wildcard != t.wildcard || names != t.names;
+        if !first && resubscribed {
             t.force = true;
+        }
+        if first || resubscribed {
+            t.settled = None;
         }
         t.wildcard = wildcard;
         t.names = names;
@@ -390,12 +445,15 @@ impl StreamState {
         let outcome = t.settle(url, nonce, error);
         let first = !t.requested;
         t.requested = true;
+        if first || !subscribe.is_empty() || !unsubscribe.is_empty() {
+            t.settled = None;
+        }
         if first {
             // An empty first subscription is the legacy wildcard.
             t.wildcard = subscribe.is_empty();
             for (name, version) in initial_versions {
                 // Only the version matters for what the proxy already holds.
-                t.sent.insert(
+                Arc::make_mut(&mut t.sent).insert(
                     name.clone(),
                     Arc::new(Resource {
                         name: name.clone(),
@@ -419,14 +477,15 @@ impl StreamState {
             } else {
                 t.names.remove(name);
             }
-            if !t.in_scope(name) {
+            if !t.in_scope(name) && t.sent.contains_key(name) {
                 // The proxy forgets it on its own: no removal needed.
-                t.sent.remove(name);
+                Arc::make_mut(&mut t.sent).remove(name);
             }
         }
-        if !t.wildcard {
+        if !t.wildcard && t.sent.keys().any(|n| !t.names.contains(n)) {
             let names = &t.names;
-            t.sent.retain(|n, _| names.contains(n));
+            Arc::make_mut(&mut t.sent).retain(|n, _| names.contains(n));
+            t.settled = None;
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
@@ -461,5 +520,276 @@ impl StreamState {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tracker_model;
+    use super::*;
+
+    /// Deterministic xorshift: reproducible sequences without a dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+    fn random_config(rng: &mut Rng) -> crate::model::ProxyConfig {
+        let mut lists: [Vec<Arc<Resource>>; TYPE_COUNT] = Default::default();
+        for (i, list) in lists.iter_mut().enumerate() {
+            for name in NAMES {
+                if rng.chance(60) {
+                    let body = format!("{name}{}", rng.below(3));
+                    list.push(Arc::new(Resource {
+                        name: name.to_string(),
+                        type_url: type_url::ORDER[i],
+                        version: super::super::snapshot::content_version(body.as_bytes()),
+                        encoded: Bytes::from(body),
+                    }));
+                }
+            }
+        }
+        let [clusters, endpoints, listeners, routes] = lists;
+        crate::model::ProxyConfig {
+            clusters,
+            endpoints,
+            listeners,
+            routes,
+        }
+    }
+
+    fn random_names(rng: &mut Rng) -> Vec<String> {
+        let mut names: Vec<String> = NAMES
+            .iter()
+            .filter(|_| rng.chance(40))
+            .map(|n| n.to_string())
+            .collect();
+        if rng.chance(15) {
+            names.push(WILDCARD.to_string());
+        }
+        names
+    }
+
+    fn view(o: &Outgoing) -> (String, String, String, Vec<(String, String)>, Vec<String>) {
+        (
+            o.type_url.to_string(),
+            o.nonce.clone(),
+            o.version.clone(),
+            o.resources
+                .iter()
+                .map(|r| (r.name.clone(), r.version.clone()))
+                .collect(),
+            o.removed.clone(),
+        )
+    }
+
+    type TypeView = (
+        bool,
+        Option<String>,
+        Option<String>,
+        bool,
+        Vec<(String, String)>,
+    );
+
+    fn state_view(s: &StreamState) -> Vec<TypeView> {
+        s.types()
+            .map(|(_, t)| {
+                (
+                    t.subscribed(),
+                    t.sent_version().map(str::to_string),
+                    t.acked_version().map(str::to_string),
+                    t.awaiting_ack(),
+                    t.held()
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn model_view(s: &tracker_model::StreamState) -> Vec<TypeView> {
+        s.types()
+            .map(|(_, t)| {
+                (
+                    t.subscribed(),
+                    t.sent_version().map(str::to_string),
+                    t.acked_version().map(str::to_string),
+                    t.awaiting_ack(),
+                    t.held()
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Random protocol sessions (subscriptions, ACKs, NACKs, stale nonces, reconnects with a
+    /// version, config changes and repeated wake-ups) give the same responses and state as the
+    /// tracker that recomputed everything on every wake-up.
+    fn matches_the_recomputing_model(protocol: Protocol, seed: u64) {
+        let mut rng = Rng(seed);
+        let mut state = StreamState::new(protocol);
+        let mut model = tracker_model::StreamState::new(protocol);
+        let mut snapshot = Snapshot::new(&random_config(&mut rng), Instant::now());
+        let mut last: Vec<Outgoing> = Vec::new();
+        for step in 0..60 {
+            let type_url = type_url::ORDER[rng.below(TYPE_COUNT as u64) as usize];
+            match rng.below(10) {
+                0..=2 => snapshot = Snapshot::new(&random_config(&mut rng), Instant::now()),
+                3..=6 => {
+                    // Answer one of the last responses (or something stale), keeping or
+                    // changing the subscription.
+                    let (url, nonce, version) = match last.get(rng.below(4) as usize) {
+                        Some(o) if !rng.chance(10) => {
+                            (o.type_url, o.nonce.clone(), o.version.clone())
+                        }
+                        _ => (type_url, rng.below(50).to_string(), String::new()),
+                    };
+                    let error = rng.chance(20).then_some("rejected");
+                    let names = if rng.chance(70) {
+                        Vec::new()
+                    } else {
+                        random_names(&mut rng)
+                    };
+                    let (a, b) = match protocol {
+                        Protocol::Sotw => (
+                            state.on_sotw_request(url, &nonce, &version, &names, error),
+                            model.on_sotw_request(url, &nonce, &version, &names, error),
+                        ),
+                        Protocol::Delta => {
+                            let unsubscribe = if rng.chance(20) {
+                                random_names(&mut rng)
+                            } else {
+                                Vec::new()
+                            };
+                            (
+                                state.on_delta_request(
+                                    url,
+                                    &nonce,
+                                    &names,
+                                    &unsubscribe,
+                                    &HashMap::new(),
+                                    error,
+                                ),
+                                model.on_delta_request(
+                                    url,
+                                    &nonce,
+                                    &names,
+                                    &unsubscribe,
+                                    &HashMap::new(),
+                                    error,
+                                ),
+                            )
+                        }
+                    };
+                    let strip = |o: RequestOutcome| match o {
+                        RequestOutcome::Nack { type_url, nack } => {
+                            (type_url.to_string(), nack.version, nack.message)
+                        }
+                        other => (format!("{other:?}"), String::new(), String::new()),
+                    };
+                    assert_eq!(strip(a), strip(b), "seed {seed} step {step}");
+                }
+                _ => {
+                    // A first subscription (possibly resuming a version, or with initial
+                    // versions) of a type not asked for yet.
+                    let names = random_names(&mut rng);
+                    let resume = if rng.chance(50) {
+                        snapshot.types[rng.below(TYPE_COUNT as u64) as usize]
+                            .version
+                            .clone()
+                    } else {
+                        String::new()
+                    };
+                    let initial: HashMap<String, String> = snapshot.types[1]
+                        .resources
+                        .iter()
+                        .filter(|_| rng.chance(50))
+                        .map(|(n, r)| (n.clone(), r.version.clone()))
+                        .collect();
+                    match protocol {
+                        Protocol::Sotw => {
+                            state.on_sotw_request(type_url, "", &resume, &names, None);
+                            model.on_sotw_request(type_url, "", &resume, &names, None);
+                        }
+                        Protocol::Delta => {
+                            state.on_delta_request(type_url, "", &names, &[], &initial, None);
+                            model.on_delta_request(type_url, "", &names, &[], &initial, None);
+                        }
+                    }
+                }
+            }
+            // Wake up once or twice for the same snapshot.
+            for _ in 0..=rng.below(2) {
+                let ours = state.next_responses(&snapshot);
+                let theirs = model.next_responses(&snapshot);
+                assert_eq!(
+                    ours.iter().map(view).collect::<Vec<_>>(),
+                    theirs.iter().map(view).collect::<Vec<_>>(),
+                    "seed {seed} step {step}"
+                );
+                if !ours.is_empty() {
+                    last = ours;
+                }
+            }
+            assert_eq!(
+                state_view(&state),
+                model_view(&model),
+                "seed {seed} step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn sotw_matches_the_recomputing_model() {
+        for seed in 1..=400 {
+            matches_the_recomputing_model(Protocol::Sotw, seed * 7919);
+        }
+    }
+
+    #[test]
+    fn delta_matches_the_recomputing_model() {
+        for seed in 1..=400 {
+            matches_the_recomputing_model(Protocol::Delta, seed * 7919);
+        }
+    }
+
+    #[test]
+    fn an_unchanged_wildcard_type_shares_the_snapshot_map() {
+        let res = |name: &str| {
+            Arc::new(Resource {
+                name: name.into(),
+                type_url: type_url::CLUSTER,
+                encoded: Bytes::from(name.to_string()),
+                version: name.into(),
+            })
+        };
+        let config = crate::model::ProxyConfig {
+            clusters: vec![res("a"), res("b")],
+            ..Default::default()
+        };
+        let snapshot = Snapshot::new(&config, Instant::now());
+        let mut state = StreamState::new(Protocol::Sotw);
+        state.on_sotw_request(type_url::CLUSTER, "", "", &[], None);
+        let out = state.next_responses(&snapshot);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].version, snapshot.types[0].version);
+        state.on_sotw_request(type_url::CLUSTER, &out[0].nonce, &out[0].version, &[], None);
+        assert!(state.next_responses(&snapshot).is_empty());
+        let (_, cds) = state.types().next().expect("cds tracker");
+        assert!(Arc::ptr_eq(cds.held_map(), &snapshot.types[0].resources));
     }
 }
