@@ -16,7 +16,7 @@ use meshplane_crds::{names, MeshControlPlane, MeshControlPlaneStatus};
 use serde_json::{json, Value};
 use tracing::{info, instrument};
 
-use super::{snapshot, Context, Error, CONTROL_PLANE_CONTROLLER};
+use super::{Context, Error, CONTROL_PLANE_CONTROLLER};
 use crate::apply::{is_ours, plan};
 use crate::render::{self, Kind, ObjectKey, Observed, RenderInput};
 use crate::status::{self, types, InstanceFacts};
@@ -100,7 +100,7 @@ async fn observe(
 }
 
 async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
-    let snap = snapshot(&ctx.client).await?;
+    let snap = ctx.cluster_snapshot().await?;
     let name = mcp.name_any();
     let now = ctx.now();
     let conflicts = snap.membership.conflicts_of_control_plane(&name);
@@ -338,7 +338,7 @@ async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error>
         .get(names::FORCE_DELETE_ANNOTATION)
         .map(String::as_str)
         == Some("true");
-    let snap = snapshot(&ctx.client).await?;
+    let snap = ctx.cluster_snapshot().await?;
     // A conflicting control plane (e.g. a duplicate revision's loser) injected nothing: pods
     // annotated with its revision name belong to the winner and must not block its deletion.
     let active = snap

@@ -6,8 +6,9 @@ mod tag;
 pub mod triggers;
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use std::fmt::Debug;
@@ -26,7 +27,7 @@ use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, reflector, ObjectRef};
+use kube::runtime::reflector::{self, reflector, ObjectRef, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{finalizer, watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
@@ -66,6 +67,8 @@ pub enum Error {
     InUse { pods: usize },
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
+    #[error("the controller's caches stopped")]
+    CacheClosed,
 }
 
 impl Error {
@@ -77,6 +80,7 @@ impl Error {
             Error::Tls(_) => "TlsIssueFailed",
             Error::Serialize(_) => "SerializeFailed",
             Error::InUse { .. } => "InUse",
+            Error::CacheClosed => "CacheClosed",
             Error::Finalizer(e) => match e.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.reason()
@@ -125,6 +129,19 @@ pub struct Context {
     pub clock: Clock,
     /// Consecutive failures per object, for the error backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The control-plane controller's caches, once [`run`] started it; before that (tests,
+    /// tools) reconciles list from the API server.
+    caches: OnceLock<ClusterCaches>,
+}
+
+/// What membership is computed from, as the control-plane controller's reflectors hold it. Each
+/// store is fed by the same watch that triggers reconciles on its changes, so a reconcile never
+/// reads a store older than its trigger.
+#[derive(Clone)]
+pub struct ClusterCaches {
+    pub control_planes: Store<MeshControlPlane>,
+    pub tags: Store<MeshRevisionTag>,
+    pub namespaces: Store<Namespace>,
 }
 
 impl Context {
@@ -144,6 +161,16 @@ impl Context {
             settings,
             clock,
             failures: Mutex::default(),
+            caches: OnceLock::new(),
+        }
+    }
+
+    /// Membership and the objects it was computed from: from the caches when the controllers
+    /// run (no API reads), else listed from the API server.
+    pub async fn cluster_snapshot(&self) -> Result<Snapshot, Error> {
+        match self.caches.get() {
+            Some(caches) => caches.snapshot().await,
+            None => snapshot(&self.client).await,
         }
     }
 
@@ -215,22 +242,59 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, Error> {
         .await
         .map_err(Error::kube("list Namespaces"))?
         .items;
-    let ns_facts: Vec<NamespaceFacts> = namespaces
-        .iter()
+    Ok(Snapshot::compute(
+        control_planes,
+        tags,
+        namespace_facts(namespaces.iter()),
+    ))
+}
+
+/// Membership inputs of the labelled namespaces (only they can be members or rejected).
+fn namespace_facts<'a>(namespaces: impl Iterator<Item = &'a Namespace>) -> Vec<NamespaceFacts> {
+    namespaces
+        .filter(|n| n.labels().contains_key(names::REV_LABEL))
         .map(|n| NamespaceFacts {
             name: n.name_any(),
             labels: n.labels().clone(),
         })
-        .collect();
-    let cp_facts: Vec<ControlPlaneFacts> =
-        control_planes.iter().map(ControlPlaneFacts::from).collect();
-    let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
-    let membership = membership::compute(&ns_facts, &cp_facts, &tag_facts);
-    Ok(Snapshot {
-        control_planes,
-        tags,
-        membership,
-    })
+        .collect()
+}
+
+impl Snapshot {
+    fn compute(
+        control_planes: Vec<MeshControlPlane>,
+        tags: Vec<MeshRevisionTag>,
+        ns_facts: Vec<NamespaceFacts>,
+    ) -> Self {
+        let cp_facts: Vec<ControlPlaneFacts> =
+            control_planes.iter().map(ControlPlaneFacts::from).collect();
+        let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
+        let membership = membership::compute(&ns_facts, &cp_facts, &tag_facts);
+        Snapshot {
+            control_planes,
+            tags,
+            membership,
+        }
+    }
+}
+
+impl ClusterCaches {
+    /// Membership from the stores, once each has seen its first complete list.
+    pub async fn snapshot(&self) -> Result<Snapshot, Error> {
+        for ready in [
+            self.control_planes.wait_until_ready().await,
+            self.tags.wait_until_ready().await,
+            self.namespaces.wait_until_ready().await,
+        ] {
+            ready.map_err(|_| Error::CacheClosed)?;
+        }
+        let namespaces = self.namespaces.state();
+        Ok(Snapshot::compute(
+            cloned(self.control_planes.state()),
+            cloned(self.tags.state()),
+            namespace_facts(namespaces.iter().map(Arc::as_ref)),
+        ))
+    }
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(
@@ -269,14 +333,28 @@ pub async fn run(
         names::MANAGED_BY_VALUE
     ));
 
+    // The control-plane controller's caches (see `ClusterCaches`). Sibling control planes and
+    // tags re-trigger every control plane only when their membership facts change, not on each
+    // status write, or 100 control planes would reconcile each other 10,000 times.
     let (cp_store, cp_writer) = reflector::store::<MeshControlPlane>();
-    let cp_controller = Controller::for_stream(
-        reflector(cp_writer, watched::<MeshControlPlane>(&client, &all)).applied_objects(),
-        cp_store.clone(),
-    );
+    let (tag_cache, tag_cache_writer) = reflector::store::<MeshRevisionTag>();
+    let (ns_cache, ns_cache_writer) = reflector::store::<Namespace>();
+    let _ = ctx.caches.set(ClusterCaches {
+        control_planes: cp_store.clone(),
+        tags: tag_cache,
+        namespaces: ns_cache,
+    });
+    let (sibling_tx, sibling_rx) = futures::channel::mpsc::unbounded();
+    let control_plane_events = reflector(cp_writer, watched::<MeshControlPlane>(&client, &all))
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                let _ = sibling_tx.unbounded_send(Ok(event.clone()));
+            }
+        });
+    let cp_controller =
+        Controller::for_stream(control_plane_events.applied_objects(), cp_store.clone());
     let ns_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
-    let (store_for_ns, store_for_tags, store_for_siblings) =
-        (cp_store.clone(), cp_store.clone(), cp_store.clone());
+    let (store_for_ns, store_for_tags) = (cp_store.clone(), cp_store.clone());
     let cp_index = ns_index.clone();
     let control_planes = cp_controller
         .trigger_backoff(NoSharedBackoff)
@@ -293,20 +371,22 @@ pub async fn run(
         .owns_stream(owned::<MutatingWebhookConfiguration>(&client, &managed))
         .owns_stream(owned::<ValidatingWebhookConfiguration>(&client, &managed))
         .watches_stream(
-            watched::<Namespace>(&client, &all).touched_objects(),
+            reflector(ns_cache_writer, watched::<Namespace>(&client, &all)).touched_objects(),
             move |ns| {
                 let mut index = cp_index.lock().unwrap_or_else(|p| p.into_inner());
                 triggers::control_planes_for_namespace(&ns, &mut index, &store_for_ns.state())
             },
         )
-        // Tags and sibling control planes change membership (duplicates, tags, tenant members).
         .watches_stream(
-            watched::<MeshRevisionTag>(&client, &all).touched_objects(),
+            fact_changes(
+                reflector(tag_cache_writer, watched::<MeshRevisionTag>(&client, &all)),
+                |t| TagFacts::from(t),
+            ),
             move |_| all_refs(&store_for_tags.state()),
         )
-        .watches_stream(
-            watched::<MeshControlPlane>(&client, &all).touched_objects(),
-            move |_| all_refs(&store_for_siblings.state()),
+        .reconcile_all_on(
+            fact_changes(sibling_rx, |c| ControlPlaneFacts::from(c))
+                .filter_map(|r| async move { r.ok().map(|_| ()) }),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -330,7 +410,9 @@ pub async fn run(
     let tags = tag_controller
         .trigger_backoff(NoSharedBackoff)
         .watches_stream(
-            watched::<MeshControlPlane>(&client, &all).touched_objects(),
+            fact_changes(watched::<MeshControlPlane>(&client, &all), |c| {
+                ControlPlaneFacts::from(c)
+            }),
             move |_| all_refs(&tags_for_cp.state()),
         )
         .watches_stream(
@@ -380,6 +462,70 @@ where
     .touched_objects()
 }
 
+/// The objects of a watch whose membership facts (`facts`, plus whether it is being deleted)
+/// changed, that appeared, or that disappeared; status-only writes pass nothing on. The first
+/// listing passes nothing either: every reconcile waits for the caches and sees it. A later
+/// relist (after a 410) reports only what differs from before.
+fn fact_changes<K, F>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    facts: fn(&K) -> F,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + Send + 'static,
+    F: PartialEq + Send + 'static,
+{
+    let mut known: HashMap<String, ((F, bool), K)> = HashMap::new();
+    let mut relisted: HashSet<String> = HashSet::new();
+    let mut listed_once = false;
+    events.flat_map(move |event| {
+        let mut out = Vec::new();
+        let key = |obj: &K| {
+            format!(
+                "{}/{}",
+                obj.meta().namespace.as_deref().unwrap_or_default(),
+                obj.meta().name.as_deref().unwrap_or_default()
+            )
+        };
+        let observe = |obj: K, known: &mut HashMap<String, ((F, bool), K)>| {
+            let current = (facts(&obj), obj.meta().deletion_timestamp.is_some());
+            let changed = known
+                .get(&key(&obj))
+                .is_none_or(|(seen, _)| *seen != current);
+            known.insert(key(&obj), (current, obj.clone()));
+            changed.then_some(obj)
+        };
+        match event {
+            Err(e) => out.push(Err(e)),
+            Ok(watcher::Event::Init) => relisted.clear(),
+            Ok(watcher::Event::InitApply(obj)) => {
+                relisted.insert(key(&obj));
+                if let Some(obj) = observe(obj, &mut known).filter(|_| listed_once) {
+                    out.push(Ok(obj));
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                let gone: Vec<String> = known
+                    .keys()
+                    .filter(|k| !relisted.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    if let Some((_, obj)) = known.remove(&k) {
+                        out.push(Ok(obj));
+                    }
+                }
+                listed_once = true;
+            }
+            Ok(watcher::Event::Apply(obj)) => out.extend(observe(obj, &mut known).map(Ok)),
+            Ok(watcher::Event::Delete(obj)) => {
+                known.remove(&key(&obj));
+                out.push(Ok(obj));
+            }
+        }
+        futures::stream::iter(out)
+    })
+}
+
 /// The controllers' shared trigger backoff, disabled: each watch has its own (see [`run`]).
 struct NoSharedBackoff;
 
@@ -395,9 +541,85 @@ impl Backoff for NoSharedBackoff {
     fn reset(&mut self) {}
 }
 
+fn cloned<K: Clone>(objects: Vec<Arc<K>>) -> Vec<K> {
+    objects.iter().map(|o| K::clone(o)).collect()
+}
+
 fn all_refs<K: Resource<DynamicType = ()>>(objects: &[Arc<K>]) -> Vec<ObjectRef<K>> {
     objects
         .iter()
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::stream;
+    use watcher::Event as Ev;
+
+    fn plane(name: &str, revision: &str, proxies: u32) -> MeshControlPlane {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "MeshControlPlane",
+            "metadata": {"name": name},
+            "spec": {"tenant": "blue", "revision": revision},
+            "status": {"connectedProxies": proxies},
+        }))
+        .expect("a valid MeshControlPlane")
+    }
+
+    fn deleting(mut mcp: MeshControlPlane) -> MeshControlPlane {
+        mcp.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        mcp
+    }
+
+    /// Names of the objects `fact_changes` passes on for `events`.
+    async fn passed(events: Vec<Ev<MeshControlPlane>>) -> Vec<String> {
+        let input = stream::iter(events.into_iter().map(Ok));
+        fact_changes(input, |c| ControlPlaneFacts::from(c))
+            .map(|r| r.map(|o| o.name_any()).unwrap_or_default())
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn only_membership_facts_deletion_and_disappearance_pass() {
+        let passed = passed(vec![
+            // First listing: nothing (reconciles wait for the caches and see it).
+            Ev::Init,
+            Ev::InitApply(plane("a", "a1", 0)),
+            Ev::InitApply(plane("b", "b1", 0)),
+            Ev::InitDone,
+            // A status write: nothing.
+            Ev::Apply(plane("a", "a1", 3)),
+            // A new control plane and a spec change pass.
+            Ev::Apply(plane("c", "c1", 0)),
+            Ev::Apply(plane("b", "b2", 0)),
+            // Deletion starting and the object going both pass.
+            Ev::Apply(deleting(plane("a", "a1", 3))),
+            Ev::Delete(deleting(plane("a", "a1", 3))),
+            // A relist after a 410: c vanished while disconnected, b changed, d is new.
+            Ev::Init,
+            Ev::InitApply(plane("b", "b3", 0)),
+            Ev::InitApply(plane("d", "d1", 0)),
+            Ev::InitDone,
+        ])
+        .await;
+        assert_eq!(passed, ["c", "b", "a", "a", "b", "d", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_relist_without_differences_passes_nothing() {
+        let passed = passed(vec![
+            Ev::Init,
+            Ev::InitApply(plane("a", "a1", 0)),
+            Ev::InitDone,
+            Ev::Init,
+            Ev::InitApply(plane("a", "a1", 7)),
+            Ev::InitDone,
+        ])
+        .await;
+        assert!(passed.is_empty(), "{passed:?}");
+    }
 }

@@ -32,6 +32,8 @@ async fn reconcile(tag: &MeshRevisionTag, ctx: &Context) -> Result<Action, Error
     if tag.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // Listed, not cached: the caches belong to the control-plane controller, whose watches
+    // may run behind this controller's triggers. Tags are few and change rarely.
     let snap = snapshot(&ctx.client).await?;
     let name = tag.name_any();
     let conflicts = snap.membership.conflicts_of_tag(&name);
