@@ -92,10 +92,12 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     tags: Vec<String>,
     /// Push after this long without changes.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 50)]
     debounce_quiet_ms: u64,
-    /// Push at the latest this long after the first change.
-    #[arg(long, default_value_t = 1000)]
+    /// Push at the latest this long after the first change. Short, because a push only re-renders
+    /// what changed (endpoint-only changes patch EDS alone) and the push loop never overlaps
+    /// pushes: under load, batches grow instead of queueing.
+    #[arg(long, default_value_t = 300)]
     debounce_max_ms: u64,
 }
 

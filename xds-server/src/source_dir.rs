@@ -23,11 +23,12 @@ use tokio::sync::mpsc;
 
 use crate::model::{Kind, Object, SourceEvent};
 
-/// Quiet time after the last file event before the directory is read again.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Quiet time after the last file event before the changed files are read. Only long enough to
+/// coalesce the several events of one write or rename; the push loop does the batching.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
 
-/// Longest a burst of file events may delay a read of the directory.
-pub const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+/// Longest a burst of file events may delay a read of the changed files.
+pub const DEBOUNCE_MAX: Duration = Duration::from_millis(200);
 
 /// Whether a file event means the manifests may have changed (not a read or an attribute change).
 fn changes_content(kind: &notify::EventKind) -> bool {
