@@ -2,7 +2,8 @@
 //! history that watches resume from, and the lifecycle rules that run on every write
 //! (finalizers, owner-reference garbage collection, namespace termination, CRD registration).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{json, Value};
@@ -69,10 +70,26 @@ pub struct WriteCtx {
 
 type ObjectMap = BTreeMap<(String, String), Value>;
 
+/// Where an object is stored: its resource, namespace ("" when cluster-scoped) and name.
+type ObjectRef = (ResourceKey, String, String);
+
+/// Upper bound on lifecycle steps per write, a guard against a rule that never settles. Every
+/// step removes an object, marks one deleting, or drops a finalizer or owner reference, so the
+/// rules settle well within it; work left over stays pending for the next write.
+const GC_STEP_LIMIT: usize = 1_000_000;
+
 struct State {
     rv: u64,
     types: Vec<ResourceType>,
     objects: HashMap<ResourceKey, ObjectMap>,
+    /// Every stored object's uid. Kept in step with `objects` by `track`.
+    uids: HashMap<String, ObjectRef>,
+    /// Owner uid → the objects whose `ownerReferences` name it (whether or not it exists).
+    /// Kept in step with `objects` by `track`.
+    dependents: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Objects a lifecycle rule may apply to; `collect_garbage` examines them. Invariant (after
+    /// each write): every object some rule applies to is in here. `track` keeps it.
+    pending: BTreeSet<ObjectRef>,
     history: VecDeque<Arc<StoredEvent>>,
     history_limit: usize,
     /// Watches may resume from this version or later; older ones get 410 Gone.
@@ -93,6 +110,13 @@ fn object_key(obj: &Value) -> (String, String) {
         object::namespace(obj).unwrap_or_default().to_string(),
         object::name(obj).to_string(),
     )
+}
+
+fn namespaces_key() -> ResourceKey {
+    ResourceKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+    }
 }
 
 fn target<'a>(rt: &'a ResourceType, name: &'a str) -> Target<'a> {
@@ -156,6 +180,73 @@ impl State {
             .get(&(ns.to_string(), name.to_string()))
     }
 
+    fn get_ref(&self, r: &ObjectRef) -> Option<&Value> {
+        self.get(&r.0, &r.1, &r.2)
+    }
+
+    fn is_deleting_ref(&self, r: &ObjectRef) -> bool {
+        self.get_ref(r).is_some_and(object::is_deleting)
+    }
+
+    /// Updates the indexes for an object stored (`new`) or removed (`new` None) at `at`, and
+    /// marks what the lifecycle rules must look at again because of it:
+    /// - the object itself when deleting (finalizers, namespace termination) or owned (its
+    ///   owners may all be gone);
+    /// - its deleting owners, old and new (foreground deletion waits on dependents);
+    /// - its namespace when terminating (waits for the namespace to empty);
+    /// - the dependents of a uid that went away (background collection).
+    fn track(&mut self, at: &ObjectRef, old: Option<&Value>, new: Option<&Value>) {
+        let old_uid = old.and_then(object::uid);
+        let new_uid = new.and_then(object::uid);
+        let old_owners = old.map(object::owner_refs).unwrap_or_default();
+        let new_owners = new.map(object::owner_refs).unwrap_or_default();
+        for r in &old_owners {
+            if let Some(set) = self.dependents.get_mut(&r.uid) {
+                set.remove(at);
+                if set.is_empty() {
+                    self.dependents.remove(&r.uid);
+                }
+            }
+        }
+        for r in &new_owners {
+            self.dependents
+                .entry(r.uid.clone())
+                .or_default()
+                .insert(at.clone());
+        }
+        let mut marks: Vec<ObjectRef> = Vec::new();
+        if let Some(gone) = old_uid.filter(|u| Some(*u) != new_uid) {
+            if self.uids.get(gone) == Some(at) {
+                self.uids.remove(gone);
+                if let Some(deps) = self.dependents.get(gone) {
+                    marks.extend(deps.iter().cloned());
+                }
+            }
+        }
+        if let Some(uid) = new_uid {
+            self.uids.insert(uid.to_string(), at.clone());
+        }
+        if let Some(new) = new {
+            if object::is_deleting(new) || !new_owners.is_empty() {
+                marks.push(at.clone());
+            }
+        }
+        for r in old_owners.iter().chain(&new_owners) {
+            if let Some(owner) = self.uids.get(&r.uid) {
+                if self.is_deleting_ref(owner) {
+                    marks.push(owner.clone());
+                }
+            }
+        }
+        if !at.1.is_empty() {
+            let ns = (namespaces_key(), String::new(), at.1.clone());
+            if self.is_deleting_ref(&ns) {
+                marks.push(ns);
+            }
+        }
+        self.pending.extend(marks);
+    }
+
     fn record(
         &mut self,
         resource: ResourceKey,
@@ -191,7 +282,9 @@ impl State {
         self.rv += 1;
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let k = object_key(&obj);
+        let at = (key.clone(), k.0.clone(), k.1.clone());
         let old = self.bucket(key).insert(k, obj.clone());
+        self.track(&at, old.as_ref(), Some(&obj));
         let kind = if old.is_some() {
             EventKind::Modified
         } else {
@@ -215,6 +308,11 @@ impl State {
         let mut obj = self
             .bucket(key)
             .remove(&(ns.to_string(), name.to_string()))?;
+        self.track(
+            &(key.clone(), ns.to_string(), name.to_string()),
+            Some(&obj),
+            None,
+        );
         self.rv += 1;
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.record(key.clone(), EventKind::Deleted, obj.clone(), None, events);
@@ -297,85 +395,99 @@ impl State {
     }
 
     /// Runs finalizer, garbage-collection and namespace rules until nothing changes.
+    ///
+    /// Only the pending objects (see `track`) are examined: an object no rule applies to costs
+    /// nothing here, so a write costs what it touches rather than the size of the store.
     fn collect_garbage(&mut self, events: &broadcast::Sender<Arc<StoredEvent>>) {
-        for _round in 0..1000 {
-            if !self.collect_garbage_once(events) {
-                return;
+        let mut steps = 0;
+        while let Some(at) = self.pending.pop_first() {
+            if self.collect_garbage_at(&at, events) {
+                // It may have more to do once this step's effects are examined.
+                self.pending.insert(at);
+                steps += 1;
+                if steps >= GC_STEP_LIMIT {
+                    tracing::warn!("garbage collection did not settle after {steps} steps");
+                    return;
+                }
             }
         }
-        tracing::warn!("garbage collection did not settle after 1000 rounds");
     }
 
-    fn snapshot(&self) -> Vec<(ResourceKey, Value)> {
-        self.objects
-            .iter()
-            .flat_map(|(k, m)| m.values().map(move |o| (k.clone(), o.clone())))
-            .collect()
+    /// The objects whose `ownerReferences` name `uid`.
+    fn dependents_of(&self, uid: &str) -> Vec<ObjectRef> {
+        self.dependents
+            .get(uid)
+            .map(|deps| deps.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
-    fn collect_garbage_once(&mut self, events: &broadcast::Sender<Arc<StoredEvent>>) -> bool {
-        let all = self.snapshot();
-        let uids: HashSet<&str> = all.iter().filter_map(|(_, o)| object::uid(o)).collect();
-        let dependents_of = |uid: &str| -> Vec<(ResourceKey, Value, bool)> {
-            all.iter()
-                .filter_map(|(k, o)| {
-                    let r = object::owner_refs(o).into_iter().find(|r| r.uid == uid)?;
-                    Some((k.clone(), o.clone(), r.block_owner_deletion))
-                })
-                .collect()
+    /// Applies the first lifecycle rule that holds for one object; false when none does.
+    fn collect_garbage_at(
+        &mut self,
+        at: &ObjectRef,
+        events: &broadcast::Sender<Arc<StoredEvent>>,
+    ) -> bool {
+        let (key, ns, name) = at;
+        let Some(obj) = self.get_ref(at) else {
+            return false;
         };
-        for (key, obj) in &all {
-            let (ns, name) = object_key(obj);
-            let finalizers = object::finalizers(obj);
-            let deleting = object::is_deleting(obj);
-            if deleting && finalizers.is_empty() && !self.is_namespace_holding(key, obj) {
-                self.remove(key, &ns, &name, events);
-                return true;
-            }
-            let uid = object::uid(obj).unwrap_or_default();
-            if deleting && finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
-                for (dk, mut dep, _) in dependents_of(uid) {
-                    object::remove_owner_ref(&mut dep, uid);
-                    self.put(&dk, dep, events);
-                }
-                self.drop_finalizer(key, obj, ORPHAN_FINALIZER, events);
-                return true;
-            }
-            if deleting && finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
-                let deps = dependents_of(uid);
-                let mut changed = false;
-                for (dk, dep, _) in &deps {
-                    if !object::is_deleting(dep) {
-                        let (dns, dname) = object_key(dep);
-                        self.delete(dk, &dns, &dname, Propagation::Foreground, events);
-                        changed = true;
-                    }
-                }
-                if changed {
-                    return true;
-                }
-                if !deps.iter().any(|(_, _, block)| *block) {
-                    self.drop_finalizer(key, obj, FOREGROUND_FINALIZER, events);
-                    return true;
-                }
-            }
-            if deleting
-                && key.group.is_empty()
-                && key.plural == "namespaces"
-                && self.terminate_namespace(&name, obj, events)
-            {
-                return true;
-            }
+        if !object::is_deleting(obj) {
+            // Background deletion: every owner is gone.
             let owners = object::owner_refs(obj);
-            if !deleting
-                && !owners.is_empty()
-                && owners.iter().all(|r| !uids.contains(r.uid.as_str()))
-            {
-                self.delete(key, &ns, &name, Propagation::Background, events);
+            if !owners.is_empty() && owners.iter().all(|r| !self.uids.contains_key(&r.uid)) {
+                self.delete(key, ns, name, Propagation::Background, events);
+                return true;
+            }
+            return false;
+        }
+        let finalizers = object::finalizers(obj);
+        if finalizers.is_empty() && !self.is_namespace_holding(key, obj) {
+            self.remove(key, ns, name, events);
+            return true;
+        }
+        let uid = object::uid(obj).unwrap_or_default().to_string();
+        if finalizers.iter().any(|f| f == ORPHAN_FINALIZER) {
+            let obj = obj.clone();
+            for dep_at in self.dependents_of(&uid) {
+                if let Some(mut dep) = self.get_ref(&dep_at).cloned() {
+                    object::remove_owner_ref(&mut dep, &uid);
+                    self.put(&dep_at.0, dep, events);
+                }
+            }
+            self.drop_finalizer(key, &obj, ORPHAN_FINALIZER, events);
+            return true;
+        }
+        if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
+            // (where, deleting, blocks the owner's deletion)
+            let deps: Vec<(ObjectRef, bool, bool)> = self
+                .dependents_of(&uid)
+                .into_iter()
+                .filter_map(|d| {
+                    let dep = self.get_ref(&d)?;
+                    let block = object::owner_refs(dep)
+                        .into_iter()
+                        .find(|r| r.uid == uid)?
+                        .block_owner_deletion;
+                    Some((d, object::is_deleting(dep), block))
+                })
+                .collect();
+            let obj = obj.clone();
+            let mut changed = false;
+            for ((dk, dns, dname), deleting, _) in &deps {
+                if !deleting {
+                    self.delete(dk, dns, dname, Propagation::Foreground, events);
+                    changed = true;
+                }
+            }
+            if changed {
+                return true;
+            }
+            if !deps.iter().any(|(_, _, block)| *block) {
+                self.drop_finalizer(key, &obj, FOREGROUND_FINALIZER, events);
                 return true;
             }
         }
-        false
+        key.group.is_empty() && key.plural == "namespaces" && self.terminate_namespace(name, events)
     }
 
     /// A namespace stays while `spec.finalizers` still lists `kubernetes`.
@@ -408,15 +520,15 @@ impl State {
     fn terminate_namespace(
         &mut self,
         ns: &str,
-        obj: &Value,
         events: &broadcast::Sender<Arc<StoredEvent>>,
     ) -> bool {
+        let from = (ns.to_string(), String::new());
         let contents: Vec<(ResourceKey, String, bool)> = self
             .objects
             .iter()
             .flat_map(|(k, m)| {
-                m.iter()
-                    .filter(|((ons, _), _)| ons == ns)
+                m.range(&from..)
+                    .take_while(|((ons, _), _)| ons == ns)
                     .map(move |((_, name), o)| (k.clone(), name.clone(), object::is_deleting(o)))
             })
             .collect();
@@ -430,6 +542,10 @@ impl State {
         if changed {
             return true;
         }
+        let key = namespaces_key();
+        let Some(obj) = self.get(&key, "", ns) else {
+            return false;
+        };
         let holding = obj
             .pointer("/spec/finalizers")
             .and_then(Value::as_array)
@@ -437,10 +553,6 @@ impl State {
         if contents.is_empty() && holding {
             let mut released = obj.clone();
             released["spec"]["finalizers"] = json!([]);
-            let key = ResourceKey {
-                group: String::new(),
-                plural: "namespaces".into(),
-            };
             self.put(&key, released, events);
             return true;
         }
@@ -495,6 +607,9 @@ impl Store {
                 rv: 1,
                 types: builtin_types(),
                 objects: HashMap::new(),
+                uids: HashMap::new(),
+                dependents: HashMap::new(),
+                pending: BTreeSet::new(),
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
                 oldest_resumable: 0,
@@ -589,13 +704,22 @@ impl Store {
     ) -> Result<ListResult, ApiError> {
         let state = self.lock();
         let start = continue_from.map(decode_continue).transpose()?;
+        // Objects are sorted by (namespace, name): seek to the first one after the continue
+        // key and within the namespace, and stop at the namespace's end.
+        let from = match (start, ns) {
+            (Some(s), Some(ns)) if s.0.as_str() < ns => {
+                Bound::Included((ns.to_string(), String::new()))
+            }
+            (Some(s), _) => Bound::Excluded(s),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
         let mut matching = state
             .objects
             .get(&rt.key())
             .into_iter()
-            .flat_map(|m| m.iter())
-            .filter(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
-            .filter(|(k, _)| start.as_ref().is_none_or(|s| *k > s))
+            .flat_map(|m| m.range((from.clone(), Bound::Unbounded)))
+            .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
             .filter(|((_, name), _)| filter.fields.exact_name().is_none_or(|n| n == name))
             .filter(|(_, o)| filter.matches(o));
         let mut items = Vec::new();
@@ -614,7 +738,6 @@ impl Store {
             }
             items.push(Self::presented(rt, o.clone()));
             last_key = Some(k.clone());
-            let _ = &k;
         }
         Ok(ListResult {
             items,
@@ -996,5 +1119,480 @@ impl ObjectLookup for Store {
         Store::list(self, &rt, namespace, &Filter::default(), None, None)
             .map(|l| l.items)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> WriteCtx {
+        WriteCtx {
+            manager: "test".into(),
+            subresource: None,
+            dry_run: false,
+            record_update: true,
+        }
+    }
+
+    struct Fixture {
+        store: Arc<Store>,
+        namespaces: ResourceType,
+        configmaps: ResourceType,
+        secrets: ResourceType,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let store = Store::new(100_000);
+            let namespaces = store.find_type("", "v1", "namespaces").unwrap();
+            let configmaps = store.find_type("", "v1", "configmaps").unwrap();
+            let secrets = store.find_type("", "v1", "secrets").unwrap();
+            let f = Fixture {
+                store,
+                namespaces,
+                configmaps,
+                secrets,
+            };
+            f.store
+                .create(&f.namespaces, json!({"metadata": {"name": "ns"}}), &ctx())
+                .unwrap();
+            f
+        }
+
+        /// Creates a ConfigMap in `ns` owned by `owners` (uid, blockOwnerDeletion) and holding
+        /// `finalizers`; returns its uid.
+        fn configmap(&self, name: &str, owners: &[(&str, bool)], finalizers: &[&str]) -> String {
+            self.create(&self.configmaps, "ns", name, owners, finalizers)
+        }
+
+        fn create(
+            &self,
+            rt: &ResourceType,
+            ns: &str,
+            name: &str,
+            owners: &[(&str, bool)],
+            finalizers: &[&str],
+        ) -> String {
+            let mut meta = json!({"name": name, "namespace": ns});
+            if !owners.is_empty() {
+                meta["ownerReferences"] = owners
+                    .iter()
+                    .map(|(uid, block)| {
+                        json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                               "uid": uid, "blockOwnerDeletion": block})
+                    })
+                    .collect();
+            }
+            if !finalizers.is_empty() {
+                meta["finalizers"] = json!(finalizers);
+            }
+            let created = self
+                .store
+                .create(rt, json!({"metadata": meta}), &ctx())
+                .unwrap();
+            object::uid(&created).unwrap().to_string()
+        }
+
+        fn get(&self, name: &str) -> Option<Value> {
+            self.store.get(&self.configmaps, "ns", name).ok()
+        }
+
+        fn delete(&self, rt: &ResourceType, ns: &str, name: &str, policy: Propagation) {
+            let req = DeleteRequest {
+                namespace: ns,
+                name,
+                policy,
+                precondition_rv: None,
+                precondition_uid: None,
+                dry_run: false,
+            };
+            self.store.delete(rt, &req).unwrap();
+        }
+
+        /// Rewrites a ConfigMap's finalizers through an update.
+        fn set_finalizers(&self, rt: &ResourceType, ns: &str, name: &str, finalizers: &[&str]) {
+            let mut obj = self.store.get(rt, ns, name).unwrap();
+            let rv = object::resource_version(&obj).unwrap().to_string();
+            object::set_finalizers(&mut obj, finalizers.iter().map(|f| f.to_string()).collect());
+            self.store.update(rt, &rv, obj, &ctx()).unwrap();
+        }
+
+        /// Fails when the incremental bookkeeping missed work or went out of step: the indexes
+        /// must match the objects, and a sweep over every object (what the lifecycle rules
+        /// used to do after each write) must find nothing to do.
+        fn assert_settled(&self) {
+            let mut state = self.store.lock();
+            let mut uids = HashMap::new();
+            let mut dependents: HashMap<String, BTreeSet<ObjectRef>> = HashMap::new();
+            let mut all = Vec::new();
+            for (key, m) in &state.objects {
+                for ((ns, name), o) in m {
+                    let at = (key.clone(), ns.clone(), name.clone());
+                    if let Some(uid) = object::uid(o) {
+                        uids.insert(uid.to_string(), at.clone());
+                    }
+                    for r in object::owner_refs(o) {
+                        dependents.entry(r.uid).or_default().insert(at.clone());
+                    }
+                    all.push(at);
+                }
+            }
+            assert_eq!(state.uids, uids, "uid index out of step");
+            assert_eq!(state.dependents, dependents, "dependents index out of step");
+            assert!(state.pending.is_empty(), "work left pending");
+            let rv = state.rv;
+            state.pending.extend(all);
+            state.collect_garbage(&self.store.events);
+            assert_eq!(
+                state.rv, rv,
+                "a full sweep found work the writes did not do"
+            );
+        }
+    }
+
+    #[test]
+    fn deleting_an_owner_collects_its_dependents_transitively() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        let child = f.configmap("child", &[(&owner, false)], &[]);
+        f.configmap("grandchild", &[(&child, true)], &[]);
+        f.configmap("bystander", &[], &[]);
+        f.assert_settled();
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Background);
+        assert!(f.get("owner").is_none());
+        assert!(f.get("child").is_none());
+        assert!(f.get("grandchild").is_none());
+        assert!(f.get("bystander").is_some());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn a_dependent_stays_while_any_owner_remains() {
+        let f = Fixture::new();
+        let a = f.configmap("a", &[], &[]);
+        let b = f.configmap("b", &[], &[]);
+        f.configmap("shared", &[(&a, false), (&b, false)], &[]);
+        f.delete(&f.configmaps, "ns", "a", Propagation::Background);
+        assert!(f.get("shared").is_some());
+        f.assert_settled();
+        f.delete(&f.configmaps, "ns", "b", Propagation::Background);
+        assert!(f.get("shared").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn a_dependent_with_a_finalizer_is_marked_deleting_until_released() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        f.configmap("held", &[(&owner, false)], &["example.com/hold"]);
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Background);
+        let held = f.get("held").unwrap();
+        assert!(object::is_deleting(&held));
+        f.assert_settled();
+        f.set_finalizers(&f.configmaps, "ns", "held", &[]);
+        assert!(f.get("held").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn an_object_created_with_a_dangling_owner_is_collected() {
+        let f = Fixture::new();
+        f.configmap("orphaned", &[("no-such-uid", false)], &[]);
+        assert!(f.get("orphaned").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn orphan_deletion_keeps_dependents_without_the_owner_reference() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        let other = f.configmap("other", &[], &[]);
+        f.configmap("dep", &[(&owner, true), (&other, false)], &[]);
+        f.configmap("only", &[(&owner, false)], &[]);
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Orphan);
+        assert!(f.get("owner").is_none());
+        let dep = f.get("dep").unwrap();
+        let refs: Vec<String> = object::owner_refs(&dep)
+            .into_iter()
+            .map(|r| r.uid)
+            .collect();
+        assert_eq!(refs, vec![other]);
+        let only = f.get("only").unwrap();
+        assert!(object::owner_refs(&only).is_empty());
+        assert!(!object::is_deleting(&only));
+        f.assert_settled();
+    }
+
+    #[test]
+    fn orphan_finalizer_added_by_a_client_waits_for_deletion() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[ORPHAN_FINALIZER]);
+        f.configmap("dep", &[(&owner, false)], &[]);
+        f.assert_settled();
+        assert!(f.get("owner").is_some());
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Background);
+        assert!(f.get("owner").is_none());
+        assert!(object::owner_refs(&f.get("dep").unwrap()).is_empty());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn foreground_deletion_waits_for_blocking_dependents() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        f.configmap("blocking", &[(&owner, true)], &["example.com/hold"]);
+        f.configmap("free", &[(&owner, false)], &[]);
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Foreground);
+        let held = f.get("owner").unwrap();
+        assert!(object::is_deleting(&held));
+        assert_eq!(object::finalizers(&held), vec![FOREGROUND_FINALIZER]);
+        assert!(
+            f.get("free").is_none(),
+            "a dependent without a finalizer goes at once"
+        );
+        let blocking = f.get("blocking").unwrap();
+        assert!(object::is_deleting(&blocking));
+        f.assert_settled();
+        f.set_finalizers(&f.configmaps, "ns", "blocking", &[]);
+        assert!(f.get("blocking").is_none());
+        assert!(f.get("owner").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn foreground_deletion_releases_when_the_last_dependent_stops_blocking() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        f.configmap("blocking", &[(&owner, true)], &["example.com/hold"]);
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Foreground);
+        assert!(f.get("owner").is_some());
+        // The dependent stops blocking (still deleting, still held by its own finalizer).
+        let mut dep = f.get("blocking").unwrap();
+        let rv = object::resource_version(&dep).unwrap().to_string();
+        dep["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = json!(false);
+        f.store.update(&f.configmaps, &rv, dep, &ctx()).unwrap();
+        assert!(f.get("owner").is_none());
+        // Its owner is gone, but it is already deleting: its finalizer still holds it.
+        assert!(f.get("blocking").is_some());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn a_dependent_created_under_a_foreground_deleting_owner_is_deleted() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        f.configmap("blocking", &[(&owner, true)], &["example.com/hold"]);
+        f.delete(&f.configmaps, "ns", "owner", Propagation::Foreground);
+        f.configmap("late", &[(&owner, true)], &["example.com/hold"]);
+        assert!(object::is_deleting(&f.get("late").unwrap()));
+        f.assert_settled();
+        f.set_finalizers(&f.configmaps, "ns", "blocking", &[]);
+        assert!(f.get("owner").is_some(), "the late dependent still blocks");
+        f.set_finalizers(&f.configmaps, "ns", "late", &[]);
+        assert!(f.get("owner").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn deleting_a_namespace_removes_its_contents_then_the_namespace() {
+        let f = Fixture::new();
+        f.store
+            .create(
+                &f.namespaces,
+                json!({"metadata": {"name": "other"}}),
+                &ctx(),
+            )
+            .unwrap();
+        f.configmap("plain", &[], &[]);
+        f.create(&f.secrets, "ns", "held", &[], &["example.com/hold"]);
+        f.create(&f.configmaps, "other", "elsewhere", &[], &[]);
+        f.delete(&f.namespaces, "", "ns", Propagation::Background);
+        let ns = f.store.get(&f.namespaces, "", "ns").unwrap();
+        assert!(object::is_deleting(&ns));
+        assert_eq!(ns["status"]["phase"], "Terminating");
+        assert!(f.get("plain").is_none());
+        assert!(object::is_deleting(
+            &f.store.get(&f.secrets, "ns", "held").unwrap()
+        ));
+        f.assert_settled();
+        f.set_finalizers(&f.secrets, "ns", "held", &[]);
+        assert!(f.store.get(&f.namespaces, "", "ns").is_err());
+        assert!(f.store.get(&f.configmaps, "other", "elsewhere").is_ok());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn an_object_written_into_a_terminating_namespace_is_deleted() {
+        let f = Fixture::new();
+        f.create(&f.secrets, "ns", "held", &[], &["example.com/hold"]);
+        f.delete(&f.namespaces, "", "ns", Propagation::Background);
+        // The server refuses this (namespace_exists); the store still keeps the rule.
+        f.configmap("late", &[], &[]);
+        assert!(f.get("late").is_none());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn a_namespace_with_its_own_finalizer_waits_for_it() {
+        let f = Fixture::new();
+        f.configmap("plain", &[], &[]);
+        f.set_finalizers(&f.namespaces, "", "ns", &["example.com/ns"]);
+        f.delete(&f.namespaces, "", "ns", Propagation::Background);
+        assert!(f.get("plain").is_none());
+        let ns = f.store.get(&f.namespaces, "", "ns").unwrap();
+        assert_eq!(ns["spec"]["finalizers"], json!([]));
+        f.assert_settled();
+        f.set_finalizers(&f.namespaces, "", "ns", &[]);
+        assert!(f.store.get(&f.namespaces, "", "ns").is_err());
+        f.assert_settled();
+    }
+
+    #[test]
+    fn plain_writes_of_live_objects_leave_everything() {
+        let f = Fixture::new();
+        let owner = f.configmap("owner", &[], &[]);
+        for i in 0..20 {
+            f.configmap(&format!("dep-{i}"), &[(&owner, i % 2 == 0)], &[]);
+        }
+        let before = f.store.current_rv();
+        let mut dep = f.get("dep-3").unwrap();
+        let rv = object::resource_version(&dep).unwrap().to_string();
+        dep["data"] = json!({"k": "v"});
+        f.store.update(&f.configmaps, &rv, dep, &ctx()).unwrap();
+        assert_eq!(
+            f.store.current_rv(),
+            before + 1,
+            "one write, no lifecycle writes"
+        );
+        assert!(f.get("owner").is_some());
+        for i in 0..20 {
+            assert!(f.get(&format!("dep-{i}")).is_some());
+        }
+        let state = f.store.lock();
+        assert_eq!(
+            state
+                .history
+                .iter()
+                .filter(|e| e.kind == EventKind::Deleted)
+                .count(),
+            0
+        );
+        drop(state);
+        f.assert_settled();
+    }
+
+    #[test]
+    fn lists_page_through_one_namespace_or_all() {
+        let f = Fixture::new();
+        for ns in ["a", "b", "c"] {
+            f.store
+                .create(&f.namespaces, json!({"metadata": {"name": ns}}), &ctx())
+                .unwrap();
+            for name in ["x", "y"] {
+                f.create(&f.configmaps, ns, name, &[], &[]);
+            }
+        }
+        let page = |ns: Option<&str>, token: Option<&str>| {
+            f.store
+                .list(&f.configmaps, ns, &Filter::default(), Some(1), token)
+                .unwrap()
+        };
+        let names = |ns: Option<&str>| {
+            let mut seen = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let p = page(ns, token.as_deref());
+                seen.extend(
+                    p.items
+                        .iter()
+                        .map(|o| format!("{}/{}", object::namespace(o).unwrap(), object::name(o))),
+                );
+                match p.continue_token {
+                    Some(t) => token = Some(t),
+                    None => return seen,
+                }
+            }
+        };
+        assert_eq!(names(Some("b")), vec!["b/x", "b/y"]);
+        assert_eq!(names(None), vec!["a/x", "a/y", "b/x", "b/y", "c/x", "c/y"]);
+        assert_eq!(page(Some("b"), None).remaining, Some(1));
+        // A continue key from another namespace: before it starts at its beginning, after it
+        // finds nothing.
+        let from_a = encode_continue(("a".into(), "y".into()));
+        assert_eq!(page(Some("b"), Some(&from_a)).items.len(), 1);
+        let from_c = encode_continue(("c".into(), "x".into()));
+        assert!(page(Some("b"), Some(&from_c)).items.is_empty());
+    }
+
+    /// A deterministic random mix of writes; after each, the bookkeeping must agree with a
+    /// full sweep.
+    #[test]
+    fn random_writes_keep_the_bookkeeping_in_step() {
+        let f = Fixture::new();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let finalizer_sets: [&[&str]; 4] = [&[], &["example.com/hold"], &[ORPHAN_FINALIZER], &[]];
+        for step in 0..400 {
+            let names: Vec<(String, String)> = {
+                let state = f.store.lock();
+                state
+                    .objects
+                    .get(&f.configmaps.key())
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default()
+            };
+            let uids: Vec<String> = names
+                .iter()
+                .filter_map(|(ns, n)| f.store.get(&f.configmaps, ns, n).ok())
+                .filter_map(|o| object::uid(&o).map(str::to_string))
+                .collect();
+            match next(6) {
+                0 | 1 if names.len() < 40 => {
+                    let mut owners = Vec::new();
+                    for _ in 0..next(3) {
+                        if !uids.is_empty() {
+                            owners.push((uids[next(uids.len())].as_str(), next(2) == 0));
+                        }
+                    }
+                    f.configmap(&format!("cm-{step}"), &owners, finalizer_sets[next(4)]);
+                }
+                2 | 3 if !names.is_empty() => {
+                    let (ns, name) = &names[next(names.len())];
+                    let policy = [
+                        Propagation::Background,
+                        Propagation::Foreground,
+                        Propagation::Orphan,
+                    ][next(3)];
+                    f.delete(&f.configmaps, ns, name, policy);
+                }
+                4 if !names.is_empty() => {
+                    let (ns, name) = &names[next(names.len())];
+                    f.set_finalizers(&f.configmaps, ns, name, &[]);
+                }
+                _ if !names.is_empty() => {
+                    // Rewrite the owner references.
+                    let (ns, name) = &names[next(names.len())];
+                    let mut obj = f.store.get(&f.configmaps, ns, name).unwrap();
+                    let rv = object::resource_version(&obj).unwrap().to_string();
+                    let refs: Vec<Value> = (0..next(3))
+                        .filter(|_| !uids.is_empty())
+                        .map(|_| {
+                            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
+                                   "uid": uids[next(uids.len())], "blockOwnerDeletion": next(2) == 0})
+                        })
+                        .collect();
+                    object::metadata_mut(&mut obj).insert("ownerReferences".into(), json!(refs));
+                    f.store.update(&f.configmaps, &rv, obj, &ctx()).unwrap();
+                }
+                _ => {}
+            }
+            f.assert_settled();
+        }
     }
 }

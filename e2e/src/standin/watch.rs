@@ -57,7 +57,7 @@ fn in_scope(req: &WatchRequest, obj: &Value) -> bool {
 
 /// What a stored event means to this watch (selector transitions become ADDED/DELETED).
 fn translate(req: &WatchRequest, ev: &StoredEvent) -> Option<(EventKind, Value)> {
-    if ev.resource != req.rt.key() {
+    if ev.resource.group != req.rt.group || ev.resource.plural != req.rt.plural {
         return None;
     }
     let now = in_scope(req, &ev.object);
