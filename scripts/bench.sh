@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks of issue 8 against a release build of meshplane-xds.
+# Benchmarks of issue 8 against a release build of meshplane-xds (S5: of meshplane-operator
+# against the API stand-in kube-standin, both release builds as well).
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
 #   ./scripts/bench.sh full    the issue's sizes (S1 alone runs 5 minutes of churn); ~16 minutes on 2 cores
 #   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves)
@@ -19,7 +20,12 @@ scenarios=("$@")
 
 target=${CARGO_TARGET_DIR:-target}
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
-  cargo build --release --locked -p meshplane-xds -p meshplane-bench
+  packages=(-p meshplane-xds -p meshplane-bench)
+  for s in "${scenarios[@]}"; do
+    # S5 runs the operator against the API stand-in (the kube-standin binary of the e2e crate).
+    if [ "$s" = s5 ]; then packages+=(-p meshplane-operator -p meshplane-e2e); fi
+  done
+  cargo build --release --locked --bins "${packages[@]}"
 fi
 out="$target/bench-$mode.md"
 : > "$out"
@@ -37,6 +43,9 @@ out="$target/bench-$mode.md"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 for s in "${scenarios[@]}"; do
   "$target/release/meshplane-bench" scenario "$s" --size "$mode" \
-    --xds-bin "$target/release/meshplane-xds" --work "$target/bench-work" --docs docs --out "$out"
+    --xds-bin "$target/release/meshplane-xds" \
+    --operator-bin "$target/release/meshplane-operator" \
+    --standin-bin "$target/release/kube-standin" \
+    --work "$target/bench-work" --docs docs --out "$out"
 done
 echo "tables: $out"

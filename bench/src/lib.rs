@@ -1,9 +1,11 @@
 //! meshplane benchmarks: a mesh-state generator for the directory source, an ADS load
-//! generator, process sampling, and the scenarios of issue 8.
+//! generator, process sampling, and the scenarios of issue 8 (S5: the operator against the
+//! API stand-in).
 
 pub mod chart;
 pub mod load;
 pub mod meshgen;
+pub mod operator_scale;
 pub mod procstat;
 pub mod scenario;
 pub mod stats;

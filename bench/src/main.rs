@@ -1,5 +1,5 @@
 //! `meshplane-bench`: generate mesh state, or run the benchmark scenarios of issue 8 against
-//! a release build of `meshplane-xds`.
+//! a release build of `meshplane-xds` (S5: of `meshplane-operator` and `kube-standin`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -37,6 +37,12 @@ enum Command {
         /// The server binary (default: $CARGO_TARGET_DIR or target, then release/meshplane-xds).
         #[arg(long)]
         xds_bin: Option<PathBuf>,
+        /// The operator binary for S5 (default: release/meshplane-operator next to the above).
+        #[arg(long)]
+        operator_bin: Option<PathBuf>,
+        /// The API stand-in binary for S5 (default: release/kube-standin next to the above).
+        #[arg(long)]
+        standin_bin: Option<PathBuf>,
         /// Scratch directory for generated state and server logs.
         #[arg(long, default_value = "target/bench-work")]
         work: PathBuf,
@@ -67,10 +73,11 @@ enum Command {
     },
 }
 
-fn default_xds_bin() -> PathBuf {
+/// `$CARGO_TARGET_DIR` (or `target`)`/release/<name>`.
+fn default_bin(name: &str) -> PathBuf {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
-    target.join("release").join("meshplane-xds")
+    target.join("release").join(name)
 }
 
 async fn run_one(env: &Env, name: Name) -> Result<String> {
@@ -117,13 +124,16 @@ async fn main() -> Result<()> {
             name,
             size,
             xds_bin,
+            operator_bin,
+            standin_bin,
             work,
             docs,
             out,
         } => {
-            let xds_bin = xds_bin.unwrap_or_else(default_xds_bin);
+            let xds_bin = xds_bin.unwrap_or_else(|| default_bin("meshplane-xds"));
+            // S5 runs the operator and the API stand-in instead (and checks for them itself).
             anyhow::ensure!(
-                xds_bin.exists(),
+                name == Name::S5 || xds_bin.exists(),
                 "{} not found: build it with `cargo build --release -p meshplane-xds`",
                 xds_bin.display()
             );
@@ -131,6 +141,8 @@ async fn main() -> Result<()> {
                 .with_context(|| format!("creating {}", work.display()))?;
             let env = Env {
                 xds_bin,
+                operator_bin: operator_bin.unwrap_or_else(|| default_bin("meshplane-operator")),
+                standin_bin: standin_bin.unwrap_or_else(|| default_bin("kube-standin")),
                 work,
                 docs,
                 size,

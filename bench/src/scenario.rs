@@ -31,6 +31,10 @@ pub enum Size {
 #[derive(Clone, Debug)]
 pub struct Env {
     pub xds_bin: PathBuf,
+    /// `meshplane-operator` (S5).
+    pub operator_bin: PathBuf,
+    /// `kube-standin`, the Kubernetes API stand-in of the e2e crate (S5).
+    pub standin_bin: PathBuf,
     /// Scratch space: generated state and server logs.
     pub work: PathBuf,
     /// Where charts (SVG) go.
@@ -54,7 +58,7 @@ pub struct Server {
     pub monitoring_addr: String,
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe port")?;
     Ok(l.local_addr()?.port())
 }
@@ -280,22 +284,22 @@ fn errors(reports: &[StreamReport]) -> (usize, Option<String>) {
     (errs.len(), errs.first().map(|e| e.to_string()))
 }
 
-struct Table {
+pub(crate) struct Table {
     title: String,
     rows: Vec<(String, String)>,
 }
 
 impl Table {
-    fn new(title: impl Into<String>) -> Self {
+    pub(crate) fn new(title: impl Into<String>) -> Self {
         Table {
             title: title.into(),
             rows: Vec::new(),
         }
     }
-    fn row(&mut self, k: impl Into<String>, v: impl Into<String>) {
+    pub(crate) fn row(&mut self, k: impl Into<String>, v: impl Into<String>) {
         self.rows.push((k.into(), v.into()));
     }
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = format!("### {}\n\n| metric | value |\n|---|---|\n", self.title);
         for (k, v) in &self.rows {
             let _ = writeln!(out, "| {k} | {v} |");
@@ -1247,7 +1251,7 @@ async fn s4_phases(
     Ok((quiet_end, procstat::vcpu(c0, c1), changes))
 }
 
-/// S5 needs the operator and the API stand-in; see docs/benchmarks.md for what it measures.
-pub async fn s5(_env: &Env) -> Result<String> {
-    Ok("### S5 — operator at scale\n\nNot run: see docs/benchmarks.md (S5) for the procedure and what it needs.\n".into())
+/// S5: the operator at scale against the API stand-in; see [`crate::operator_scale`].
+pub async fn s5(env: &Env) -> Result<String> {
+    crate::operator_scale::run(env).await
 }

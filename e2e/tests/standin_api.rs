@@ -755,3 +755,135 @@ async fn services_get_loopback_cluster_ips_unless_headless() {
     assert_eq!(port.protocol.as_deref(), Some("TCP"));
     assert!(port.target_port.is_some());
 }
+
+/// `GET /standin/requests` over plain HTTP without a token, as a benchmark in another process
+/// reads it.
+async fn requests_over_http(h: &StandInHandle) -> meshplane_e2e::standin::requests::RequestCounts {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(h.addr()).await.unwrap();
+    conn.write_all(b"GET /standin/requests HTTP/1.0\r\nHost: standin\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(DEADLINE, conn.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    serde_json::from_str(body).unwrap()
+}
+
+#[tokio::test]
+async fn request_counter_counts_writes_by_verb_and_not_reads() {
+    let (h, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let before = h.requests();
+
+    api.create(&PostParams::default(), &cm("counted", json!({})))
+        .await
+        .unwrap();
+    api.patch(
+        "counted",
+        &PatchParams::apply("counter-test"),
+        &Patch::Apply(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "counted"},
+            "data": {"k": "1"},
+        })),
+    )
+    .await
+    .unwrap();
+    let mut current = api.get("counted").await.unwrap();
+    current.data = Some([("k".to_string(), "2".to_string())].into());
+    api.replace("counted", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    // A rejected write is still a write request.
+    let (code, _) = api_code(
+        api.create(&PostParams::default(), &cm("counted", json!({})))
+            .await,
+    );
+    assert_eq!(code, 409);
+    api.delete("counted", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let after_writes = h.requests();
+    assert_eq!(after_writes.writes - before.writes, 5);
+    assert_eq!(
+        after_writes.verbs_since(&before),
+        [
+            ("create".to_string(), 2),
+            ("delete".to_string(), 1),
+            ("get".to_string(), 1),
+            ("patch".to_string(), 1),
+            ("update".to_string(), 1),
+        ]
+        .into()
+    );
+    let logged: Vec<(String, Option<String>, u16)> = after_writes
+        .writes_after(&before)
+        .into_iter()
+        .map(|w| (w.verb.clone(), w.name.clone(), w.code))
+        .collect();
+    let counted = || Some("counted".to_string());
+    assert_eq!(
+        logged,
+        [
+            ("create".to_string(), counted(), 201),
+            ("patch".to_string(), counted(), 200),
+            ("update".to_string(), counted(), 200),
+            ("create".to_string(), counted(), 409),
+            ("delete".to_string(), counted(), 200),
+        ]
+    );
+    assert!(after_writes
+        .writes_after(&before)
+        .iter()
+        .all(|w| w.resource == "configmaps"
+            && w.namespace.as_deref() == Some("default")
+            && w.user == "admin"));
+
+    // Reads (get, list, watch) are counted by verb but never as writes.
+    api.list(&ListParams::default()).await.unwrap();
+    assert!(api.get_opt("counted").await.unwrap().is_none());
+    let watch = api
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap();
+    drop(watch);
+    let after_reads = h.requests();
+    assert_eq!(after_reads.writes, after_writes.writes);
+    assert_eq!(
+        after_reads.verbs_since(&after_writes),
+        [
+            ("get".to_string(), 1),
+            ("list".to_string(), 1),
+            ("watch".to_string(), 1),
+        ]
+        .into()
+    );
+    assert_eq!(after_reads.reads(), after_writes.reads() + 3);
+
+    // Another process reads the same counts over HTTP, without a token; reading them is not
+    // a counted request.
+    let served = requests_over_http(&h).await;
+    assert_eq!(served, h.requests());
+    assert_eq!(served.writes, after_reads.writes);
+    assert_eq!(
+        served.writes_by_resource_since(&before),
+        [
+            ("create configmaps".to_string(), 2),
+            ("delete configmaps".to_string(), 1),
+            ("patch configmaps".to_string(), 1),
+            ("update configmaps".to_string(), 1),
+        ]
+        .into()
+    );
+}

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
 use super::auth::{Authenticator, Identity};
+use super::requests::{RequestCounter, RequestCounts};
 use super::server::{self, ServerState};
 use super::store::Store;
 use super::tls::{serving_tls, TlsError};
@@ -93,11 +94,13 @@ impl StandIn {
         })?;
         let store = Store::new(opts.history_limit);
         let auth = Arc::new(Authenticator::new());
+        let requests = Arc::new(RequestCounter::default());
         let state = Arc::new(ServerState {
             store: store.clone(),
             auth: auth.clone(),
             address: addr.to_string(),
             bookmark_interval: opts.bookmark_interval,
+            requests: requests.clone(),
         });
         let app = axum::Router::new()
             .fallback(server::handle)
@@ -115,6 +118,7 @@ impl StandIn {
             dir,
             store,
             auth,
+            requests,
             ca_pem: tls.ca_pem,
             shutdown: Some(shutdown_tx),
         };
@@ -193,6 +197,7 @@ pub struct StandInHandle {
     dir: PathBuf,
     store: Arc<Store>,
     auth: Arc<Authenticator>,
+    requests: Arc<RequestCounter>,
     ca_pem: String,
     shutdown: Option<oneshot::Sender<()>>,
 }
@@ -261,6 +266,12 @@ impl StandInHandle {
             .await
             .map_err(|e| err(e.to_string()))?;
         kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    }
+
+    /// Resource requests answered so far, by verb, and the latest writes (what
+    /// `GET /standin/requests` serves to other processes).
+    pub fn requests(&self) -> RequestCounts {
+        self.requests.snapshot()
     }
 
     /// How many watch streams are open right now.

@@ -32,7 +32,9 @@
 //!   (`kubectl --as`/`--as-group`, checked against the `impersonate` verb);
 //! - watches: resume by `resourceVersion`, 410 Gone (ERROR event) past the bounded history,
 //!   bookmarks, `sendInitialEvents`, `timeoutSeconds`, and fault injection
-//!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]).
+//!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]);
+//! - instrumentation: a count of resource requests by verb and a log of the latest writes
+//!   (`requests`; [`StandInHandle::requests`], and `GET /standin/requests` for other processes).
 //!
 //! Not implemented (differences a test could notice against a real cluster):
 //! - no client-certificate authentication; impersonation of users and groups only (no
@@ -71,6 +73,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod query;
 pub mod rbac;
+pub mod requests;
 pub mod resources;
 pub mod schema;
 pub mod server;

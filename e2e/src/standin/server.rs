@@ -21,6 +21,7 @@ use super::patch::{self, PatchKind};
 use super::protobuf;
 use super::query::{Filter, QueryParams};
 use super::rbac::{self, RequestAttributes};
+use super::requests::RequestCounter;
 use super::resources::ResourceType;
 use super::schema;
 use super::store::{DeleteRequest, Propagation, Store, WriteCtx};
@@ -42,6 +43,8 @@ pub struct ServerState {
     /// `host:port` the server listens on (for `/api`'s `serverAddressByClientCIDRs`).
     pub address: String,
     pub bookmark_interval: Duration,
+    /// Resource requests by verb, and the latest writes (`GET /standin/requests`).
+    pub requests: Arc<RequestCounter>,
 }
 
 /// The resource a request addresses.
@@ -124,6 +127,20 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
     if public && authorization.is_none() {
         return non_resource(state, &segments, &path);
     }
+    // Test-fixture instrumentation, not a Kubernetes path: the request counter, for readers in
+    // other processes (the stand-in listens on loopback only).
+    if segments.as_slice() == ["standin", "requests"] {
+        if req.method() != Method::GET {
+            return Err(ApiError::method_not_allowed(
+                "/standin/requests answers GET only",
+            ));
+        }
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_value(state.requests.snapshot())
+                .map_err(|e| ApiError::internal(format!("encoding the request counts: {e}")))?,
+        ));
+    }
     let user = state.auth.authenticate(authorization).map_err(|e| {
         tracing::debug!(error = %e, "authentication failed");
         ApiError::unauthorized()
@@ -156,20 +173,58 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
             .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?,
     };
     let verb = verb_of(&call, &target)?;
-    authorize(state, &call, &target, verb)?;
-    match verb {
-        "get" => get(state, &call, &target),
-        "list" => list(state, &call, &target),
-        "watch" => watch_resource(state, &call, &target),
-        "create" => create(state, &call, &target).await,
-        "update" => update(state, &call, &target).await,
-        "patch" => patch_resource(state, &call, &target).await,
-        "delete" => delete(state, &call, &target).await,
-        "deletecollection" => delete_collection(state, &call, &target).await,
-        _ => Err(ApiError::method_not_allowed(format!(
-            "{verb} is not supported"
-        ))),
-    }
+    let result = match authorize(state, &call, &target, verb) {
+        Err(denied) => Err(denied),
+        Ok(()) => match verb {
+            "get" => get(state, &call, &target),
+            "list" => list(state, &call, &target),
+            "watch" => watch_resource(state, &call, &target),
+            "create" => create(state, &call, &target).await,
+            "update" => update(state, &call, &target).await,
+            "patch" => patch_resource(state, &call, &target).await,
+            "delete" => delete(state, &call, &target).await,
+            "deletecollection" => delete_collection(state, &call, &target).await,
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{verb} is not supported"
+            ))),
+        },
+    };
+    count_request(state, &call, &target, verb, &result);
+    result
+}
+
+/// Records a resource request in the request counter, whatever its outcome.
+fn count_request(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    verb: &str,
+    result: &Result<Response, ApiError>,
+) {
+    let code = match result {
+        Ok(resp) => resp.status().as_u16(),
+        Err(e) => e.code,
+    };
+    // A create names its object in the body (best effort: JSON bodies only).
+    let created_name = (verb == "create" && t.name.is_none())
+        .then(|| serde_json::from_slice::<Value>(&call.body).ok())
+        .flatten()
+        .and_then(|body| {
+            body.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+    state.requests.record(
+        verb,
+        &t.rt.group,
+        &t.rt.plural,
+        t.subresource.as_deref(),
+        t.namespace.as_deref(),
+        t.name.as_deref().or(created_name.as_deref()),
+        &call.user.username,
+        code,
+        call.query.dry_run(),
+    );
 }
 
 /// Applies `Impersonate-User`/`Impersonate-Group` (`kubectl --as`/`--as-group`) like the real

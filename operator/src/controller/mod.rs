@@ -48,6 +48,9 @@ pub use tag::reconcile_tag;
 pub const CONTROL_PLANE_CONTROLLER: &str = "meshcontrolplane";
 pub const TAG_CONTROLLER: &str = "meshrevisiontag";
 
+/// Retry after a finalizer patch lost a race with the controller's own previous write.
+const FINALIZER_RACE_RETRY: Duration = Duration::from_millis(500);
+
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -142,6 +145,39 @@ pub struct ClusterCaches {
     pub control_planes: Store<MeshControlPlane>,
     pub tags: Store<MeshRevisionTag>,
     pub namespaces: Store<Namespace>,
+    /// True once the tag and namespace stores have seen their first complete list (the control
+    /// plane store is ready before any reconcile runs). Reconciles wait on this rather
+    /// than on `Store::wait_until_ready`, whose one-shot channel wakes only the last of several
+    /// concurrent waiters (the others would hang).
+    pub ready: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ClusterCaches {
+    /// Caches over the three stores, and the task that marks them ready (the one waiter on
+    /// the tag and namespace stores).
+    pub fn new(
+        control_planes: Store<MeshControlPlane>,
+        tags: Store<MeshRevisionTag>,
+        namespaces: Store<Namespace>,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
+        // The control plane store is not waited on here: the controller itself waits for its
+        // main store before any reconcile, and a second waiter would take its wake-up.
+        let stores = (tags.clone(), namespaces.clone());
+        let mark_ready = async move {
+            let (t, n) = stores;
+            if t.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
+                let _ = ready_tx.send(true);
+            }
+        };
+        let caches = Self {
+            control_planes,
+            tags,
+            namespaces,
+            ready,
+        };
+        (caches, mark_ready)
+    }
 }
 
 impl Context {
@@ -281,12 +317,10 @@ impl Snapshot {
 impl ClusterCaches {
     /// Membership from the stores, once each has seen its first complete list.
     pub async fn snapshot(&self) -> Result<Snapshot, Error> {
-        for ready in [
-            self.control_planes.wait_until_ready().await,
-            self.tags.wait_until_ready().await,
-            self.namespaces.wait_until_ready().await,
-        ] {
-            ready.map_err(|_| Error::CacheClosed)?;
+        let mut ready = self.ready.clone();
+        match ready.wait_for(|ready| *ready).await {
+            Ok(_) => {}
+            Err(_) => return Err(Error::CacheClosed),
         }
         let namespaces = self.namespaces.state();
         Ok(Snapshot::compute(
@@ -308,6 +342,16 @@ fn error_policy<K: Resource<DynamicType = ()>>(
         ctx.metrics.record_error(controller, err.reason());
         if err.reason() == "InUse" {
             return Action::requeue(ctx.settings.in_use_retry);
+        }
+        if let Error::Finalizer(e) = err {
+            if matches!(
+                e.as_ref(),
+                finalizer::Error::AddFinalizer(_) | finalizer::Error::RemoveFinalizer(_)
+            ) {
+                // The cached object was older than our own finalizer write (its guard failed):
+                // the watch catches up within moments, so retry soon, not with the backoff.
+                return Action::requeue(FINALIZER_RACE_RETRY);
+            }
         }
         let delay = ctx.backoff(&key);
         warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
@@ -339,11 +383,9 @@ pub async fn run(
     let (cp_store, cp_writer) = reflector::store::<MeshControlPlane>();
     let (tag_cache, tag_cache_writer) = reflector::store::<MeshRevisionTag>();
     let (ns_cache, ns_cache_writer) = reflector::store::<Namespace>();
-    let _ = ctx.caches.set(ClusterCaches {
-        control_planes: cp_store.clone(),
-        tags: tag_cache,
-        namespaces: ns_cache,
-    });
+    let (caches, mark_ready) = ClusterCaches::new(cp_store.clone(), tag_cache, ns_cache);
+    let _ = ctx.caches.set(caches);
+    let caches_ready = tokio::spawn(mark_ready);
     let (sibling_tx, sibling_rx) = futures::channel::mpsc::unbounded();
     let control_plane_events = reflector(cp_writer, watched::<MeshControlPlane>(&client, &all))
         .inspect(move |event| {
@@ -358,18 +400,39 @@ pub async fn run(
     let cp_index = ns_index.clone();
     let control_planes = cp_controller
         .trigger_backoff(NoSharedBackoff)
-        .owns_stream(owned::<ConfigMap>(&client, &managed))
-        .owns_stream(owned::<Secret>(&client, &managed))
-        .owns_stream(owned::<Service>(&client, &managed))
-        .owns_stream(owned::<ServiceAccount>(&client, &managed))
-        .owns_stream(owned::<Deployment>(&client, &managed))
-        .owns_stream(owned::<PodDisruptionBudget>(&client, &managed))
-        .owns_stream(owned::<Role>(&client, &managed))
-        .owns_stream(owned::<RoleBinding>(&client, &managed))
-        .owns_stream(owned::<ClusterRole>(&client, &managed))
-        .owns_stream(owned::<ClusterRoleBinding>(&client, &managed))
-        .owns_stream(owned::<MutatingWebhookConfiguration>(&client, &managed))
-        .owns_stream(owned::<ValidatingWebhookConfiguration>(&client, &managed))
+        .watches_stream(owned::<ConfigMap>(&client, &managed), owning_control_plane)
+        .watches_stream(owned::<Secret>(&client, &managed), owning_control_plane)
+        .watches_stream(owned::<Service>(&client, &managed), owning_control_plane)
+        .watches_stream(
+            owned::<ServiceAccount>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(owned::<Deployment>(&client, &managed), owning_control_plane)
+        .watches_stream(
+            owned::<PodDisruptionBudget>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(owned::<Role>(&client, &managed), owning_control_plane)
+        .watches_stream(
+            owned::<RoleBinding>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(
+            owned::<ClusterRole>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(
+            owned::<ClusterRoleBinding>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(
+            owned::<MutatingWebhookConfiguration>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(
+            owned::<ValidatingWebhookConfiguration>(&client, &managed),
+            owning_control_plane,
+        )
         .watches_stream(
             reflector(ns_cache_writer, watched::<Namespace>(&client, &all)).touched_objects(),
             move |ns| {
@@ -431,6 +494,7 @@ pub async fn run(
         });
     info!("controllers started");
     futures::join!(control_planes, tags);
+    caches_ready.abort();
     info!("controllers stopped");
 }
 
@@ -460,6 +524,20 @@ where
     )
     .default_backoff()
     .touched_objects()
+}
+
+/// The control plane that owns an object. `Controller::owns` would key a cluster-scoped owner
+/// by the namespace of each namespaced child, so one control plane would be reconciled under
+/// many keys at once (racing itself on finalizers and applies).
+fn owning_control_plane<K: Resource>(
+    obj: PartialObjectMeta<K>,
+) -> Option<ObjectRef<MeshControlPlane>> {
+    obj.owner_references()
+        .iter()
+        .find(|r| {
+            r.kind == "MeshControlPlane" && r.api_version == MeshControlPlane::api_version(&())
+        })
+        .map(|r| ObjectRef::new(&r.name))
 }
 
 /// The objects of a watch whose membership facts (`facts`, plus whether it is being deleted)
@@ -607,6 +685,72 @@ mod tests {
         ])
         .await;
         assert_eq!(passed, ["c", "b", "a", "a", "b", "d", "c"]);
+    }
+
+    #[test]
+    fn a_namespaced_child_maps_to_its_cluster_scoped_control_plane() {
+        let child: PartialObjectMeta<ConfigMap> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "meshplane-blue-v1-bootstrap",
+                "namespace": "shop",
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "1"},
+                    {"apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+                     "name": "blue-v1", "uid": "2"},
+                ],
+            },
+        }))
+        .expect("a valid ConfigMap");
+        let owner = owning_control_plane(child).expect("owned by blue-v1");
+        assert_eq!(owner, ObjectRef::<MeshControlPlane>::new("blue-v1"));
+        assert_eq!(owner.namespace, None, "one key per control plane");
+        let orphan: PartialObjectMeta<ConfigMap> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "shop"},
+        }))
+        .expect("a valid ConfigMap");
+        assert_eq!(owning_control_plane(orphan), None);
+    }
+
+    #[tokio::test]
+    async fn every_concurrent_reconcile_sees_the_caches_become_ready() {
+        let (control_planes, mut cp_writer) = reflector::store::<MeshControlPlane>();
+        let (tags, mut tag_writer) = reflector::store::<MeshRevisionTag>();
+        let (namespaces, mut ns_writer) = reflector::store::<Namespace>();
+        // kube-runtime's Controller waits for its main store too: that wake-up must not be taken.
+        let main_store = control_planes.clone();
+        let controller = tokio::spawn(async move { main_store.wait_until_ready().await });
+        let (caches, mark_ready) = ClusterCaches::new(control_planes, tags, namespaces);
+        let marker = tokio::spawn(mark_ready);
+        let waiting: Vec<_> = (0..8)
+            .map(|_| {
+                let caches = caches.clone();
+                tokio::spawn(async move { caches.snapshot().await.map(|s| s.control_planes.len()) })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        cp_writer.apply_watcher_event(&Ev::Init);
+        cp_writer.apply_watcher_event(&Ev::InitApply(plane("a", "a1", 0)));
+        cp_writer.apply_watcher_event(&Ev::InitDone);
+        tag_writer.apply_watcher_event(&Ev::Init);
+        tag_writer.apply_watcher_event(&Ev::InitDone);
+        ns_writer.apply_watcher_event(&Ev::Init);
+        ns_writer.apply_watcher_event(&Ev::InitDone);
+        for task in waiting {
+            let seen = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("every waiter wakes up")
+                .expect("the task ran")
+                .expect("a snapshot");
+            assert_eq!(seen, 1);
+        }
+        marker.await.expect("the marker ran");
+        tokio::time::timeout(Duration::from_secs(10), controller)
+            .await
+            .expect("the controller's wait wakes up")
+            .expect("the task ran")
+            .expect("the store is ready");
     }
 
     #[tokio::test]
