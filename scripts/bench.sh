@@ -22,8 +22,8 @@ target=${CARGO_TARGET_DIR:-target}
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
   packages=(-p meshplane-xds -p meshplane-bench)
   for s in "${scenarios[@]}"; do
-    # S5 runs the operator against the API stand-in (the kube-standin binary of the e2e crate).
-    if [ "$s" = s5 ]; then packages+=(-p meshplane-operator -p meshplane-e2e); fi
+    # S5 runs the operator against the API stand-in (the kube-standin binary of testing/kube-standin).
+    if [ "$s" = s5 ]; then packages+=(-p meshplane-operator -p meshplane-kube-standin); fi
   done
   cargo build --release --locked --bins "${packages[@]}"
 fi

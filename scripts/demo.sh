@@ -43,7 +43,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 bold "Building meshplane (operator, xds-server, proxy launcher) and the test fixtures"
-show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-e2e --bins
+show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-kube-standin -p meshplane-pod-runner --bins
 
 rm -rf "$WORK"; mkdir -p "$WORK"
 bold "Starting the Kubernetes API stand-in (test fixture) and the local pod runner"

@@ -42,7 +42,7 @@ use kube::discovery::{self, Scope};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use meshplane_crds::names;
-use meshplane_e2e::standin::requests::RequestCounts;
+use meshplane_kube_standin::requests::RequestCounts;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -921,7 +921,7 @@ fn writes_cell(
 pub async fn run(env: &Env) -> Result<String> {
     for (bin, hint) in [
         (&env.operator_bin, "-p meshplane-operator"),
-        (&env.standin_bin, "-p meshplane-e2e --bins"),
+        (&env.standin_bin, "-p meshplane-kube-standin --bins"),
     ] {
         anyhow::ensure!(
             bin.exists(),

@@ -33,7 +33,7 @@ pub struct Env {
     pub xds_bin: PathBuf,
     /// `meshplane-operator` (S5).
     pub operator_bin: PathBuf,
-    /// `kube-standin`, the Kubernetes API stand-in of the e2e crate (S5).
+    /// `kube-standin`, the Kubernetes API stand-in of `testing/kube-standin` (S5).
     pub standin_bin: PathBuf,
     /// Scratch space: generated state and server logs.
     pub work: PathBuf,

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use crate::podrunner::{
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_pod_runner::{
     default_bin_dir, locate_binary, workspace_root, PodRunner, PodRunnerError, PodRunnerOptions,
     OPERATOR_BINARY, PROXY_BINARY, XDS_BINARY,
 };
-use crate::standin::{Identity, StandIn, StandInHandle, StandInOptions};
 
 /// kubectl's client-side schema validation needs the OpenAPI documents, which the stand-in does
 /// not serve; the server validates anyway (CRD schemas, admission).
@@ -608,7 +608,7 @@ pub fn pod_ip(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Ipv4Addr> {
 /// port 15000: the launcher moves Envoy's loopback admin there).
 pub async fn envoy_config_dump(pod_ip: Ipv4Addr) -> Result<String, HarnessError> {
     let address = std::net::SocketAddr::from((pod_ip, 15000));
-    let reply = crate::podrunner::http_get(
+    let reply = meshplane_pod_runner::http_get(
         address,
         &pod_ip.to_string(),
         "/config_dump",

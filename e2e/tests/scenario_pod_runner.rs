@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use meshplane_e2e::harness::{wait_for, Cluster};
-use meshplane_e2e::podrunner::{http_get, SERVICE_NAME_LABEL, TEMPLATE_HASH_LABEL};
+use meshplane_pod_runner::{http_get, SERVICE_NAME_LABEL, TEMPLATE_HASH_LABEL};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use meshplane_e2e::harness::{app_and_client, envoy_config_dump, pod_ip, wait_for, Cluster};
-use meshplane_e2e::podrunner::http_get;
+use meshplane_pod_runner::http_get;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
 use kube::Api;
-use meshplane_e2e::standin::{Identity, StandIn, StandInOptions};
+use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{Object, ProxyConfig, ProxyNode, SourceEvent};
 use meshplane_xds::push::{ConfigGenerator, Hub};

@@ -428,7 +428,7 @@ mod tests {
     fn mcp_crd() -> Value {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../config/crd/meshplane.io_meshcontrolplanes.yaml"
+            "/../../config/crd/meshplane.io_meshcontrolplanes.yaml"
         );
         let text = std::fs::read_to_string(path).unwrap();
         serde_saphyr::from_str(&text).unwrap()

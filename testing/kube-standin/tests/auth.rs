@@ -13,7 +13,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenReview};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use meshplane_e2e::standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{json, Value};
@@ -203,7 +203,7 @@ async fn crd_schema_and_cel_rules_apply_on_the_api() {
     let handle = standin().await;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../config/crd/meshplane.io_meshcontrolplanes.yaml"
+        "/../../config/crd/meshplane.io_meshcontrolplanes.yaml"
     );
     let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     apply_all(&handle, vec![crd]).await;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use meshplane_e2e::standin::{StandIn, StandInOptions};
+use meshplane_kube_standin::{StandIn, StandInOptions};
 
 /// Test fixture: an in-memory Kubernetes API stand-in for meshplane's e2e suite and demo.
 /// Writes admin.kubeconfig, operator.kubeconfig and node.kubeconfig into --kubeconfig-dir and

@@ -789,7 +789,7 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standin::lookup::tests::MemoryLookup;
+    use crate::lookup::tests::MemoryLookup;
     use hyper::service::service_fn;
     use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
     use kube::core::DynamicObject;

@@ -347,7 +347,7 @@ fn rfc3339(at: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standin::lookup::tests::MemoryLookup;
+    use crate::lookup::tests::MemoryLookup;
 
     fn store() -> MemoryLookup {
         MemoryLookup::with(vec![
@@ -501,10 +501,10 @@ mod tests {
     #[test]
     fn fixed_identities_authenticate() {
         let auth = Authenticator::new();
-        let admin = auth.token_for(&crate::standin::auth::Identity::Admin);
+        let admin = auth.token_for(&crate::auth::Identity::Admin);
         let user = auth.authenticate(Some(&format!("Bearer {admin}"))).unwrap();
         assert!(user.in_group("system:masters"));
-        let operator = auth.token_for(&crate::standin::auth::Identity::Operator);
+        let operator = auth.token_for(&crate::auth::Identity::Operator);
         let user = auth
             .authenticate(Some(&format!("bearer {operator}")))
             .unwrap();

@@ -14,7 +14,7 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use meshplane_e2e::standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
 use serde_json::{json, Value};
 
 /// Upper bound for anything a test awaits; reached only when the behaviour is broken.
@@ -147,7 +147,7 @@ async fn crud_keeps_versions_uids_and_rejects_stale_updates() {
 
 async fn install_crds(client: &Client) -> Api<DynamicObject> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/crd");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/crd");
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -758,7 +758,7 @@ async fn services_get_loopback_cluster_ips_unless_headless() {
 
 /// `GET /standin/requests` over plain HTTP without a token, as a benchmark in another process
 /// reads it.
-async fn requests_over_http(h: &StandInHandle) -> meshplane_e2e::standin::requests::RequestCounts {
+async fn requests_over_http(h: &StandInHandle) -> meshplane_kube_standin::requests::RequestCounts {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(h.addr()).await.unwrap();
     conn.write_all(b"GET /standin/requests HTTP/1.0\r\nHost: standin\r\n\r\n")

@@ -51,11 +51,12 @@ pub fn default_bin_dir() -> PathBuf {
     workspace_root().join("target").join("debug")
 }
 
-/// The cargo workspace this crate belongs to.
+/// The cargo workspace this crate belongs to (it lives at `testing/pod-runner`).
 pub fn workspace_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest_dir
-        .parent()
+        .ancestors()
+        .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| manifest_dir.to_path_buf())
 }

@@ -2,15 +2,15 @@
 //! objects with owner references (the shape of the S5 benchmark: namespaces full of ConfigMaps
 //! and Roles owned by a per-namespace owner).
 //!
-//! `cargo bench -p meshplane-e2e --bench standin_store`
+//! `cargo bench -p meshplane-kube-standin --bench standin_store`
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use meshplane_e2e::standin::resources::ResourceType;
-use meshplane_e2e::standin::store::{DeleteRequest, Propagation, Store, WriteCtx};
+use meshplane_kube_standin::resources::ResourceType;
+use meshplane_kube_standin::store::{DeleteRequest, Propagation, Store, WriteCtx};
 use serde_json::{json, Value};
 
 const NAMESPACES: usize = 100;

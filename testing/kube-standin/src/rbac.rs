@@ -583,7 +583,7 @@ fn typed<T: serde::de::DeserializeOwned>(objects: Vec<serde_json::Value>) -> Vec
 pub mod builtin {
     use k8s_openapi::api::rbac::v1::PolicyRule;
 
-    use crate::standin::auth::{UserInfo, GROUP_AUTHENTICATED};
+    use crate::auth::{UserInfo, GROUP_AUTHENTICATED};
 
     fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
         let strings = |values: &[&str]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>();
@@ -729,8 +729,8 @@ pub mod builtin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::standin::auth::GROUP_AUTHENTICATED;
-    use crate::standin::lookup::tests::MemoryLookup;
+    use crate::auth::GROUP_AUTHENTICATED;
+    use crate::lookup::tests::MemoryLookup;
     use serde_json::{json, Value};
 
     fn role(kind: &str, namespace: Option<&str>, name: &str, rules: Value) -> Value {

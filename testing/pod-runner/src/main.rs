@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use meshplane_e2e::podrunner::{default_bin_dir, PodRunner, PodRunnerOptions};
+use meshplane_pod_runner::{default_bin_dir, PodRunner, PodRunnerOptions};
 
 #[derive(Debug, Parser)]
 #[command(about = "Local pod runner for the meshplane e2e suite and demo (a tiny kubelet)")]
