@@ -21,11 +21,11 @@
 //! `VIRTUAL_HOST` patches reach RDS route configurations only, not the inline routes of
 //! inbound listeners.
 //!
-//! `MERGE` has protobuf merge semantics (scalars replaced, messages merged, lists appended);
-//! a filter's `typed_config` of the same `@type` is merged field by field, as Istio does.
-//! Values are proto-JSON, encoded by [`crate::translate::protojson`] (see there for the
-//! message types a value may contain). A patch that cannot be applied is skipped and reported;
-//! the others still apply.
+//! `MERGE` merges field by field: values the patch names replace scalars (an explicit `false`
+//! included), messages merge, lists append; a filter's `typed_config` of the same `@type` is
+//! merged field by field, as Istio does. Values are proto-JSON of any Envoy message, read by
+//! [`crate::translate::protojson`] from envoy-types' descriptor set. A patch that cannot be
+//! applied is skipped and reported; the others still apply.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
@@ -33,14 +33,12 @@ use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfigType;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpFilterConfigType;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter,
 };
-use envoy_types::pb::google::protobuf::Any;
 use meshplane_crds::networking::{
-    ApplyTo, ClusterMatch, EnvoyConfigObjectMatch, EnvoyConfigObjectPatch, FilterChainMatch, ListenerMatch,
-    PatchContext, PatchOperation, RouteConfigurationMatch,
+    ApplyTo, ClusterMatch, EnvoyConfigObjectMatch, EnvoyConfigObjectPatch, FilterChainMatch,
+    ListenerMatch, PatchContext, PatchOperation, RouteConfigurationMatch,
 };
 use meshplane_crds::EnvoyFilter;
 use prost::Message;
@@ -153,27 +151,15 @@ fn decode<M: Message + Default>(
     protojson::decode_message(type_name, value(patch)?).map_err(err)
 }
 
-/// Protobuf merge: the concatenation of two encodings decodes as their merge.
+/// MERGE: see [`protojson::merge`] (explicit values replace, messages merge, lists append,
+/// typed configs of the same `@type` merge field by field).
 fn merge<M: Message + Default>(
     existing: &mut M,
     type_name: &str,
     patch: &EnvoyConfigObjectPatch,
 ) -> Result<(), String> {
-    let patch_bytes = protojson::encode_message(type_name, value(patch)?).map_err(err)?;
-    let mut bytes = existing.encode_to_vec();
-    bytes.extend_from_slice(&patch_bytes);
-    *existing = M::decode(bytes.as_slice())
-        .map_err(|e| format!("merged {type_name} does not decode: {e}"))?;
+    *existing = protojson::merge_message(existing, type_name, value(patch)?).map_err(err)?;
     Ok(())
-}
-
-/// Merges two `Any`s: the same type merges field by field, another type replaces.
-fn merge_any(existing: &mut Any, patch: Any) {
-    if existing.type_url == patch.type_url {
-        existing.value.extend_from_slice(&patch.value);
-    } else {
-        *existing = patch;
-    }
 }
 
 fn unsupported(patch: &EnvoyConfigObjectPatch) -> String {
@@ -259,13 +245,9 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                     if !chain_matches(chain, lm.filter_chain.as_ref()) {
                         continue;
                     }
-                    patch_filters(
-                        &mut chain.filters,
-                        patch,
-                        NETWORK_FILTER,
-                        |f: &Filter| filter_name.is_empty() || f.name == filter_name,
-                        merge_network_filter,
-                    )?;
+                    patch_filters(&mut chain.filters, patch, NETWORK_FILTER, |f: &Filter| {
+                        filter_name.is_empty() || f.name == filter_name
+                    })?;
                 }
             }
             Ok(())
@@ -302,7 +284,6 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                             patch,
                             HTTP_FILTER,
                             |h: &HttpFilter| sub_name.is_empty() || h.name == sub_name,
-                            merge_http_filter,
                         )?;
                         any.value = hcm.encode_to_vec();
                     }
@@ -345,7 +326,6 @@ fn patch_filters<F: Message + Default + Clone>(
     patch: &EnvoyConfigObjectPatch,
     type_name: &str,
     matches: impl Fn(&F) -> bool,
-    merge_one: impl Fn(&mut F, F),
 ) -> Result<(), String> {
     let op = patch.patch.operation;
     match op {
@@ -370,43 +350,13 @@ fn patch_filters<F: Message + Default + Clone>(
             }
         }
         PatchOperation::Merge => {
-            let new: F = decode(type_name, patch)?;
             for f in filters.iter_mut().filter(|f| matches(f)) {
-                merge_one(f, new.clone());
+                merge(f, type_name, patch)?;
             }
         }
         PatchOperation::Invalid => return Err(unsupported(patch)),
     }
     Ok(())
-}
-
-fn merge_network_filter(existing: &mut Filter, patch: Filter) {
-    if !patch.name.is_empty() {
-        existing.name = patch.name;
-    }
-    match (&mut existing.config_type, patch.config_type) {
-        (Some(FilterConfigType::TypedConfig(old)), Some(FilterConfigType::TypedConfig(new))) => {
-            merge_any(old, new)
-        }
-        (slot, Some(new)) => *slot = Some(new),
-        (_, None) => {}
-    }
-}
-
-fn merge_http_filter(existing: &mut HttpFilter, patch: HttpFilter) {
-    if !patch.name.is_empty() {
-        existing.name = patch.name;
-    }
-    existing.disabled |= patch.disabled;
-    existing.is_optional |= patch.is_optional;
-    match (&mut existing.config_type, patch.config_type) {
-        (
-            Some(HttpFilterConfigType::TypedConfig(old)),
-            Some(HttpFilterConfigType::TypedConfig(new)),
-        ) => merge_any(old, new),
-        (slot, Some(new)) => *slot = Some(new),
-        (_, None) => {}
-    }
 }
 
 fn is_inbound_listener(l: &Listener) -> bool {

