@@ -39,15 +39,19 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
+    let accepted = c.recv().await;
+    c.ack(&accepted).await;
+    h.set("shop", config("b"));
     let r = c.recv().await;
     c.send(type_url::CLUSTER, &[], &[], &r.nonce, nack("bad cluster"))
         .await;
-    h.set("shop", config("a"));
-    c.send(type_url::LISTENER, &[], &[], "", None).await;
+    h.set("shop", config("b"));
+    // Endpoints of the cluster the proxy kept still flow; listeners wait for accepted clusters.
+    c.send(type_url::ENDPOINT, &["c1"], &[], "", None).await;
     let l = c.recv().await;
     assert_eq!(
         l.type_url,
-        type_url::LISTENER,
+        type_url::ENDPOINT,
         "NACKed clusters are not re-sent"
     );
     let status = h.hub.proxy_statuses();
@@ -60,10 +64,10 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
         Some("bad cluster")
     );
     c.ack(&l).await;
-    h.set("shop", config("b"));
+    h.set("shop", config("c"));
     let again = c.recv().await;
     assert_eq!(again.type_url, type_url::CLUSTER);
-    assert_eq!(again.resources[0].version, config("b").clusters[0].version);
+    assert_eq!(again.resources[0].version, config("c").clusters[0].version);
 }
 
 #[tokio::test]
@@ -76,8 +80,8 @@ async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let first = c.recv().await;
     h.set("shop", config("b"));
     h.set("shop", config("c"));
-    c.send(type_url::LISTENER, &[], &[], "", None).await;
-    assert_eq!(c.recv().await.type_url, type_url::LISTENER);
+    c.send(type_url::ENDPOINT, &["c1"], &[], "", None).await;
+    assert_eq!(c.recv().await.type_url, type_url::ENDPOINT);
     c.ack(&first).await;
     let next = c.recv().await;
     assert_eq!(next.type_url, type_url::CLUSTER);

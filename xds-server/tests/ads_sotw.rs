@@ -54,24 +54,29 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
+    let accepted = c.recv().await;
+    c.ack(&accepted).await;
+    h.set("shop", config("b"));
     let r = c.recv().await;
     c.send(
         type_url::CLUSTER,
         &[],
-        "",
+        &accepted.version_info,
         &r.nonce,
         nack("cluster c1: bad"),
     )
     .await;
-    // Same content pushed again: still blocked.
-    h.set("shop", config("a"));
-    c.request(type_url::LISTENER, &[], "", "").await;
+    // Same content pushed again: still blocked. Endpoints of the cluster the proxy kept still
+    // flow (listeners and routes wait for a CDS the proxy accepts).
+    h.set("shop", config("b"));
+    c.request(type_url::ENDPOINT, &["c1"], "", "").await;
     let l = c.recv().await;
     assert_eq!(
         l.type_url,
-        type_url::LISTENER,
+        type_url::ENDPOINT,
         "NACKed clusters must not be re-sent"
     );
+    assert_eq!(sotw_bodies(&l), ["c1:b"]);
 
     let status = h.hub.proxy_statuses();
     let cds = &status[0].types[0];
@@ -79,7 +84,7 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let last = cds.last_nack.as_ref().expect("NACK recorded");
     assert_eq!(last.message, "cluster c1: bad");
     assert_eq!(last.version, r.version_info);
-    assert_eq!(cds.acked_version, None);
+    assert_eq!(cds.acked_version, Some(accepted.version_info.clone()));
     let metrics = h.hub.metrics().encode().expect("metrics");
     assert!(
         metrics.contains(r#"meshplane_xds_nacks_total{type="cds"} 1"#),
@@ -87,14 +92,14 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     );
 
     c.ack(&l).await;
-    h.set("shop", config("b"));
+    h.set("shop", config("c"));
     let again = c.recv().await;
     assert_eq!(
         again.type_url,
         type_url::CLUSTER,
         "changed clusters are sent again"
     );
-    assert_eq!(sotw_bodies(&again), ["c1:b"]);
+    assert_eq!(sotw_bodies(&again), ["c1:c"]);
 }
 
 #[tokio::test]
@@ -107,14 +112,14 @@ async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let first = c.recv().await;
     h.set("shop", config("b"));
     h.set("shop", config("c"));
-    c.request(type_url::LISTENER, &[], "", "").await;
+    c.request(type_url::ENDPOINT, &["c1"], "", "").await;
     let l = c.recv().await;
     assert_eq!(
         l.type_url,
-        type_url::LISTENER,
+        type_url::ENDPOINT,
         "no second CDS while the first is un-ACKed"
     );
-    assert_eq!(sotw_bodies(&l), ["l1:c"]);
+    assert_eq!(sotw_bodies(&l), ["c1:c"]);
     c.ack(&first).await;
     let coalesced = c.recv().await;
     assert_eq!(coalesced.type_url, type_url::CLUSTER);
@@ -141,8 +146,10 @@ async fn subscribe_all(c: &mut SotwClient) {
     }
 }
 
+/// CDS, then EDS at once (Envoy ACKs new clusters only once their endpoints arrived), then
+/// listeners after the CDS ACK and routes after the LDS ACK.
 #[tokio::test]
-async fn pushes_in_cds_eds_lds_rds_order() {
+async fn listeners_and_routes_wait_for_the_acks_of_what_they_name() {
     let h = Harness::start().await;
     h.set("shop", config("a"));
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
@@ -150,11 +157,48 @@ async fn pushes_in_cds_eds_lds_rds_order() {
         .expect("admitted");
     subscribe_all(&mut c).await;
     h.set("shop", config("b"));
-    let mut order = Vec::new();
-    for _ in 0..4 {
-        order.push(c.recv().await.type_url);
-    }
-    assert_eq!(order, type_url::ORDER);
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, type_url::CLUSTER);
+    let eds = c.recv().await;
+    assert_eq!(eds.type_url, type_url::ENDPOINT);
+    // While CDS b awaits its ACK: endpoints change again and flow, the listener does not.
+    h.set("shop", config("c"));
+    let eds_names = ["c1", "c2"];
+    c.request(
+        type_url::ENDPOINT,
+        &eds_names,
+        &eds.version_info,
+        &eds.nonce,
+    )
+    .await;
+    let eds = c.recv().await;
+    assert_eq!(
+        (eds.type_url.as_str(), sotw_bodies(&eds)),
+        (type_url::ENDPOINT, vec!["c1:c".to_string()]),
+        "no listener before the clusters are ACKed"
+    );
+    c.request(
+        type_url::ENDPOINT,
+        &eds_names,
+        &eds.version_info,
+        &eds.nonce,
+    )
+    .await;
+    c.ack(&cds).await;
+    let cds = c.recv().await;
+    assert_eq!(sotw_bodies(&cds), ["c1:c"], "CDS c, coalesced");
+    c.ack(&cds).await;
+    let lds = c.recv().await;
+    assert_eq!(
+        (lds.type_url.as_str(), sotw_bodies(&lds)),
+        (type_url::LISTENER, vec!["l1:c".to_string()])
+    );
+    c.ack(&lds).await;
+    let rds = c.recv().await;
+    assert_eq!(
+        (rds.type_url.as_str(), sotw_bodies(&rds)),
+        (type_url::ROUTE, vec!["r1:c".to_string()])
+    );
 }
 
 #[tokio::test]

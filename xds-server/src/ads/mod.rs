@@ -1,6 +1,8 @@
 //! The Aggregated Discovery Service: admission of each stream, then one task per stream that
 //! runs the protocol state machine ([`tracker`]) against the proxy's snapshots.
 
+#[cfg(test)]
+mod dependency_order;
 pub mod snapshot;
 pub mod stream;
 pub mod tracker;

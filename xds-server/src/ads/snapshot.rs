@@ -112,6 +112,9 @@ pub struct Snapshot {
     pub bytes: usize,
     /// Which configuration generation of the hub it was rendered from (None: not rendered).
     pub epoch: Option<u64>,
+    /// Whether every ClusterLoadAssignment names a cluster of the snapshot (translation keeps
+    /// it so; a stream then need not check what it offers on EDS against what CDS sent).
+    pub endpoints_within_clusters: bool,
 }
 
 impl Snapshot {
@@ -140,11 +143,16 @@ impl Snapshot {
         epoch: Option<u64>,
     ) -> Self {
         let bytes = types.iter().map(|t| t.bytes()).sum();
+        let endpoints_within_clusters = types[1]
+            .resources
+            .keys()
+            .all(|n| types[0].resources.contains_key(n));
         Self {
             types,
             changed_at,
             bytes,
             epoch,
+            endpoints_within_clusters,
         }
     }
 

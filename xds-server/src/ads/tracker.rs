@@ -8,8 +8,13 @@
 //!   until its desired content changes;
 //! - at most one un-ACKed response per type; newer state waits and is coalesced;
 //! - an ACK is never answered with unchanged resources;
-//! - additions go out in CDS → EDS → LDS → RDS order; removals only once nothing is in flight,
-//!   in reverse order (make before break).
+//! - additions go out in CDS → EDS → LDS → RDS order. Listeners and routes wait while a type
+//!   they depend on ([`DEPENDS_ON`]) has a response awaiting its ACK or a change the proxy
+//!   rejected, so they never name a cluster the proxy has not accepted. Endpoints go only for
+//!   clusters already sent on the stream, without waiting for the CDS ACK: Envoy holds that ACK
+//!   until its new clusters warmed, which takes their endpoints;
+//! - removals only once nothing is in flight, one type at a time in reverse order (make before
+//!   break), each after the types that depend on it are settled.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -22,6 +27,20 @@ use crate::model::{type_url, Resource};
 
 /// Wildcard resource name of xDS subscriptions.
 const WILDCARD: &str = "*";
+
+/// Positions of the types in [`type_url::ORDER`].
+const CDS: usize = 0;
+const EDS: usize = 1;
+const LDS: usize = 2;
+
+/// The types a type's resources name and must wait for: a response of the type goes only when
+/// these are settled on the stream (nothing awaiting an ACK, no rejected change). Clusters
+/// before listeners; listeners and clusters before routes. Endpoints are not gated by the CDS
+/// ACK (Envoy sends it only once the new clusters got their endpoints) but offered only for
+/// clusters already sent ([`StreamState::next_responses`]). A type the proxy has not
+/// subscribed to gates nothing: proxyless gRPC clients discover clusters from routes, and Envoy
+/// subscribes CDS first on its own.
+pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS]];
 
 /// Which ADS variant a stream speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,27 +231,51 @@ impl TypeTracker {
         }
     }
 
-    /// The subscribed part of `desired`: its own map (no copy) when everything is subscribed.
-    fn scoped(&self, desired: &TypeSnapshot) -> Arc<ResourceMap> {
-        if self.wildcard || desired.resources.keys().all(|n| self.names.contains(n)) {
+    /// Whether the proxy may not hold what this type's desired content names yet: a response
+    /// awaits its ACK, or the proxy rejected this very content (blocked until it changes).
+    fn unsettled(&self, desired: &TypeSnapshot) -> bool {
+        self.requested
+            && (self.pending.is_some()
+                || self.nack_block.as_deref() == Some(desired.version.as_str()))
+    }
+
+    /// Whether a plan now would find nothing to send without looking at the resources.
+    fn settled_on(&self, desired: &TypeSnapshot) -> bool {
+        self.responded
+            && !self.force
+            && self.resume_version.is_none()
+            && self.pending.is_none()
+            && self.settled.as_ref() == Some(&desired.version)
+    }
+
+    /// The subscribed part of `desired` (within `restrict` when given): its own map (no copy)
+    /// when everything is subscribed.
+    fn scoped(&self, desired: &TypeSnapshot, restrict: Option<&ResourceMap>) -> Arc<ResourceMap> {
+        let keep = |n: &String| {
+            (self.wildcard || self.names.contains(n)) && restrict.is_none_or(|r| r.contains_key(n))
+        };
+        if desired.resources.keys().all(keep) {
             return Arc::clone(&desired.resources);
         }
         Arc::new(
             desired
                 .resources
                 .iter()
-                .filter(|(n, _)| self.names.contains(*n))
+                .filter(|(n, _)| keep(n))
                 .map(|(n, r)| (n.clone(), Arc::clone(r)))
                 .collect(),
         )
     }
 
-    /// Plans the next response of this type, if one is due.
+    /// Plans the next response of this type, if one is due. With `restrict`, only resources
+    /// named there are offered and nothing is removed (EDS: endpoints of the clusters sent).
+    #[allow(clippy::too_many_arguments)]
     fn plan(
         &mut self,
         type_url: &'static str,
         desired: &TypeSnapshot,
         final_phase: bool,
+        restrict: Option<&ResourceMap>,
         protocol: Protocol,
         nonce: &mut u64,
         changed_at: Instant,
@@ -245,14 +288,16 @@ impl TypeTracker {
             Some(_) => self.nack_block = None,
             None => {}
         }
-        if self.responded
+        if restrict.is_none()
+            && self.responded
             && !self.force
             && self.resume_version.is_none()
             && self.settled.as_ref() == Some(&desired.version)
         {
             return None;
         }
-        let scoped = self.scoped(desired);
+        let final_phase = final_phase && restrict.is_none();
+        let scoped = self.scoped(desired, restrict);
         let whole = Arc::ptr_eq(&scoped, &desired.resources);
         // Whether the proxy will hold exactly `scoped` (nothing kept for make-before-break).
         let complete;
@@ -264,7 +309,11 @@ impl TypeTracker {
                     // Keep resources removed from the config until the additions are ACKed.
                     self.sent
                         .iter()
-                        .filter(|(n, _)| self.in_scope(n) && !scoped.contains_key(*n))
+                        .filter(|(n, _)| {
+                            self.in_scope(n)
+                                && !scoped.contains_key(*n)
+                                && restrict.is_none_or(|r| r.contains_key(*n))
+                        })
                         .collect()
                 };
                 complete = kept.is_empty();
@@ -289,12 +338,14 @@ impl TypeTracker {
                         self.sent_version = Some(version.clone());
                         self.acked_version = Some(version);
                         self.responded = true;
-                        self.settled = complete.then(|| desired.version.clone());
+                        self.settled =
+                            (complete && restrict.is_none()).then(|| desired.version.clone());
                         return None;
                     }
                 }
                 if self.responded && !self.force && self.sent_version.as_ref() == Some(&version) {
-                    self.settled = complete.then(|| desired.version.clone());
+                    self.settled =
+                        (complete && restrict.is_none()).then(|| desired.version.clone());
                     return None;
                 }
                 let resources = target.values().cloned().collect();
@@ -315,7 +366,8 @@ impl TypeTracker {
                 complete = final_phase || stale.is_empty();
                 let removed = if final_phase { stale } else { Vec::new() };
                 if self.responded && upserts.is_empty() && removed.is_empty() {
-                    self.settled = complete.then(|| desired.version.clone());
+                    self.settled =
+                        (complete && restrict.is_none()).then(|| desired.version.clone());
                     return None;
                 }
                 // Holding exactly `scoped`: share it rather than patching a copy.
@@ -333,6 +385,7 @@ impl TypeTracker {
         };
         *nonce += 1;
         let nonce = nonce.to_string();
+        let complete = complete && restrict.is_none();
         self.pending = Some(Pending {
             nonce: nonce.clone(),
             version: version.clone(),
@@ -490,33 +543,88 @@ impl StreamState {
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
 
+    /// The clusters sent on a wildcard CDS subscription, when the desired or held endpoints
+    /// name others (a CDS change not sent yet, one the proxy rejected, or a cluster removed):
+    /// EDS offers only these.
+    fn eds_restriction(&self, snapshot: &Snapshot) -> Option<Arc<ResourceMap>> {
+        let cds = &self.types[CDS];
+        if !cds.requested || !cds.wildcard {
+            return None;
+        }
+        // Nothing to look at when both types hold what they should and the snapshot is
+        // consistent (the wake-up of a settled stream stays cheap).
+        if snapshot.endpoints_within_clusters
+            && cds.settled_on(&snapshot.types[CDS])
+            && self.types[EDS].settled_on(&snapshot.types[EDS])
+        {
+            return None;
+        }
+        snapshot.types[EDS]
+            .resources
+            .keys()
+            .chain(self.types[EDS].sent.keys())
+            .any(|n| !cds.sent.contains_key(n))
+            .then(|| Arc::clone(&cds.sent))
+    }
+
     /// Responses due now for `snapshot`, in the order they must be sent.
+    ///
+    /// Additions and updates go in push order; a type is held while a type it depends on
+    /// ([`DEPENDS_ON`]) is unsettled, including by a response planned in this very call, so a
+    /// dependent goes out only after the ACK of what it names; EDS names only clusters sent. Removals (the final phase) go once
+    /// nothing is in flight or held, one type per call, dependents first.
     pub fn next_responses(&mut self, snapshot: &Snapshot) -> Vec<Outgoing> {
         let mut out = Vec::new();
-        for (i, t) in self.types.iter_mut().enumerate() {
-            if let Some(o) = t.plan(
+        let mut unsettled = [false; TYPE_COUNT];
+        for i in 0..TYPE_COUNT {
+            let desired = &snapshot.types[i];
+            if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
+                unsettled[i] = self.types[i].requested;
+                continue;
+            }
+            let restrict = if i == EDS {
+                self.eds_restriction(snapshot)
+            } else {
+                None
+            };
+            if let Some(o) = self.types[i].plan(
                 type_url::ORDER[i],
-                &snapshot.types[i],
+                desired,
                 false,
+                restrict.as_deref(),
                 self.protocol,
                 &mut self.nonce,
                 snapshot.changed_at,
             ) {
                 out.push(o);
             }
+            unsettled[i] = self.types[i].unsettled(desired) || restrict.is_some();
         }
-        if out.is_empty() && self.types.iter().all(|t| t.pending.is_none()) {
-            for i in (0..TYPE_COUNT).rev() {
-                if let Some(o) = self.types[i].plan(
-                    type_url::ORDER[i],
-                    &snapshot.types[i],
-                    true,
-                    self.protocol,
-                    &mut self.nonce,
-                    snapshot.changed_at,
-                ) {
-                    out.push(o);
-                }
+        if !out.is_empty() || self.types.iter().any(|t| t.pending.is_some()) {
+            return out;
+        }
+        // Nothing in flight: remove what is gone, dependents before what they name, one type at
+        // a time (the next after this one's ACK). A type goes only when what it depends on and
+        // what depends on it are settled (a proxy that rejected a route update still names the
+        // clusters of its old routes).
+        for i in (0..TYPE_COUNT).rev() {
+            let held = unsettled[i]
+                || DEPENDS_ON[i].iter().any(|&d| unsettled[d])
+                || (0..TYPE_COUNT).any(|j| unsettled[j] && DEPENDS_ON[j].contains(&i));
+            if held {
+                continue;
+            }
+            if let Some(o) = self.types[i].plan(
+                type_url::ORDER[i],
+                &snapshot.types[i],
+                true,
+                None,
+                self.protocol,
+                &mut self.nonce,
+                snapshot.changed_at,
+            ) {
+                out.push(o);
+                break;
             }
         }
         out

@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 
 use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT};
-use super::tracker::{Nack, Outgoing, Protocol, RequestOutcome};
+use super::tracker::{Nack, Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
 use crate::model::{type_url, Resource};
 
 const WILDCARD: &str = "*";
@@ -117,12 +117,20 @@ impl TypeTracker {
         }
     }
 
+    fn unsettled(&self, desired: &TypeSnapshot) -> bool {
+        self.requested
+            && (self.pending.is_some()
+                || self.nack_block.as_deref() == Some(desired.version.as_str()))
+    }
+
     /// Plans the next response of this type, if one is due.
+    #[allow(clippy::too_many_arguments)]
     fn plan(
         &mut self,
         type_url: &'static str,
         desired: &TypeSnapshot,
         final_phase: bool,
+        restrict: Option<&BTreeMap<String, Arc<Resource>>>,
         protocol: Protocol,
         nonce: &mut u64,
         changed_at: Instant,
@@ -135,10 +143,11 @@ impl TypeTracker {
             Some(_) => self.nack_block = None,
             None => {}
         }
+        let final_phase = final_phase && restrict.is_none();
         let scoped: BTreeMap<String, Arc<Resource>> = desired
             .resources
             .iter()
-            .filter(|(n, _)| self.in_scope(n))
+            .filter(|(n, _)| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(*n)))
             .map(|(n, r)| (n.clone(), Arc::clone(r)))
             .collect();
         let (next_sent, version, resources, removed) = match protocol {
@@ -147,7 +156,10 @@ impl TypeTracker {
                 if !final_phase {
                     // Keep resources removed from the config until the additions are ACKed.
                     for (n, r) in &self.sent {
-                        if self.in_scope(n) && !target.contains_key(n) {
+                        if self.in_scope(n)
+                            && !target.contains_key(n)
+                            && restrict.is_none_or(|x| x.contains_key(n))
+                        {
                             target.insert(n.clone(), Arc::clone(r));
                         }
                     }
@@ -345,30 +357,58 @@ impl StreamState {
     /// Responses due now for `snapshot`, in the order they must be sent.
     pub fn next_responses(&mut self, snapshot: &Snapshot) -> Vec<Outgoing> {
         let mut out = Vec::new();
-        for (i, t) in self.types.iter_mut().enumerate() {
-            if let Some(o) = t.plan(
+        let mut unsettled = [false; TYPE_COUNT];
+        for i in 0..TYPE_COUNT {
+            let desired = &snapshot.types[i];
+            if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
+                unsettled[i] = self.types[i].requested;
+                continue;
+            }
+            // EDS: only clusters sent on a wildcard CDS subscription.
+            let cds = &self.types[0];
+            let restrict = (i == 1
+                && cds.requested
+                && cds.wildcard
+                && snapshot.types[1]
+                    .resources
+                    .keys()
+                    .chain(self.types[1].sent.keys())
+                    .any(|n| !cds.sent.contains_key(n)))
+            .then(|| cds.sent.clone());
+            if let Some(o) = self.types[i].plan(
                 type_url::ORDER[i],
-                &snapshot.types[i],
+                desired,
                 false,
+                restrict.as_ref(),
                 self.protocol,
                 &mut self.nonce,
                 snapshot.changed_at,
             ) {
                 out.push(o);
             }
+            unsettled[i] = self.types[i].unsettled(desired) || restrict.is_some();
         }
-        if out.is_empty() && self.types.iter().all(|t| t.pending.is_none()) {
-            for i in (0..TYPE_COUNT).rev() {
-                if let Some(o) = self.types[i].plan(
-                    type_url::ORDER[i],
-                    &snapshot.types[i],
-                    true,
-                    self.protocol,
-                    &mut self.nonce,
-                    snapshot.changed_at,
-                ) {
-                    out.push(o);
-                }
+        if !out.is_empty() || self.types.iter().any(|t| t.pending.is_some()) {
+            return out;
+        }
+        for i in (0..TYPE_COUNT).rev() {
+            let held = unsettled[i]
+                || DEPENDS_ON[i].iter().any(|&d| unsettled[d])
+                || (0..TYPE_COUNT).any(|j| unsettled[j] && DEPENDS_ON[j].contains(&i));
+            if held {
+                continue;
+            }
+            if let Some(o) = self.types[i].plan(
+                type_url::ORDER[i],
+                &snapshot.types[i],
+                true,
+                None,
+                self.protocol,
+                &mut self.nonce,
+                snapshot.changed_at,
+            ) {
+                out.push(o);
+                break;
             }
         }
         out
