@@ -41,7 +41,7 @@ async fn change_to_ack(ads: Ads, changes: usize) -> Vec<Duration> {
         ("ns.yaml", &namespace("shop", true)),
         (
             "web.yaml",
-            &service("web", "shop", "10.96.0.10", port, target, "127.0.0.2"),
+            &service("web", "shop", "198.19.0.10", port, target, "127.0.0.2"),
         ),
     ])
     .await;
@@ -53,7 +53,7 @@ async fn change_to_ack(ads: Ads, changes: usize) -> Vec<Duration> {
         let start = Instant::now();
         server.write(
             "web.yaml",
-            &service("web", "shop", "10.96.0.10", port, target, ip),
+            &service("web", "shop", "198.19.0.10", port, target, ip),
         );
         loop {
             if let Some(v) = acked_eds(&server).filter(|v| *v != last) {
@@ -75,7 +75,7 @@ fn config_bytes(scoped: bool) -> usize {
     for ns in 0..100 {
         let mut text = namespace(&format!("ns{ns}"), true);
         for s in 0..10 {
-            let ip = format!("10.96.{ns}.{s}");
+            let ip = format!("198.19.{ns}.{s}");
             text.push_str("---\n");
             text.push_str(&service(
                 &format!("svc{s}"),
@@ -83,7 +83,7 @@ fn config_bytes(scoped: bool) -> usize {
                 &ip,
                 80,
                 8080,
-                &format!("10.1.{ns}.{s}"),
+                &format!("198.18.{ns}.{}", s + 1),
             ));
         }
         std::fs::write(dir.path().join(format!("ns{ns}.yaml")), text).expect("write");
@@ -98,10 +98,10 @@ fn config_bytes(scoped: bool) -> usize {
     }
     index.apply(SourceEvent::Synced);
     let node = ProxyNode {
-        id: "sidecar~10.1.0.0~client.ns0~ns0.svc.cluster.local".into(),
+        id: "sidecar~198.18.200.1~client.ns0~ns0.svc.cluster.local".into(),
         namespace: "ns0".into(),
         pod_name: Some("client".into()),
-        ip: Some("10.1.0.0".into()),
+        ip: Some("198.18.200.1".into()),
         labels: Default::default(),
         capture_mode: CaptureMode::Default,
         loopback: None,

@@ -20,7 +20,7 @@ use meshplane_xds::ads::tracker::{Protocol, StreamState};
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
-use meshplane_xds::push::Hub;
+use meshplane_xds::push::{Hub, Pusher};
 use meshplane_xds::source_dir::{load_dir, objects_from_yaml, DirState, KINDS};
 
 const NAMESPACES: usize = 20;
@@ -40,14 +40,17 @@ fn manifests(scoped: bool) -> Vec<String> {
             ));
         }
         for s in 0..SERVICES_PER_NAMESPACE {
-            let ip = format!("10.{n}.{s}.1");
+            let ip = format!("198.19.{n}.{s}");
             y.push_str(&format!(
                 "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc{s}, namespace: ns{n}}}\nspec: {{clusterIP: {ip}, selector: {{app: svc{s}}}, ports: [{{name: http, port: 80, targetPort: 8080}}, {{name: tcp-db, port: {}}}]}}\n",
                 7000 + s
             ));
             y.push_str(&format!(
-                "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc{s}-1, namespace: ns{n}, labels: {{kubernetes.io/service-name: svc{s}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}, {{name: tcp-db, port: {}}}]\nendpoints: [{{addresses: [10.{n}.{s}.10], zone: a}}, {{addresses: [10.{n}.{s}.11], zone: b}}, {{addresses: [10.{n}.{s}.12], zone: c}}]\n",
-                7000 + s
+                "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc{s}-1, namespace: ns{n}, labels: {{kubernetes.io/service-name: svc{s}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}, {{name: tcp-db, port: {}}}]\nendpoints: [{{addresses: [198.18.{n}.{}], zone: a}}, {{addresses: [198.18.{n}.{}], zone: b}}, {{addresses: [198.18.{n}.{}], zone: c}}]\n",
+                7000 + s,
+                3 * s + 1,
+                3 * s + 2,
+                3 * s + 3
             ));
         }
         files.push(y);
@@ -72,10 +75,10 @@ fn tenant(scoped: bool) -> TenantIndex {
 
 fn node() -> ProxyNode {
     ProxyNode {
-        id: "sidecar~10.0.0.1~svc0-x.ns0~ns0.svc.cluster.local".into(),
+        id: "sidecar~198.18.250.1~svc0-x.ns0~ns0.svc.cluster.local".into(),
         namespace: "ns0".into(),
         pod_name: Some("svc0-x".into()),
-        ip: Some("10.0.0.1".into()),
+        ip: Some("198.18.250.1".into()),
         labels: [("app".to_string(), "svc0".to_string())].into(),
         capture_mode: CaptureMode::Default,
         loopback: None,
@@ -164,7 +167,7 @@ fn with_changed_endpoint(config: &ProxyConfig, tag: &str) -> ProxyConfig {
 
 fn slice_upsert(generation: usize) -> SourceEvent {
     let yaml = format!(
-        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc0-1, namespace: ns0, labels: {{kubernetes.io/service-name: svc0}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}, {{name: tcp-db, port: 7000}}]\nendpoints: [{{addresses: [10.0.0.{}], zone: a}}]\n",
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc0-1, namespace: ns0, labels: {{kubernetes.io/service-name: svc0}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}, {{name: tcp-db, port: 7000}}]\nendpoints: [{{addresses: [198.18.251.{}], zone: a}}]\n",
         10 + generation % 2
     );
     SourceEvent::Upsert(objects_from_yaml("slice.yaml", &yaml).remove(0))
@@ -172,10 +175,13 @@ fn slice_upsert(generation: usize) -> SourceEvent {
 
 fn proxy(ns: usize, i: usize) -> ProxyNode {
     ProxyNode {
-        id: format!("sidecar~10.{ns}.200.{i}~p{i}.ns{ns}~ns{ns}.svc.cluster.local"),
+        id: format!(
+            "sidecar~198.18.{}.{i}~p{i}.ns{ns}~ns{ns}.svc.cluster.local",
+            200 + ns
+        ),
         namespace: format!("ns{ns}"),
         pod_name: Some(format!("p{i}")),
-        ip: Some(format!("10.{ns}.200.{i}")),
+        ip: Some(format!("198.18.{}.{i}", 200 + ns)),
         labels: Default::default(),
         capture_mode: CaptureMode::Default,
         loopback: None,
@@ -202,13 +208,7 @@ fn hot_spots(c: &mut Criterion) {
         })
     });
 
-    let hub = Hub::new(
-        "acme",
-        "blue",
-        "meshplane-acme",
-        Box::new(tenant(false)),
-        Arc::new(Metrics::new()),
-    );
+    let hub = Hub::new("acme", "blue", "meshplane-acme", Arc::new(Metrics::new()));
     let handle = hub.connect(node(), Protocol::Sotw);
     let state = synced_stream(&snap_a);
     group.bench_function("publish_debug_state_unscoped", |b| {
@@ -235,24 +235,18 @@ fn hot_spots(c: &mut Criterion) {
     });
     let _ = std::fs::remove_dir_all(&dir);
 
-    let hub = Hub::new(
-        "acme",
-        "blue",
-        "meshplane-acme",
-        Box::new(tenant(true)),
-        Arc::new(Metrics::new()),
-    );
-    hub.mark_ready();
+    let hub = Hub::new("acme", "blue", "meshplane-acme", Arc::new(Metrics::new()));
+    let mut pusher = Pusher::new(Arc::clone(&hub), Box::new(tenant(true)));
     let handles: Vec<_> = (0..NAMESPACES)
         .flat_map(|ns| (0..20).map(move |i| proxy(ns, i)))
         .map(|n| hub.connect(n, Protocol::Sotw))
         .collect();
-    hub.push_all(Instant::now());
+    pusher.apply(SourceEvent::Ready);
     let mut generation = 0;
     group.bench_function("endpoint_change_push_400_proxies_scoped", |b| {
         b.iter(|| {
             generation += 1;
-            push_change(&hub, slice_upsert(generation));
+            push_change(&mut pusher, slice_upsert(generation));
         })
     });
     drop(handles);
@@ -260,9 +254,9 @@ fn hot_spots(c: &mut Criterion) {
 }
 
 /// Applies one event and pushes it as the push loop does after its debounce.
-fn push_change(hub: &Hub, event: SourceEvent) {
-    let change = hub.apply(event);
-    hub.push(Instant::now(), &change);
+fn push_change(pusher: &mut Pusher, event: SourceEvent) {
+    let change = pusher.apply(event);
+    pusher.push(Instant::now(), &change);
 }
 
 criterion_group!(benches, bench, hot_spots);

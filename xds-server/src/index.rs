@@ -27,47 +27,10 @@ use crate::envoyfilter;
 use crate::model::{
     type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyNode, Resource, SourceEvent,
 };
+use crate::push::ConfigGenerator;
+pub use crate::push::{Change, ChangeKind};
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, InboundPort, Registry, Translated};
-
-/// How far a change reaches.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ChangeKind {
-    /// Nothing any proxy receives changed.
-    #[default]
-    None,
-    /// Only endpoints of some EDS clusters changed (push EDS to the proxies that import them).
-    Endpoints,
-    /// Configuration changed (clusters, listeners, routes may differ).
-    Config,
-}
-
-/// What an applied event changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Change {
-    pub kind: ChangeKind,
-    /// EDS clusters whose endpoints changed (for [`ChangeKind::Endpoints`]).
-    pub clusters: BTreeSet<String>,
-    /// Namespaces whose objects changed.
-    pub namespaces: BTreeSet<String>,
-    /// Whether the member namespaces changed.
-    pub members_changed: bool,
-}
-
-impl Change {
-    /// Whether any proxy may need a push.
-    pub fn is_empty(&self) -> bool {
-        self.kind == ChangeKind::None
-    }
-
-    /// Folds another change into this one (for debouncing).
-    pub fn merge(&mut self, other: Change) {
-        self.kind = self.kind.max(other.kind);
-        self.clusters.extend(other.clusters);
-        self.namespaces.extend(other.namespaces);
-        self.members_changed |= other.members_changed;
-    }
-}
 
 /// Everything a rendered configuration depends on besides the registry: proxies with equal
 /// keys get the same configuration.
@@ -226,6 +189,8 @@ impl TenantIndex {
                 // The registry is rebuilt once, at Synced.
                 return Change::default();
             }
+            // Readiness is the push loop's business.
+            SourceEvent::Ready => return Change::default(),
             SourceEvent::Synced => {
                 for r in std::mem::take(&mut self.resync) {
                     self.objects.retain(|k, _| {
@@ -504,6 +469,18 @@ impl TenantIndex {
             .endpoints
             .iter()
             .any(|r| clusters.contains(&r.name))
+    }
+}
+
+impl ConfigGenerator for TenantIndex {
+    fn apply(&mut self, event: SourceEvent) -> Change {
+        TenantIndex::apply(self, event)
+    }
+    fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+        self.render_proxy_shared(node)
+    }
+    fn members(&self) -> BTreeSet<String> {
+        self.members.clone()
     }
 }
 

@@ -13,7 +13,7 @@ use meshplane_xds::ads::AdsServer;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
-use meshplane_xds::push::{run_push_loop, ConfigGenerator, DebounceConfig, Hub, ReadyOn};
+use meshplane_xds::push::{run_push_loop, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::source_dir::run_dir_source;
 use meshplane_xds::source_kube::{self, KubeSourceConfig};
 use meshplane_xds::tenancy::TokenReviewer;
@@ -165,21 +165,16 @@ async fn main() -> anyhow::Result<()> {
         std::env::var("POD_NAME").unwrap_or_else(|_| format!("meshplane-{}", args.revision));
 
     let metrics = Arc::new(Metrics::new());
-    let hub = Hub::new(
-        &args.tenant,
-        &args.revision,
-        &control_namespace,
-        generator(&args, &control_namespace),
-        metrics,
-    );
+    let hub = Hub::new(&args.tenant, &args.revision, &control_namespace, metrics);
+    let pusher = Pusher::new(Arc::clone(&hub), generator(&args, &control_namespace));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown_rx_main = shutdown_rx.clone();
     let (events_tx, events_rx) = mpsc::channel::<SourceEvent>(1024);
 
-    let (reviewer, ready_on) = match &args.source {
+    let reviewer = match &args.source {
         Source::Dir(path) => {
             spawn_dir_source(path.clone(), events_tx, shutdown_tx.clone());
-            (None, ReadyOn::FirstSynced)
+            None
         }
         Source::Kube => {
             let client = kube::Client::try_default()
@@ -190,12 +185,7 @@ async fn main() -> anyhow::Result<()> {
                 revision: args.revision.clone(),
                 shared: args.isolation == Isolation::Shared,
             };
-            tokio::spawn(source_kube::run(
-                client.clone(),
-                config,
-                events_tx,
-                Arc::clone(&hub),
-            ));
+            tokio::spawn(source_kube::run(client.clone(), config, events_tx));
             tokio::spawn(source_kube::report_proxy_count(
                 client.clone(),
                 control_namespace.clone(),
@@ -204,10 +194,7 @@ async fn main() -> anyhow::Result<()> {
                 hub.connected_count(),
                 shutdown_rx.clone(),
             ));
-            (
-                Some(TokenReviewer::new(client, audience)),
-                ReadyOn::External,
-            )
+            Some(TokenReviewer::new(client, audience))
         }
     };
 
@@ -216,10 +203,9 @@ async fn main() -> anyhow::Result<()> {
         max: Duration::from_millis(args.debounce_max_ms.max(args.debounce_quiet_ms)),
     };
     let push = tokio::spawn(run_push_loop(
-        Arc::clone(&hub),
+        pusher,
         events_rx,
         debounce,
-        ready_on,
         shutdown_rx.clone(),
     ));
 

@@ -96,8 +96,10 @@ pub enum SourceEvent {
     },
     /// The revision's mesh config (Kubernetes mode: from the members ConfigMap).
     MeshConfig(Box<meshplane_crds::MeshConfig>),
-    /// The source has delivered its initial state (readiness).
+    /// The relist announced by the last `Resync` is complete.
     Synced,
+    /// The source has delivered its initial state: proxies may be answered (readiness).
+    Ready,
 }
 
 /// A proxy as it identifies itself on the ADS stream (node id and metadata), after tenancy

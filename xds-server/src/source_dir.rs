@@ -383,7 +383,7 @@ pub async fn run_dir_source(
         })?;
 
     let mut state = DirState::load(&dir)?;
-    if !send_snapshot(&state, &tx).await {
+    if !send_snapshot(&state, &tx).await || tx.send(SourceEvent::Ready).await.is_err() {
         return Ok(());
     }
     // After a failed read the events it covered are gone: the next read takes everything.

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -26,7 +25,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
-use crate::push::Hub;
 
 /// What the Kubernetes source watches.
 #[derive(Clone, Debug)]
@@ -65,14 +63,9 @@ pub fn parse_mesh_config(cm: &ConfigMap) -> Option<meshplane_crds::MeshConfig> {
 
 type Batch = Vec<SourceEvent>;
 
-/// Runs the source until `out` closes. Marks `hub` ready once the members and every initial
-/// namespace watch have been listed.
-pub async fn run(
-    client: Client,
-    config: KubeSourceConfig,
-    out: mpsc::Sender<SourceEvent>,
-    hub: Arc<Hub>,
-) {
+/// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
+/// initial namespace watch have been listed.
+pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<SourceEvent>) {
     let (batch_tx, mut batch_rx) = mpsc::channel::<Batch>(256);
     // One writer keeps each relist batch contiguous on the output channel.
     let funnel = tokio::spawn(async move {
@@ -182,14 +175,15 @@ pub async fn run(
         if !ready_spawned && members.is_some() {
             ready_spawned = true;
             let waits = std::mem::take(&mut initial);
-            let hub = Arc::clone(&hub);
+            let ready = batch_tx.clone();
             tokio::spawn(async move {
                 for w in waits {
                     // A watcher stopped before listing (namespace left) counts as done.
                     let _ = w.await;
                 }
                 tracing::info!("Kubernetes source synced");
-                hub.mark_ready();
+                // Behind every initial listing on the one ordered channel.
+                let _ = ready.send(vec![SourceEvent::Ready]).await;
             });
         }
         initial.clear();

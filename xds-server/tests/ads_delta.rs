@@ -11,7 +11,7 @@ use meshplane_xds::model::{type_url, ProxyConfig};
 #[tokio::test]
 async fn wildcard_first_response_then_ack_is_not_answered() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -35,17 +35,17 @@ async fn wildcard_first_response_then_ack_is_not_answered() {
 #[tokio::test]
 async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
     let accepted = c.recv().await;
     c.ack(&accepted).await;
-    h.set("shop", config("b"));
+    h.set("shop", config("b")).await;
     let r = c.recv().await;
     c.send(type_url::CLUSTER, &[], &[], &r.nonce, nack("bad cluster"))
         .await;
-    h.set("shop", config("b"));
+    h.set("shop", config("b")).await;
     // Endpoints of the cluster the proxy kept still flow; listeners wait for accepted clusters.
     c.send(type_url::ENDPOINT, &["c1"], &[], "", None).await;
     let l = c.recv().await;
@@ -64,7 +64,7 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
         Some("bad cluster")
     );
     c.ack(&l).await;
-    h.set("shop", config("c"));
+    h.set("shop", config("c")).await;
     let again = c.recv().await;
     assert_eq!(again.type_url, type_url::CLUSTER);
     assert_eq!(again.resources[0].version, config("c").clusters[0].version);
@@ -73,13 +73,13 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
 #[tokio::test]
 async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
     let first = c.recv().await;
-    h.set("shop", config("b"));
-    h.set("shop", config("c"));
+    h.set("shop", config("b")).await;
+    h.set("shop", config("c")).await;
     c.send(type_url::ENDPOINT, &["c1"], &[], "", None).await;
     assert_eq!(c.recv().await.type_url, type_url::ENDPOINT);
     c.ack(&first).await;
@@ -109,7 +109,7 @@ async fn pushes_in_order_and_removals_last() {
     let h = Harness::start().await;
     let mut two = config("a");
     two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
-    h.set("shop", two);
+    h.set("shop", two).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -117,7 +117,7 @@ async fn pushes_in_order_and_removals_last() {
 
     let mut next = config("b");
     next.clusters.push(res(type_url::CLUSTER, "c2", "b"));
-    h.set("shop", next);
+    h.set("shop", next).await;
     let mut order = Vec::new();
     for _ in 0..4 {
         let r = c.recv().await;
@@ -128,7 +128,7 @@ async fn pushes_in_order_and_removals_last() {
 
     let mut removed = config("b");
     removed.listeners = vec![res(type_url::LISTENER, "l1", "c")];
-    h.set("shop", removed);
+    h.set("shop", removed).await;
     let l = c.recv().await;
     assert_eq!(l.type_url, type_url::LISTENER, "the addition goes first");
     assert!(l.removed_resources.is_empty());
@@ -142,7 +142,7 @@ async fn pushes_in_order_and_removals_last() {
 #[tokio::test]
 async fn eds_is_answered_while_cds_is_warming() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -158,7 +158,7 @@ async fn subscribe_unsubscribe_and_explicit_wildcard() {
     let h = Harness::start().await;
     let mut cfg = config("a");
     cfg.endpoints.push(res(type_url::ENDPOINT, "c2", "a"));
-    h.set("shop", cfg.clone());
+    h.set("shop", cfg.clone()).await;
     let mut c = DeltaClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"])
         .await
         .expect("admitted");
@@ -179,7 +179,7 @@ async fn subscribe_unsubscribe_and_explicit_wildcard() {
         res(type_url::ENDPOINT, "c1", "b"),
         res(type_url::ENDPOINT, "c2", "b"),
     ];
-    h.set("shop", cfg);
+    h.set("shop", cfg).await;
     let r = c.recv().await;
     assert_eq!(delta_names(&r), ["c1"]);
     assert!(r.removed_resources.is_empty());
@@ -195,7 +195,7 @@ async fn reconnect_with_initial_versions_gets_only_changes() {
     let h = Harness::start().await;
     let mut cfg = config("a");
     cfg.clusters.push(res(type_url::CLUSTER, "c2", "a"));
-    h.set("shop", cfg.clone());
+    h.set("shop", cfg.clone()).await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let held = cfg.clusters[0].clone();
     tx.send(
@@ -230,7 +230,7 @@ async fn reconnect_with_initial_versions_gets_only_changes() {
 #[tokio::test]
 async fn proxy_of_a_non_member_namespace_is_refused() {
     let h = Harness::start().await;
-    h.set("shop", ProxyConfig::default());
+    h.set("shop", ProxyConfig::default()).await;
     let err = match DeltaClient::open(&h, node("payments", "p-1"), type_url::CLUSTER, &[]).await {
         Ok(_) => panic!("a non-member must be refused"),
         Err(e) => e,

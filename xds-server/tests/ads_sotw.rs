@@ -12,7 +12,7 @@ use meshplane_xds::model::{type_url, ProxyConfig};
 #[tokio::test]
 async fn first_response_carries_content_hash_version_and_ack_is_not_answered() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -36,8 +36,8 @@ async fn first_response_carries_content_hash_version_and_ack_is_not_answered() {
 async fn versions_are_stable_across_servers() {
     let a = Harness::start().await;
     let b = Harness::start().await;
-    a.set("shop", config("x"));
-    b.set("shop", config("x"));
+    a.set("shop", config("x")).await;
+    b.set("shop", config("x")).await;
     let mut ca = SotwClient::open(&a, node("shop", "p"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -50,13 +50,13 @@ async fn versions_are_stable_across_servers() {
 #[tokio::test]
 async fn nack_is_recorded_and_not_resent_until_config_changes() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
     let accepted = c.recv().await;
     c.ack(&accepted).await;
-    h.set("shop", config("b"));
+    h.set("shop", config("b")).await;
     let r = c.recv().await;
     c.send(
         type_url::CLUSTER,
@@ -68,7 +68,7 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
     .await;
     // Same content pushed again: still blocked. Endpoints of the cluster the proxy kept still
     // flow (listeners and routes wait for a CDS the proxy accepts).
-    h.set("shop", config("b"));
+    h.set("shop", config("b")).await;
     c.request(type_url::ENDPOINT, &["c1"], "", "").await;
     let l = c.recv().await;
     assert_eq!(
@@ -91,8 +91,9 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
         "{metrics}"
     );
 
-    c.ack(&l).await;
-    h.set("shop", config("c"));
+    c.request(type_url::ENDPOINT, &["c1"], &l.version_info, &l.nonce)
+        .await;
+    h.set("shop", config("c")).await;
     let again = c.recv().await;
     assert_eq!(
         again.type_url,
@@ -105,13 +106,13 @@ async fn nack_is_recorded_and_not_resent_until_config_changes() {
 #[tokio::test]
 async fn one_unacked_response_per_type_and_newer_state_coalesced() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
     let first = c.recv().await;
-    h.set("shop", config("b"));
-    h.set("shop", config("c"));
+    h.set("shop", config("b")).await;
+    h.set("shop", config("c")).await;
     c.request(type_url::ENDPOINT, &["c1"], "", "").await;
     let l = c.recv().await;
     assert_eq!(
@@ -151,18 +152,18 @@ async fn subscribe_all(c: &mut SotwClient) {
 #[tokio::test]
 async fn listeners_and_routes_wait_for_the_acks_of_what_they_name() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
     subscribe_all(&mut c).await;
-    h.set("shop", config("b"));
+    h.set("shop", config("b")).await;
     let cds = c.recv().await;
     assert_eq!(cds.type_url, type_url::CLUSTER);
     let eds = c.recv().await;
     assert_eq!(eds.type_url, type_url::ENDPOINT);
     // While CDS b awaits its ACK: endpoints change again and flow, the listener does not.
-    h.set("shop", config("c"));
+    h.set("shop", config("c")).await;
     let eds_names = ["c1", "c2"];
     c.request(
         type_url::ENDPOINT,
@@ -206,7 +207,7 @@ async fn removals_go_out_after_additions_are_acked() {
     let h = Harness::start().await;
     let mut two = config("a");
     two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
-    h.set("shop", two);
+    h.set("shop", two).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -214,7 +215,7 @@ async fn removals_go_out_after_additions_are_acked() {
     // c2 removed, listener changed at once.
     let mut next = config("a");
     next.listeners = vec![res(type_url::LISTENER, "l1", "b")];
-    h.set("shop", next);
+    h.set("shop", next).await;
     let l = c.recv().await;
     assert_eq!(
         l.type_url,
@@ -230,7 +231,7 @@ async fn removals_go_out_after_additions_are_acked() {
 #[tokio::test]
 async fn eds_request_is_answered_while_cds_is_warming() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -248,7 +249,7 @@ async fn named_subscriptions_get_only_their_resources() {
     let h = Harness::start().await;
     let mut cfg = config("a");
     cfg.endpoints.push(res(type_url::ENDPOINT, "c2", "a"));
-    h.set("shop", cfg);
+    h.set("shop", cfg).await;
     let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::ENDPOINT, &["c2"])
         .await
         .expect("admitted");
@@ -268,7 +269,7 @@ async fn named_subscriptions_get_only_their_resources() {
 #[tokio::test]
 async fn reconnect_with_current_version_is_not_answered() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let version = {
         let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
             .await
@@ -316,8 +317,8 @@ async fn reconnect_with_current_version_is_not_answered() {
 #[tokio::test]
 async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     let h = Harness::start().await;
-    h.set("shop", config("a"));
-    h.set("bank", config("a"));
+    h.set("shop", config("a")).await;
+    h.set("bank", config("a")).await;
     let mut shop = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
         .await
         .expect("admitted");
@@ -334,7 +335,7 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     }
     let mut changed = config("a");
     changed.endpoints = vec![res(type_url::ENDPOINT, "c1", "moved")];
-    h.set("shop", changed);
+    h.set("shop", changed).await;
     let eds = shop.recv().await;
     assert_eq!(eds.type_url, type_url::ENDPOINT);
     assert_eq!(sotw_bodies(&eds), ["c1:moved"]);
@@ -353,7 +354,7 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
 #[tokio::test]
 async fn proxy_of_a_non_member_namespace_is_refused() {
     let h = Harness::start().await;
-    h.set("shop", ProxyConfig::default());
+    h.set("shop", ProxyConfig::default()).await;
     let err = match SotwClient::open(&h, node("payments", "p-1"), type_url::CLUSTER, &[]).await {
         Ok(_) => panic!("a non-member must be refused"),
         Err(e) => e,

@@ -90,7 +90,7 @@ async fn kube_mode_harness() -> Harness {
 #[tokio::test]
 async fn a_valid_token_of_the_claimed_namespace_is_admitted() {
     let h = kube_mode_harness().await;
-    h.set("shop", config("a"));
+    h.set("shop", config("a")).await;
     let (_tx, mut stream) = open(&h, "shop", Some("shop-token"))
         .await
         .expect("admitted");

@@ -1,6 +1,7 @@
 //! The Kubernetes source against the e2e API stand-in (a test fixture serving the real API
 //! semantics kube-runtime relies on): Strict mode follows the members ConfigMap, watches only
-//! member namespaces, and the proxy count is server-side-applied under the pod's own manager.
+//! member namespaces, says `Ready` after its initial listings, and the proxy count is
+//! server-side-applied under the pod's own manager.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -11,9 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, PostParams};
 use kube::Api;
 use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
-use meshplane_xds::metrics::Metrics;
-use meshplane_xds::model::{Object, ProxyConfig, ProxyNode, SourceEvent};
-use meshplane_xds::push::{ConfigGenerator, Hub};
+use meshplane_xds::model::{Object, SourceEvent};
 use meshplane_xds::source_kube::{self, KubeSourceConfig};
 use tokio::sync::{mpsc, watch};
 
@@ -22,22 +21,13 @@ const DEADLINE: Duration = Duration::from_secs(30);
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<SourceEvent>>>);
 
-impl ConfigGenerator for Seen {
-    fn apply(&mut self, event: SourceEvent) -> bool {
-        self.0.lock().expect("lock").push(event);
-        true
-    }
-    fn render(&self, _node: &ProxyNode) -> ProxyConfig {
-        ProxyConfig::default()
-    }
-    fn is_member(&self, _namespace: &str) -> bool {
-        true
-    }
-}
-
 impl Seen {
     fn has(&self, f: impl Fn(&SourceEvent) -> bool) -> bool {
         self.0.lock().expect("lock").iter().any(f)
+    }
+    /// Position of the first event matching `f`.
+    fn position(&self, f: impl Fn(&SourceEvent) -> bool) -> Option<usize> {
+        self.0.lock().expect("lock").iter().position(f)
     }
 }
 
@@ -106,37 +96,33 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
         .expect("members");
 
     let seen = Seen::default();
-    let hub = Hub::new(
-        "blue",
-        "blue-v1",
-        "meshplane-blue",
-        Box::new(seen.clone()),
-        Arc::new(Metrics::new()),
-    );
     let (tx, mut rx) = mpsc::channel(1024);
     let config = KubeSourceConfig {
         control_namespace: "meshplane-blue".into(),
         revision: "blue-v1".into(),
         shared: false,
     };
-    tokio::spawn(source_kube::run(
-        client.clone(),
-        config,
-        tx,
-        Arc::clone(&hub),
-    ));
-    let applier = Arc::clone(&hub);
+    tokio::spawn(source_kube::run(client.clone(), config, tx));
+    let recorder = seen.clone();
     tokio::spawn(async move {
         while let Some(e) = rx.recv().await {
-            applier.apply(e);
+            recorder.0.lock().expect("lock").push(e);
         }
     });
 
-    eventually("the source is synced", || hub.is_ready()).await;
-    assert!(seen.has(
-        |e| matches!(e, SourceEvent::Members(m) if *m == BTreeSet::from(["shop".to_string()]))
-    ));
-    assert!(seen.has(service_upsert("shop", "web")));
+    eventually("the source is synced", || {
+        seen.has(|e| matches!(e, SourceEvent::Ready))
+    })
+    .await;
+    let ready = seen.position(|e| matches!(e, SourceEvent::Ready));
+    let shop_only = seen.position(
+        |e| matches!(e, SourceEvent::Members(m) if *m == BTreeSet::from(["shop".to_string()])),
+    );
+    let web = seen.position(service_upsert("shop", "web"));
+    assert!(
+        shop_only < ready && web < ready && shop_only.is_some() && web.is_some(),
+        "Ready comes after the members and the initial listing: {shop_only:?} {web:?} {ready:?}"
+    );
     assert!(
         !seen.has(service_upsert("bank", "api")),
         "bank is not a member: not watched"

@@ -156,6 +156,15 @@ impl Snapshot {
         }
     }
 
+    /// The same content, timed from `changed_at` (a proxy's first response shares the types
+    /// of the snapshot its scope already has).
+    pub fn retimed(&self, changed_at: Instant) -> Self {
+        Self {
+            changed_at,
+            ..self.clone()
+        }
+    }
+
     /// An empty configuration (before the sources synced).
     pub fn empty() -> Self {
         Self::new(&ProxyConfig::default(), Instant::now())

@@ -143,8 +143,9 @@ pub async fn run_stream<W: Wire>(
     let mut state = StreamState::new(W::PROTOCOL);
     note(&handle, &W::fold(&mut state, &first));
     let hub = Arc::clone(handle.hub());
-    // Nothing is answered before the sources synced: an empty config would tear proxies down.
-    let mut snapshot: Option<Arc<Snapshot>> = hub.is_ready().then(|| handle.refresh());
+    // Nothing is answered before the push loop rendered this proxy's config (it does once the
+    // sources synced): an empty config would tear proxies down.
+    let mut snapshot: Option<Arc<Snapshot>> = None;
     loop {
         if let Some(snap) = &snapshot {
             let responses = state.next_responses(snap);
@@ -175,15 +176,14 @@ pub async fn run_stream<W: Wire>(
                     break;
                 }
             },
-            changed = handle.snapshot.changed(), if snapshot.is_some() => {
+            changed = handle.snapshot.changed() => {
                 if changed.is_err() {
                     break;
                 }
                 let next = Arc::clone(&handle.snapshot.borrow_and_update());
-                snapshot = Some(next);
-            }
-            _ = hub.wait_ready(), if snapshot.is_none() => {
-                snapshot = Some(handle.refresh());
+                if next.epoch.is_some() {
+                    snapshot = Some(next);
+                }
             }
             () = shutting_down(&mut shutdown) => {
                 let _ = tx.send(Err(Status::unavailable("xds-server shutting down"))).await;

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -17,7 +17,7 @@ use meshplane_xds::ads::snapshot::content_version;
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
-use meshplane_xds::push::{ConfigGenerator, Hub};
+use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -36,15 +36,19 @@ struct TestGenerator {
 }
 
 impl ConfigGenerator for TestGenerator {
-    fn apply(&mut self, _event: SourceEvent) -> bool {
-        false
+    /// Every event but `Ready` means "the configs changed" (see [`Harness::set`]).
+    fn apply(&mut self, event: SourceEvent) -> Change {
+        match event {
+            SourceEvent::Ready => Change::default(),
+            _ => Change::config(),
+        }
     }
-    fn render(&self, node: &ProxyNode) -> ProxyConfig {
+    fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
         let configs = self.configs.0.lock().expect("configs lock");
-        configs.get(&node.namespace).cloned().unwrap_or_default()
+        Arc::new(configs.get(&node.namespace).cloned().unwrap_or_default())
     }
-    fn is_member(&self, namespace: &str) -> bool {
-        self.members.contains(namespace)
+    fn members(&self) -> BTreeSet<String> {
+        self.members.clone()
     }
 }
 
@@ -73,6 +77,7 @@ pub struct Harness {
     pub hub: Arc<Hub>,
     pub configs: Configs,
     pub addr: std::net::SocketAddr,
+    events: mpsc::Sender<SourceEvent>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -99,11 +104,28 @@ impl Harness {
             TENANT,
             "blue-v1",
             "meshplane-blue",
-            Box::new(generator),
             Arc::new(Metrics::new()),
         );
-        hub.mark_ready();
+        let pusher = Pusher::new(Arc::clone(&hub), Box::new(generator));
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let (events, events_rx) = mpsc::channel(64);
+        let debounce = DebounceConfig {
+            quiet: Duration::from_millis(1),
+            max: Duration::from_millis(5),
+        };
+        tokio::spawn(run_push_loop(
+            pusher,
+            events_rx,
+            debounce,
+            shutdown_rx.clone(),
+        ));
+        events
+            .send(SourceEvent::Ready)
+            .await
+            .expect("push loop running");
+        tokio::time::timeout(DEADLINE, hub.wait_ready())
+            .await
+            .expect("ready");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -113,18 +135,29 @@ impl Harness {
             hub,
             configs,
             addr,
+            events,
             shutdown,
         }
     }
 
-    /// Replaces the config of `namespace` and pushes.
-    pub fn set(&self, namespace: &str, config: ProxyConfig) {
+    /// Replaces the config of `namespace` and returns once the push loop pushed it.
+    pub async fn set(&self, namespace: &str, config: ProxyConfig) {
         self.configs
             .0
             .lock()
             .expect("configs lock")
             .insert(namespace.into(), config);
-        self.hub.push_all(Instant::now());
+        let mut pushes = self.hub.pushes();
+        let before = *pushes.borrow_and_update();
+        // Any event tells the test generator its configs changed.
+        self.events
+            .send(SourceEvent::Synced)
+            .await
+            .expect("push loop running");
+        tokio::time::timeout(DEADLINE, pushes.wait_for(|n| *n > before))
+            .await
+            .expect("pushed in time")
+            .expect("push loop running");
     }
 
     pub async fn client(&self) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {

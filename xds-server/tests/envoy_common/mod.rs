@@ -14,7 +14,7 @@ use meshplane_xds::admin;
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
-use meshplane_xds::push::{run_push_loop, DebounceConfig, Hub, ReadyOn};
+use meshplane_xds::push::{run_push_loop, DebounceConfig, Hub, Pusher};
 use meshplane_xds::source_dir::run_dir_source;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -183,13 +183,8 @@ impl Server {
             std::fs::write(dir.path().join(name), text).expect("write manifest");
         }
         let index = TenantIndex::new(TENANT, REVISION, "meshplane-blue", MeshConfig::default());
-        let hub = Hub::new(
-            TENANT,
-            REVISION,
-            "meshplane-blue",
-            Box::new(index),
-            Arc::new(Metrics::new()),
-        );
+        let hub = Hub::new(TENANT, REVISION, "meshplane-blue", Arc::new(Metrics::new()));
+        let pusher = Pusher::new(Arc::clone(&hub), Box::new(index));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (tx, rx) = mpsc::channel(1024);
         let path = dir.path().to_path_buf();
@@ -199,10 +194,9 @@ impl Server {
             }
         });
         tokio::spawn(run_push_loop(
-            Arc::clone(&hub),
+            pusher,
             rx,
             DebounceConfig::default(),
-            ReadyOn::FirstSynced,
             shutdown_rx.clone(),
         ));
         let xds_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind xds");

@@ -1,0 +1,231 @@
+//! The hub: connected proxies with their snapshot channels, readiness, the members proxies are
+//! admitted from, and metrics. Shared by the ADS streams, the push loop and the admin server;
+//! it holds no generator, so nothing here waits for a render.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{watch, Notify};
+
+use super::status::TypeState;
+use crate::ads::snapshot::Snapshot;
+use crate::ads::tracker::{Protocol, StreamState};
+use crate::metrics::Metrics;
+use crate::model::ProxyNode;
+
+pub(super) struct ProxyEntry {
+    pub(super) node: Arc<ProxyNode>,
+    pub(super) protocol: Protocol,
+    pub(super) snapshot: watch::Sender<Arc<Snapshot>>,
+    pub(super) status: Arc<Mutex<Vec<TypeState>>>,
+}
+
+/// A proxy as the push loop sees it: who it is and where its snapshots go.
+#[derive(Clone)]
+pub(super) struct Target {
+    pub(super) node: Arc<ProxyNode>,
+    pub(super) snapshot: watch::Sender<Arc<Snapshot>>,
+}
+
+/// Shared state of the server: connected proxies, readiness, members, metrics.
+pub struct Hub {
+    tenant: String,
+    revision: String,
+    control_namespace: String,
+    pub(super) proxies: Mutex<HashMap<u64, ProxyEntry>>,
+    next_id: AtomicU64,
+    /// Proxies registered since the push loop last rendered first configs.
+    waiting: Mutex<Vec<u64>>,
+    pub(super) connects: Notify,
+    ready: watch::Sender<bool>,
+    members: watch::Sender<Arc<BTreeSet<String>>>,
+    connected: watch::Sender<usize>,
+    pushes: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+}
+
+pub(super) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not take the control plane down with it: the data stays usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Hub {
+    pub fn new(
+        tenant: impl Into<String>,
+        revision: impl Into<String>,
+        control_namespace: impl Into<String>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            tenant: tenant.into(),
+            revision: revision.into(),
+            control_namespace: control_namespace.into(),
+            proxies: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            waiting: Mutex::new(Vec::new()),
+            connects: Notify::new(),
+            ready: watch::Sender::new(false),
+            members: watch::Sender::new(Arc::default()),
+            connected: watch::Sender::new(0),
+            pushes: watch::Sender::new(0),
+            metrics,
+        })
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+    pub fn control_namespace(&self) -> &str {
+        &self.control_namespace
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether proxies of `namespace` may connect.
+    pub fn admits_namespace(&self, namespace: &str) -> bool {
+        namespace == self.control_namespace || self.members.borrow().contains(namespace)
+    }
+
+    pub(super) fn publish_members(&self, members: BTreeSet<String>) {
+        self.members.send_replace(Arc::new(members));
+    }
+
+    /// Marks the sources synced: streams start answering.
+    pub(super) fn mark_ready(&self) {
+        self.ready.send_if_modified(|r| !std::mem::replace(r, true));
+    }
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+    /// Resolves once the sources synced.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = rx.wait_for(|r| *r).await;
+    }
+
+    /// Connected proxy count, as it changes.
+    pub fn connected_count(&self) -> watch::Receiver<usize> {
+        self.connected.subscribe()
+    }
+
+    /// Count of debounced pushes done so far (tests await a push with it).
+    pub fn pushes(&self) -> watch::Receiver<u64> {
+        self.pushes.subscribe()
+    }
+
+    pub(super) fn count_push(&self) {
+        self.pushes.send_modify(|n| *n += 1);
+    }
+
+    /// Every connected proxy.
+    pub(super) fn targets(&self) -> Vec<Target> {
+        lock(&self.proxies)
+            .values()
+            .map(|e| Target {
+                node: Arc::clone(&e.node),
+                snapshot: e.snapshot.clone(),
+            })
+            .collect()
+    }
+
+    /// Proxies that connected since the last call and are still connected.
+    pub(super) fn take_waiting(&self) -> Vec<Target> {
+        let ids = std::mem::take(&mut *lock(&self.waiting));
+        let proxies = lock(&self.proxies);
+        ids.iter()
+            .filter_map(|id| proxies.get(id))
+            .map(|e| Target {
+                node: Arc::clone(&e.node),
+                snapshot: e.snapshot.clone(),
+            })
+            .collect()
+    }
+
+    /// Registers a proxy; the push loop sends its first snapshot. The returned guard
+    /// deregisters it when dropped.
+    pub fn connect(self: &Arc<Self>, node: ProxyNode, protocol: Protocol) -> ProxyHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty()));
+        let status = Arc::new(Mutex::new(Vec::new()));
+        let node = Arc::new(node);
+        let count = {
+            let mut proxies = lock(&self.proxies);
+            proxies.insert(
+                id,
+                ProxyEntry {
+                    node: Arc::clone(&node),
+                    protocol,
+                    snapshot: tx,
+                    status: Arc::clone(&status),
+                },
+            );
+            proxies.len()
+        };
+        lock(&self.waiting).push(id);
+        self.connects.notify_one();
+        self.metrics
+            .proxy_connected(&self.revision, protocol.as_str(), 1);
+        self.connected.send_replace(count);
+        ProxyHandle {
+            hub: Arc::clone(self),
+            id,
+            node,
+            snapshot: rx,
+            status,
+        }
+    }
+
+    fn disconnect(&self, id: u64) {
+        let (removed, count) = {
+            let mut proxies = lock(&self.proxies);
+            let removed = proxies.remove(&id);
+            (removed, proxies.len())
+        };
+        if let Some(entry) = removed {
+            self.metrics
+                .proxy_connected(&self.revision, entry.protocol.as_str(), -1);
+            self.connected.send_replace(count);
+        }
+    }
+}
+
+/// A connected proxy's end of the hub.
+pub struct ProxyHandle {
+    hub: Arc<Hub>,
+    id: u64,
+    node: Arc<ProxyNode>,
+    /// The proxy's current snapshot: unrendered (`epoch: None`) until the push loop renders
+    /// it, then it changes when a push changed the proxy's config.
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    status: Arc<Mutex<Vec<TypeState>>>,
+}
+
+impl ProxyHandle {
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The proxy's identity.
+    pub fn node(&self) -> &ProxyNode {
+        &self.node
+    }
+
+    /// Publishes the stream's protocol state for the debug endpoints (shared references and
+    /// versions; the lists are built when an endpoint asks).
+    pub fn publish(&self, state: &StreamState) {
+        let types = state.types().map(|(_, t)| TypeState::of(t)).collect();
+        *lock(&self.status) = types;
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.hub.disconnect(self.id);
+    }
+}
