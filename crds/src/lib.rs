@@ -8,11 +8,13 @@
 //! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter` and
 //!   `Sidecar`, the common subset of Istio's networking API (see that module for the supported
 //!   fields).
+//! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`names`]: labels, annotations and the names of every object derived from a revision.
 //! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
 //! - [`manifest`]: parsing multi-document YAML into typed objects (samples, directory source).
 //! - [`crdgen`]: the CustomResourceDefinitions as YAML, written to `config/crd/` by `crdgen`.
 
+pub mod capture;
 pub mod controlplane;
 pub mod crdgen;
 pub mod manifest;

@@ -21,6 +21,21 @@ pub const INJECT_LABEL: &str = "sidecar.meshplane.io/inject";
 pub const INJECTED_REVISION_ANNOTATION: &str = "sidecar.meshplane.io/revision";
 /// Pod annotation asking for a capture mode (`NONE` skips the iptables init container).
 pub const CAPTURE_MODE_ANNOTATION: &str = "sidecar.meshplane.io/captureMode";
+/// Pod annotation: inbound ports the proxy intercepts (`*` or ports; Istio's
+/// `traffic.sidecar.istio.io/includeInboundPorts`). Grammar in [`crate::capture`].
+pub const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = "sidecar.meshplane.io/includeInboundPorts";
+/// Pod annotation: inbound ports never intercepted.
+pub const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = "sidecar.meshplane.io/excludeInboundPorts";
+/// Pod annotation: outbound ports intercepted whatever the destination address.
+pub const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = "sidecar.meshplane.io/includeOutboundPorts";
+/// Pod annotation: outbound ports never intercepted.
+pub const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = "sidecar.meshplane.io/excludeOutboundPorts";
+/// Pod annotation: outbound destinations intercepted (`*` or CIDRs).
+pub const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
+    "sidecar.meshplane.io/includeOutboundIPRanges";
+/// Pod annotation: outbound destinations never intercepted (CIDRs).
+pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
+    "sidecar.meshplane.io/excludeOutboundIPRanges";
 /// Annotation on a `MeshControlPlane` that lets deletion proceed while injected pods still run.
 pub const FORCE_DELETE_ANNOTATION: &str = "meshplane.io/force-delete";
 /// Annotation on a Service narrowing its visibility, like Istio's `networking.istio.io/exportTo`.

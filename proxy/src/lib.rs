@@ -6,6 +6,8 @@
 //! signals directly.
 //!
 //! - [`bootstrap`]: the pure bootstrap transformation.
+//! - [`capture`]: the `capture` subcommand, run by the capture init container: the pod's
+//!   netfilter rules, a pure plan-to-rules function behind a thin `iptables-restore` shell.
 //! - [`cli`]: the command line.
 //!
 //! `MESHPLANE_LOOPBACK_ADDR` is set only by the e2e suite's local pod runner: there every "pod"
@@ -21,6 +23,7 @@
 //! presents the old token until the proxy restarts.
 
 pub mod bootstrap;
+pub mod capture;
 pub mod cli;
 
 pub use bootstrap::{build_bootstrap, BootstrapError, BootstrapOptions};

@@ -1,12 +1,16 @@
-//! `meshplane-proxy`: writes the final Envoy bootstrap and execs Envoy (see the library docs).
+//! `meshplane-proxy`: writes the final Envoy bootstrap and execs Envoy, or, as
+//! `meshplane-proxy capture`, programs the pod's traffic capture (see the library docs).
 
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use clap::Parser;
-use meshplane_proxy::cli::{Cli, LOOPBACK_ADDR_ENV};
+use clap::{CommandFactory, Parser};
+use meshplane_proxy::capture::{self, Family};
+use meshplane_proxy::cli::{
+    CaptureArgs, Cli, Command as Sub, Ipv6Mode, LaunchArgs, LOOPBACK_ADDR_ENV,
+};
 use meshplane_proxy::{build_bootstrap, BootstrapError, BootstrapOptions};
 
 #[derive(Debug, thiserror::Error)]
@@ -43,13 +47,63 @@ fn main() -> ExitCode {
         .with_ansi(false)
         .init();
     let cli = Cli::parse();
+    let launch_args = match (cli.command, cli.launch) {
+        (Some(Sub::Capture(args)), _) => return run_capture(&args),
+        (None, Some(args)) => args,
+        (None, None) => Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "give the launcher's --bootstrap, --node-id and --cluster, or a subcommand (capture)",
+            )
+            .exit(),
+    };
     // `launch` only returns on failure: on success the process is Envoy.
-    let err = launch(cli);
+    let err = launch(launch_args);
     tracing::error!("meshplane-proxy: {err}");
     ExitCode::FAILURE
 }
 
-fn launch(cli: Cli) -> LaunchError {
+/// `meshplane-proxy capture`: prints what it applied (the init container's log shows it).
+fn run_capture(args: &CaptureArgs) -> ExitCode {
+    let plan = args.plan();
+    let mut families = vec![Family::V4];
+    let if_inet6 = std::fs::read_to_string("/proc/net/if_inet6");
+    match (args.ipv6, &if_inet6) {
+        (Ipv6Mode::Capture, Ok(_)) => families.push(Family::V6),
+        (Ipv6Mode::Capture, Err(_)) => {
+            tracing::info!("IPv6 is disabled in this network namespace: only IPv4 is captured");
+        }
+        (Ipv6Mode::Off, Ok(text)) if capture::has_global_ipv6(text) => tracing::warn!(
+            "the pod has an IPv6 address and IPv6 capture is off: its IPv6 traffic bypasses the proxy"
+        ),
+        (Ipv6Mode::Off, _) => {}
+    }
+    if args.dry_run {
+        for family in families {
+            print!("{}", capture::restore_input(&plan, family, &[]));
+        }
+        return ExitCode::SUCCESS;
+    }
+    match capture::apply(&plan, &families) {
+        Ok(applied) => {
+            for a in applied {
+                tracing::info!(
+                    table = a.family.command_prefix(),
+                    replaced_jumps = a.replaced_jumps,
+                    "capture rules applied"
+                );
+                print!("{}", a.table);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            tracing::error!("meshplane-proxy capture: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn launch(cli: LaunchArgs) -> LaunchError {
     match prepare(&cli) {
         Ok(()) => {}
         Err(e) => return e,
@@ -67,7 +121,7 @@ fn launch(cli: Cli) -> LaunchError {
     }
 }
 
-fn prepare(cli: &Cli) -> Result<(), LaunchError> {
+fn prepare(cli: &LaunchArgs) -> Result<(), LaunchError> {
     let input = read(&cli.bootstrap)?;
     let token = match &cli.token_file {
         Some(path) if path.exists() => Some(read(path)?),

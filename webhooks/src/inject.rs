@@ -1,7 +1,9 @@
 //! Sidecar injection: the pure decision and JSON patch for one Pod.
 //!
 //! The patch adds the proxy container (`meshplane-proxy`, contract 7), the traffic-capture init
-//! container (unless the pod asks for capture mode `NONE`), the bootstrap ConfigMap
+//! container `meshplane-init` (unless the pod asks for capture mode `NONE`), which runs
+//! `meshplane-proxy capture` from the same image with arguments rendered from the pod's capture
+//! annotations ([`meshplane_crds::capture`]), the bootstrap ConfigMap
 //! (contract 6), a scratch `emptyDir` for the generated bootstrap, the projected ServiceAccount
 //! token with the tenant's audience, and the `sidecar.meshplane.io/revision` annotation.
 //! Every `add` creates the array or map it appends to when the pod lacks it.
@@ -16,6 +18,7 @@ use k8s_openapi::api::core::v1::{
     ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshplane_crds::capture::{init_container_args, CaptureAnnotationError, CaptureScope};
 use meshplane_crds::names::{self, ports, PROXY_UID};
 use serde_json::Value;
 
@@ -23,6 +26,8 @@ use serde_json::Value;
 pub const PROXY_CONTAINER: &str = "meshplane-proxy";
 /// Name of the injected traffic-capture init container.
 pub const INIT_CONTAINER: &str = "meshplane-init";
+/// The proxy image's binary; the capture init container runs its `capture` subcommand.
+pub const PROXY_BINARY: &str = "/usr/local/bin/meshplane-proxy";
 /// Volume holding the revision's bootstrap ConfigMap.
 pub const BOOTSTRAP_VOLUME: &str = "meshplane-bootstrap";
 /// `emptyDir` the launcher writes the final bootstrap into (the root filesystem is read-only).
@@ -128,6 +133,9 @@ pub enum InjectError {
     /// The capture-mode annotation has an unknown value.
     #[error("metadata.annotations[\"{annotation}\"]: {value:?} is not a capture mode; use DEFAULT or NONE", annotation = names::CAPTURE_MODE_ANNOTATION)]
     InvalidCaptureMode { value: String },
+    /// A capture annotation (ports, CIDRs) is malformed.
+    #[error(transparent)]
+    InvalidCaptureAnnotation(#[from] CaptureAnnotationError),
     /// The pod has no spec to add containers to.
     #[error("spec: missing; a Pod needs a spec")]
     MissingSpec,
@@ -185,6 +193,8 @@ pub fn inject(
         }
         None => config.default_capture_mode,
     };
+    // Validated in every mode: a malformed annotation is an error even where it has no effect yet.
+    let scope = CaptureScope::from_annotations(annotations)?;
     for name in [BOOTSTRAP_VOLUME, RUNTIME_VOLUME, TOKEN_VOLUME] {
         if volumes.iter().any(|v| v.name == name) {
             return Err(InjectError::NameTaken {
@@ -219,7 +229,7 @@ pub fn inject(
             &mut ops,
             &["spec", "initContainers"],
             spec.init_containers.is_some(),
-            vec![to_value(capture_container(config))],
+            vec![to_value(capture_container(config, &scope))],
         );
     }
     push_appends(
@@ -410,38 +420,16 @@ fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str
     }
 }
 
-/// The iptables rules of the capture init container: inbound TCP to the virtual inbound
-/// listener (except the readiness port the kubelet probes), outbound TCP to the virtual
-/// outbound listener, except the proxy's own traffic (by UID/GID) and loopback.
-pub fn capture_script() -> String {
-    let uid = PROXY_UID;
-    let inbound = ports::VIRTUAL_INBOUND;
-    let outbound = ports::VIRTUAL_OUTBOUND;
-    let ready = ports::PROXY_READY;
-    [
-        "set -eu".to_owned(),
-        "iptables -t nat -N MESHPLANE_INBOUND".to_owned(),
-        format!("iptables -t nat -A MESHPLANE_INBOUND -p tcp --dport {ready} -j RETURN"),
-        format!("iptables -t nat -A MESHPLANE_INBOUND -p tcp -j REDIRECT --to-ports {inbound}"),
-        "iptables -t nat -A PREROUTING -p tcp -j MESHPLANE_INBOUND".to_owned(),
-        "iptables -t nat -N MESHPLANE_OUTPUT".to_owned(),
-        format!("iptables -t nat -A MESHPLANE_OUTPUT -m owner --uid-owner {uid} -j RETURN"),
-        format!("iptables -t nat -A MESHPLANE_OUTPUT -m owner --gid-owner {uid} -j RETURN"),
-        "iptables -t nat -A MESHPLANE_OUTPUT -d 127.0.0.1/32 -j RETURN".to_owned(),
-        format!("iptables -t nat -A MESHPLANE_OUTPUT -p tcp -j REDIRECT --to-ports {outbound}"),
-        "iptables -t nat -A OUTPUT -p tcp -j MESHPLANE_OUTPUT".to_owned(),
-    ]
-    .join("\n")
-}
-
-fn capture_container(config: &InjectionConfig) -> Container {
+/// The capture init container: `meshplane-proxy capture` with the pod's capture scope. It runs
+/// as root with `NET_ADMIN` and `NET_RAW` only, which netfilter needs in the pod's own network
+/// namespace; the proxy runs as [`PROXY_UID`], whose traffic the rules leave alone.
+fn capture_container(config: &InjectionConfig, scope: &CaptureScope) -> Container {
     Container {
         name: INIT_CONTAINER.into(),
         image: Some(config.proxy_image.clone()),
-        command: Some(vec!["/bin/sh".into(), "-c".into()]),
-        args: Some(vec![capture_script()]),
+        command: Some(vec![PROXY_BINARY.into(), "capture".into()]),
+        args: Some(init_container_args(scope)),
         security_context: Some(SecurityContext {
-            // iptables needs root with NET_ADMIN/NET_RAW in the pod's network namespace only.
             run_as_user: Some(0),
             run_as_group: Some(0),
             run_as_non_root: Some(false),
@@ -661,11 +649,56 @@ mod tests {
     }
 
     #[test]
-    fn proxy_runs_as_the_excluded_uid_and_the_script_excludes_it() {
+    fn proxy_runs_as_the_uid_the_capture_command_excludes() {
         let p = pod(json!({"spec": {"containers": []}}));
         let doc = patched(&p, "shop");
         let proxy = &doc["spec"]["containers"][0];
         assert_eq!(proxy["securityContext"]["runAsUser"], PROXY_UID);
-        assert!(capture_script().contains(&format!("--uid-owner {PROXY_UID}")));
+        assert_eq!(proxy["securityContext"]["runAsGroup"], PROXY_UID);
+        let init = &doc["spec"]["initContainers"][0];
+        assert_eq!(init["command"], json!([PROXY_BINARY, "capture"]));
+        let args = init["args"].as_array().unwrap();
+        assert!(args.contains(&json!(format!("--proxy-uid={PROXY_UID}"))));
+        assert!(args.contains(&json!(format!("--proxy-gid={PROXY_UID}"))));
+        assert_eq!(init["securityContext"]["runAsUser"], 0);
+        assert_eq!(
+            init["securityContext"]["capabilities"]["add"],
+            json!(["NET_ADMIN", "NET_RAW"])
+        );
+    }
+
+    #[test]
+    fn capture_annotations_become_the_init_containers_arguments() {
+        let p = pod(json!({
+            "metadata": {"annotations": {
+                names::EXCLUDE_INBOUND_PORTS_ANNOTATION: "9090",
+                names::EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: "198.18.9.0/24"
+            }},
+            "spec": {"containers": [{"name": "app"}]}
+        }));
+        let doc = patched(&p, "shop");
+        let args = doc["spec"]["initContainers"][0]["args"].as_array().unwrap();
+        assert!(args.contains(&json!("--exclude-inbound-ports=9090")));
+        assert!(args.contains(&json!("--exclude-outbound-ip-ranges=198.18.9.0/24")));
+    }
+
+    #[test]
+    fn a_malformed_capture_annotation_is_an_error_in_every_mode() {
+        for mode in ["DEFAULT", "NONE"] {
+            let p = pod(json!({
+                "metadata": {"annotations": {
+                    names::CAPTURE_MODE_ANNOTATION: mode,
+                    names::EXCLUDE_OUTBOUND_PORTS_ANNOTATION: "3306,mysql"
+                }},
+                "spec": {"containers": [{"name": "app"}]}
+            }));
+            let err = inject(&p, "shop", &config()).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.contains(names::EXCLUDE_OUTBOUND_PORTS_ANNOTATION),
+                "{msg}"
+            );
+            assert!(msg.contains("\"mysql\" is not a port"), "{msg}");
+        }
     }
 }

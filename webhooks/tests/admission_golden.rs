@@ -213,6 +213,62 @@ fn inject_denies_an_unknown_capture_mode() {
 }
 
 #[test]
+fn inject_renders_capture_annotations_as_the_init_containers_arguments() {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "orders",
+            "labels": {"app": "orders"},
+            "annotations": {
+                "sidecar.meshplane.io/includeInboundPorts": "8080, 9090",
+                "sidecar.meshplane.io/excludeInboundPorts": "9091",
+                "sidecar.meshplane.io/excludeOutboundPorts": "5432",
+                "sidecar.meshplane.io/includeOutboundPorts": "443",
+                "sidecar.meshplane.io/includeOutboundIPRanges": "198.18.0.0/15,2001:db8::/32",
+                "sidecar.meshplane.io/excludeOutboundIPRanges": "198.18.200.7"
+            }
+        },
+        "spec": {"containers": [{"name": "orders", "image": "orders:3"}]}
+    });
+    let reply = webhooks().inject(&pod_review("u-inject-7", "shop", pod.clone()));
+    assert_golden("inject_capture_annotations", &reply);
+    let patched = apply_patch(&reply, &pod);
+    let init = &patched["spec"]["initContainers"][0];
+    assert_eq!(
+        init["command"],
+        json!(["/usr/local/bin/meshplane-proxy", "capture"])
+    );
+    assert_eq!(
+        init["args"],
+        json!([
+            "--proxy-uid=1337",
+            "--proxy-gid=1337",
+            "--outbound-port=15001",
+            "--inbound-port=15006",
+            "--include-inbound-ports=8080,9090",
+            "--exclude-inbound-ports=9091",
+            "--include-outbound-ports=443",
+            "--exclude-outbound-ports=5432",
+            "--include-outbound-ip-ranges=198.18.0.0/15,2001:db8::/32",
+            "--exclude-outbound-ip-ranges=198.18.200.7/32"
+        ])
+    );
+}
+
+#[test]
+fn inject_denies_a_malformed_capture_annotation() {
+    let pod = json!({"metadata": {"name": "e", "annotations": {"sidecar.meshplane.io/excludeOutboundIPRanges": "198.18.0.0/15,198.19.0.0/40"}}, "spec": {"containers": [{"name": "e"}]}});
+    let reply = webhooks().inject(&pod_review("u-inject-8", "shop", pod));
+    assert_eq!(reply.body["response"]["allowed"], false);
+    assert_eq!(
+        reply.body["response"]["status"]["message"],
+        r#"metadata.annotations["sidecar.meshplane.io/excludeOutboundIPRanges"]: "198.19.0.0/40" is not a CIDR; use comma-separated CIDRs like "198.18.0.0/15,2001:db8::/32""#
+    );
+    assert_golden("inject_invalid_capture_annotation", &reply);
+}
+
+#[test]
 fn malformed_reviews_get_clear_errors() {
     assert_golden("malformed_not_json", &webhooks().inject(b"{not json"));
     let missing_fields = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-bad"}}"#;
