@@ -64,12 +64,27 @@ pub struct LaunchArgs {
     /// Where the final bootstrap is written.
     #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
-    /// Envoy binary (a path, or a name looked up on PATH).
-    #[arg(long, env = "ENVOY_BIN", default_value = "envoy")]
-    pub envoy_bin: PathBuf,
+    /// Envoy binary (a path, or a name looked up on PATH); default `$ENVOY_BIN`, else `envoy`.
+    // Not clap's `env =`: a value from the environment would count as a launcher argument
+    // given, and make `capture` (which runs with the image's ENVOY_BIN set) ask for --bootstrap.
+    #[arg(long)]
+    pub envoy_bin: Option<PathBuf>,
     /// Extra Envoy arguments, after `--`.
     #[arg(last = true)]
     pub envoy_args: Vec<String>,
+}
+
+/// Environment variable naming the Envoy binary when `--envoy-bin` is not given.
+pub const ENVOY_BIN_ENV: &str = "ENVOY_BIN";
+
+impl LaunchArgs {
+    /// `--envoy-bin`, else `$ENVOY_BIN`, else `envoy` on PATH.
+    pub fn envoy_bin(&self) -> PathBuf {
+        self.envoy_bin
+            .clone()
+            .or_else(|| std::env::var_os(ENVOY_BIN_ENV).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("envoy"))
+    }
 }
 
 /// What to do with the IPv6 table.

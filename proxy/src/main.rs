@@ -108,15 +108,16 @@ fn launch(cli: LaunchArgs) -> LaunchError {
         Ok(()) => {}
         Err(e) => return e,
     }
-    tracing::info!(envoy = %cli.envoy_bin.display(), out = %cli.out.display(), "starting Envoy");
-    let source = Command::new(&cli.envoy_bin)
+    let envoy_bin = cli.envoy_bin();
+    tracing::info!(envoy = %envoy_bin.display(), out = %cli.out.display(), "starting Envoy");
+    let source = Command::new(&envoy_bin)
         .arg("-c")
         .arg(&cli.out)
         .arg("--disable-hot-restart")
         .args(&cli.envoy_args)
         .exec();
     LaunchError::Exec {
-        bin: cli.envoy_bin,
+        bin: envoy_bin,
         source,
     }
 }

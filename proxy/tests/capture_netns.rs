@@ -255,7 +255,12 @@ impl Testbed {
     }
 
     fn capture(&self, args: &[String]) -> Output {
-        run(self.pod.command([proxy_bin(), "capture"]).args(args))
+        // ENVOY_BIN set as in the proxy image: the launcher's settings must not get in the way.
+        run(self
+            .pod
+            .command([proxy_bin(), "capture"])
+            .args(args)
+            .env("ENVOY_BIN", "/usr/local/bin/envoy"))
     }
 
     fn capture_ok(&self, args: &[String]) {
