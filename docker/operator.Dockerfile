@@ -1,6 +1,7 @@
 # ghcr.io/meshplane/operator: the meshplane-operator binary on a distroless base.
 # Build from the repository root: docker build -f docker/operator.Dockerfile -t ghcr.io/meshplane/operator:0.1.0 .
-FROM rust:1.88-bookworm AS build
+# Rust 1.91: the oldest toolchain the locked dependencies build with (the workspace's rust-version).
+FROM rust:1.91-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p meshplane-operator --bin meshplane-operator

@@ -1,6 +1,7 @@
 # ghcr.io/meshplane/xds-server: the meshplane-xds binary on a distroless base.
 # Build from the repository root: docker build -f docker/xds-server.Dockerfile -t ghcr.io/meshplane/xds-server:0.1.0 .
-FROM rust:1.88-bookworm AS build
+# Rust 1.91: the oldest toolchain the locked dependencies build with (the workspace's rust-version).
+FROM rust:1.91-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p meshplane-xds --bin meshplane-xds
