@@ -14,6 +14,8 @@
 //! hand.
 
 pub mod authority;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod pem;
 pub mod root;
 pub mod rotation;

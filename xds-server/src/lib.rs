@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod ads;
 pub mod envoyfilter;
+pub mod identity;
 pub mod index;
 pub mod metrics;
 pub mod model;

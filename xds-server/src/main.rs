@@ -69,9 +69,25 @@ struct Args {
     /// Kubernetes read scope: per member namespace (Strict) or cluster-wide (Shared).
     #[arg(long, value_enum, default_value = "Strict")]
     isolation: Isolation,
-    /// ADS (gRPC) listen address.
-    #[arg(long, default_value = "0.0.0.0:15010")]
-    xds_addr: SocketAddr,
+    /// Plaintext ADS (gRPC) listen address; off unless given. Proxies of a meshplane operator
+    /// use the TLS port.
+    #[arg(long)]
+    xds_addr: Option<SocketAddr>,
+    /// TLS listen address of ADS and the certificate service (Istio's 15012), with a serving
+    /// certificate of the tenant CA in `--ca-dir`.
+    #[arg(long)]
+    xds_tls_addr: Option<SocketAddr>,
+    /// Directory of the tenant CA (Istio's `cacerts` layout: `ca-cert.pem`, `ca-key.pem`,
+    /// `root-cert.pem`, `cert-chain.pem`), mounted from its Secret.
+    #[arg(long, default_value = "/var/run/meshplane/ca")]
+    ca_dir: PathBuf,
+    /// Trust domain of the tenant's workload identities.
+    #[arg(long, default_value = meshplane_crds::names::DEFAULT_TRUST_DOMAIN)]
+    trust_domain: String,
+    /// Extra DNS names of the TLS port's serving certificate (the instance Service's names are
+    /// always included); repeatable.
+    #[arg(long = "serving-dns-name")]
+    serving_dns_names: Vec<String>,
     /// Admission webhook (HTTPS) listen address.
     #[arg(long, default_value = "0.0.0.0:15017")]
     webhook_addr: SocketAddr,
@@ -209,16 +225,36 @@ async fn main() -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
 
-    let xds_listener = TcpListener::bind(args.xds_addr)
-        .await
-        .with_context(|| format!("binding ADS on {}", args.xds_addr))?;
+    if args.xds_addr.is_none() && args.xds_tls_addr.is_none() {
+        anyhow::bail!(
+            "give --xds-tls-addr (TLS ADS and certificates) or --xds-addr (plaintext ADS)"
+        );
+    }
+    meshplane_ca::spiffe::validate_trust_domain(&args.trust_domain).context("--trust-domain")?;
+    let xds_listener = match args.xds_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding ADS on {addr}"))?,
+        ),
+        None => None,
+    };
+    let xds_tls_listener = match args.xds_tls_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding TLS ADS on {addr}"))?,
+        ),
+        None => None,
+    };
     let monitoring_listener = TcpListener::bind(args.monitoring_addr)
         .await
         .with_context(|| format!("binding monitoring on {}", args.monitoring_addr))?;
     tracing::info!(
         tenant = %args.tenant,
         revision = %args.revision,
-        xds = %xds_listener.local_addr()?,
+        xds = ?xds_listener.as_ref().and_then(|l| l.local_addr().ok()),
+        xds_tls = ?xds_tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
         monitoring = %monitoring_listener.local_addr()?,
         "meshplane-xds listening"
     );
@@ -230,9 +266,20 @@ async fn main() -> anyhow::Result<()> {
         shutdown_tx.clone(),
     );
 
-    let ads = tokio::spawn(
-        AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx.clone()).serve(xds_listener),
-    );
+    let ads_server = AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone());
+    let ads = xds_listener.map(|listener| tokio::spawn(ads_server.clone().serve(listener)));
+    let secure = match xds_tls_listener {
+        Some(listener) => Some(spawn_secure(
+            &args,
+            &control_namespace,
+            listener,
+            ads_server,
+            reviewer,
+            Arc::clone(&hub),
+            shutdown_rx.clone(),
+        )?),
+        None => None,
+    };
     let admin = tokio::spawn(meshplane_xds::admin::serve(
         monitoring_listener,
         hub,
@@ -246,7 +293,15 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
-    ads.await.context("ADS task")?.context("ADS server")?;
+    if let Some(ads) = ads {
+        ads.await.context("ADS task")?.context("ADS server")?;
+    }
+    if let Some(secure) = secure {
+        secure
+            .await
+            .context("TLS ADS task")?
+            .context("TLS ADS server")?;
+    }
     admin
         .await
         .context("monitoring task")?
@@ -256,6 +311,51 @@ async fn main() -> anyhow::Result<()> {
         let _ = webhooks.await;
     }
     Ok(())
+}
+
+/// Serves ADS and the certificate service on the TLS port, with a serving certificate of the
+/// tenant CA for the instance Service's names. Without a token reviewer (directory mode) the
+/// certificate service is off: it has nobody to ask who a caller is.
+fn spawn_secure(
+    args: &Args,
+    control_namespace: &str,
+    listener: TcpListener,
+    ads: AdsServer,
+    reviewer: Option<TokenReviewer>,
+    hub: Arc<Hub>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
+    use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
+    let ca = Arc::new(CaDirectory::new(&args.ca_dir));
+    if let Err(e) = ca.authority() {
+        tracing::warn!(error = %e, "the TLS port has no certificate until the tenant CA loads");
+    }
+    let instance = meshplane_crds::names::instance_name(&args.revision);
+    let host = meshplane_crds::names::service_host(&args.revision, control_namespace);
+    let mut dns_names = vec![
+        host.clone(),
+        format!("{host}.cluster.local"),
+        format!("{instance}.{control_namespace}"),
+        instance.clone(),
+    ];
+    dns_names.extend(args.serving_dns_names.iter().cloned());
+    let identity =
+        meshplane_ca::SpiffeId::new(&args.trust_domain, control_namespace, &instance).ok();
+    let serving = Arc::new(ServingCert::new(
+        Arc::clone(&ca),
+        dns_names,
+        identity,
+        meshplane_ca::verify::provider(),
+    ));
+    let tls = secure::server_config(serving).context("TLS configuration of the ADS port")?;
+    let certificates = reviewer.map(|r| CertificateServer::new(ca, r, hub, &args.trust_domain));
+    Ok(tokio::spawn(secure::serve_secure(
+        listener,
+        tls,
+        ads,
+        certificates,
+        shutdown,
+    )))
 }
 
 /// The tenant membership the validating webhook checks against, from the hub's index.
@@ -292,7 +392,7 @@ fn spawn_webhooks(
         tenant: args.tenant.clone(),
         revision: args.revision.clone(),
         proxy_image,
-        trust_domain: MeshConfig::default().trust_domain,
+        trust_domain: args.trust_domain.clone(),
         default_capture_mode: meshplane_webhooks::inject::CaptureMode::Default,
     };
     let handlers = Arc::new(meshplane_webhooks::Webhooks::new(

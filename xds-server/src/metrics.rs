@@ -27,6 +27,12 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// Outcome of a certificate request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -35,6 +41,7 @@ pub struct Metrics {
     push_latency: Family<TypeLabel, Histogram>,
     nacks: Family<TypeLabel, Counter>,
     rejected: Family<ReasonLabel, Counter>,
+    certificates: Family<ResultLabel, Counter>,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -86,6 +93,12 @@ impl Metrics {
             "ADS streams refused at admission, by reason",
             rejected.clone(),
         );
+        let certificates = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "certificate_requests",
+            "CreateCertificate requests, by result (issued, unauthenticated, not_member, bad_csr, unavailable)",
+            certificates.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -99,6 +112,7 @@ impl Metrics {
             push_latency,
             nacks,
             rejected,
+            certificates,
             proxy_config_bytes,
         }
     }
@@ -138,6 +152,15 @@ impl Metrics {
         self.rejected
             .get_or_create(&ReasonLabel {
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records a certificate request's outcome.
+    pub fn certificate(&self, result: &str) {
+        self.certificates
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
             })
             .inc();
     }

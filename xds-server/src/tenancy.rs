@@ -216,6 +216,28 @@ impl TokenReviewer {
     /// Checks that `token` is valid for our audience and belongs to `node`'s namespace (and
     /// pod, when the token is bound to one).
     pub async fn verify(&self, token: &str, node: &ProxyNode) -> Result<(), AdmissionError> {
+        let reviewed = self.review(token).await?;
+        let token_ns = service_account_namespace(&reviewed.username).ok_or_else(|| {
+            AdmissionError::InvalidToken(format!("{:?} is not a ServiceAccount", reviewed.username))
+        })?;
+        if token_ns != node.namespace {
+            return Err(AdmissionError::TokenNamespaceMismatch {
+                token: token_ns.to_string(),
+                claimed: node.namespace.clone(),
+            });
+        }
+        if let (Some(bound), Some(claimed)) = (&reviewed.bound_pod, &node.pod_name) {
+            if bound != claimed {
+                return Err(AdmissionError::InvalidToken(format!(
+                    "token is bound to pod {bound:?}, the proxy claims pod {claimed:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Who the API server says `token` belongs to, for our audience (TokenReview).
+    pub async fn review(&self, token: &str) -> Result<ReviewedToken, AdmissionError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),
@@ -243,30 +265,26 @@ impl TokenReviewer {
             }
         }
         let user = status.user.unwrap_or_default();
-        let username = user.username.unwrap_or_default();
-        let token_ns = service_account_namespace(&username).ok_or_else(|| {
-            AdmissionError::InvalidToken(format!("{username:?} is not a ServiceAccount"))
-        })?;
-        if token_ns != node.namespace {
-            return Err(AdmissionError::TokenNamespaceMismatch {
-                token: token_ns.to_string(),
-                claimed: node.namespace.clone(),
-            });
-        }
         let bound_pod = user
             .extra
             .as_ref()
             .and_then(|e| e.get("authentication.kubernetes.io/pod-name"))
-            .and_then(|v| v.first());
-        if let (Some(bound), Some(claimed)) = (bound_pod, &node.pod_name) {
-            if bound != claimed {
-                return Err(AdmissionError::InvalidToken(format!(
-                    "token is bound to pod {bound:?}, the proxy claims pod {claimed:?}"
-                )));
-            }
-        }
-        Ok(())
+            .and_then(|v| v.first())
+            .cloned();
+        Ok(ReviewedToken {
+            username: user.username.unwrap_or_default(),
+            bound_pod,
+        })
     }
+}
+
+/// What a TokenReview reported about a token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewedToken {
+    /// `system:serviceaccount:NS:NAME` for ServiceAccount tokens.
+    pub username: String,
+    /// The pod the token is bound to, if any.
+    pub bound_pod: Option<String>,
 }
 
 #[cfg(test)]

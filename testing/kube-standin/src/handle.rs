@@ -253,6 +253,21 @@ impl StandInHandle {
         self.auth.token_for(identity)
     }
 
+    /// Issues a ServiceAccount token directly, for any audiences and lifetime (zero gives a
+    /// token that has already expired): what a test needs beyond TokenRequest's limits.
+    pub fn issue_service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        audiences: &[&str],
+        lifetime: std::time::Duration,
+    ) -> String {
+        let audiences = audiences.iter().map(|a| a.to_string()).collect();
+        self.auth
+            .issue_service_account_token(namespace, name, audiences, lifetime, None)
+            .0
+    }
+
     /// A kube client acting as `identity`, through its written kubeconfig.
     pub async fn client(&self, identity: &Identity) -> Result<kube::Client, StandInError> {
         let path = self.kubeconfig(identity)?;
