@@ -116,9 +116,9 @@ async fn start() -> Instance {
         DEFAULT_ROOT_VALIDITY,
     )
     .expect("root");
-    write_ca(&ca_dir.path(), &self_signed_files(&root));
+    write_ca(ca_dir.path(), &self_signed_files(&root));
 
-    let ca = Arc::new(CaDirectory::new(&ca_dir.path()));
+    let ca = Arc::new(CaDirectory::new(ca_dir.path()));
     let serving = Arc::new(ServingCert::new(
         Arc::clone(&ca),
         vec![HOST.to_string()],
@@ -363,7 +363,7 @@ async fn a_new_ca_in_the_mounted_directory_signs_without_a_restart() {
         DEFAULT_ROOT_VALIDITY,
     )
     .expect("root");
-    write_ca(&inst.ca_dir.path(), &self_signed_files(&next));
+    write_ca(inst.ca_dir.path(), &self_signed_files(&next));
     // The serving certificate follows: a client trusting only the new root connects...
     let channel = connect_instance(&inst.addr.to_string(), HOST, &next.cert_pem)
         .await
