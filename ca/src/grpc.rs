@@ -191,11 +191,23 @@ pub fn instance_client_config(bundle_pem: &str) -> Result<Arc<rustls::ClientConf
 /// Opens a gRPC channel over TLS to `target` (`host:port`, resolved by the system), verifying
 /// the server against `bundle_pem` and `server_name` (the instance Service's DNS name). The
 /// channel connects now, so a server that fails verification is an error here.
-pub async fn connect_instance(
+pub fn connect_instance(
     target: &str,
     server_name: &str,
     bundle_pem: &str,
+) -> impl std::future::Future<Output = Result<tonic::transport::Channel, ChannelError>> + Send + 'static
+{
+    let (target, server_name, bundle_pem) =
+        (target.to_owned(), server_name.to_owned(), bundle_pem.to_owned());
+    async move { connect_owned(target, server_name, bundle_pem).await }
+}
+
+async fn connect_owned(
+    target: String,
+    server_name: String,
+    bundle_pem: String,
 ) -> Result<tonic::transport::Channel, ChannelError> {
+    let (target, server_name, bundle_pem) = (&target, &server_name, &bundle_pem);
     let config = instance_client_config(bundle_pem)?;
     let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
         .map_err(|_| ChannelError::ServerName(server_name.to_owned()))?;
@@ -204,7 +216,7 @@ pub async fn connect_instance(
     let connect = tower::service_fn(move |_: http::Uri| {
         let (connector, name, addr) = (connector.clone(), name.clone(), addr.clone());
         async move {
-            let tcp = tokio::net::TcpStream::connect(addr.as_str()).await?;
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
             let tls = connector.connect(name, tcp).await?;
             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
