@@ -197,8 +197,11 @@ pub fn connect_instance(
     bundle_pem: &str,
 ) -> impl std::future::Future<Output = Result<tonic::transport::Channel, ChannelError>> + Send + 'static
 {
-    let (target, server_name, bundle_pem) =
-        (target.to_owned(), server_name.to_owned(), bundle_pem.to_owned());
+    let (target, server_name, bundle_pem) = (
+        target.to_owned(),
+        server_name.to_owned(),
+        bundle_pem.to_owned(),
+    );
     async move { connect_owned(target, server_name, bundle_pem).await }
 }
 

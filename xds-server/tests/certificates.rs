@@ -21,7 +21,7 @@ use meshplane_xds::ads::AdsServer;
 use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
-use meshplane_xds::push::{ConfigGenerator, Hub};
+use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::tenancy::TokenReviewer;
 use time::OffsetDateTime;
 use tokio::sync::watch;
@@ -33,14 +33,14 @@ const TRUST_DOMAIN: &str = "blue.example.org";
 struct Members(BTreeSet<String>);
 
 impl ConfigGenerator for Members {
-    fn apply(&mut self, _event: SourceEvent) -> bool {
-        false
+    fn apply(&mut self, _event: SourceEvent) -> Change {
+        Change::default()
     }
-    fn render(&self, _node: &ProxyNode) -> ProxyConfig {
-        ProxyConfig::default()
+    fn render(&self, _node: &ProxyNode) -> Arc<ProxyConfig> {
+        Arc::new(ProxyConfig::default())
     }
-    fn is_member(&self, namespace: &str) -> bool {
-        self.0.contains(namespace)
+    fn members(&self) -> BTreeSet<String> {
+        self.0.clone()
     }
 }
 
@@ -104,10 +104,28 @@ async fn start() -> Instance {
         "blue",
         "blue-v1",
         "meshplane-blue",
-        Box::new(Members(["shop".to_string()].into())),
         Arc::new(Metrics::new()),
     );
-    hub.mark_ready();
+    let pusher = Pusher::new(
+        Arc::clone(&hub),
+        Box::new(Members(["shop".to_string()].into())),
+    );
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (events, events_rx) = tokio::sync::mpsc::channel(4);
+    let debounce = DebounceConfig {
+        quiet: Duration::from_millis(1),
+        max: Duration::from_millis(5),
+    };
+    tokio::spawn(run_push_loop(
+        pusher,
+        events_rx,
+        debounce,
+        shutdown_rx.clone(),
+    ));
+    events.send(SourceEvent::Ready).await.expect("push loop");
+    tokio::time::timeout(Duration::from_secs(10), hub.wait_ready())
+        .await
+        .expect("ready");
     let ca_dir = tempfile::tempdir().expect("temp dir");
     let root = generate_root(
         "blue",
@@ -126,7 +144,6 @@ async fn start() -> Instance {
         meshplane_ca::verify::provider(),
     ));
     let reviewer = TokenReviewer::new(admin, AUDIENCE);
-    let (shutdown, shutdown_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
