@@ -19,7 +19,7 @@ const SHARED_BIND_ADDRESSES: &[&str] = &["127.0.0.1", "0.0.0.0"];
 /// What the launcher adds to the bootstrap.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BootstrapOptions {
-    /// `node.id`, e.g. `sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local`.
+    /// `node.id`, e.g. `sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local`.
     pub node_id: String,
     /// `node.cluster`: the workload's service cluster name.
     pub cluster: String,
@@ -257,7 +257,7 @@ static_resources:
 
     fn opts() -> BootstrapOptions {
         BootstrapOptions {
-            node_id: "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local".into(),
+            node_id: "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local".into(),
             cluster: "web".into(),
             metadata: BTreeMap::from([
                 ("NAMESPACE".into(), "shop".into()),
@@ -273,7 +273,7 @@ static_resources:
         let out = build_bootstrap(INPUT, &opts()).unwrap();
         assert_eq!(
             out["node"]["id"],
-            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local"
+            "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local"
         );
         assert_eq!(out["node"]["cluster"], "web");
         assert_eq!(

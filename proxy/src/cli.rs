@@ -183,7 +183,7 @@ mod tests {
             "--token-file",
             "/var/run/secrets/meshplane/tokens/meshplane-token",
             "--node-id",
-            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local",
+            "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local",
             "--meta",
             "NAMESPACE=shop",
             "--meta",

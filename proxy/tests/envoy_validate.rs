@@ -114,7 +114,7 @@ fn run_launcher(dir: &Path, bootstrap: &str, loopback_addr: Option<&str>) -> Out
         .arg(dir.join("meshplane-token"))
         .args([
             "--node-id",
-            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local",
+            "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local",
         ])
         .args(["--meta", "NAMESPACE=shop", "--meta", "POD_NAME=web-1"])
         .args([
@@ -157,7 +157,7 @@ fn envoy_accepts_the_launched_bootstrap() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("final.yaml")).unwrap()).unwrap();
     assert_eq!(
         written["node"]["id"],
-        "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local"
+        "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local"
     );
     assert_eq!(written["node"]["metadata"]["REVISION"], "blue-v1");
     assert_eq!(
