@@ -9,6 +9,7 @@
 //! - [`rotation`]: the root rotation of a self-signed CA, two roots trusted during the overlap.
 //! - [`verify`]: chain verification with rustls, as a TLS peer of the mesh does it.
 //! - [`pem`]: PEM bundles and the facts read back from certificates (x509-parser).
+//! - [`sds`]: the SDS names the node agent and the instance's translation share.
 //!
 //! Certificates are built with rcgen and read with x509-parser; nothing here encodes ASN.1 by
 //! hand.
@@ -19,6 +20,7 @@ pub mod grpc;
 pub mod pem;
 pub mod root;
 pub mod rotation;
+pub mod sds;
 pub mod spiffe;
 pub mod verify;
 

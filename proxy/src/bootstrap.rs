@@ -47,6 +47,9 @@ pub enum BootstrapError {
     /// The token is empty: the instance would refuse the proxy anyway.
     #[error("the proxy token is empty")]
     EmptyToken,
+    /// The node agent needs the `xds-grpc` cluster to know where the instance is.
+    #[error("bootstrap has no static cluster {ADS_CLUSTER:?} with a socket address endpoint")]
+    NoAdsCluster,
     /// A required identity value is empty.
     #[error("{0} must not be empty")]
     EmptyIdentity(&'static str),
@@ -120,6 +123,115 @@ pub fn build_bootstrap(input: &str, opts: &BootstrapOptions) -> Result<Value, Bo
         }
     }
     Ok(bootstrap)
+}
+
+/// Name of the static cluster through which Envoy asks the node agent for its secrets.
+pub const SDS_CLUSTER: &str = meshplane_ca::sds::SDS_CLUSTER;
+
+/// Where the node agent listens for Envoy, relative to Envoy's working directory (the pod's
+/// runtime `emptyDir`): relative paths stay short whatever the directory, and Unix socket paths
+/// are limited to 107 bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSockets {
+    /// ADS, proxied to the instance over TLS.
+    pub xds: String,
+    /// SDS: the workload certificate (`default`) and the trust bundle (`ROOTCA`).
+    pub sds: String,
+}
+
+impl Default for AgentSockets {
+    fn default() -> Self {
+        Self {
+            xds: "./xds.sock".into(),
+            sds: "./sds.sock".into(),
+        }
+    }
+}
+
+/// Where the node agent carries ADS: the instance address of the bootstrap's `xds-grpc`
+/// cluster and the name its certificate must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `host:port` to connect to (a ClusterIP or the Service's DNS name).
+    pub target: String,
+    /// The TLS server name: the `sni` of the cluster's transport socket, else the host.
+    pub server_name: String,
+}
+
+/// Rewires a bootstrap for the node agent: the `xds-grpc` cluster now reaches the agent's ADS
+/// socket in plaintext (the agent carries the stream to the instance over TLS, with the
+/// token), and a `sds-grpc` cluster reaches its SDS socket. Returns where ADS really goes.
+pub fn route_through_agent(
+    bootstrap: &mut Value,
+    sockets: &AgentSockets,
+) -> Result<Upstream, BootstrapError> {
+    let clusters = bootstrap
+        .get_mut("static_resources")
+        .and_then(|s| s.get_mut("clusters"))
+        .and_then(Value::as_array_mut)
+        .ok_or(BootstrapError::NoAdsCluster)?;
+    let ads = clusters
+        .iter_mut()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(ADS_CLUSTER))
+        .ok_or(BootstrapError::NoAdsCluster)?;
+    let socket = ads
+        .pointer("/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address")
+        .ok_or(BootstrapError::NoAdsCluster)?;
+    let host = socket
+        .get("address")
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())
+        .ok_or(BootstrapError::NoAdsCluster)?
+        .to_owned();
+    let port = socket
+        .get("port_value")
+        .and_then(Value::as_u64)
+        .ok_or(BootstrapError::NoAdsCluster)?;
+    let sni = ads
+        .pointer("/transport_socket/typed_config/sni")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let target = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let upstream = Upstream {
+        target,
+        server_name: sni.unwrap_or(host),
+    };
+    let obj = ads
+        .as_object_mut()
+        .ok_or(BootstrapError::NotAMapping { field: "xds-grpc" })?;
+    obj.remove("transport_socket");
+    obj.insert("type".into(), json!("STATIC"));
+    obj.insert(
+        "load_assignment".into(),
+        pipe_assignment(ADS_CLUSTER, &sockets.xds),
+    );
+
+    clusters.retain(|c| c.get("name").and_then(Value::as_str) != Some(SDS_CLUSTER));
+    clusters.push(json!({
+        "name": SDS_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": pipe_assignment(SDS_CLUSTER, &sockets.sds),
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+    }));
+    Ok(upstream)
+}
+
+fn pipe_assignment(cluster: &str, path: &str) -> Value {
+    json!({
+        "cluster_name": cluster,
+        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": path}}}}]}],
+    })
 }
 
 fn set_node(

@@ -52,6 +52,20 @@ pub struct LaunchArgs {
     /// Projected ServiceAccount token; sent on the ADS stream when the file exists.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// The bootstrap ConfigMap's `root-cert.pem` (the tenant's trust bundle). Given, the
+    /// launcher runs the node agent beside Envoy: workload certificate over SDS, ADS carried
+    /// to the instance over TLS with the token re-read at every connect. Absent, Envoy talks to
+    /// the instance directly as the bootstrap says (plaintext development setups).
+    #[arg(long)]
+    pub root_cert: Option<PathBuf>,
+    /// Directory of the agent's sockets and Envoy's working directory (default: the directory
+    /// of `--out`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Lifetime of the workload certificate to ask for, in seconds; 0 asks for the instance's
+    /// default (24 hours).
+    #[arg(long, default_value_t = 0)]
+    pub cert_ttl_seconds: u64,
     /// Envoy node id.
     #[arg(long)]
     pub node_id: String,

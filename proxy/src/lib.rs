@@ -18,12 +18,17 @@
 //! binds with `SO_REUSEPORT`, so collisions are silent). In Kubernetes it is never set: a pod
 //! has its own network namespace.
 //!
-//! Known limit: Envoy sends the token only when it opens the ADS stream, from the bootstrap. The
-//! kubelet rotates the projected token file, but a reconnect after the token's expiry (one hour)
-//! presents the old token until the proxy restarts.
+//! With `--root-cert` (what the injector renders) the launcher does not exec Envoy but runs
+//! the node agent ([`agent`]) with Envoy as its child: the workload certificate over SDS, and
+//! ADS carried to the instance over TLS with the token re-read from its file at every connect,
+//! so a proxy outlives its first token. Without it (development setups with plaintext ADS) the
+//! token is written into the bootstrap once and Envoy is exec'd.
 
+pub mod agent;
 pub mod bootstrap;
 pub mod capture;
 pub mod cli;
 
-pub use bootstrap::{build_bootstrap, BootstrapError, BootstrapOptions};
+pub use bootstrap::{
+    build_bootstrap, route_through_agent, AgentSockets, BootstrapError, BootstrapOptions, Upstream,
+};

@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::{CommandFactory, Parser};
+use meshplane_ca::sds::SDS_METADATA;
 use meshplane_proxy::capture::{self, Family};
 use meshplane_proxy::cli::{
     CaptureArgs, Cli, Command as Sub, Ipv6Mode, LaunchArgs, LOOPBACK_ADDR_ENV,
 };
-use meshplane_proxy::{build_bootstrap, BootstrapError, BootstrapOptions};
+use meshplane_proxy::{
+    agent, build_bootstrap, route_through_agent, AgentSockets, BootstrapError, BootstrapOptions,
+};
 
 #[derive(Debug, thiserror::Error)]
 enum LaunchError {
@@ -57,6 +60,9 @@ fn main() -> ExitCode {
             )
             .exit(),
     };
+    if launch_args.root_cert.is_some() {
+        return run_agent(launch_args);
+    }
     // `launch` only returns on failure: on success the process is Envoy.
     let err = launch(launch_args);
     tracing::error!("meshplane-proxy: {err}");
@@ -103,6 +109,108 @@ fn run_capture(args: &CaptureArgs) -> ExitCode {
     }
 }
 
+/// Node agent mode: the bootstrap routes ADS and SDS through the agent's sockets, and the agent
+/// runs with Envoy as its child.
+fn run_agent(cli: LaunchArgs) -> ExitCode {
+    let config = match prepare_agent(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("meshplane-proxy: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("meshplane-proxy: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(agent::run(config)) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            tracing::error!("meshplane-proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn prepare_agent(cli: &LaunchArgs) -> Result<agent::AgentConfig, LaunchError> {
+    let input = read(&cli.bootstrap)?;
+    let mut metadata: std::collections::BTreeMap<String, String> =
+        cli.meta.iter().cloned().collect();
+    // Contract 7: this proxy has the workload certificate and trust bundle over SDS, so the
+    // instance may give it mutual TLS listeners and clusters.
+    metadata.insert(SDS_METADATA.into(), "true".into());
+    let opts = BootstrapOptions {
+        node_id: cli.node_id.clone(),
+        cluster: cli.cluster.clone(),
+        metadata,
+        // The agent adds the token upstream; Envoy's side of ADS stays in the pod.
+        token: None,
+        loopback_addr: loopback_addr()?,
+    };
+    let mut bootstrap =
+        build_bootstrap(&input, &opts).map_err(|source| LaunchError::Bootstrap {
+            path: cli.bootstrap.clone(),
+            source,
+        })?;
+    let sockets = AgentSockets::default();
+    let upstream =
+        route_through_agent(&mut bootstrap, &sockets).map_err(|source| LaunchError::Bootstrap {
+            path: cli.bootstrap.clone(),
+            source,
+        })?;
+    let text = serde_json::to_string_pretty(&bootstrap).map_err(LaunchError::Serialize)?;
+    std::fs::write(&cli.out, text).map_err(|source| LaunchError::Write {
+        path: cli.out.clone(),
+        source,
+    })?;
+    let run_dir = match &cli.run_dir {
+        Some(d) => d.clone(),
+        None => cli
+            .out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+    };
+    // Envoy runs in `run_dir`: give it the bootstrap by an absolute path.
+    let config = std::path::absolute(&cli.out).map_err(|source| LaunchError::Read {
+        path: cli.out.clone(),
+        source,
+    })?;
+    tracing::info!(target = %upstream.target, server_name = %upstream.server_name, "node agent: ADS and certificates over TLS");
+    Ok(agent::AgentConfig {
+        instance: agent::Instance {
+            upstream,
+            root_cert: cli.root_cert.clone().unwrap_or_default(),
+            token_file: cli.token_file.clone(),
+        },
+        run_dir,
+        sockets,
+        cert_ttl: std::time::Duration::from_secs(cli.cert_ttl_seconds),
+        envoy: agent::envoy::EnvoyCommand {
+            bin: cli.envoy_bin(),
+            config,
+            extra_args: cli.envoy_args.clone(),
+        },
+    })
+}
+
+fn loopback_addr() -> Result<Option<IpAddr>, LaunchError> {
+    match std::env::var(LOOPBACK_ADDR_ENV) {
+        Ok(value) => value
+            .parse::<IpAddr>()
+            .map(Some)
+            .map_err(|_| LaunchError::LoopbackAddr { value }),
+        Err(_) => Ok(None),
+    }
+}
 fn launch(cli: LaunchArgs) -> LaunchError {
     match prepare(&cli) {
         Ok(()) => {}
@@ -132,16 +240,7 @@ fn prepare(cli: &LaunchArgs) -> Result<(), LaunchError> {
         }
         None => None,
     };
-    let loopback_addr = match std::env::var(LOOPBACK_ADDR_ENV) {
-        Ok(value) => Some(
-            value
-                .parse::<IpAddr>()
-                .map_err(|_| LaunchError::LoopbackAddr {
-                    value: value.clone(),
-                })?,
-        ),
-        Err(_) => None,
-    };
+    let loopback_addr = loopback_addr()?;
     let opts = BootstrapOptions {
         node_id: cli.node_id.clone(),
         cluster: cli.cluster.clone(),
