@@ -1,18 +1,26 @@
 //! Labels, annotations and derived object names shared by every component.
 //!
 //! Every object the operator creates for revision `R` of tenant `T` is named from these
-//! functions, so the length limits in [`crate::validation`] can be proven against them.
+//! functions, so the length limits in [`crate::validation`] can be proven against them. The
+//! names and labels that are contracts between the parts (docs/architecture.md) are defined in
+//! `meshplane-contracts` and re-exported here.
+
+pub use meshplane_contracts::bootstrap::configmap_name as bootstrap_configmap;
+pub use meshplane_contracts::members::configmap_name as members_configmap;
+pub use meshplane_contracts::node::token_audience;
+pub use meshplane_contracts::ownership::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_LABEL, TENANT_LABEL,
+};
+pub use meshplane_contracts::ports;
+pub use meshplane_contracts::proxies::configmap_name as proxies_configmap;
+pub use meshplane_contracts::webhook_tls::secret_name as webhook_tls_secret;
+pub use meshplane_contracts::webhooks::{
+    injector_configuration as injector_webhook, instance_name, service_host,
+    validator_configuration as validator_webhook,
+};
 
 /// Namespace label that attaches a namespace to a revision (or a tag of one).
 pub const REV_LABEL: &str = "meshplane.io/rev";
-/// Label on every object the operator owns: the tenant it belongs to.
-pub const TENANT_LABEL: &str = "meshplane.io/tenant";
-/// Label on every object the operator owns: the revision it belongs to.
-pub const REVISION_LABEL: &str = "meshplane.io/revision";
-/// Standard Kubernetes label naming the manager of an object.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`] on meshplane-owned objects.
-pub const MANAGED_BY_VALUE: &str = "meshplane";
 /// The one server-side-apply field manager the operator writes with.
 pub const FIELD_MANAGER: &str = "meshplane-operator";
 /// Pod label opting a pod out of sidecar injection (`"false"`).
@@ -58,36 +66,6 @@ pub fn control_namespace(tenant: &str) -> String {
     format!("meshplane-{tenant}")
 }
 
-/// Name of the revision's instance: Deployment, Service, ServiceAccount, PDB.
-pub fn instance_name(revision: &str) -> String {
-    format!("meshplane-{revision}")
-}
-
-/// Bootstrap ConfigMap placed in every member namespace of the tenant.
-pub fn bootstrap_configmap(revision: &str) -> String {
-    format!("meshplane-{revision}-bootstrap")
-}
-
-/// ConfigMap in the control namespace listing the tenant's members for the instance.
-pub fn members_configmap(revision: &str) -> String {
-    format!("meshplane-{revision}-members")
-}
-
-/// Secret in the control namespace holding the instance's webhook CA and serving certificate.
-pub fn webhook_tls_secret(revision: &str) -> String {
-    format!("meshplane-{revision}-webhook-tls")
-}
-
-/// Mutating (injection) webhook configuration of a revision.
-pub fn injector_webhook(revision: &str) -> String {
-    format!("meshplane-{revision}-injector")
-}
-
-/// Validating (config) webhook configuration of a revision.
-pub fn validator_webhook(revision: &str) -> String {
-    format!("meshplane-{revision}-validator")
-}
-
 /// Role and RoleBinding granting a revision's instance read access in one member namespace.
 pub fn member_reader(revision: &str) -> String {
     format!("meshplane-{revision}-reader")
@@ -96,34 +74,6 @@ pub fn member_reader(revision: &str) -> String {
 /// Cluster-scoped RBAC objects of a revision (Shared mode reads, webhook self-management).
 pub fn cluster_role(revision: &str) -> String {
     format!("meshplane-{revision}")
-}
-
-/// In-cluster DNS name of the instance Service, the subject of its serving certificate.
-pub fn service_host(revision: &str, control_namespace: &str) -> String {
-    format!("{}.{control_namespace}.svc", instance_name(revision))
-}
-
-/// Audience of the projected ServiceAccount token a proxy presents to its tenant's instance.
-pub fn token_audience(tenant: &str) -> String {
-    format!("meshplane-{tenant}")
-}
-
-/// Service ports of every instance.
-pub mod ports {
-    /// ADS (gRPC, HTTP/2 cleartext).
-    pub const GRPC_XDS: u16 = 15010;
-    /// Admission webhooks (HTTPS).
-    pub const HTTPS_WEBHOOK: u16 = 15017;
-    /// Metrics, health and debug (HTTP).
-    pub const HTTP_MONITORING: u16 = 15014;
-    /// Virtual outbound listener a captured proxy receives redirected traffic on.
-    pub const VIRTUAL_OUTBOUND: u16 = 15001;
-    /// Virtual inbound listener a captured proxy receives redirected traffic on.
-    pub const VIRTUAL_INBOUND: u16 = 15006;
-    /// Envoy admin (loopback only).
-    pub const PROXY_ADMIN: u16 = 15000;
-    /// Envoy readiness endpoint.
-    pub const PROXY_READY: u16 = 15021;
 }
 
 /// UID the injected proxy runs as; the capture rules exclude it so Envoy's own traffic is

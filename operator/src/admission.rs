@@ -11,8 +11,8 @@ use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-/// Path the operator serves the check on.
-pub const PATH: &str = "/validate-meshplane";
+/// Path the operator serves the check on (contract 9).
+pub const PATH: &str = meshplane_contracts::operator_tls::ADMISSION_PATH;
 
 fn decode<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, String> {
     serde_json::to_value(obj)

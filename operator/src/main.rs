@@ -55,7 +55,7 @@ struct Args {
     #[arg(long)]
     webhook_host: Option<String>,
     /// ValidatingWebhookConfiguration whose caBundle receives the shared CA ("" = none).
-    #[arg(long, default_value = "meshplane-operator")]
+    #[arg(long, default_value = meshplane_contracts::operator_tls::WEBHOOK_CONFIGURATION)]
     webhook_config_name: String,
     /// Run the controllers only while holding the Lease (safe with several replicas).
     #[arg(long)]
@@ -84,7 +84,7 @@ struct Args {
 }
 
 /// Default name of the Secret shared by the operator's replicas for admission TLS.
-const WEBHOOK_TLS_SECRET: &str = "meshplane-operator-webhook-tls";
+const WEBHOOK_TLS_SECRET: &str = meshplane_contracts::operator_tls::SECRET_NAME;
 
 /// How often a replica re-reads the shared Secret (reload, rotation, caBundle drift) once it
 /// serves a trusted certificate, and how soon it retries before.
@@ -181,7 +181,7 @@ async fn sync_shared_tls(
                 "resourceVersion": resource_version,
                 "labels": {"app.kubernetes.io/managed-by": "meshplane"},
             },
-            "type": "kubernetes.io/tls",
+            "type": meshplane_contracts::webhook_tls::SECRET_TYPE,
             "data": tls.secret_data(),
         }))?;
         let written = match &resource_version {
@@ -415,10 +415,9 @@ async fn main() -> anyhow::Result<()> {
         None => Some(tokio::spawn(run_shared_tls(
             client.clone(),
             SharedTlsArgs {
-                host: args
-                    .webhook_host
-                    .clone()
-                    .unwrap_or_else(|| format!("meshplane-operator.{}.svc", args.namespace)),
+                host: args.webhook_host.clone().unwrap_or_else(|| {
+                    meshplane_contracts::operator_tls::service_host(&args.namespace)
+                }),
                 namespace: args.namespace.clone(),
                 secret: args.webhook_tls_secret.clone(),
                 config_name: args.webhook_config_name.clone(),

@@ -118,7 +118,8 @@ pub fn read_tls_dir(dir: &Path) -> Result<(String, String), ServeError> {
             source,
         })
     };
-    Ok((read("tls.crt")?, read("tls.key")?))
+    use meshplane_contracts::webhook_tls::{TLS_CRT, TLS_KEY};
+    Ok((read(TLS_CRT)?, read(TLS_KEY)?))
 }
 
 /// A rustls server configuration from PEM material.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use meshplane_contracts::webhook_tls::{CA_CRT, TLS_CRT, TLS_KEY};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -47,9 +48,9 @@ impl WebhookTls {
     /// The Secret's `data`, base64-encoded as the API expects.
     pub fn secret_data(&self) -> BTreeMap<&'static str, String> {
         BTreeMap::from([
-            ("ca.crt", B64.encode(&self.ca_bundle_pem)),
-            ("tls.crt", B64.encode(&self.cert_pem)),
-            ("tls.key", B64.encode(&self.key_pem)),
+            (CA_CRT, B64.encode(&self.ca_bundle_pem)),
+            (TLS_CRT, B64.encode(&self.cert_pem)),
+            (TLS_KEY, B64.encode(&self.key_pem)),
         ])
     }
 
@@ -65,9 +66,9 @@ impl WebhookTls {
             String::from_utf8(b).ok()
         };
         Some(Self {
-            ca_bundle_pem: field("ca.crt")?,
-            cert_pem: field("tls.crt")?,
-            key_pem: field("tls.key")?,
+            ca_bundle_pem: field(CA_CRT)?,
+            cert_pem: field(TLS_CRT)?,
+            key_pem: field(TLS_KEY)?,
         })
     }
 

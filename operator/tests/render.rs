@@ -411,3 +411,123 @@ fn shared_mode_reads_cluster_wide_through_one_binding_and_no_per_namespace_roles
         .count();
     assert_eq!(cluster_bindings, 1);
 }
+
+/// The data of a rendered ConfigMap or (base64-decoded) Secret.
+fn data_of(o: &DesiredObject) -> meshplane_contracts::Data {
+    use base64::Engine as _;
+    let secret = o.key.kind == Kind::Secret;
+    o.body["data"]
+        .as_object()
+        .expect("data")
+        .iter()
+        .map(|(k, v)| {
+            let text = v.as_str().expect("string data").to_string();
+            let text = if secret {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .expect("base64");
+                String::from_utf8(raw).expect("utf-8")
+            } else {
+                text
+            };
+            (k.clone(), text)
+        })
+        .collect()
+}
+
+/// Contracts 2-6 and 8 from the operator's side: what it renders parses with the contract's
+/// own readers (the instance, injector and launcher parse with the same ones), and the
+/// bootstrap it renders is one the proxy launcher can complete with a token.
+#[test]
+fn rendered_objects_satisfy_the_contracts() {
+    use meshplane_contracts::{bootstrap, members, ownership, proxies, webhook_tls, webhooks};
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let blue_v1 = render_of(&cps[0], &m, &Observed::default());
+    let find = |kind: Kind, name: &str| {
+        blue_v1
+            .iter()
+            .find(|o| o.key.kind == kind && o.key.name == name)
+            .unwrap_or_else(|| panic!("{kind:?} {name} rendered"))
+    };
+
+    let read = members::MembersData::from_data(&data_of(find(
+        Kind::ConfigMap,
+        &members::configmap_name("blue-v1"),
+    )))
+    .expect("contract 2");
+    assert_eq!(read.members, BTreeSet::from(["cart".into(), "shop".into()]));
+    assert_eq!(read.attached, BTreeSet::from(["shop".into()]));
+    assert_eq!(read.tags, BTreeSet::from(["blue-stable".into()]));
+    let mesh: meshplane_crds::MeshConfig =
+        serde_json::from_str(read.mesh_config.as_deref().expect("meshConfig")).expect("JSON");
+    assert_eq!(mesh, cps[0].spec.mesh_config);
+
+    let counts = find(Kind::ConfigMap, &proxies::configmap_name("blue-v1"));
+    assert!(
+        counts.body.get("data").is_none(),
+        "contract 3: created empty"
+    );
+
+    let tls = webhook_tls::TlsData::from_data(&data_of(find(
+        Kind::Secret,
+        &webhook_tls::secret_name("blue-v1"),
+    )))
+    .expect("contract 4");
+    assert_eq!(tls.ca_pem, fixed_tls().ca_bundle_pem);
+
+    for (kind, name, path) in [
+        (
+            Kind::MutatingWebhookConfiguration,
+            webhooks::injector_configuration("blue-v1"),
+            webhooks::INJECT_PATH,
+        ),
+        (
+            Kind::ValidatingWebhookConfiguration,
+            webhooks::validator_configuration("blue-v1"),
+            webhooks::VALIDATE_PATH,
+        ),
+    ] {
+        let service = &find(kind, &name).body["webhooks"][0]["clientConfig"]["service"];
+        assert_eq!(service["path"], path, "contract 5");
+        assert_eq!(service["name"], webhooks::instance_name("blue-v1"));
+        assert_eq!(service["port"], meshplane_contracts::ports::HTTPS_WEBHOOK);
+    }
+
+    let boot = blue_v1
+        .iter()
+        .find(|o| o.key.name == bootstrap::configmap_name("blue-v1"))
+        .expect("a bootstrap ConfigMap");
+    let boot = bootstrap::BootstrapData::from_data(&data_of(boot)).expect("contract 6");
+    assert_eq!(boot.revision, "blue-v1");
+    let node_id = meshplane_contracts::node::NodeId::sidecar(
+        "198.18.0.7".parse().expect("ip"),
+        "web-1",
+        "shop",
+    );
+    let completed = meshplane_proxy::bootstrap::build_bootstrap(
+        &boot.envoy_yaml,
+        &meshplane_proxy::bootstrap::BootstrapOptions {
+            node_id: node_id.to_string(),
+            cluster: "web".into(),
+            token: Some("token".into()),
+            ..Default::default()
+        },
+    )
+    .expect("the launcher completes the operator's bootstrap");
+    assert_eq!(
+        completed["dynamic_resources"]["ads_config"]["grpc_services"][0]["initial_metadata"][0]
+            ["value"],
+        "Bearer token"
+    );
+
+    for o in blue_v1.iter().filter(|o| o.key.kind != Kind::Namespace) {
+        let labels: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(o.body["metadata"]["labels"].clone()).expect("labels");
+        assert!(
+            ownership::is_owned(&labels, "blue", "blue-v1"),
+            "contract 8: {}",
+            o.key
+        );
+    }
+}

@@ -7,11 +7,11 @@ use std::net::IpAddr;
 use serde_json::{json, Map, Value};
 
 /// Name of the static cluster that carries ADS to the instance (contract 6).
-pub const ADS_CLUSTER: &str = "xds-grpc";
+pub const ADS_CLUSTER: &str = meshplane_contracts::bootstrap::ADS_CLUSTER;
 
 /// Node metadata key telling the control plane which loopback address the pod owns, so that
 /// it binds the proxy's dynamic listeners there too.
-pub const LOOPBACK_ADDR_META: &str = "LOOPBACK_ADDR";
+pub const LOOPBACK_ADDR_META: &str = meshplane_contracts::node::meta::LOOPBACK_ADDR;
 
 /// Addresses rewritten to the pod's own loopback address when one is given.
 const SHARED_BIND_ADDRESSES: &[&str] = &["127.0.0.1", "0.0.0.0"];
@@ -53,6 +53,10 @@ pub enum BootstrapError {
     /// A required identity value is empty.
     #[error("{0} must not be empty")]
     EmptyIdentity(&'static str),
+    /// The node id breaks contract 7 (e.g. a `$(POD_IP)` the kubelet did not expand): the
+    /// instance would refuse the proxy.
+    #[error("{0}")]
+    NodeId(#[from] meshplane_contracts::ContractError),
 }
 
 /// Builds the final bootstrap: parses `input` (the ConfigMap's `envoy.yaml`), sets `node.id`,
@@ -63,6 +67,7 @@ pub fn build_bootstrap(input: &str, opts: &BootstrapOptions) -> Result<Value, Bo
     if opts.node_id.is_empty() {
         return Err(BootstrapError::EmptyIdentity("node id"));
     }
+    meshplane_contracts::node::NodeId::parse(&opts.node_id)?;
     if opts.cluster.is_empty() {
         return Err(BootstrapError::EmptyIdentity("node cluster"));
     }
@@ -392,6 +397,25 @@ static_resources:
             out["node"]["metadata"],
             json!({ "FROM_CONFIGMAP": "kept", "NAMESPACE": "shop", "TENANT": "blue" })
         );
+    }
+
+    /// Contract 7 from the launcher's side: what the injector renders, once expanded, is
+    /// accepted; an id the kubelet could not expand is refused here, with the reason, rather
+    /// than by the instance.
+    #[test]
+    fn the_node_id_must_satisfy_contract_7() {
+        let template = meshplane_contracts::node::NodeId::injector_template();
+        let mut o = opts();
+        o.node_id = template
+            .replace("$(POD_IP)", "198.18.0.7")
+            .replace("$(POD_NAME)", "web-1")
+            .replace("$(POD_NAMESPACE)", "shop");
+        assert!(build_bootstrap(INPUT, &o).is_ok());
+        o.node_id = template
+            .replace("$(POD_NAME)", "web-1")
+            .replace("$(POD_NAMESPACE)", "shop");
+        let err = build_bootstrap(INPUT, &o).expect_err("unexpanded POD_IP");
+        assert!(err.to_string().contains("not an IP address"), "{err}");
     }
 
     #[test]

@@ -18,6 +18,8 @@ use k8s_openapi::api::core::v1::{
     ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshplane_contracts::bootstrap;
+use meshplane_contracts::node::{env, meta, NodeId};
 use meshplane_crds::capture::{init_container_args, CaptureAnnotationError, CaptureScope};
 use meshplane_crds::names::{self, ports, PROXY_UID};
 use serde_json::Value;
@@ -45,7 +47,7 @@ pub const TOKEN_FILE: &str = "meshplane-token";
 /// Lifetime requested for the projected token; the kubelet refreshes it before expiry.
 pub const TOKEN_EXPIRATION_SECONDS: i64 = 3600;
 /// Readiness path on [`ports::PROXY_READY`].
-pub const READY_PATH: &str = "/healthz/ready";
+pub const READY_PATH: &str = bootstrap::READY_PATH;
 
 /// Pod label naming the workload, preferred for the proxy's service cluster.
 const APP_LABELS: &[&str] = &["app", "app.kubernetes.io/name"];
@@ -335,22 +337,27 @@ fn field_env(name: &str, field_path: &str) -> EnvVar {
 fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str) -> Container {
     let mut args: Vec<String> = vec![
         "--bootstrap".into(),
-        format!("{BOOTSTRAP_DIR}/envoy.yaml"),
+        format!("{BOOTSTRAP_DIR}/{}", bootstrap::ENVOY_YAML),
         "--token-file".into(),
         format!("{TOKEN_DIR}/{TOKEN_FILE}"),
         // The launcher's default, spelled out so that runners relocating volumes see the path.
         "--out".into(),
-        format!("{RUNTIME_DIR}/envoy.yaml"),
+        format!("{RUNTIME_DIR}/{}", bootstrap::ENVOY_YAML),
         // `$(VAR)` is expanded by the kubelet from the env below (downward API).
         "--node-id".into(),
-        "sidecar~$(POD_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local".into(),
+        NodeId::injector_template(),
     ];
+    // No LABELS: the instance takes a proxy's labels from its Pod, never from what it claims.
+    let (pod_namespace, pod_name) = (
+        format!("$({})", env::POD_NAMESPACE),
+        format!("$({})", env::POD_NAME),
+    );
     for (key, value) in [
-        ("NAMESPACE", "$(POD_NAMESPACE)"),
-        ("POD_NAME", "$(POD_NAME)"),
-        ("TENANT", config.tenant.as_str()),
-        ("REVISION", config.revision.as_str()),
-        ("CAPTURE_MODE", capture.as_str()),
+        (meta::NAMESPACE, pod_namespace.as_str()),
+        (meta::POD_NAME, pod_name.as_str()),
+        (meta::TENANT, config.tenant.as_str()),
+        (meta::REVISION, config.revision.as_str()),
+        (meta::CAPTURE_MODE, capture.as_str()),
     ] {
         args.push("--meta".into());
         args.push(format!("{key}={value}"));
@@ -364,9 +371,9 @@ fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str
         command: Some(vec!["meshplane-proxy".into()]),
         args: Some(args),
         env: Some(vec![
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_NAMESPACE", "metadata.namespace"),
-            field_env("POD_IP", "status.podIP"),
+            field_env(env::POD_NAME, "metadata.name"),
+            field_env(env::POD_NAMESPACE, "metadata.namespace"),
+            field_env(env::POD_IP, "status.podIP"),
             EnvVar {
                 name: "TRUST_DOMAIN".into(),
                 value: Some(config.trust_domain.clone()),

@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use meshplane_contracts::webhooks;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -52,9 +53,9 @@ pub enum ServeError {
 /// The HTTP routes, without TLS.
 pub fn router(handlers: Arc<Webhooks>) -> Router {
     Router::new()
-        .route("/inject", post(inject))
-        .route("/validate", post(validate))
-        .route("/healthz", get(|| async { "ok" }))
+        .route(webhooks::INJECT_PATH, post(inject))
+        .route(webhooks::VALIDATE_PATH, post(validate))
+        .route(webhooks::HEALTHZ_PATH, get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(handlers)
 }

@@ -17,10 +17,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-/// Certificate chain file in the TLS directory (PEM).
-pub const CERT_FILE: &str = "tls.crt";
-/// Private key file in the TLS directory (PEM).
-pub const KEY_FILE: &str = "tls.key";
+/// Certificate chain file in the TLS directory (PEM): the Secret key of contract 4.
+pub const CERT_FILE: &str = meshplane_contracts::webhook_tls::TLS_CRT;
+/// Private key file in the TLS directory (PEM): the Secret key of contract 4.
+pub const KEY_FILE: &str = meshplane_contracts::webhook_tls::TLS_KEY;
 
 /// Why the certificate could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -1,15 +1,15 @@
 //! `meshplane-xds`: one revision of one tenant's control plane (contract 1 of
 //! docs/architecture.md).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use meshplane_crds::MeshConfig;
 use meshplane_xds::ads::AdsServer;
+use meshplane_xds::cli::{Args, Isolation, Source};
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
@@ -19,103 +19,6 @@ use meshplane_xds::source_kube::{self, KubeSourceConfig};
 use meshplane_xds::tenancy::TokenReviewer;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-
-/// Where the tenant's configuration comes from.
-#[derive(Clone, Debug)]
-enum Source {
-    /// Kubernetes watches.
-    Kube,
-    /// A directory of YAML manifests (standalone mode).
-    Dir(PathBuf),
-}
-
-impl std::str::FromStr for Source {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "kube" => Ok(Source::Kube),
-            _ => match s.strip_prefix("dir:") {
-                Some(path) if !path.is_empty() => Ok(Source::Dir(PathBuf::from(path))),
-                _ => Err(format!("expected `kube` or `dir:PATH`, got {s:?}")),
-            },
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-enum Isolation {
-    #[value(name = "Strict")]
-    Strict,
-    #[value(name = "Shared")]
-    Shared,
-}
-
-/// meshplane xds-server: Envoy control plane of one tenant revision.
-#[derive(Parser, Debug)]
-#[command(version)]
-struct Args {
-    /// Tenant name.
-    #[arg(long)]
-    tenant: String,
-    /// Revision name.
-    #[arg(long)]
-    revision: String,
-    /// Control namespace of the tenant (default `meshplane-<tenant>`).
-    #[arg(long)]
-    control_namespace: Option<String>,
-    /// `kube` or `dir:PATH`.
-    #[arg(long, default_value = "kube")]
-    source: Source,
-    /// Kubernetes read scope: per member namespace (Strict) or cluster-wide (Shared).
-    #[arg(long, value_enum, default_value = "Strict")]
-    isolation: Isolation,
-    /// Plaintext ADS (gRPC) listen address; off unless given. Proxies of a meshplane operator
-    /// use the TLS port.
-    #[arg(long)]
-    xds_addr: Option<SocketAddr>,
-    /// TLS listen address of ADS and the certificate service (Istio's 15012), with a serving
-    /// certificate of the tenant CA in `--ca-dir`.
-    #[arg(long)]
-    xds_tls_addr: Option<SocketAddr>,
-    /// Directory of the tenant CA (Istio's `cacerts` layout: `ca-cert.pem`, `ca-key.pem`,
-    /// `root-cert.pem`, `cert-chain.pem`), mounted from its Secret.
-    #[arg(long, default_value = "/var/run/meshplane/ca")]
-    ca_dir: PathBuf,
-    /// Trust domain of the tenant's workload identities.
-    #[arg(long, default_value = meshplane_crds::names::DEFAULT_TRUST_DOMAIN)]
-    trust_domain: String,
-    /// Extra DNS names of the TLS port's serving certificate (the instance Service's names are
-    /// always included); repeatable.
-    #[arg(long = "serving-dns-name")]
-    serving_dns_names: Vec<String>,
-    /// Admission webhook (HTTPS) listen address.
-    #[arg(long, default_value = "0.0.0.0:15017")]
-    webhook_addr: SocketAddr,
-    /// Metrics, health and debug (HTTP) listen address.
-    #[arg(long, default_value = "0.0.0.0:15014")]
-    monitoring_addr: SocketAddr,
-    /// Directory of the webhook serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
-    #[arg(long, default_value = "/var/run/meshplane/webhook-tls")]
-    webhook_tls_dir: PathBuf,
-    /// This revision's proxy image, injected into pods; the operator sets the environment
-    /// variable. Without it the admission webhooks are not served.
-    #[arg(long, env = "MESHPLANE_PROXY_IMAGE")]
-    proxy_image: Option<String>,
-    /// Audience proxies' tokens must carry (default `meshplane-<tenant>`).
-    #[arg(long)]
-    token_audience: Option<String>,
-    /// Revision tags pointing at this revision (directory mode membership).
-    #[arg(long, value_delimiter = ',')]
-    tags: Vec<String>,
-    /// Push after this long without changes.
-    #[arg(long, default_value_t = 50)]
-    debounce_quiet_ms: u64,
-    /// Push at the latest this long after the first change. Short, because a push only re-renders
-    /// what changed (endpoint-only changes patch EDS alone) and the push loop never overlaps
-    /// pushes: under load, batches grow instead of queueing.
-    #[arg(long, default_value_t = 300)]
-    debounce_max_ms: u64,
-}
 
 fn generator(args: &Args, control_namespace: &str) -> Box<dyn ConfigGenerator> {
     Box::new(
@@ -177,8 +80,8 @@ async fn main() -> anyhow::Result<()> {
         .token_audience
         .clone()
         .unwrap_or_else(|| meshplane_crds::names::token_audience(&args.tenant));
-    let pod_name =
-        std::env::var("POD_NAME").unwrap_or_else(|_| format!("meshplane-{}", args.revision));
+    let pod_name = std::env::var(meshplane_contracts::instance::env::POD_NAME)
+        .unwrap_or_else(|_| meshplane_crds::names::instance_name(&args.revision));
 
     let metrics = Arc::new(Metrics::new());
     let hub = Hub::new(&args.tenant, &args.revision, &control_namespace, metrics);

@@ -19,6 +19,8 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
+use meshplane_contracts::members::{self, MembersData};
+use meshplane_contracts::{proxies, ContractError};
 use meshplane_crds::{EnvoyFilter, ServiceEntry, Sidecar};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -35,25 +37,24 @@ pub struct KubeSourceConfig {
     pub shared: bool,
 }
 
-/// Member namespaces listed in the members ConfigMap (`data.members`, one per line).
+/// The members ConfigMap's content (contract 2), or why it breaks the contract.
+pub fn read_members(cm: &ConfigMap) -> Result<MembersData, ContractError> {
+    MembersData::from_data(cm.data.as_ref().unwrap_or(&BTreeMap::new()))
+}
+
+/// Member namespaces listed in the members ConfigMap (`data.members`, one per line); none when
+/// it breaks contract 2 (logged).
 pub fn parse_members(cm: &ConfigMap) -> BTreeSet<String> {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get("members"))
-        .map(|m| {
-            m.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
+    read_members(cm)
+        .map_err(|e| tracing::warn!(error = %e, "the members ConfigMap is unreadable"))
+        .map(|m| m.members)
         .unwrap_or_default()
 }
 
 /// The revision's mesh config from the members ConfigMap (key `meshConfig`, JSON written by the
 /// operator); `None` when absent or unreadable, so the instance keeps what it has.
 pub fn parse_mesh_config(cm: &ConfigMap) -> Option<meshplane_crds::MeshConfig> {
-    let text = cm.data.as_ref()?.get("meshConfig")?;
+    let text = cm.data.as_ref()?.get(members::MESH_CONFIG)?;
     serde_json::from_str(text)
         .map_err(
             |e| tracing::warn!(error = %e, "meshConfig in the members ConfigMap is unreadable"),
@@ -370,17 +371,18 @@ pub async fn report_proxy_count(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &control_namespace);
-    let name = format!("meshplane-{revision}-proxies");
-    let params = PatchParams::apply(&format!("meshplane-xds/{pod_name}"));
+    let name = proxies::configmap_name(&revision);
+    let params = PatchParams::apply(&proxies::field_manager(&pod_name));
     let mut reported: Option<usize> = None;
     loop {
         let current = *count.borrow_and_update();
         if reported != Some(current) {
+            let (key, value) = proxies::entry(&pod_name, current as u64);
             let patch = serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": { "name": name, "namespace": control_namespace },
-                "data": { pod_name.clone(): current.to_string() },
+                "data": { key: value },
             });
             match api.patch(&name, &params, &Patch::Apply(&patch)).await {
                 Ok(_) => reported = Some(current),
@@ -407,7 +409,13 @@ mod tests {
     #[test]
     fn mesh_config_is_read_from_the_members_configmap_and_bad_json_is_ignored() {
         let cm = |text: &str| ConfigMap {
-            data: Some([("meshConfig".to_string(), text.to_string())].into()),
+            data: Some(
+                [
+                    (members::MEMBERS.to_string(), String::new()),
+                    (members::MESH_CONFIG.to_string(), text.to_string()),
+                ]
+                .into(),
+            ),
             ..Default::default()
         };
         let mc = parse_mesh_config(&cm(r#"{"trustDomain":"green.mesh.local","outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}}"#))
@@ -424,7 +432,7 @@ mod tests {
     #[test]
     fn members_are_read_line_by_line() {
         let cm = ConfigMap {
-            data: Some([("members".to_string(), "bank\n\n shop \n".to_string())].into()),
+            data: Some([(members::MEMBERS.to_string(), "bank\n\n shop \n".to_string())].into()),
             ..Default::default()
         };
         assert_eq!(

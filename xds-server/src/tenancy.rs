@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
+use meshplane_contracts::node::{meta, NodeId};
 use meshplane_crds::networking::CaptureMode;
 use tonic::metadata::MetadataMap;
 
@@ -18,10 +19,13 @@ use crate::model::ProxyNode;
 pub enum AdmissionError {
     #[error("the first ADS request carries no node")]
     MissingNode,
-    #[error("node.id {0:?} is not `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` and node metadata has no NAMESPACE")]
+    /// The contract error, which quotes a bounded part of the id.
+    #[error("{0}")]
     MalformedNodeId(String),
     #[error("node metadata NAMESPACE {metadata:?} contradicts node.id namespace {id:?}")]
     NamespaceMismatch { metadata: String, id: String },
+    #[error("node metadata POD_NAME {metadata:?} contradicts node.id pod {id:?}")]
+    PodMismatch { metadata: String, id: String },
     #[error(
         "proxy of namespace {namespace:?} belongs to tenant {claimed:?}, this is tenant {tenant:?}"
     )]
@@ -53,7 +57,9 @@ impl AdmissionError {
     pub fn reason(&self) -> &'static str {
         match self {
             AdmissionError::MissingNode | AdmissionError::MalformedNodeId(_) => "malformed_node",
-            AdmissionError::NamespaceMismatch { .. } => "namespace_mismatch",
+            AdmissionError::NamespaceMismatch { .. } | AdmissionError::PodMismatch { .. } => {
+                "namespace_mismatch"
+            }
             AdmissionError::WrongTenant { .. } => "wrong_tenant",
             AdmissionError::NotMember { .. } => "not_member",
             AdmissionError::MissingToken
@@ -69,7 +75,8 @@ impl AdmissionError {
         match self {
             AdmissionError::MissingNode
             | AdmissionError::MalformedNodeId(_)
-            | AdmissionError::NamespaceMismatch { .. } => {
+            | AdmissionError::NamespaceMismatch { .. }
+            | AdmissionError::PodMismatch { .. } => {
                 tonic::Status::invalid_argument(self.to_string())
             }
             AdmissionError::MissingToken | AdmissionError::InvalidToken(_) => {
@@ -94,25 +101,6 @@ fn metadata_string(md: Option<&Struct>, key: &str) -> Option<String> {
     }
 }
 
-/// Workload labels from metadata `LABELS`: a struct of strings, or a JSON object string.
-fn metadata_labels(md: Option<&Struct>) -> BTreeMap<String, String> {
-    let Some(value) = md.and_then(|m| m.fields.get("LABELS")) else {
-        return BTreeMap::new();
-    };
-    match value.kind.as_ref() {
-        Some(ValueKind::StructValue(s)) => s
-            .fields
-            .iter()
-            .filter_map(|(k, v)| match v.kind.as_ref() {
-                Some(ValueKind::StringValue(s)) => Some((k.clone(), s.clone())),
-                _ => None,
-            })
-            .collect(),
-        Some(ValueKind::StringValue(s)) => serde_json::from_str(s).unwrap_or_default(),
-        _ => BTreeMap::new(),
-    }
-}
-
 fn capture_mode(value: Option<String>) -> CaptureMode {
     match value.as_deref().map(str::to_ascii_uppercase).as_deref() {
         Some("NONE") => CaptureMode::None,
@@ -121,56 +109,42 @@ fn capture_mode(value: Option<String>) -> CaptureMode {
     }
 }
 
-/// Parses `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` into (ip, pod, namespace).
-fn parse_node_id(id: &str) -> Option<(String, String, String)> {
-    let parts: Vec<&str> = id.split('~').collect();
-    let [_, ip, pod_ns, domain] = parts.as_slice() else {
-        return None;
-    };
-    let namespace = domain.split('.').next().filter(|s| !s.is_empty())?;
-    let pod = pod_ns
-        .strip_suffix(&format!(".{namespace}"))
-        .unwrap_or(pod_ns);
-    Some((ip.to_string(), pod.to_string(), namespace.to_string()))
-}
-
-/// Identity a node claims, checked against itself and the tenant.
+/// Identity a node claims (contract 7), checked against itself and the tenant. The node id
+/// must parse; metadata `NAMESPACE` and `POD_NAME`, when present, must agree with it. Labels
+/// are not taken from the node: the tenant index gives them from the proxy's Pod.
 pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, AdmissionError> {
     let node = node.ok_or(AdmissionError::MissingNode)?;
     let md = node.metadata.as_ref();
-    let from_id = parse_node_id(&node.id);
-    let md_namespace = metadata_string(md, "NAMESPACE");
-    let namespace = match (&md_namespace, &from_id) {
-        (Some(m), Some((_, _, id_ns))) if m != id_ns => {
-            return Err(AdmissionError::NamespaceMismatch {
-                metadata: m.clone(),
-                id: id_ns.clone(),
-            })
-        }
-        (Some(m), _) => m.clone(),
-        (None, Some((_, _, id_ns))) => id_ns.clone(),
-        (None, None) => return Err(AdmissionError::MalformedNodeId(node.id.clone())),
-    };
-    if let Some(claimed) = metadata_string(md, "TENANT") {
+    let id = NodeId::parse(&node.id).map_err(|e| AdmissionError::MalformedNodeId(e.to_string()))?;
+    if let Some(claimed) = metadata_string(md, meta::NAMESPACE).filter(|m| *m != id.namespace) {
+        return Err(AdmissionError::NamespaceMismatch {
+            metadata: claimed,
+            id: id.namespace,
+        });
+    }
+    if let Some(claimed) = metadata_string(md, meta::POD_NAME).filter(|p| *p != id.pod) {
+        return Err(AdmissionError::PodMismatch {
+            metadata: claimed,
+            id: id.pod,
+        });
+    }
+    if let Some(claimed) = metadata_string(md, meta::TENANT) {
         if claimed != tenant {
             return Err(AdmissionError::WrongTenant {
-                namespace,
+                namespace: id.namespace,
                 claimed,
                 tenant: tenant.to_string(),
             });
         }
     }
-    let pod_name =
-        metadata_string(md, "POD_NAME").or_else(|| from_id.as_ref().map(|f| f.1.clone()));
-    let ip = from_id.map(|f| f.0).filter(|ip| !ip.is_empty());
     Ok(ProxyNode {
         id: node.id.clone(),
-        namespace,
-        pod_name,
-        ip,
-        labels: metadata_labels(md),
-        capture_mode: capture_mode(metadata_string(md, "CAPTURE_MODE")),
-        loopback: metadata_string(md, "LOOPBACK_ADDR"),
+        namespace: id.namespace,
+        pod_name: Some(id.pod),
+        ip: Some(id.ip.to_string()),
+        labels: BTreeMap::new(),
+        capture_mode: capture_mode(metadata_string(md, meta::CAPTURE_MODE)),
+        loopback: metadata_string(md, meta::LOOPBACK_ADDR),
     })
 }
 
@@ -310,26 +284,46 @@ mod tests {
     }
 
     #[test]
-    fn parses_contract_node_id_and_metadata() {
+    fn parses_contract_node_id_and_metadata_but_never_claimed_labels() {
         let labels = Value {
             kind: Some(ValueKind::StructValue(Struct {
                 fields: [("app".to_string(), string("web"))].into_iter().collect(),
             })),
         };
         let n = node(
-            "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local",
+            "sidecar~198.18.0.7~web-1.shop~shop.svc.cluster.local",
             &[
-                ("CAPTURE_MODE", string("NONE")),
+                (meta::CAPTURE_MODE, string("NONE")),
                 ("LABELS", labels),
-                ("TENANT", string("blue")),
+                (meta::TENANT, string("blue")),
+                (meta::POD_NAME, string("web-1")),
             ],
         );
         let p = parse_node(Some(&n), "blue").expect("valid node");
         assert_eq!(p.namespace, "shop");
         assert_eq!(p.pod_name.as_deref(), Some("web-1"));
-        assert_eq!(p.ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(p.ip.as_deref(), Some("198.18.0.7"));
         assert_eq!(p.capture_mode, CaptureMode::None);
-        assert_eq!(p.labels.get("app").map(String::as_str), Some("web"));
+        assert!(
+            p.labels.is_empty(),
+            "labels come from the Pod: {:?}",
+            p.labels
+        );
+    }
+
+    /// Contract 7 from the instance's side: the injector's template, once the kubelet expands
+    /// it, is a node id the instance admits.
+    #[test]
+    fn admits_the_injectors_node_id() {
+        let id = NodeId::injector_template()
+            .replace("$(POD_IP)", "198.18.0.9")
+            .replace("$(POD_NAME)", "web-1")
+            .replace("$(POD_NAMESPACE)", "shop");
+        let p = parse_node(Some(&node(&id, &[])), "blue").expect("admitted");
+        assert_eq!(
+            (p.namespace.as_str(), p.pod_name.as_deref()),
+            ("shop", Some("web-1"))
+        );
     }
 
     #[test]
@@ -350,9 +344,20 @@ mod tests {
         assert_eq!(err.to_status().code(), tonic::Code::PermissionDenied);
         assert!(err.to_string().contains("green") && err.to_string().contains("blue"));
         assert_eq!(parse_node(None, "blue"), Err(AdmissionError::MissingNode));
+        let garbage = parse_node(
+            Some(&node("garbage", &[(meta::NAMESPACE, string("shop"))])),
+            "blue",
+        )
+        .expect_err("an id that does not parse is refused, whatever the metadata says");
+        assert_eq!(garbage.to_status().code(), tonic::Code::InvalidArgument);
+        assert!(garbage.to_string().contains("node id"), "{garbage}");
+        let n = node(
+            "sidecar~1.2.3.4~a.shop~shop.svc.cluster.local",
+            &[(meta::POD_NAME, string("b"))],
+        );
         assert!(matches!(
-            parse_node(Some(&node("garbage", &[])), "blue"),
-            Err(AdmissionError::MalformedNodeId(_))
+            parse_node(Some(&n), "blue"),
+            Err(AdmissionError::PodMismatch { .. })
         ));
     }
 

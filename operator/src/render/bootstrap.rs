@@ -1,5 +1,6 @@
 //! Contract 6: the bootstrap ConfigMap in every member namespace of the tenant.
 
+use meshplane_contracts::bootstrap::{BootstrapData, ADS_CLUSTER, READY_PATH};
 use meshplane_crds::names::{self, ports};
 use serde_json::{json, Value};
 
@@ -21,7 +22,7 @@ pub fn envoy_bootstrap(ads_host: &str) -> Value {
             "ads_config": {
                 "api_type": "GRPC",
                 "transport_api_version": "V3",
-                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds-grpc"}}],
+                "grpc_services": [{"envoy_grpc": {"cluster_name": ADS_CLUSTER}}],
                 "set_node_on_first_message_only": true,
             },
             "cds_config": {"ads": {}, "resource_api_version": "V3"},
@@ -40,7 +41,7 @@ pub fn envoy_bootstrap(ads_host: &str) -> Value {
                             "name": "readiness",
                             "domains": ["*"],
                             // Envoy's own /ready answers 200 only once the proxy is LIVE.
-                            "routes": [{"match": {"path": "/healthz/ready"},
+                            "routes": [{"match": {"path": READY_PATH},
                                         "route": {"cluster": "envoy-admin", "prefix_rewrite": "/ready"}}],
                         }]},
                         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
@@ -50,11 +51,11 @@ pub fn envoy_bootstrap(ads_host: &str) -> Value {
             }],
             "clusters": [
                 {
-                    "name": "xds-grpc",
+                    "name": ADS_CLUSTER,
                     // A ClusterIP needs no resolution; a DNS name is resolved by Envoy.
                     "type": if is_ip { "STATIC" } else { "STRICT_DNS" },
                     "connect_timeout": "1s",
-                    "load_assignment": {"cluster_name": "xds-grpc",
+                    "load_assignment": {"cluster_name": ADS_CLUSTER,
                         "endpoints": [{"lb_endpoints": [endpoint(ads_host, ports::GRPC_XDS)]}]},
                     // gRPC needs HTTP/2; without it Envoy silently retries over HTTP/1.1.
                     "typed_extension_protocol_options": {
@@ -91,20 +92,15 @@ pub fn bootstrap_configmaps(rev: &Revision<'_>) -> Vec<DesiredObject> {
         .clone()
         .unwrap_or_else(|| ROOT_CERT_PLACEHOLDER.to_string());
     let name = names::bootstrap_configmap(&rev.revision);
+    let data = BootstrapData {
+        envoy_yaml,
+        root_cert,
+        revision: rev.revision.clone(),
+    }
+    .to_data();
     rev.input
         .tenant_members
         .iter()
-        .map(|member| {
-            rev.object(
-                Kind::ConfigMap,
-                Some(member),
-                &name,
-                json!({"data": {
-                    "envoy.yaml": envoy_yaml,
-                    "root-cert.pem": root_cert,
-                    "revision": rev.revision,
-                }}),
-            )
-        })
+        .map(|member| rev.object(Kind::ConfigMap, Some(member), &name, json!({"data": data})))
         .collect()
 }

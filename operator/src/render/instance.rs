@@ -1,6 +1,9 @@
 //! The instance in the control namespace: Namespace, ServiceAccount, Deployment, Service,
 //! PodDisruptionBudget, members and proxies ConfigMaps, webhook TLS Secret.
 
+use meshplane_contracts::instance::{env, InstanceArgs, Isolation};
+use meshplane_contracts::members::MembersData;
+use meshplane_contracts::{proxies, webhook_tls};
 use meshplane_crds::names::{self, ports};
 use meshplane_crds::IsolationMode;
 use serde_json::{json, Value};
@@ -8,7 +11,7 @@ use serde_json::{json, Value};
 use super::{DesiredObject, Kind, ObjectKey, Revision};
 
 /// Where the webhook TLS Secret is mounted (contract 4).
-pub const WEBHOOK_TLS_DIR: &str = "/var/run/meshplane/webhook-tls";
+pub const WEBHOOK_TLS_DIR: &str = webhook_tls::MOUNT_DIR;
 /// UID/GID the instance runs as (distroless "nonroot").
 const INSTANCE_UID: i64 = 65532;
 
@@ -43,43 +46,28 @@ pub fn instance_args(
     control_namespace: &str,
     isolation: IsolationMode,
 ) -> Vec<String> {
-    let isolation = match isolation {
-        IsolationMode::Strict => "Strict",
-        IsolationMode::Shared => "Shared",
-    };
-    [
-        "--tenant",
-        tenant,
-        "--revision",
-        revision,
-        "--control-namespace",
-        control_namespace,
-        "--source",
-        "kube",
-        "--isolation",
-        isolation,
-        "--xds-addr",
-        &format!("0.0.0.0:{}", ports::GRPC_XDS),
-        "--webhook-addr",
-        &format!("0.0.0.0:{}", ports::HTTPS_WEBHOOK),
-        "--monitoring-addr",
-        &format!("0.0.0.0:{}", ports::HTTP_MONITORING),
-        "--webhook-tls-dir",
-        WEBHOOK_TLS_DIR,
-        "--token-audience",
-        &names::token_audience(tenant),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    InstanceArgs {
+        tenant: tenant.to_string(),
+        revision: revision.to_string(),
+        control_namespace: control_namespace.to_string(),
+        isolation: match isolation {
+            IsolationMode::Strict => Isolation::Strict,
+            IsolationMode::Shared => Isolation::Shared,
+        },
+    }
+    .to_args()
 }
 
 pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
     let ns = Some(rev.control_namespace.as_str());
     let name = names::instance_name(&rev.revision);
-    let members = rev.input.tenant_members;
-    let join = |it: &mut dyn Iterator<Item = &String>| -> String {
-        it.map(|s| format!("{s}\n")).collect()
+    let members = MembersData {
+        members: rev.input.tenant_members.clone(),
+        attached: rev.input.revision.attached.clone(),
+        tags: rev.input.revision.tags.clone(),
+        // The instance applies the revision's meshConfig (outbound policy, default exportTo,
+        // access logging) from here; it cannot read MeshControlPlanes.
+        mesh_config: serde_json::to_string(&rev.input.control_plane.spec.mesh_config).ok(),
     };
     let mut out = vec![
         rev.object(Kind::ServiceAccount, ns, &name, json!({})),
@@ -106,15 +94,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
             Kind::ConfigMap,
             ns,
             &names::members_configmap(&rev.revision),
-            json!({"data": {
-                "members": join(&mut members.iter()),
-                "attached": join(&mut rev.input.revision.attached.iter()),
-                "tags": join(&mut rev.input.revision.tags.iter()),
-                // The instance applies the revision's meshConfig (outbound policy, default
-                // exportTo, access logging) from here; it cannot read MeshControlPlanes.
-                "meshConfig": serde_json::to_string(&rev.input.control_plane.spec.mesh_config)
-                    .unwrap_or_default(),
-            }}),
+            json!({"data": members.to_data()}),
         ),
         // Contract 3: created without data; each instance pod applies its own key under its
         // own field manager, so the operator never owns (or removes) those keys.
@@ -126,7 +106,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         ns,
         &names::webhook_tls_secret(&rev.revision),
         json!({
-            "type": "kubernetes.io/tls",
+            "type": webhook_tls::SECRET_TYPE,
             "data": tls.secret_data(),
         }),
     ));
@@ -135,7 +115,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
 
 /// Name of the proxy-count ConfigMap (contract 3).
 pub fn proxies_configmap(revision: &str) -> String {
-    format!("meshplane-{revision}-proxies")
+    proxies::configmap_name(revision)
 }
 
 fn deployment_spec(rev: &Revision<'_>) -> Value {
@@ -152,10 +132,10 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
         "image": mcp.xds_image(),
         "args": args,
         "env": [
-            field_env("POD_NAME", "metadata.name"),
-            field_env("POD_NAMESPACE", "metadata.namespace"),
-            // The injector needs this revision's proxy image; contract 1 has no flag for it.
-            {"name": "MESHPLANE_PROXY_IMAGE", "value": mcp.proxy_image()},
+            field_env(env::POD_NAME, "metadata.name"),
+            field_env(env::POD_NAMESPACE, "metadata.namespace"),
+            // The revision's proxy image, which the injector adds to pods.
+            {"name": env::PROXY_IMAGE, "value": mcp.proxy_image()},
         ],
         "ports": [
             {"name": "grpc-xds", "containerPort": ports::GRPC_XDS, "protocol": "TCP"},

@@ -290,23 +290,12 @@ impl<'a> Revision<'a> {
 
 /// Contract 8 labels of revision `revision` of tenant `tenant`.
 pub fn ownership_labels(tenant: &str, revision: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            names::MANAGED_BY_LABEL.to_string(),
-            names::MANAGED_BY_VALUE.to_string(),
-        ),
-        (names::TENANT_LABEL.to_string(), tenant.to_string()),
-        (names::REVISION_LABEL.to_string(), revision.to_string()),
-    ])
+    meshplane_contracts::ownership::labels(tenant, revision)
 }
 
 /// Label selector (query form) matching everything revision `revision` of `tenant` owns.
 pub fn ownership_selector(tenant: &str, revision: &str) -> String {
-    ownership_labels(tenant, revision)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    meshplane_contracts::ownership::selector(tenant, revision)
 }
 
 /// The full desired object set of one revision, in apply order.

@@ -1,5 +1,6 @@
 //! Contract 5: the revision's injection and validation webhook configurations.
 
+use meshplane_contracts::webhooks::{INJECT_PATH, VALIDATE_PATH};
 use meshplane_crds::names::{self, ports};
 use serde_json::{json, Value};
 
@@ -63,7 +64,7 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
     };
     let mut inject = common(
         format!("{}.inject.meshplane.io", rev.revision),
-        "/inject",
+        INJECT_PATH,
         json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]),
     );
     if let Some(w) = inject.as_object_mut() {
@@ -75,7 +76,7 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
     }
     let validate = common(
         format!("{}.validate.meshplane.io", rev.revision),
-        "/validate",
+        VALIDATE_PATH,
         json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["serviceentries", "envoyfilters", "sidecars"], "scope": "Namespaced"}]),

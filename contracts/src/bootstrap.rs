@@ -1,0 +1,96 @@
+//! Contract 6: the bootstrap ConfigMap `meshplane-<revision>-bootstrap` in every member
+//! namespace of the tenant.
+//!
+//! [`ENVOY_YAML`] is an Envoy bootstrap with admin on `127.0.0.1:`[`PROXY_ADMIN`], a readiness
+//! listener on [`PROXY_READY`] answering [`READY_PATH`], and ADS over the static HTTP/2 cluster
+//! [`ADS_CLUSTER`] pointing at the instance Service's [`GRPC_XDS`] port. It carries no `node`:
+//! the proxy launcher sets that (contract 7), and adds the token to the `grpc_service`s that
+//! target [`ADS_CLUSTER`].
+
+use crate::error::ContractError;
+use crate::Data;
+
+pub use crate::ports::{GRPC_XDS, PROXY_ADMIN, PROXY_READY};
+
+const CONTRACT: &str = "6 (bootstrap ConfigMap)";
+
+/// Key of the Envoy bootstrap (YAML).
+pub const ENVOY_YAML: &str = "envoy.yaml";
+/// Key of the tenant root certificate (PEM; a comment until the tenant CA exists).
+pub const ROOT_CERT: &str = "root-cert.pem";
+/// Key of the revision that wrote it.
+pub const REVISION: &str = "revision";
+/// The static cluster carrying ADS to the instance.
+pub const ADS_CLUSTER: &str = "xds-grpc";
+/// Path of the readiness listener.
+pub const READY_PATH: &str = "/healthz/ready";
+
+/// Name of the bootstrap ConfigMap of `revision`.
+pub fn configmap_name(revision: &str) -> String {
+    format!("meshplane-{revision}-bootstrap")
+}
+
+/// The ConfigMap's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapData {
+    pub envoy_yaml: String,
+    pub root_cert: String,
+    pub revision: String,
+}
+
+impl BootstrapData {
+    /// The ConfigMap `data`.
+    pub fn to_data(&self) -> Data {
+        Data::from([
+            (ENVOY_YAML.to_string(), self.envoy_yaml.clone()),
+            (ROOT_CERT.to_string(), self.root_cert.clone()),
+            (REVISION.to_string(), self.revision.clone()),
+        ])
+    }
+
+    /// Reads the ConfigMap `data`; every key is required and `envoy.yaml` must name the ADS
+    /// cluster (a bootstrap that cannot reach the instance is not this contract's).
+    pub fn from_data(data: &Data) -> Result<Self, ContractError> {
+        let field = |key: &'static str| {
+            data.get(key).cloned().ok_or(ContractError::MissingKey {
+                contract: CONTRACT,
+                key,
+            })
+        };
+        let envoy_yaml = field(ENVOY_YAML)?;
+        if !envoy_yaml.contains(ADS_CLUSTER) {
+            return Err(ContractError::invalid(
+                CONTRACT,
+                ENVOY_YAML,
+                "",
+                format!("names no {ADS_CLUSTER:?} cluster"),
+            ));
+        }
+        Ok(Self {
+            envoy_yaml,
+            root_cert: field(ROOT_CERT)?,
+            revision: field(REVISION)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_requires_every_key() {
+        let data = BootstrapData {
+            envoy_yaml: "static_resources: {clusters: [{name: xds-grpc}]}\n".into(),
+            root_cert: "# none yet\n".into(),
+            revision: "blue-v1".into(),
+        };
+        assert_eq!(BootstrapData::from_data(&data.to_data()), Ok(data.clone()));
+        let mut partial = data.to_data();
+        partial.remove(REVISION);
+        assert!(BootstrapData::from_data(&partial).is_err());
+        let mut no_ads = data.to_data();
+        no_ads.insert(ENVOY_YAML.into(), "admin: {}\n".into());
+        assert!(BootstrapData::from_data(&no_ads).is_err());
+    }
+}
