@@ -441,9 +441,28 @@ impl TenantIndex {
         ProxyConfig::clone(&self.render_proxy_shared(node))
     }
 
+    /// The proxy as translation sees it: with its Pod's labels as the API server has them when
+    /// the index knows the Pod (what the proxy claims in `LABELS` only otherwise), so that its
+    /// Services' inbound ports, Sidecar and EnvoyFilter selectors follow the real workload.
+    fn workload_node<'a>(&self, node: &'a ProxyNode) -> std::borrow::Cow<'a, ProxyNode> {
+        let labels = node
+            .pod_name
+            .as_deref()
+            .and_then(|pod| self.pod_labels(&node.namespace, pod));
+        match labels {
+            Some(labels) if labels != node.labels => {
+                let mut node = node.clone();
+                node.labels = labels;
+                std::borrow::Cow::Owned(node)
+            }
+            _ => std::borrow::Cow::Borrowed(node),
+        }
+    }
+
     /// Like [`TenantIndex::render_proxy`], as the one `Arc` every proxy of the scope shares
     /// until the next change.
     pub fn render_proxy_shared(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+        let node = &*self.workload_node(node);
         let key = self.scope_key(node);
         if let Some(config) = self.lock_cache().configs.get(&key) {
             return Arc::clone(config);
@@ -455,6 +474,7 @@ impl TenantIndex {
 
     /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).
     pub fn render_proxy_uncached(&self, node: &ProxyNode) -> ProxyConfig {
+        let node = &*self.workload_node(node);
         let mut translated = translate::translate(&self.registry, node);
         let filters = envoyfilter::applicable(&self.registry, node);
         for e in envoyfilter::apply(&filters, &mut translated) {

@@ -1473,3 +1473,28 @@ fn any_envoy_filter_type_can_be_patched_in_and_envoy_accepts_it() {
     );
     assert!(ok, "Envoy rejected the patched filters:\n{log}");
 }
+
+#[test]
+fn a_proxys_workload_labels_come_from_its_pod_not_from_its_claim() {
+    // The injector sets no LABELS: the Pod the index knows says which Services the proxy
+    // serves, so its inbound ports get their clusters and filter chains.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop, labels: {app: web}}\nspec: {containers: [{name: app, ports: [{name: http, containerPort: 8080}]}]}\n";
+    let index = index_with(&[BASE, pod]);
+    let unlabelled = proxy("shop", &[], CaptureMode::Default);
+    let clusters = names(&index.render_proxy(&unlabelled).clusters);
+    assert!(
+        clusters.contains(&"inbound|80||".to_string()),
+        "the Pod's labels select Service web: {clusters:?}"
+    );
+    // A proxy claiming another workload's labels still gets its own Pod's ports.
+    let claiming_db = proxy("shop", &[("app", "db")], CaptureMode::Default);
+    let clusters = names(&index.render_proxy(&claiming_db).clusters);
+    assert!(
+        clusters.contains(&"inbound|80||".to_string()),
+        "{clusters:?}"
+    );
+    assert!(
+        !clusters.contains(&"inbound|5432||".to_string()),
+        "the claim is not believed over the Pod: {clusters:?}"
+    );
+}
