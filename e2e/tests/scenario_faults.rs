@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use meshplane_crds::names;
-use meshplane_e2e::harness::{
-    app_and_client, envoy_config_dump, pod_ip, wait_for, Cluster, VALIDATE,
-};
-use meshplane_pod_runner::http_get;
+use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, VALIDATE, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -106,16 +103,15 @@ async fn operator_xds_and_watch_faults_converge() {
         .wait_for_ready_pods("shop", "app=client", 1, DEADLINE)
         .await
         .expect("client");
-    let client_ip = pod_ip(&client[0]).expect("client IP");
-    let listener = std::net::SocketAddr::from((client_ip, 8080));
-    let through_sidecar = || async {
-        let reply = http_get(
-            listener,
-            "web.shop.svc.cluster.local:8080",
-            "/",
-            Duration::from_secs(3),
+    let in_client = cluster
+        .in_pod(
+            "shop",
+            client[0].metadata.name.as_deref().unwrap_or_default(),
         )
-        .await?;
+        .expect("client pod");
+    let url = format!("http://web.shop.svc.cluster.local:{WEB_PORT}/");
+    let through_sidecar = || async {
+        let reply = in_client.http_get(&url).await.map_err(|e| e.to_string())?;
         (reply.status == 200)
             .then_some(())
             .map(Some)
@@ -163,7 +159,7 @@ async fn operator_xds_and_watch_faults_converge() {
     wait_for_bootstrap(&cluster, "shop2").await;
 
     // xds-server killed: Envoy reconnects and ends with the same config versions.
-    let before = config_versions(&envoy_config_dump(client_ip).await.expect("dump"));
+    let before = config_versions(&in_client.envoy_admin("/config_dump").await.expect("dump"));
     let control = names::control_namespace("blue");
     let instance = cluster
         .wait_for_ready_pods(
@@ -205,7 +201,8 @@ async fn operator_xds_and_watch_faults_converge() {
         DEADLINE,
         || async {
             let now = config_versions(
-                &envoy_config_dump(client_ip)
+                &in_client
+                    .envoy_admin("/config_dump")
                     .await
                     .map_err(|e| e.to_string())?,
             );

@@ -1,6 +1,9 @@
 //! The local pod runner against a fresh stand-in, with plain application pods: Deployments
-//! become ready Pods, Services get EndpointSlices and a working ClusterIP, crashed containers
-//! restart, a template change replaces the pods, deleting the Deployment stops them.
+//! become ready Pods, each in its own network namespace with its own address; Services get
+//! EndpointSlices and a working ClusterIP (netfilter DNAT, from the node and from pods, a pod
+//! reaching itself included) and resolve by name inside pods; crashed containers restart, a
+//! template change replaces the pods, deleting the Deployment stops them and removes their
+//! namespaces.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,8 +12,8 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use meshplane_e2e::harness::{wait_for, Cluster};
-use meshplane_pod_runner::{http_get, SERVICE_NAME_LABEL, TEMPLATE_HASH_LABEL};
+use meshplane_e2e::harness::{pod_ip, wait_for, Cluster};
+use meshplane_pod_runner::{SERVICE_NAME_LABEL, TEMPLATE_HASH_LABEL};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -155,22 +158,33 @@ async fn pod_runner_runs_deployments_services_restarts_and_rollouts() {
     .await
     .expect("EndpointSlice");
 
-    // The ClusterIP forwards to an echo pod, which names itself and the Host it was asked for.
+    // Every pod has its own address in the pod range and its own network namespace.
+    let ips: Vec<_> = first.iter().map(|p| pod_ip(p).expect("pod IP")).collect();
+    assert_ne!(ips[0], ips[1]);
+    assert!(
+        ips.iter().all(|ip| ip.octets()[..2] == [198, 18]),
+        "{ips:?}"
+    );
+    let names: Vec<String> = first.iter().map(|p| p.name_any()).collect();
+    let in_first = cluster.in_pod("apps", &names[0]).expect("first pod");
+    let in_second = cluster.in_pod("apps", &names[1]).expect("second pod");
+    assert_ne!(in_first.netns(), in_second.netns());
+
+    // The ClusterIP (198.19.0.0/16) forwards from the node to an echo pod, which names itself
+    // and the Host it was asked for.
     let services: Api<Service> = Api::namespaced(cluster.client(), "apps");
     let service = services.get("echo").await.expect("Service echo");
     let cluster_ip = service.spec.and_then(|s| s.cluster_ip).expect("ClusterIP");
+    assert!(cluster_ip.starts_with("198.19."), "{cluster_ip}");
     let frontend: SocketAddr = format!("{cluster_ip}:80")
         .parse()
         .expect("ClusterIP address");
+    let node = cluster.on_node().expect("the stand-in cluster has a node");
     let reply = wait_for("a reply through the echo ClusterIP", DEADLINE, || async {
-        http_get(
-            frontend,
-            "echo.apps.svc.cluster.local",
-            "/hello",
-            Duration::from_secs(2),
-        )
-        .await
-        .map(Some)
+        node.http_get(frontend, "echo.apps.svc.cluster.local", "/hello")
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
     })
     .await
     .expect("echo reply");
@@ -178,10 +192,47 @@ async fn pod_runner_runs_deployments_services_restarts_and_rollouts() {
     let body: serde_json::Value = serde_json::from_str(&reply.body).expect("echo answers JSON");
     assert_eq!(body["namespace"], "apps");
     assert_eq!(body["host"], "echo.apps.svc.cluster.local");
-    let names: Vec<String> = first.iter().map(|p| p.name_any()).collect();
     assert!(
         names.contains(&body["pod"].as_str().unwrap_or_default().to_string()),
         "reply from {body}"
+    );
+
+    // Inside a pod the Service resolves by its short name, and every request reaches an echo
+    // pod: the other one, or the caller itself (hairpin, masqueraded through the node).
+    assert_eq!(
+        in_first.resolve("echo").map(|ip| ip.to_string()),
+        Some(cluster_ip.clone())
+    );
+    assert_eq!(
+        in_first.resolve("echo.apps.svc.cluster.local"),
+        in_first.resolve("echo.apps")
+    );
+    let mut served_by = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let reply = in_first
+            .http_get("http://echo/from-a-pod")
+            .await
+            .expect("reply");
+        let body: serde_json::Value = serde_json::from_str(&reply.body).expect("JSON");
+        served_by.insert(body["pod"].as_str().unwrap_or_default().to_string());
+    }
+    assert!(
+        served_by.iter().all(|p| names.contains(p)),
+        "only echo pods answer: {served_by:?}"
+    );
+    // A pod's own address is direct: the peer the server sees is the caller.
+    let direct = in_first
+        .http_get(&format!("http://{}:8080/", ips[1]))
+        .await
+        .expect("pod to pod");
+    let body: serde_json::Value = serde_json::from_str(&direct.body).expect("JSON");
+    assert_eq!(body["pod"], names[1].as_str());
+    assert!(
+        body["peer"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(&format!("{}:", ips[0])),
+        "{body}"
     );
 
     // A killed container is restarted and becomes ready again.
@@ -238,17 +289,31 @@ async fn pod_runner_runs_deployments_services_restarts_and_rollouts() {
     cluster
         .kubectl(&["-n", "apps", "delete", "deployment", "echo"])
         .expect("delete");
-    wait_for("no echo pods and their ports closed", DEADLINE, || async {
-        let left = echo_pods(&pods).await?.len();
-        let address: SocketAddr = format!("{last_ip}:8080")
-            .parse()
-            .map_err(|e| format!("{e}"))?;
-        let open = tokio::net::TcpStream::connect(address).await.is_ok();
-        (left == 0 && !open)
-            .then_some(())
-            .map(Some)
-            .ok_or(format!("{left} pods left, port open: {open}"))
-    })
+    let network = cluster
+        .network()
+        .expect("the stand-in cluster has a network")
+        .clone();
+    wait_for(
+        "no echo pods, their ports closed and namespaces gone",
+        DEADLINE,
+        || async {
+            let left = echo_pods(&pods).await?.len();
+            let address: SocketAddr = format!("{last_ip}:8080")
+                .parse()
+                .map_err(|e| format!("{e}"))?;
+            let open = node.connect(address).await.is_ok();
+            let namespaces = second
+                .iter()
+                .filter(|p| network.pod("apps", &p.name_any()).is_some())
+                .count();
+            (left == 0 && !open && namespaces == 0)
+                .then_some(())
+                .map(Some)
+                .ok_or(format!(
+                    "{left} pods left, port open: {open}, {namespaces} namespaces left"
+                ))
+        },
+    )
     .await
     .expect("pods gone");
 }

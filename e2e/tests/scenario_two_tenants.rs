@@ -1,11 +1,10 @@
 //! Two tenants from `config/samples`: each instance becomes Ready; blue's proxies get blue's
-//! services and none of green's (and vice versa); a client in blue reaches blue's app through
-//! its sidecar's bound listener.
+//! services and none of green's (and vice versa); in each tenant a client reaches its own
+//! tenant's app by Service name, transparently captured by both sidecars.
 
 use std::time::{Duration, Instant};
 
-use meshplane_e2e::harness::{app_and_client, envoy_config_dump, pod_ip, wait_for, Cluster};
-use meshplane_pod_runner::http_get;
+use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -41,26 +40,28 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
             containers.len() >= 2,
             "the client in {namespace} is injected: {containers:?}"
         );
-        clients.push((
-            namespace,
-            pod_ip(&client[0]).expect("client IP"),
-            web[0].metadata.name.clone(),
-        ));
-        sidecars.push(pod_ip(&web[0]).expect("web IP"));
-        sidecars.push(pod_ip(&client[0]).expect("client IP"));
+        let client_name = client[0].metadata.name.clone().unwrap_or_default();
+        let web_name = web[0].metadata.name.clone().unwrap_or_default();
+        clients.push((namespace, client_name.clone(), web_name.clone()));
+        sidecars.push((namespace, web_name));
+        sidecars.push((namespace, client_name));
     }
 
     // Each tenant's proxy knows its own services and none of the other tenant's.
-    for (namespace, ip, _) in &clients {
+    for (namespace, client, _) in &clients {
         let other = if *namespace == "shop" {
             "garden"
         } else {
             "shop"
         };
+        let in_client = cluster.in_pod(namespace, client).expect("client pod");
         let what =
             format!("{namespace}'s client Envoy to have web.{namespace} and nothing of {other}");
         let dump = wait_for(&what, DEADLINE, || async {
-            let dump = envoy_config_dump(*ip).await.map_err(|e| e.to_string())?;
+            let dump = in_client
+                .envoy_admin("/config_dump")
+                .await
+                .map_err(|e| e.to_string())?;
             if dump.contains(&format!("web.{namespace}.svc.cluster.local")) {
                 Ok(Some(dump))
             } else {
@@ -75,51 +76,49 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         );
     }
 
-    // Traffic: blue's client → its sidecar's bound listener → blue's web.
-    let (_, client_ip, web_name) = &clients[0];
-    let listener = std::net::SocketAddr::from((*client_ip, 8080));
-    let reply = wait_for(
-        "a reply from web.shop through the client's sidecar",
-        DEADLINE,
-        || async {
-            let reply = http_get(
-                listener,
-                "web.shop.svc.cluster.local:8080",
-                "/",
-                Duration::from_secs(3),
-            )
-            .await?;
-            (reply.status == 200)
-                .then_some(reply.clone())
-                .map(Some)
-                .ok_or(format!("{reply:?}"))
-        },
-    )
-    .await
-    .expect("traffic through the sidecar");
-    let body: serde_json::Value = serde_json::from_str(&reply.body).expect("echo JSON");
-    assert_eq!(body["namespace"], "shop");
-    assert_eq!(body["pod"].as_str(), web_name.as_deref());
-
-    // Every sidecar accepted every update it got (a listener that cannot bind is a NACK).
-    for ip in sidecars {
-        let admin = std::net::SocketAddr::from((ip, 15000));
-        let stats = http_get(
-            admin,
-            &ip.to_string(),
-            "/stats?filter=update_rejected",
-            Duration::from_secs(5),
+    // Traffic in each tenant: the client calls its Service by name; capture takes it through
+    // both sidecars to the tenant's own web.
+    for (namespace, client, web) in &clients {
+        let in_client = cluster.in_pod(namespace, client).expect("client pod");
+        let url = format!("http://web.{namespace}.svc.cluster.local:{WEB_PORT}/");
+        let reply = wait_for(
+            &format!("a reply from web.{namespace} through the sidecars"),
+            DEADLINE,
+            || async {
+                let reply = in_client.http_get(&url).await.map_err(|e| e.to_string())?;
+                (reply.status == 200)
+                    .then_some(reply.clone())
+                    .map(Some)
+                    .ok_or(format!("{reply:?}"))
+            },
         )
         .await
-        .expect("Envoy stats");
-        let rejected: Vec<&str> = stats
-            .body
-            .lines()
-            .filter(|l| l.contains("update_rejected") && !l.trim_end().ends_with(": 0"))
+        .expect("traffic through the sidecars");
+        let body: serde_json::Value = serde_json::from_str(&reply.body).expect("echo JSON");
+        assert_eq!(body["namespace"], *namespace);
+        assert_eq!(body["pod"].as_str(), Some(web.as_str()));
+        assert!(
+            body["headers"]["x-request-id"].is_string(),
+            "the client's sidecar handled the request: {body}"
+        );
+    }
+
+    // Every sidecar accepted every update it got.
+    for (namespace, pod) in sidecars {
+        let stats = cluster
+            .in_pod(namespace, &pod)
+            .expect("pod")
+            .envoy_stats()
+            .await
+            .expect("Envoy stats");
+        let rejected: Vec<(&String, &u64)> = stats
+            .0
+            .iter()
+            .filter(|(name, value)| name.contains("update_rejected") && **value != 0)
             .collect();
         assert!(
-            !stats.body.is_empty() && rejected.is_empty(),
-            "the sidecar at {ip} rejected config: {rejected:?}"
+            !stats.0.is_empty() && rejected.is_empty(),
+            "the sidecar of {namespace}/{pod} rejected config: {rejected:?}"
         );
     }
     eprintln!("scenario two-tenants took {:?}", started.elapsed());

@@ -173,6 +173,58 @@ pub async fn admit(
     lookup: &dyn ObjectLookup,
     req: AdmissionInput,
 ) -> Result<Value, AdmissionDenied> {
+    admit_via(lookup, &Dialer::default(), req).await
+}
+
+/// How the stand-in opens TCP connections to admission webhooks. A real API server reaches
+/// webhook pods over the pod network; with a pod runner, that network is a set of network
+/// namespaces, and the runner supplies a dialer that connects from inside it.
+#[derive(Clone)]
+pub struct Dialer(
+    Arc<
+        dyn Fn(
+                SocketAddr,
+            )
+                -> futures::future::BoxFuture<'static, std::io::Result<tokio::net::TcpStream>>
+            + Send
+            + Sync,
+    >,
+);
+
+impl Dialer {
+    /// A dialer from a connect function.
+    pub fn new<F, Fut>(connect: F) -> Self
+    where
+        F: Fn(SocketAddr) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::io::Result<tokio::net::TcpStream>> + Send + 'static,
+    {
+        Dialer(Arc::new(move |address| Box::pin(connect(address))))
+    }
+
+    pub async fn connect(&self, address: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+        (self.0)(address).await
+    }
+}
+
+impl Default for Dialer {
+    /// Connects from the stand-in's own network namespace.
+    fn default() -> Self {
+        Dialer::new(tokio::net::TcpStream::connect)
+    }
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dialer")
+    }
+}
+
+/// [`admit`], reaching webhooks through `dialer`.
+pub async fn admit_via(
+    lookup: &dyn ObjectLookup,
+    dialer: &Dialer,
+    req: AdmissionInput,
+) -> Result<Value, AdmissionDenied> {
     // Like the real API, webhook configurations are never subject to webhooks, so a broken
     // webhook can always be removed.
     if req.api_version == ADMISSION_REGISTRATION {
@@ -185,7 +237,7 @@ pub async fn admit(
         if !matches(&hook, &req, &namespace_labels) {
             continue;
         }
-        let Some(response) = call_with_policy(lookup, &hook, &req).await? else {
+        let Some(response) = call_with_policy(lookup, dialer, &hook, &req).await? else {
             continue;
         };
         if let (Some(patch), Some(object)) = (response.get("patch"), req.object.as_mut()) {
@@ -199,7 +251,7 @@ pub async fn admit(
         .collect();
     let calls = validating
         .iter()
-        .map(|hook| call_with_policy(lookup, hook, &req));
+        .map(|hook| call_with_policy(lookup, dialer, hook, &req));
     for outcome in futures::future::join_all(calls).await {
         outcome?;
     }
@@ -359,6 +411,7 @@ fn resource_matches(rule: &str, resource: &str, subresource: Option<&str>) -> bo
 /// failure skipped it; Err when it denied the request or failed under `Fail`.
 async fn call_with_policy(
     lookup: &dyn ObjectLookup,
+    dialer: &Dialer,
     hook: &Webhook,
     req: &AdmissionInput,
 ) -> Result<Option<Value>, AdmissionDenied> {
@@ -370,7 +423,7 @@ async fn call_with_policy(
     }
     let uid = new_uid();
     let review = admission_review(&uid, req);
-    match call(lookup, hook, &review, &uid).await {
+    match call(lookup, dialer, hook, &review, &uid).await {
         Ok(response) => {
             if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                 if hook.kind == WebhookKind::Validating && response.get("patch").is_some() {
@@ -532,6 +585,7 @@ struct CallTarget {
 
 async fn call(
     lookup: &dyn ObjectLookup,
+    dialer: &Dialer,
     hook: &Webhook,
     review: &Value,
     uid: &str,
@@ -549,7 +603,7 @@ async fn call(
     tracing::debug!(hook = %hook.name, host = %target.connect_host, port = target.connect_port,
         server_name = %target.server_name, "calling admission webhook");
     let timeout = Duration::from_secs(timeout_seconds.unsigned_abs().into());
-    let response = tokio::time::timeout(timeout, post(&target, &path, tls, body))
+    let response = tokio::time::timeout(timeout, post(dialer, &target, &path, tls, body))
         .await
         .map_err(|_| WebhookCallError::Timeout(timeout_seconds))??;
     parse_response(&response, uid)
@@ -733,6 +787,7 @@ fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, Web
 }
 
 async fn post(
+    dialer: &Dialer,
     target: &CallTarget,
     path: &str,
     tls: Arc<rustls::ClientConfig>,
@@ -740,14 +795,23 @@ async fn post(
 ) -> Result<Bytes, WebhookCallError> {
     let server_name = ServerName::try_from(target.server_name.clone())
         .map_err(|_| WebhookCallError::InvalidServerName(target.server_name.clone()))?;
-    let tcp = match target.connect_host.parse::<IpAddr>() {
-        Ok(ip) => tokio::net::TcpStream::connect(SocketAddr::new(ip, target.connect_port)).await,
-        Err(_) => {
-            tokio::net::TcpStream::connect((target.connect_host.as_str(), target.connect_port))
-                .await
-        }
-    }
-    .map_err(WebhookCallError::Connect)?;
+    let address = match target.connect_host.parse::<IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, target.connect_port),
+        Err(_) => tokio::net::lookup_host((target.connect_host.as_str(), target.connect_port))
+            .await
+            .map_err(WebhookCallError::Connect)?
+            .next()
+            .ok_or_else(|| {
+                WebhookCallError::Connect(std::io::Error::other(format!(
+                    "{} has no address",
+                    target.connect_host
+                )))
+            })?,
+    };
+    let tcp = dialer
+        .connect(address)
+        .await
+        .map_err(WebhookCallError::Connect)?;
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(server_name, tcp)
         .await

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
+use super::admission::Dialer;
 use super::auth::{Authenticator, Identity};
 use super::requests::{RequestCounter, RequestCounts};
 use super::server::{self, ServerState};
@@ -29,6 +30,11 @@ pub struct StandInOptions {
     pub history_limit: usize,
     /// How often watches that allow bookmarks get one.
     pub bookmark_interval: Duration,
+    /// Where pods reach the API (the `kubernetes` Service's endpoint, e.g. a relay in the test
+    /// network); None: the `kubernetes` Service has no endpoints.
+    pub advertise_address: Option<SocketAddr>,
+    /// How admission webhooks are reached (default: from the stand-in's own network).
+    pub webhook_dialer: Dialer,
 }
 
 impl Default for StandInOptions {
@@ -38,6 +44,8 @@ impl Default for StandInOptions {
             kubeconfig_dir: None,
             history_limit: 10_000,
             bookmark_interval: Duration::from_secs(5),
+            advertise_address: None,
+            webhook_dialer: Dialer::default(),
         }
     }
 }
@@ -101,7 +109,11 @@ impl StandIn {
             address: addr.to_string(),
             bookmark_interval: opts.bookmark_interval,
             requests: requests.clone(),
+            webhook_dialer: opts.webhook_dialer.clone(),
         });
+        if let Some(address) = opts.advertise_address {
+            store.advertise_api(address);
+        }
         let app = axum::Router::new()
             .fallback(server::handle)
             .with_state(state);

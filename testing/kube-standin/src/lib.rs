@@ -22,7 +22,8 @@
 //!   namespace termination, label selectors and `metadata.name`/`metadata.namespace` field
 //!   selectors (plus the few per-kind fields the real API has, e.g. Event `involvedObject.*`),
 //!   `limit`/`continue`, Table output for `kubectl get` (also on watches; CRD printer columns,
-//!   Name and Age only for built-in kinds), Service ClusterIPs from 127.0.1.0/24 upward;
+//!   Name and Age only for built-in kinds), Service ClusterIPs from 198.19.0.0/16 (the `kubernetes` Service in `default` holds
+//!   198.19.0.1; its EndpointSlice is `StandInOptions::advertise_address`);
 //! - RBAC like the real API: request attributes as `RequestInfo` derives them (a namespace is
 //!   inside itself; list/watch with `fieldSelector=metadata.name=<n>` is a request for `<n>`),
 //!   non-resource paths (`/api`, `/apis`, `/version`, `/openapi/*`, unknown paths) authorized by
@@ -83,5 +84,7 @@ pub mod tls;
 pub mod tokens;
 pub mod watch;
 
+pub use admission::Dialer;
 pub use auth::Identity;
 pub use handle::{StandIn, StandInError, StandInHandle, StandInOptions};
+pub use store::KUBERNETES_SERVICE_IP;

@@ -42,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
         kubeconfig_dir: Some(args.kubeconfig_dir),
         history_limit: args.history_limit,
         bookmark_interval: Duration::from_secs(args.bookmark_interval_seconds.max(1)),
+        ..StandInOptions::default()
     })
     .await?;
     println!("{}", handle.url());

@@ -45,6 +45,8 @@ pub struct ServerState {
     pub bookmark_interval: Duration,
     /// Resource requests by verb, and the latest writes (`GET /standin/requests`).
     pub requests: Arc<RequestCounter>,
+    /// How admission webhooks are reached.
+    pub webhook_dialer: admission::Dialer,
 }
 
 /// The resource a request addresses.
@@ -749,7 +751,7 @@ async fn admit(
         user: call.user.clone(),
         dry_run: call.query.dry_run(),
     };
-    match admission::admit(state.store.as_ref(), input).await {
+    match admission::admit_via(state.store.as_ref(), &state.webhook_dialer, input).await {
         Ok(obj) => Ok(had_object.then_some(obj)),
         Err(denied) => {
             let reason = match denied.code {

@@ -57,6 +57,11 @@ const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 const ORPHAN_FINALIZER: &str = "orphan";
 const NAMESPACE_FINALIZER: &str = "kubernetes";
 
+/// ClusterIP of the `kubernetes` Service in `default` (the first of 198.19.0.0/16).
+pub const KUBERNETES_SERVICE_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 19, 0, 1);
+/// Offset of the first ClusterIP handed to other Services (198.19.0.10).
+const FIRST_ALLOCATED_CLUSTER_IP: u32 = 9;
+
 /// Who writes, and how.
 #[derive(Debug, Clone)]
 pub struct WriteCtx {
@@ -560,12 +565,13 @@ impl State {
     }
 
     fn allocate_cluster_ip(&mut self) -> String {
-        let n = self.next_cluster_ip;
+        // 198.19.0.10 upward (198.19.0.0/16, the test network's Service range), skipping .0
+        // and .255 of each /24; below .10 is reserved (.1 is the `kubernetes` Service).
+        let n = self.next_cluster_ip + FIRST_ALLOCATED_CLUSTER_IP;
         self.next_cluster_ip += 1;
-        // 127.0.1.1 upward, skipping .0 and .255 of each /24.
-        let third = 1 + n / 254;
+        let third = n / 254;
         let fourth = 1 + n % 254;
-        format!("127.0.{third}.{fourth}")
+        format!("198.19.{third}.{fourth}")
     }
 }
 
@@ -620,19 +626,54 @@ impl Store {
         });
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-            let ctx = WriteCtx {
-                manager: "kube-standin".into(),
-                subresource: None,
-                dry_run: false,
-                record_update: true,
-            };
-            if let Some(rt) = store.find_type("", "v1", "namespaces") {
-                if let Err(e) = store.create(&rt, obj, &ctx) {
-                    tracing::error!(error = %e, "creating built-in namespace");
-                }
+            store.create_system_object("namespaces", obj);
+        }
+        // The API server's own Service, as kube-apiserver keeps it; its EndpointSlice is
+        // written by `advertise_api` once the API is reachable from pods.
+        let kubernetes = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"clusterIP": KUBERNETES_SERVICE_IP.to_string(),
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
+        });
+        store.create_system_object("services", kubernetes);
+        store
+    }
+
+    fn create_system_object(&self, plural: &str, obj: Value) {
+        let ctx = WriteCtx {
+            manager: "kube-standin".into(),
+            subresource: None,
+            dry_run: false,
+            record_update: true,
+        };
+        let group = if plural == "endpointslices" {
+            ("discovery.k8s.io", "v1")
+        } else {
+            ("", "v1")
+        };
+        if let Some(rt) = self.find_type(group.0, group.1, plural) {
+            if let Err(e) = self.create(&rt, obj, &ctx) {
+                tracing::error!(error = %e, plural, "creating a built-in object");
             }
         }
-        store
+    }
+
+    /// Writes the `kubernetes` Service's EndpointSlice: the address pods reach the API at
+    /// (e.g. a relay in the test network), as kube-apiserver advertises its own address.
+    pub fn advertise_api(&self, address: std::net::SocketAddr) {
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes",
+                                    "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address.ip().to_string()],
+                           "conditions": {"ready": true, "serving": true, "terminating": false}}],
+            "ports": [{"name": "https", "port": address.port(), "protocol": "TCP"}],
+        });
+        self.create_system_object("endpointslices", slice);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

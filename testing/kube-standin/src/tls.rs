@@ -9,6 +9,8 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+use super::store::KUBERNETES_SERVICE_IP;
+
 /// Why the serving certificate could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -18,7 +20,9 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
-/// A CA and the server configuration serving a certificate it signed for 127.0.0.1/localhost.
+/// A CA and the server configuration serving a certificate it signed for 127.0.0.1, localhost
+/// and the in-cluster names of the API (the `kubernetes` Service's ClusterIP and DNS names), so
+/// that pods reaching it through the Service verify it as they would a real API server.
 pub struct ServingTls {
     pub ca_pem: String,
     pub config: Arc<rustls::ServerConfig>,
@@ -36,8 +40,16 @@ pub fn serving_tls() -> Result<ServingTls, TlsError> {
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca_params, ca_key);
 
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+    let names = [
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        KUBERNETES_SERVICE_IP.to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default".to_string(),
+        "kubernetes.default.svc".to_string(),
+        "kubernetes.default.svc.cluster.local".to_string(),
+    ];
+    let mut params = CertificateParams::new(names.to_vec())?;
     params.distinguished_name = DistinguishedName::new();
     params
         .distinguished_name

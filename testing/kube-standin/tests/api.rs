@@ -14,7 +14,9 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{
+    Identity, StandIn, StandInHandle, StandInOptions, KUBERNETES_SERVICE_IP,
+};
 use serde_json::{json, Value};
 
 /// Upper bound for anything a test awaits; reached only when the behaviour is broken.
@@ -724,7 +726,7 @@ async fn dry_run_writes_nothing_and_deletecollection_honours_selectors() {
 }
 
 #[tokio::test]
-async fn services_get_loopback_cluster_ips_unless_headless() {
+async fn services_get_cluster_ips_from_the_service_range_unless_headless() {
     let (_h, client) = start().await;
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, "default");
     let svc = |name: &str, ip: Option<&str>| {
@@ -747,8 +749,12 @@ async fn services_get_loopback_cluster_ips_unless_headless() {
         .await
         .unwrap();
     let ip = |s: &k8s_openapi::api::core::v1::Service| s.spec.clone().unwrap().cluster_ip.unwrap();
-    assert!(ip(&a).starts_with("127.0.1."), "{}", ip(&a));
+    assert!(ip(&a).starts_with("198.19."), "{}", ip(&a));
     assert_ne!(ip(&a), ip(&b));
+    // The API server's own Service holds the first address of the range.
+    let kubernetes = api.get("kubernetes").await.unwrap();
+    assert_eq!(ip(&kubernetes), KUBERNETES_SERVICE_IP.to_string());
+    assert_ne!(ip(&a), KUBERNETES_SERVICE_IP.to_string());
     assert_eq!(ip(&headless), "None");
     // The port's protocol and targetPort are defaulted as by the real API server.
     let port = &a.spec.unwrap().ports.unwrap()[0];

@@ -1,59 +1,58 @@
-//! Pod addresses: each pod gets its own loopback address from the runner's /24.
-//!
-//! All local pods share the host's network namespace; Linux routes all of 127.0.0.0/8 to the
-//! loopback device, so a distinct 127.a.b.x per pod gives each pod its own ports.
+//! Pod addresses: 198.18.0.10 – 198.18.255.254 (198.18.0.0/16, below .10 reserved for the
+//! node). Each pod network has its own node namespace, so networks of different runners may
+//! hand out the same addresses without meeting.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use super::error::PodRunnerError;
+/// First address handed out, as an offset in 198.18.0.0/16.
+const FIRST: u32 = 10;
+/// Last address handed out (198.18.255.254).
+const LAST: u32 = 0xfffe;
+const BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
 
-/// First host number handed out (lower ones are left to the host and the stand-in).
-const FIRST_HOST: u8 = 10;
-const LAST_HOST: u8 = 254;
-
-/// Hands out `<prefix>.x` for x in 10..=254, round robin so a freed address is not reused at once
-/// (a restarted peer may still hold connections to it).
+/// Hands addresses out round robin, so that a freed address is not reused at once (a peer may
+/// still hold connections to it).
 #[derive(Debug)]
 pub struct AddressPool {
-    prefix: [u8; 3],
-    in_use: BTreeSet<u8>,
-    next: u8,
+    in_use: BTreeSet<u32>,
+    next: u32,
+}
+
+impl Default for AddressPool {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl AddressPool {
-    /// A pool over `a.b.c.10-254` where `subnet` is `a.b.c.0`.
-    pub fn new(subnet: Ipv4Addr) -> Self {
-        let [a, b, c, _] = subnet.octets();
+    pub fn new() -> Self {
         AddressPool {
-            prefix: [a, b, c],
             in_use: BTreeSet::new(),
-            next: FIRST_HOST,
+            next: FIRST,
         }
     }
 
-    pub fn allocate(&mut self) -> Result<Ipv4Addr, PodRunnerError> {
-        let span = usize::from(LAST_HOST - FIRST_HOST) + 1;
-        for _ in 0..span {
-            let host = self.next;
-            self.next = if host >= LAST_HOST {
-                FIRST_HOST
-            } else {
-                host + 1
-            };
-            if self.in_use.insert(host) {
-                let [a, b, c] = self.prefix;
-                return Ok(Ipv4Addr::new(a, b, c, host));
+    /// A free address, or None when all are taken.
+    pub fn allocate(&mut self) -> Option<Ipv4Addr> {
+        for _ in FIRST..=LAST {
+            let offset = self.next;
+            self.next = if offset >= LAST { FIRST } else { offset + 1 };
+            // Skip .0 and .255 of every /24: some stacks treat them specially.
+            if matches!(offset & 0xff, 0 | 255) {
+                continue;
+            }
+            if self.in_use.insert(offset) {
+                return Some(Ipv4Addr::from(BASE + offset));
             }
         }
-        let [a, b, c] = self.prefix;
-        Err(PodRunnerError::AddressesExhausted(format!("{a}.{b}.{c}")))
+        None
     }
 
     pub fn release(&mut self, address: Ipv4Addr) {
-        let [a, b, c, host] = address.octets();
-        if [a, b, c] == self.prefix {
-            self.in_use.remove(&host);
+        let value = u32::from(address);
+        if let Some(offset) = value.checked_sub(BASE).filter(|o| *o <= LAST) {
+            self.in_use.remove(&offset);
         }
     }
 }
@@ -64,24 +63,24 @@ mod tests {
 
     #[test]
     fn addresses_are_unique_and_not_reused_immediately() {
-        let mut pool = AddressPool::new(Ipv4Addr::new(127, 0, 0, 0));
+        let mut pool = AddressPool::new();
         let first = pool.allocate().unwrap();
         let second = pool.allocate().unwrap();
-        assert_eq!(first, Ipv4Addr::new(127, 0, 0, 10));
-        assert_eq!(second, Ipv4Addr::new(127, 0, 0, 11));
+        assert_eq!(first, Ipv4Addr::new(198, 18, 0, 10));
+        assert_eq!(second, Ipv4Addr::new(198, 18, 0, 11));
         pool.release(first);
-        assert_eq!(pool.allocate().unwrap(), Ipv4Addr::new(127, 0, 0, 12));
+        assert_eq!(pool.allocate().unwrap(), Ipv4Addr::new(198, 18, 0, 12));
     }
 
     #[test]
-    fn exhaustion_is_an_error_and_release_makes_room() {
-        let mut pool = AddressPool::new(Ipv4Addr::new(127, 9, 9, 0));
-        let all: Vec<_> = (0..245).map(|_| pool.allocate().unwrap()).collect();
-        assert!(matches!(
-            pool.allocate(),
-            Err(PodRunnerError::AddressesExhausted(_))
-        ));
+    fn the_pool_spans_the_pod_range_skipping_network_and_broadcast_octets() {
+        let mut pool = AddressPool::new();
+        let all: Vec<Ipv4Addr> = std::iter::from_fn(|| pool.allocate()).collect();
+        assert_eq!(all.len(), 245 + 255 * 254);
+        assert!(all.iter().all(|a| a.octets()[0..2] == [198, 18]));
+        assert!(all.iter().all(|a| !matches!(a.octets()[3], 0 | 255)));
+        assert_eq!(all.last(), Some(&Ipv4Addr::new(198, 18, 255, 254)));
         pool.release(all[100]);
-        assert_eq!(pool.allocate().unwrap(), all[100]);
+        assert_eq!(pool.allocate(), Some(all[100]));
     }
 }

@@ -1,7 +1,10 @@
 //! Which local program runs a container, chosen by its image.
 //!
-//! meshplane's own images map to the binaries built from this workspace; any other image is an
-//! application and runs as the built-in echo server.
+//! meshplane's own images map to the binaries built from this workspace (the image's
+//! `/usr/local/bin/<binary>` or its entrypoint is the workspace binary; any other command of
+//! the image, e.g. `/bin/sh` or `iptables-restore`, is the host's program of that name, as if
+//! the image's filesystem were the host's); any other image is an application and runs as the
+//! built-in echo server.
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +78,21 @@ pub fn locate_binary(bin_dir: &Path, name: &str) -> Result<PathBuf, PodRunnerErr
                 .to_string(),
         })
     }
+}
+
+/// The host program for `command`: an absolute path that exists, or a name found on `PATH`.
+pub fn host_program(command: &str) -> Option<PathBuf> {
+    let path = Path::new(command);
+    if path.is_absolute() {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    if command.contains('/') {
+        return None;
+    }
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|dir| dir.join(command))
+        .find(|candidate| candidate.is_file())
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! One container of a local pod: a supervised process (or the built-in echo server) that is
-//! restarted with exponential backoff when it exits, as the kubelet does for
-//! `restartPolicy: Always`.
+//! One container of a local pod: a supervised process (or the built-in echo server) inside the
+//! pod's network namespace, restarted with exponential backoff when it exits, as the kubelet
+//! does for `restartPolicy: Always` (init containers: `OnFailure`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::echo::{serve_echo, EchoIdentity};
+use super::net::{Placement, PodNet};
 
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -22,17 +23,26 @@ const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(30);
 /// How a container is run.
 #[derive(Debug, Clone)]
 pub enum Launch {
+    /// A process inside the pod's network namespace, as the container's user.
     Process {
         program: PathBuf,
         args: Vec<String>,
         env: BTreeMap<String, String>,
+        /// The container's own directory (its `HOME`), owned by `owner`.
         work_dir: PathBuf,
         log_path: PathBuf,
+        placement: Placement,
+        /// `(uid, gid)` the process runs as.
+        owner: (u32, u32),
     },
+    /// The built-in echo server on every container port (all addresses of the pod).
     Echo {
-        addresses: Vec<SocketAddr>,
+        net: PodNet,
+        ports: Vec<u16>,
         identity: EchoIdentity,
     },
+    /// Nothing to run: an application image's init container without a command.
+    Complete,
 }
 
 /// `restartPolicy` of the pod.
@@ -124,11 +134,13 @@ pub struct Container {
 
 impl Container {
     /// Starts supervising `launch` (the first start happens at once).
+    /// `exited` is notified whenever the container's process ends.
     pub fn start(
         name: String,
         launch: Launch,
         policy: RestartPolicy,
         registry: Arc<ProcessRegistry>,
+        exited: Arc<Notify>,
     ) -> Self {
         let snapshot = Arc::new(Mutex::new(ContainerSnapshot {
             state: ContainerState::Waiting {
@@ -148,6 +160,7 @@ impl Container {
             snapshot: Arc::clone(&snapshot),
             crash: Arc::clone(&crash),
             stop: stop_rx,
+            exited,
         };
         let task = tokio::spawn(supervisor.run());
         Container {
@@ -176,6 +189,17 @@ impl Container {
     }
 }
 
+/// A process to start (the fields of [`Launch::Process`]).
+struct ProcessLaunch {
+    program: PathBuf,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    work_dir: PathBuf,
+    log_path: PathBuf,
+    placement: Placement,
+    owner: (u32, u32),
+}
+
 struct Supervisor {
     name: String,
     launch: Launch,
@@ -184,6 +208,7 @@ struct Supervisor {
     snapshot: Arc<Mutex<ContainerSnapshot>>,
     crash: Arc<Notify>,
     stop: watch::Receiver<bool>,
+    exited: Arc<Notify>,
 }
 
 enum RunEnd {
@@ -203,14 +228,35 @@ impl Supervisor {
                     env,
                     work_dir,
                     log_path,
+                    placement,
+                    owner,
                 } => {
-                    self.run_process(program, args, env, work_dir, log_path)
-                        .await
+                    let process = ProcessLaunch {
+                        program,
+                        args,
+                        env,
+                        work_dir,
+                        log_path,
+                        placement,
+                        owner,
+                    };
+                    self.run_process(process).await
                 }
                 Launch::Echo {
-                    addresses,
+                    net,
+                    ports,
                     identity,
-                } => self.run_echo(addresses, identity).await,
+                } => self.run_echo(net, ports, identity).await,
+                Launch::Complete => {
+                    let now = now_rfc3339();
+                    RunEnd::Exited(Termination {
+                        exit_code: 0,
+                        reason: "Completed".into(),
+                        message: String::new(),
+                        started_at: now.clone(),
+                        finished_at: now,
+                    })
+                }
             };
             let termination = match end {
                 RunEnd::Stopped => return,
@@ -233,6 +279,7 @@ impl Supervisor {
                     ContainerState::Terminated(termination)
                 };
             }
+            self.exited.notify_one();
             if !restart {
                 return;
             }
@@ -257,14 +304,16 @@ impl Supervisor {
         started_at
     }
 
-    async fn run_process(
-        &mut self,
-        program: PathBuf,
-        args: Vec<String>,
-        env: BTreeMap<String, String>,
-        work_dir: PathBuf,
-        log_path: PathBuf,
-    ) -> RunEnd {
+    async fn run_process(&mut self, process: ProcessLaunch) -> RunEnd {
+        let ProcessLaunch {
+            program,
+            args,
+            env,
+            work_dir,
+            log_path,
+            placement,
+            owner,
+        } = process;
         let started_at = now_rfc3339();
         let failed = |message: String| {
             RunEnd::Exited(Termination {
@@ -275,7 +324,9 @@ impl Supervisor {
                 finished_at: now_rfc3339(),
             })
         };
-        if let Err(error) = std::fs::create_dir_all(&work_dir) {
+        if let Err(error) = std::fs::create_dir_all(&work_dir)
+            .and_then(|()| std::os::unix::fs::chown(&work_dir, Some(owner.0), Some(owner.1)))
+        {
             return failed(format!("cannot create {}: {error}", work_dir.display()));
         }
         let log = match std::fs::OpenOptions::new()
@@ -286,6 +337,14 @@ impl Supervisor {
             Ok(log) => log,
             Err(error) => return failed(format!("cannot open {}: {error}", log_path.display())),
         };
+        // The process may reopen its stdout (`/dev/stdout`, as Envoy's access logs do): the
+        // log file belongs to the container's user, as a container's stdout pipe would.
+        if let Err(error) = std::os::unix::fs::chown(&log_path, Some(owner.0), Some(owner.1)) {
+            return failed(format!(
+                "cannot hand {} to the container's user: {error}",
+                log_path.display()
+            ));
+        }
         let log_err = match log.try_clone() {
             Ok(log) => log,
             Err(error) => return failed(format!("cannot open {}: {error}", log_path.display())),
@@ -301,6 +360,9 @@ impl Supervisor {
             .stderr(log_err)
             .process_group(0)
             .kill_on_drop(true);
+        if let Err(error) = placement.apply(&mut command) {
+            return failed(format!("cannot enter the pod's network namespace: {error}"));
+        }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return failed(format!("cannot start {}: {error}", program.display())),
@@ -346,11 +408,12 @@ impl Supervisor {
         })
     }
 
-    async fn run_echo(&mut self, addresses: Vec<SocketAddr>, identity: EchoIdentity) -> RunEnd {
+    async fn run_echo(&mut self, net: PodNet, ports: Vec<u16>, identity: EchoIdentity) -> RunEnd {
         let started_at = now_rfc3339();
         let mut servers = Vec::new();
-        for address in &addresses {
-            match tokio::net::TcpListener::bind(address).await {
+        for port in ports {
+            let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+            match net.listen(address) {
                 Ok(listener) => servers.push(tokio::spawn(serve_echo(listener, identity.clone()))),
                 Err(error) => {
                     servers.iter().for_each(JoinHandle::abort);

@@ -24,7 +24,7 @@ pub fn field_value(pod: &Pod, field_path: &str, pod_ip: Ipv4Addr) -> Option<Stri
                 .unwrap_or_else(|| "local".to_string()),
         ),
         "status.podIP" | "status.podIPs" => Some(pod_ip.to_string()),
-        "status.hostIP" | "status.hostIPs" => Some("127.0.0.1".to_string()),
+        "status.hostIP" | "status.hostIPs" => Some(crate::net::NODE_IP.to_string()),
         other => {
             let (map, key) = if let Some(key) = indexed(other, "metadata.labels") {
                 (meta.labels.as_ref(), key)
@@ -65,7 +65,7 @@ mod tests {
             "spec": {"containers": [], "serviceAccountName": "web"}
         }))
         .unwrap();
-        let ip = Ipv4Addr::new(127, 0, 0, 12);
+        let ip = Ipv4Addr::new(198, 18, 0, 12);
         assert_eq!(
             field_value(&pod, "metadata.name", ip).as_deref(),
             Some("web-1")
@@ -76,7 +76,7 @@ mod tests {
         );
         assert_eq!(
             field_value(&pod, "status.podIP", ip).as_deref(),
-            Some("127.0.0.12")
+            Some("198.18.0.12")
         );
         assert_eq!(
             field_value(&pod, "spec.serviceAccountName", ip).as_deref(),

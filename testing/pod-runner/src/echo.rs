@@ -1,7 +1,9 @@
 //! The built-in echo HTTP server that stands in for every application image.
 //!
-//! It answers any request with a small JSON document naming the pod that served it and the
-//! Host it was asked for, so scenarios can tell which workload a request reached.
+//! It answers any request with a small JSON document naming the pod that served it, the Host
+//! it was asked for, the peer it saw and the request headers, so scenarios can tell which
+//! workload a request reached and by which way (a sidecar's inbound listener connects from the
+//! pod's own loopback and adds its headers).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ pub struct EchoIdentity {
 pub async fn serve_echo(listener: TcpListener, identity: EchoIdentity) {
     let identity = Arc::new(identity);
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "echo server accept failed");
@@ -36,7 +38,7 @@ pub async fn serve_echo(listener: TcpListener, identity: EchoIdentity) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let identity = Arc::clone(&identity);
-                async move { Ok::<_, Infallible>(echo_response(&identity, &request)) }
+                async move { Ok::<_, Infallible>(echo_response(&identity, peer, &request)) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(error) = builder
@@ -49,7 +51,11 @@ pub async fn serve_echo(listener: TcpListener, identity: EchoIdentity) {
     }
 }
 
-fn echo_response<B>(identity: &EchoIdentity, request: &Request<B>) -> Response<Full<Bytes>> {
+fn echo_response<B>(
+    identity: &EchoIdentity,
+    peer: std::net::SocketAddr,
+    request: &Request<B>,
+) -> Response<Full<Bytes>> {
     let host = request
         .headers()
         .get(http::header::HOST)
@@ -63,6 +69,12 @@ fn echo_response<B>(identity: &EchoIdentity, request: &Request<B>) -> Response<F
         "container": identity.container,
         "host": host,
         "path": request.uri().path(),
+        "peer": peer.to_string(),
+        "headers": request
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            .collect::<std::collections::BTreeMap<String, String>>(),
     });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     response.headers_mut().insert(

@@ -1,9 +1,9 @@
 //! The EndpointSlice controller part of the runner: one slice per Service with a selector,
 //! listing the matching pods (ready or not, as the real controller does) with ports resolved
-//! from the Service's targetPort.
+//! from the Service's targetPort. The runner's kube-proxy part reads the slices back.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
@@ -21,16 +21,7 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 const FIELD_MANAGER: &str = "meshplane-pod-runner";
 
-/// One port of a Service and where its traffic goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceRoute {
-    /// `clusterIP:port`, when the Service has a ClusterIP.
-    pub frontend: Option<SocketAddr>,
-    /// Ready pods' `podIP:targetPort`.
-    pub backends: Vec<SocketAddr>,
-}
-
-/// Writes EndpointSlices and tells the service proxy where each ClusterIP port goes.
+/// Writes EndpointSlices.
 #[derive(Debug, Default)]
 pub struct EndpointController {
     /// Last slice written per Service uid.
@@ -39,20 +30,18 @@ pub struct EndpointController {
 }
 
 impl EndpointController {
-    /// Reconciles every Service; returns the routes for the service proxy.
+    /// Reconciles every Service's slice.
     pub async fn reconcile_all(
         &mut self,
         client: &Client,
         services: &[Arc<Service>],
         pods: &[Arc<Pod>],
-    ) -> Vec<ServiceRoute> {
-        let mut routes = Vec::new();
+    ) {
         let mut live = Vec::new();
         for service in services {
             let uid = service.metadata.uid.clone().unwrap_or_default();
             live.push(uid.clone());
             let selected = selected_pods(service, pods);
-            routes.extend(service_routes(service, &selected));
             let Some(slice) = endpoint_slice(service, &selected) else {
                 continue;
             };
@@ -80,7 +69,6 @@ impl EndpointController {
         }
         // Slices of deleted Services go with them by owner-reference GC.
         self.written.retain(|uid, _| live.contains(uid));
-        routes
     }
 }
 
@@ -145,26 +133,6 @@ fn target_port(port: &ServicePort, pod: &Pod) -> Option<u16> {
             .find(|p| p.name.as_deref() == Some(name.as_str()))
             .and_then(|p| u16::try_from(p.container_port).ok()),
     }
-}
-
-fn service_routes(service: &Service, pods: &[&Arc<Pod>]) -> Vec<ServiceRoute> {
-    let spec = service.spec.clone().unwrap_or_default();
-    let cluster_ip: Option<Ipv4Addr> = spec.cluster_ip.as_deref().and_then(|ip| ip.parse().ok());
-    spec.ports
-        .iter()
-        .flatten()
-        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-        .map(|port| ServiceRoute {
-            frontend: cluster_ip
-                .zip(u16::try_from(port.port).ok())
-                .map(|(ip, number)| SocketAddr::from((ip, number))),
-            backends: pods
-                .iter()
-                .filter(|p| pod_ready(p))
-                .filter_map(|p| Some(SocketAddr::from((pod_ip(p)?, target_port(port, p)?))))
-                .collect(),
-        })
-        .collect()
 }
 
 /// The slice for `service`, or None when it has no selector (its endpoints are managed by hand).
@@ -236,7 +204,7 @@ mod tests {
     fn slices_list_selected_pods_with_resolved_ports_and_readiness() {
         let service: Service = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
-            "spec": {"selector": {"app": "web"}, "clusterIP": "127.0.1.5",
+            "spec": {"selector": {"app": "web"}, "clusterIP": "198.19.0.15",
                      "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}
         }))
         .unwrap();
@@ -248,9 +216,9 @@ mod tests {
             })).unwrap())
         };
         let pods = vec![
-            pod("web-a", "web", "127.0.0.10", "True"),
-            pod("web-b", "web", "127.0.0.11", "False"),
-            pod("db", "db", "127.0.0.12", "True"),
+            pod("web-a", "web", "198.18.0.10", "True"),
+            pod("web-b", "web", "198.18.0.11", "False"),
+            pod("db", "db", "198.18.0.12", "True"),
         ];
         let selected = selected_pods(&service, &pods);
         let slice = endpoint_slice(&service, &selected).unwrap();
@@ -260,11 +228,5 @@ mod tests {
         assert_eq!(endpoints.len(), 2);
         assert_eq!(endpoints[0]["conditions"]["ready"], true);
         assert_eq!(endpoints[1]["conditions"]["ready"], false);
-        let routes = service_routes(&service, &selected);
-        assert_eq!(routes[0].frontend, Some("127.0.1.5:80".parse().unwrap()));
-        assert_eq!(
-            routes[0].backends,
-            vec!["127.0.0.10:8080".parse::<SocketAddr>().unwrap()]
-        );
     }
 }

@@ -1,10 +1,9 @@
-//! Kubernetes `$(VAR)` expansion and the runner's path/address rewriting of container args.
+//! Kubernetes `$(VAR)` expansion and the runner's rewriting of volume mount paths in args.
 //!
 //! Expansion follows the kubelet: `$(NAME)` is replaced by the variable's value when it is
 //! defined and left as written otherwise; `$$` escapes a `$`.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 /// Expands `$(VAR)` references in `input` from `vars`.
 pub fn expand_vars(input: &str, vars: &BTreeMap<String, String>) -> String {
@@ -83,30 +82,6 @@ pub fn rewrite_mount_paths(value: &str, mounts: &[(String, String)]) -> String {
     out
 }
 
-/// Rewrites wildcard listen addresses (`0.0.0.0:PORT`) to the pod's own address: all local
-/// pods share the host's network namespace, so each must listen on its own loopback address.
-pub fn rewrite_listen_addresses(value: &str, pod_ip: Ipv4Addr) -> String {
-    const WILDCARD: &str = "0.0.0.0:";
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(pos) = rest.find(WILDCARD) {
-        // Only a whole address: `10.0.0.0:` must stay as it is.
-        let whole = rest[..pos]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_ascii_digit() || c == '.'));
-        out.push_str(&rest[..pos]);
-        if whole {
-            out.push_str(&format!("{pod_ip}:"));
-        } else {
-            out.push_str(WILDCARD);
-        }
-        rest = &rest[pos + WILDCARD.len()..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,15 +138,5 @@ mod tests {
             rewrite_mount_paths("/opt/var/run/meshplane", &mounts),
             "/opt/var/run/meshplane"
         );
-    }
-
-    #[test]
-    fn wildcard_listen_addresses_move_to_the_pod_address() {
-        let ip = Ipv4Addr::new(127, 0, 0, 12);
-        assert_eq!(
-            rewrite_listen_addresses("--xds-addr=0.0.0.0:15010", ip),
-            "--xds-addr=127.0.0.12:15010"
-        );
-        assert_eq!(rewrite_listen_addresses("10.0.0.0:1", ip), "10.0.0.0:1");
     }
 }

@@ -1,41 +1,52 @@
 //! A minimal HTTP/1.1 GET over a fresh connection: the runner's readiness probes and the
-//! scenarios' requests through Envoy use it.
+//! harness's requests into the test network use it. The caller opens the connection (inside
+//! the node's or a pod's network namespace), so that no request leaves the test network.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
-/// Status and body of a response.
+/// Status, headers and body of a response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpReply {
     pub status: u16,
+    /// Header names in lowercase; repeated headers joined with `, `.
+    pub headers: BTreeMap<String, String>,
     pub body: String,
 }
 
-/// `GET path` on `address` with `Host: host`, all within `timeout`.
-pub async fn http_get(
-    address: SocketAddr,
+/// `GET path` with `Host: host` over the connection `connect` opens (to `target`, named in
+/// errors), all within `timeout`.
+pub async fn http_get<C>(
+    connect: C,
+    target: &str,
     host: &str,
     path: &str,
     timeout: Duration,
-) -> Result<HttpReply, String> {
-    tokio::time::timeout(timeout, get(address, host, path))
+) -> Result<HttpReply, String>
+where
+    C: Future<Output = std::io::Result<TcpStream>>,
+{
+    tokio::time::timeout(timeout, get(connect, target, host, path))
         .await
         .map_err(|_| {
-            format!("GET http://{address}{path} (Host {host}) timed out after {timeout:?}")
+            format!("GET http://{target}{path} (Host {host}) timed out after {timeout:?}")
         })?
 }
 
-async fn get(address: SocketAddr, host: &str, path: &str) -> Result<HttpReply, String> {
+async fn get<C>(connect: C, target: &str, host: &str, path: &str) -> Result<HttpReply, String>
+where
+    C: Future<Output = std::io::Result<TcpStream>>,
+{
     let describe = |what: &str, error: &dyn std::fmt::Display| {
-        format!("GET http://{address}{path}: {what}: {error}")
+        format!("GET http://{target}{path}: {what}: {error}")
     };
-    let stream = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| describe("connect", &e))?;
+    let stream = connect.await.map_err(|e| describe("connect", &e))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| describe("handshake", &e))?;
@@ -49,6 +60,17 @@ async fn get(address: SocketAddr, host: &str, path: &str) -> Result<HttpReply, S
         .await
         .map_err(|e| describe("send", &e))?;
     let status = response.status().as_u16();
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in response.headers() {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers
+            .entry(name.as_str().to_string())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
     let body = response
         .into_body()
         .collect()
@@ -58,6 +80,7 @@ async fn get(address: SocketAddr, host: &str, path: &str) -> Result<HttpReply, S
     connection.abort();
     Ok(HttpReply {
         status,
+        headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
 }

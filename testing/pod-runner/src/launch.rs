@@ -1,24 +1,24 @@
-//! Turning a pod's container spec into what the runner executes: program, args, env and the
-//! runner's accommodations (mount paths and wildcard listen addresses rewritten, the pod's
-//! loopback address and ServiceAccount kubeconfig passed in).
+//! Turning a pod's container spec into what the runner executes: program, args, env, user and
+//! the pod's network namespace, plus the runner's accommodations (volume mount paths in args
+//! and env rewritten to the materialised directories, the ServiceAccount kubeconfig passed in).
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container as ContainerSpec, Pod};
 
-use super::binaries::{locate_binary, program_for_image, Program};
+use super::binaries::{host_program, locate_binary, program_for_image, Program};
 use super::container::Launch;
 use super::downward::field_value;
 use super::echo::EchoIdentity;
-use super::expand::{expand_vars, rewrite_listen_addresses, rewrite_mount_paths};
+use super::expand::{expand_vars, rewrite_mount_paths};
+use super::net::PodNet;
 use super::volumes::ObjectData;
 
 /// Environment of the runner shared by every container it starts.
 pub struct LaunchContext<'a> {
     pub pod: &'a Pod,
-    pub pod_ip: Ipv4Addr,
+    pub net: &'a PodNet,
     pub bin_dir: &'a Path,
     /// Directory of each volume by volume name.
     pub volume_dirs: &'a BTreeMap<String, PathBuf>,
@@ -26,85 +26,130 @@ pub struct LaunchContext<'a> {
     pub log_path: PathBuf,
     /// The pod ServiceAccount's kubeconfig, when a token is mounted.
     pub kubeconfig: Option<&'a Path>,
+    /// `KUBERNETES_SERVICE_HOST` and `_PORT`: the API's in-cluster address.
+    pub api_service: Option<(String, u16)>,
     pub objects: &'a dyn ObjectData,
     /// Added to every process (e.g. ENVOY_BIN, RUST_LOG defaults).
     pub runner_env: &'a BTreeMap<String, String>,
 }
 
-/// What to run for `container`, or why it cannot run (`CreateContainerConfigError`).
-pub fn build_launch(container: &ContainerSpec, ctx: &LaunchContext<'_>) -> Result<Launch, String> {
-    match program_for_image(container.image.as_deref().unwrap_or_default()) {
-        Program::Echo => Ok(Launch::Echo {
-            addresses: container
-                .ports
-                .iter()
-                .flatten()
-                .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-                .filter_map(|p| u16::try_from(p.container_port).ok())
-                .map(|port| SocketAddr::from((ctx.pod_ip, port)))
-                .collect(),
-            identity: EchoIdentity {
-                pod: ctx.pod.metadata.name.clone().unwrap_or_default(),
-                namespace: ctx.pod.metadata.namespace.clone().unwrap_or_default(),
-                container: container.name.clone(),
-            },
-        }),
-        Program::Binary(image_binary) => {
-            let mounts = mount_rewrites(container, ctx.volume_dirs);
-            let vars = container_env(container, ctx)?;
-            let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
-            let binary = match argv.first() {
-                None => image_binary,
-                Some(first) => {
-                    let base = Path::new(first)
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .unwrap_or_default();
-                    if base != image_binary {
-                        return Err(format!(
-                            "command {first:?} is not the image's entrypoint {image_binary}; the local runner only runs meshplane binaries"
-                        ));
-                    }
-                    argv.remove(0);
-                    image_binary
-                }
-            };
-            argv.extend(container.args.iter().flatten().cloned());
-            let args = argv
-                .iter()
-                .map(|arg| {
-                    rewrite_listen_addresses(
-                        &rewrite_mount_paths(&expand_vars(arg, &vars), &mounts),
-                        ctx.pod_ip,
-                    )
-                })
-                .collect();
-            let program = locate_binary(ctx.bin_dir, binary).map_err(|e| e.to_string())?;
-            let mut env: BTreeMap<String, String> = vars
-                .into_iter()
-                .map(|(name, value)| (name, rewrite_mount_paths(&value, &mounts)))
-                .collect();
-            for (name, value) in ctx.runner_env {
-                env.entry(name.clone()).or_insert_with(|| value.clone());
-            }
-            if let Some(path) = std::env::var_os("PATH") {
-                env.entry("PATH".into())
-                    .or_insert_with(|| path.to_string_lossy().into_owned());
-            }
-            env.insert("HOME".into(), ctx.container_dir.display().to_string());
-            env.insert("MESHPLANE_LOOPBACK_ADDR".into(), ctx.pod_ip.to_string());
-            if let Some(kubeconfig) = ctx.kubeconfig {
-                env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
-            }
-            Ok(Launch::Process {
-                program,
-                args,
-                env,
-                work_dir: ctx.container_dir.clone(),
-                log_path: ctx.log_path.clone(),
+/// What to run for `container` (an init container when `init`), or why it cannot run
+/// (`CreateContainerConfigError`).
+pub fn build_launch(
+    container: &ContainerSpec,
+    init: bool,
+    ctx: &LaunchContext<'_>,
+) -> Result<Launch, String> {
+    let command: Vec<String> = container.command.clone().unwrap_or_default();
+    let program = match program_for_image(container.image.as_deref().unwrap_or_default()) {
+        Program::Echo if init => match command.first() {
+            // An application image's init step: run the command when the host has it (a
+            // shell, say); without one there is nothing to do.
+            None => return Ok(Launch::Complete),
+            Some(first) => host_program(first).ok_or_else(|| {
+                format!(
+                    "command {first:?} of init container {} is not on this host",
+                    container.name
+                )
+            })?,
+        },
+        Program::Echo => {
+            return Ok(Launch::Echo {
+                net: ctx.net.clone(),
+                ports: container
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+                    .filter_map(|p| u16::try_from(p.container_port).ok())
+                    .collect(),
+                identity: EchoIdentity {
+                    pod: ctx.pod.metadata.name.clone().unwrap_or_default(),
+                    namespace: ctx.pod.metadata.namespace.clone().unwrap_or_default(),
+                    container: container.name.clone(),
+                },
             })
         }
+        Program::Binary(image_binary) => match command.first() {
+            None => locate_binary(ctx.bin_dir, image_binary).map_err(|e| e.to_string())?,
+            Some(first) => {
+                let base = Path::new(first)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default();
+                if base == image_binary {
+                    locate_binary(ctx.bin_dir, image_binary).map_err(|e| e.to_string())?
+                } else {
+                    host_program(first).ok_or_else(|| {
+                        format!(
+                            "command {first:?} is neither the image's {image_binary} nor a program on this host"
+                        )
+                    })?
+                }
+            }
+        },
+    };
+    let mounts = mount_rewrites(container, ctx.volume_dirs);
+    let vars = container_env(container, ctx)?;
+    let argv: Vec<String> = command
+        .iter()
+        .skip(1)
+        .chain(container.args.iter().flatten())
+        .cloned()
+        .collect();
+    let args = argv
+        .iter()
+        .map(|arg| rewrite_mount_paths(&expand_vars(arg, &vars), &mounts))
+        .collect();
+    let mut env: BTreeMap<String, String> = vars
+        .into_iter()
+        .map(|(name, value)| (name, rewrite_mount_paths(&value, &mounts)))
+        .collect();
+    for (name, value) in ctx.runner_env {
+        env.entry(name.clone()).or_insert_with(|| value.clone());
     }
+    if let Some(path) = std::env::var_os("PATH") {
+        env.entry("PATH".into())
+            .or_insert_with(|| path.to_string_lossy().into_owned());
+    }
+    env.insert("HOME".into(), ctx.container_dir.display().to_string());
+    if let Some((host, port)) = &ctx.api_service {
+        // What the kubelet gives every container.
+        env.entry("KUBERNETES_SERVICE_HOST".into())
+            .or_insert_with(|| host.clone());
+        env.entry("KUBERNETES_SERVICE_PORT".into())
+            .or_insert_with(|| port.to_string());
+    }
+    if let Some(kubeconfig) = ctx.kubeconfig {
+        env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+    }
+    let user = run_as(container, ctx.pod);
+    Ok(Launch::Process {
+        program,
+        args,
+        env,
+        work_dir: ctx.container_dir.clone(),
+        log_path: ctx.log_path.clone(),
+        placement: ctx.net.placement((user != (0, 0)).then_some(user)),
+        owner: user,
+    })
+}
+
+/// `(uid, gid)` from the container's securityContext, else the pod's, else root.
+fn run_as(container: &ContainerSpec, pod: &Pod) -> (u32, u32) {
+    let pod_context = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let own = container.security_context.as_ref();
+    let uid = own
+        .and_then(|c| c.run_as_user)
+        .or_else(|| pod_context.and_then(|c| c.run_as_user))
+        .and_then(|u| u32::try_from(u).ok())
+        .unwrap_or(0);
+    let gid = own
+        .and_then(|c| c.run_as_group)
+        .or_else(|| pod_context.and_then(|c| c.run_as_group))
+        .and_then(|g| u32::try_from(g).ok())
+        .unwrap_or(0);
+    (uid, gid)
 }
 
 /// mountPath → materialised directory (with subPath) for each of the container's mounts.
@@ -164,7 +209,7 @@ fn container_env(
             expand_vars(value, &vars)
         } else if let Some(source) = &var.value_from {
             if let Some(field) = &source.field_ref {
-                field_value(ctx.pod, &field.field_path, ctx.pod_ip).ok_or_else(|| {
+                field_value(ctx.pod, &field.field_path, ctx.net.ip()).ok_or_else(|| {
                     format!(
                         "env {}: unsupported fieldRef {}",
                         var.name, field.field_path
@@ -232,9 +277,20 @@ mod tests {
         let bin_dir = std::env::temp_dir().join(format!("podrunner-launch-{}", std::process::id()));
         std::fs::create_dir_all(&bin_dir).unwrap();
         std::fs::write(bin_dir.join("meshplane-xds"), b"").unwrap();
+        std::fs::write(bin_dir.join("meshplane-proxy"), b"").unwrap();
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "blue-v1-abc", "namespace": "meshplane-blue"},
-            "spec": {"containers": [{
+            "spec": {
+                "securityContext": {"runAsUser": 65532, "runAsGroup": 65532},
+                "initContainers": [
+                    {"name": "meshplane-init", "image": "ghcr.io/meshplane/proxy:0.1.0",
+                     "command": ["/usr/local/bin/meshplane-proxy", "capture"], "args": ["--inbound-ports", "*"],
+                     "securityContext": {"runAsUser": 0, "runAsGroup": 0}},
+                    {"name": "shell", "image": "ghcr.io/meshplane/proxy:0.1.0",
+                     "command": ["/bin/sh", "-c"], "args": ["true"]},
+                    {"name": "nothing", "image": "example.com/busybox:1"}
+                ],
+                "containers": [{
                 "name": "xds",
                 "image": "ghcr.io/meshplane/xds-server:0.1.0",
                 "args": ["--xds-addr", "0.0.0.0:15010", "--webhook-tls-dir", "/var/run/meshplane/webhook-tls",
@@ -247,21 +303,31 @@ mod tests {
         .unwrap();
         let volume_dirs = [("tls".to_string(), PathBuf::from("/tmp/pod/volumes/tls"))].into();
         let runner_env = BTreeMap::new();
+        let net = PodNet::unplugged(
+            "meshplane-blue",
+            "blue-v1-abc",
+            "198.18.0.10".parse().unwrap(),
+        );
         let ctx = LaunchContext {
             pod: &pod,
-            pod_ip: Ipv4Addr::new(127, 0, 0, 10),
+            net: &net,
             bin_dir: &bin_dir,
             volume_dirs: &volume_dirs,
             container_dir: PathBuf::from("/tmp/pod/containers/xds"),
             log_path: PathBuf::from("/tmp/pod/xds.log"),
             kubeconfig: Some(Path::new("/tmp/pod/kubeconfig")),
+            api_service: Some(("198.19.0.1".into(), 443)),
             objects: &NoObjects,
             runner_env: &runner_env,
         };
-        let container = &pod.spec.as_ref().unwrap().containers[0];
+        let spec = pod.spec.as_ref().unwrap();
         let Launch::Process {
-            program, args, env, ..
-        } = build_launch(container, &ctx).unwrap()
+            program,
+            args,
+            env,
+            owner,
+            ..
+        } = build_launch(&spec.containers[0], false, &ctx).unwrap()
         else {
             panic!("the xds-server image must run a process");
         };
@@ -270,15 +336,40 @@ mod tests {
             args,
             [
                 "--xds-addr",
-                "127.0.0.10:15010",
+                "0.0.0.0:15010",
                 "--webhook-tls-dir",
                 "/tmp/pod/volumes/tls",
                 "--pod=blue-v1-abc"
-            ]
+            ],
+            "listen addresses stay: the pod has its own network"
         );
         assert_eq!(env["ID"], "x-blue-v1-abc");
-        assert_eq!(env["MESHPLANE_LOOPBACK_ADDR"], "127.0.0.10");
         assert_eq!(env["KUBECONFIG"], "/tmp/pod/kubeconfig");
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "198.19.0.1");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], "443");
+        assert_eq!(owner, (65532, 65532), "the pod's securityContext applies");
+
+        let inits = spec.init_containers.as_ref().unwrap();
+        let Launch::Process {
+            program,
+            args,
+            owner,
+            ..
+        } = build_launch(&inits[0], true, &ctx).unwrap()
+        else {
+            panic!("the capture init container runs the proxy image's binary");
+        };
+        assert_eq!(program, bin_dir.join("meshplane-proxy"));
+        assert_eq!(args, ["capture", "--inbound-ports", "*"]);
+        assert_eq!(owner, (0, 0), "the container's own securityContext wins");
+        let Launch::Process { program, .. } = build_launch(&inits[1], true, &ctx).unwrap() else {
+            panic!("an image's other commands are the host's");
+        };
+        assert_eq!(program, PathBuf::from("/bin/sh"));
+        assert!(matches!(
+            build_launch(&inits[2], true, &ctx),
+            Ok(Launch::Complete)
+        ));
         std::fs::remove_dir_all(&bin_dir).unwrap();
     }
 }

@@ -1,17 +1,29 @@
-//! Local pod runner: a tiny kubelet (plus Deployment, EndpointSlice and kube-proxy parts) for
-//! the e2e suite and the demo. A test fixture, not shipped.
+//! **Test fixture**: the local pod runner, a tiny kubelet (plus the Deployment, EndpointSlice,
+//! ServiceAccount and kube-proxy parts of a cluster) for the e2e suite and the demo. Not
+//! shipped.
 //!
-//! It runs each container of each Pod as a local process chosen by image (meshplane's images →
-//! the workspace binaries, anything else → a built-in echo server), executing exactly what the
-//! operator and the injector produced. Accommodations, because every pod shares the host's
-//! network and filesystem:
-//! - each pod gets its own loopback address (`<subnet>.10-254`); wildcard listen addresses
-//!   `0.0.0.0:` in args become `<podIP>:`, and processes get `MESHPLANE_LOOPBACK_ADDR=<podIP>`;
-//! - volumes are materialised under the pod's directory, and volume mount paths in args and env
-//!   are rewritten to those directories;
-//! - init containers (iptables) are recorded as completed without running;
-//! - HTTPS and gRPC readiness probes are TCP connects; exec probes pass while running;
-//!   liveness probes are not run; projected tokens are issued once, at pod start.
+//! It runs the pods of a cluster (the API stand-in, usually) on real pod networks ([`net`]):
+//! every pod gets its own Linux network namespace and address (198.18.0.0/16) behind a "node"
+//! namespace the runner creates; Service ClusterIPs (198.19.0.0/16) work through netfilter DNAT
+//! rules in the node namespace, rewritten as EndpointSlices change, as kube-proxy's iptables
+//! mode does; Service names resolve inside pods through per-pod `/etc/hosts` and
+//! `/etc/resolv.conf`; pods reach the API at the `kubernetes` Service (a relay in the node
+//! namespace forwards to the stand-in on the host's loopback).
+//!
+//! Each container is a local process chosen by image (meshplane's images → the workspace
+//! binaries, their other commands → the host's programs, anything else → a built-in echo
+//! server), started inside the pod's namespace as the user its securityContext names, so the
+//! injected proxy runs as UID 1337 and the capture init container as root with the pod's
+//! netfilter to itself. Init containers run to completion, in order, before the app containers.
+//! What still differs from a kubelet:
+//! - the filesystem is the host's: volumes are materialised under the pod's directory and
+//!   volume mount paths in args and env are rewritten to those directories; processes get a
+//!   `KUBECONFIG` with their ServiceAccount token pointing at the in-cluster API address;
+//! - HTTPS and gRPC readiness probes are TCP connects (from the node, as the kubelet's are);
+//!   exec probes pass while running; liveness probes are not run; projected tokens are issued
+//!   once, at pod start; capabilities are not dropped (a non-root process has none anyway).
+
+pub mod net;
 
 mod addresses;
 mod binaries;
@@ -27,12 +39,11 @@ mod launch;
 mod local_pod;
 mod runner;
 mod service_accounts;
-mod service_proxy;
+mod services;
 mod tokens;
 mod volumes;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -47,6 +58,7 @@ pub use deployments::TEMPLATE_HASH_LABEL;
 pub use endpoints::SERVICE_NAME_LABEL;
 pub use error::PodRunnerError;
 pub use http_client::{http_get, HttpReply};
+pub use net::{PodNet, TestNetwork};
 pub use runner::{logs_dir, NODE_NAME};
 
 use container::ProcessRegistry;
@@ -59,8 +71,8 @@ pub struct PodRunnerOptions {
     pub bin_dir: PathBuf,
     /// Pod directories and container logs go under it.
     pub work_dir: PathBuf,
-    /// Pods get `<a.b.c>.10` and up from this `a.b.c.0`.
-    pub pod_subnet: Ipv4Addr,
+    /// The pod network pods are placed in.
+    pub network: TestNetwork,
     /// The Envoy binary, passed to proxy containers as `ENVOY_BIN`.
     pub envoy_bin: Option<PathBuf>,
     /// Extra environment for every container process (a container's own env wins).
@@ -68,13 +80,12 @@ pub struct PodRunnerOptions {
 }
 
 impl PodRunnerOptions {
-    /// Defaults: binaries from [`default_bin_dir`], pods in 127.0.0.0/24, `ENVOY_BIN` from the
-    /// environment.
-    pub fn new(work_dir: impl Into<PathBuf>) -> Self {
+    /// Defaults: binaries from [`default_bin_dir`], `ENVOY_BIN` from the environment.
+    pub fn new(work_dir: impl Into<PathBuf>, network: TestNetwork) -> Self {
         PodRunnerOptions {
             bin_dir: default_bin_dir(),
             work_dir: work_dir.into(),
-            pod_subnet: Ipv4Addr::new(127, 0, 0, 0),
+            network,
             envoy_bin: std::env::var_os("ENVOY_BIN").map(PathBuf::from),
             process_env: BTreeMap::new(),
         }
@@ -88,6 +99,7 @@ pub struct PodRunner {
     task: Option<JoinHandle<()>>,
     registry: Arc<ProcessRegistry>,
     work_dir: PathBuf,
+    network: TestNetwork,
 }
 
 impl PodRunner {
@@ -112,6 +124,7 @@ impl PodRunner {
         std::fs::create_dir_all(&options.work_dir)
             .map_err(|e| PodRunnerError::io("cannot create", &options.work_dir, e))?;
         let work_dir = options.work_dir.clone();
+        let network = options.network.clone();
         let registry = Arc::new(ProcessRegistry::default());
         let runner = Runner::connect(client, config_file, options, Arc::clone(&registry)).await?;
         let (commands, commands_rx) = mpsc::unbounded_channel();
@@ -123,6 +136,7 @@ impl PodRunner {
             task: Some(task),
             registry,
             work_dir,
+            network,
         })
     }
 
@@ -152,6 +166,11 @@ impl PodRunner {
     /// Where container logs are written (`<namespace>_<pod>_<container>.log`).
     pub fn logs_dir(&self) -> PathBuf {
         logs_dir(&self.work_dir)
+    }
+
+    /// The pod network.
+    pub fn network(&self) -> &TestNetwork {
+        &self.network
     }
 
     /// Stops every pod and the control loop.

@@ -1,5 +1,6 @@
-//! One pod run locally: its directory, volumes, tokens, containers, readiness and the Pod
-//! status the runner reports for it.
+//! One pod run locally: its directory, volumes, tokens, init containers (run to completion,
+//! in order, before the app containers start), containers, readiness and the Pod status the
+//! runner reports for it.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -12,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::config::Kubeconfig;
 use kube::Client;
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 
 use super::container::{
     now_rfc3339, Container, ContainerSnapshot, ContainerState, ProcessRegistry, RestartPolicy,
@@ -20,6 +22,7 @@ use super::container::{
 use super::error::PodRunnerError;
 use super::http_client::http_get;
 use super::launch::{build_launch, LaunchContext};
+use super::net::{NodeDialer, PodNet, NODE_IP};
 use super::tokens::{kubeconfig_with_token, request_token, TokenOwner};
 use super::volumes::{sync_dir, token_projections, volume_files, ObjectData, VolumeInputs};
 
@@ -29,10 +32,14 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct PodEnvironment<'a> {
     pub client: &'a Client,
     pub kubeconfig: &'a Kubeconfig,
+    /// The API's in-cluster address (the `kubernetes` Service), once known.
+    pub api_service: Option<(String, u16)>,
     pub bin_dir: &'a Path,
     pub objects: &'a dyn ObjectData,
     pub runner_env: &'a BTreeMap<String, String>,
     pub registry: &'a Arc<ProcessRegistry>,
+    /// Notified when a container exits (an init container finishing moves the pod on).
+    pub changed: &'a Arc<Notify>,
 }
 
 /// A pod the runner has taken on.
@@ -40,14 +47,22 @@ pub struct LocalPod {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub ip: Ipv4Addr,
+    pub net: PodNet,
+    node: NodeDialer,
     dir: PathBuf,
     /// Container logs live outside the pod directory so that they outlive the pod.
     log_dir: PathBuf,
     start_time: String,
     tokens: BTreeMap<(String, String), String>,
     kubeconfig_path: Option<PathBuf>,
-    /// Containers once started; empty while the pod waits for its volumes or config.
+    volume_dirs: Option<BTreeMap<String, PathBuf>>,
+    /// Init containers that completed, in order.
+    init_done: Vec<RunningContainer>,
+    /// The init container running now.
+    init_current: Option<RunningContainer>,
+    /// An init container failed under `restartPolicy: Never`: the pod failed.
+    init_failed: bool,
+    /// App containers once started; empty while the pod is being prepared or initialized.
     containers: Vec<RunningContainer>,
     /// Why the containers have not started yet.
     waiting: Option<(String, String)>,
@@ -66,7 +81,7 @@ struct RunningContainer {
 }
 
 impl LocalPod {
-    pub fn new(pod: &Pod, ip: Ipv4Addr, work_dir: &Path) -> Self {
+    pub fn new(pod: &Pod, net: PodNet, node: NodeDialer, work_dir: &Path) -> Self {
         let namespace = pod
             .metadata
             .namespace
@@ -82,12 +97,17 @@ impl LocalPod {
             namespace,
             name,
             uid,
-            ip,
+            net,
+            node,
             dir,
             log_dir: work_dir.join("logs"),
             start_time: now_rfc3339(),
             tokens: BTreeMap::new(),
             kubeconfig_path: None,
+            volume_dirs: None,
+            init_done: Vec::new(),
+            init_current: None,
+            init_failed: false,
             containers: Vec::new(),
             waiting: Some(("ContainerCreating".into(), String::new())),
             ready: BTreeMap::new(),
@@ -96,13 +116,22 @@ impl LocalPod {
         }
     }
 
+    pub fn ip(&self) -> Ipv4Addr {
+        self.net.ip()
+    }
+
+    /// Whether the app containers run (or ran).
     pub fn started(&self) -> bool {
         !self.containers.is_empty()
     }
 
-    /// Tries to start the pod: tokens, volumes, then containers. On failure the pod stays
-    /// Pending with the reason in its container statuses, and the runner tries again.
-    pub async fn try_start(&mut self, pod: &Pod, env: &PodEnvironment<'_>) {
+    /// Moves the pod on: tokens and volumes, then each init container to completion, then the
+    /// app containers. On an error the pod stays Pending with the reason in its container
+    /// statuses, and the runner tries again.
+    pub async fn advance(&mut self, pod: &Pod, env: &PodEnvironment<'_>) {
+        if self.started() || self.init_failed {
+            return;
+        }
         match self.start(pod, env).await {
             Ok(()) => self.waiting = None,
             Err((reason, error)) => {
@@ -120,6 +149,62 @@ impl LocalPod {
         pod: &Pod,
         env: &PodEnvironment<'_>,
     ) -> Result<(), (&'static str, PodRunnerError)> {
+        let creating = |e| ("ContainerCreating", e);
+        if self.volume_dirs.is_none() {
+            self.prepare(pod, env).await.map_err(creating)?;
+        }
+        let volume_dirs = self.volume_dirs.clone().unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let policy = RestartPolicy::parse(spec.restart_policy.as_deref());
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        while self.init_done.len() < inits.len() {
+            if let Some(current) = &self.init_current {
+                match current.container.snapshot().state {
+                    ContainerState::Terminated(t) if t.exit_code == 0 => {
+                        tracing::info!(pod = %self.key(), container = %current.name, "init container completed");
+                        if let Some(done) = self.init_current.take() {
+                            self.init_done.push(done);
+                        }
+                        continue;
+                    }
+                    ContainerState::Terminated(_) => {
+                        tracing::warn!(pod = %self.key(), container = %current.name, "init container failed; the pod fails");
+                        self.init_failed = true;
+                        return Ok(());
+                    }
+                    // Running, or backing off before a retry.
+                    _ => {
+                        return Err((
+                            "PodInitializing",
+                            PodRunnerError::NotReadyToStart {
+                                pod: self.key(),
+                                reason: format!(
+                                    "init container {} has not completed",
+                                    current.name
+                                ),
+                            },
+                        ))
+                    }
+                }
+            }
+            let spec = &inits[self.init_done.len()];
+            // Init containers are retried until they succeed, unless the pod never restarts.
+            let init_policy = match policy {
+                RestartPolicy::Never => RestartPolicy::Never,
+                _ => RestartPolicy::OnFailure,
+            };
+            let running = self.launch(pod, env, spec, true, init_policy, &volume_dirs)?;
+            self.init_current = Some(running);
+        }
+        for container in &spec.containers {
+            let running = self.launch(pod, env, container, false, policy, &volume_dirs)?;
+            self.containers.push(running);
+        }
+        Ok(())
+    }
+
+    /// Tokens, the ServiceAccount kubeconfig and the volumes, once.
+    async fn prepare(&mut self, pod: &Pod, env: &PodEnvironment<'_>) -> Result<(), PodRunnerError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let service_account = spec
             .service_account_name
@@ -131,7 +216,6 @@ impl LocalPod {
             pod_name: &self.name,
             pod_uid: &self.uid,
         };
-        let creating = |e| ("ContainerCreating", e);
         for projection in token_projections(pod) {
             let key = (projection.volume.clone(), projection.path.clone());
             if let std::collections::btree_map::Entry::Vacant(slot) = self.tokens.entry(key) {
@@ -141,71 +225,83 @@ impl LocalPod {
                     projection.audience.as_deref(),
                     projection.expiration_seconds,
                 )
-                .await
-                .map_err(creating)?;
+                .await?;
                 slot.insert(token);
             }
         }
         if self.kubeconfig_path.is_none() && spec.automount_service_account_token != Some(false) {
-            let token = request_token(env.client, &owner, None, None)
-                .await
-                .map_err(creating)?;
+            let (host, port) = env.api_service.clone().ok_or_else(|| {
+                PodRunnerError::NotReadyToStart {
+                    pod: self.key(),
+                    reason:
+                        "the API's in-cluster address (Service default/kubernetes) is not known yet"
+                            .into(),
+                }
+            })?;
+            let token = request_token(env.client, &owner, None, None).await?;
             let path = self.dir.join("kubeconfig");
             std::fs::create_dir_all(&self.dir)
-                .map_err(|e| creating(PodRunnerError::io("cannot create", &self.dir, e)))?;
-            let content = kubeconfig_with_token(env.kubeconfig, &token).map_err(creating)?;
+                .map_err(|e| PodRunnerError::io("cannot create", &self.dir, e))?;
+            let server = format!("https://{host}:{port}");
+            let content = kubeconfig_with_token(env.kubeconfig, &token, Some(&server))?;
             std::fs::write(&path, content)
-                .map_err(|e| creating(PodRunnerError::io("cannot write", &path, e)))?;
+                .map_err(|e| PodRunnerError::io("cannot write", &path, e))?;
             self.kubeconfig_path = Some(path);
         }
-        let volume_dirs = self.sync_volumes(pod, env.objects).map_err(creating)?;
+        let volume_dirs = self.sync_volumes(pod, env.objects)?;
         std::fs::create_dir_all(&self.log_dir)
-            .map_err(|e| creating(PodRunnerError::io("cannot create", &self.log_dir, e)))?;
-
-        let policy = RestartPolicy::parse(spec.restart_policy.as_deref());
-        let mut launches = Vec::new();
-        for container in &spec.containers {
-            let ctx = LaunchContext {
-                pod,
-                pod_ip: self.ip,
-                bin_dir: env.bin_dir,
-                volume_dirs: &volume_dirs,
-                container_dir: self.dir.join("containers").join(&container.name),
-                log_path: self.log_dir.join(format!(
-                    "{}_{}_{}.log",
-                    self.namespace, self.name, container.name
-                )),
-                kubeconfig: self.kubeconfig_path.as_deref(),
-                objects: env.objects,
-                runner_env: env.runner_env,
-            };
-            let launch = build_launch(container, &ctx).map_err(|reason| {
-                (
-                    "CreateContainerConfigError",
-                    PodRunnerError::CannotRun {
-                        container: container.name.clone(),
-                        reason,
-                    },
-                )
-            })?;
-            launches.push((container.clone(), launch));
-        }
-        for (spec, launch) in launches {
-            let container = Container::start(
-                format!("{}/{}", self.key(), spec.name),
-                launch,
-                policy,
-                Arc::clone(env.registry),
-            );
-            self.containers.push(RunningContainer {
-                name: spec.name.clone(),
-                image: spec.image.clone().unwrap_or_default(),
-                container,
-                readiness: spec.readiness_probe.clone(),
-                spec,
-            });
-        }
+            .map_err(|e| PodRunnerError::io("cannot create", &self.log_dir, e))?;
+        self.volume_dirs = Some(volume_dirs);
         Ok(())
+    }
+
+    fn launch(
+        &self,
+        pod: &Pod,
+        env: &PodEnvironment<'_>,
+        container: &ContainerSpec,
+        init: bool,
+        policy: RestartPolicy,
+        volume_dirs: &BTreeMap<String, PathBuf>,
+    ) -> Result<RunningContainer, (&'static str, PodRunnerError)> {
+        let ctx = LaunchContext {
+            pod,
+            net: &self.net,
+            bin_dir: env.bin_dir,
+            volume_dirs,
+            container_dir: self.dir.join("containers").join(&container.name),
+            log_path: self.log_dir.join(format!(
+                "{}_{}_{}.log",
+                self.namespace, self.name, container.name
+            )),
+            kubeconfig: self.kubeconfig_path.as_deref(),
+            api_service: env.api_service.clone(),
+            objects: env.objects,
+            runner_env: env.runner_env,
+        };
+        let launch = build_launch(container, init, &ctx).map_err(|reason| {
+            (
+                "CreateContainerConfigError",
+                PodRunnerError::CannotRun {
+                    container: container.name.clone(),
+                    reason,
+                },
+            )
+        })?;
+        let supervised = Container::start(
+            format!("{}/{}", self.key(), container.name),
+            launch,
+            policy,
+            Arc::clone(env.registry),
+            Arc::clone(env.changed),
+        );
+        Ok(RunningContainer {
+            name: container.name.clone(),
+            image: container.image.clone().unwrap_or_default(),
+            container: supervised,
+            readiness: (!init).then(|| container.readiness_probe.clone()).flatten(),
+            spec: container.clone(),
+        })
     }
 
     /// Writes every volume's files (again); returns volume name → directory.
@@ -216,7 +312,7 @@ impl LocalPod {
     ) -> Result<BTreeMap<String, PathBuf>, PodRunnerError> {
         let inputs = VolumeInputs {
             pod,
-            pod_ip: self.ip,
+            pod_ip: self.ip(),
             objects,
             tokens: &self.tokens,
         };
@@ -235,8 +331,15 @@ impl LocalPod {
                         tracing::info!(pod = %self.key(), volume = %volume.name, "volume content updated");
                     }
                 }
-                Ok(None) => std::fs::create_dir_all(&dir)
-                    .map_err(|e| PodRunnerError::io("cannot create", &dir, e))?,
+                Ok(None) => {
+                    // emptyDir: writable by every container's user, as the kubelet makes it.
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::create_dir_all(&dir)
+                        .and_then(|()| {
+                            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                        })
+                        .map_err(|e| PodRunnerError::io("cannot create", &dir, e))?
+                }
                 Err(reason) => {
                     return Err(PodRunnerError::NotReadyToStart {
                         pod: self.key(),
@@ -272,15 +375,19 @@ impl LocalPod {
             let ready = is_running
                 && match &running.readiness {
                     None => true,
-                    Some(probe) => probe_passes(probe, &running.spec, self.ip).await,
+                    Some(probe) => probe_passes(probe, &running.spec, &self.node, self.ip()).await,
                 };
             self.ready.insert(running.name.clone(), ready);
         }
     }
 
-    /// Stops every container and removes the pod's directory.
+    /// Stops every container and removes the pod's directory (the network is the runner's to
+    /// remove).
     pub async fn stop(self) {
-        for running in self.containers {
+        if let Some(init) = self.init_current {
+            init.container.stop().await;
+        }
+        for running in self.init_done.into_iter().chain(self.containers) {
             running.container.stop().await;
         }
         if let Err(error) = std::fs::remove_dir_all(&self.dir) {
@@ -291,6 +398,8 @@ impl LocalPod {
     /// The Pod `status` this pod has now.
     pub fn status(&mut self, pod: &Pod) -> Value {
         let spec = pod.spec.clone().unwrap_or_default();
+        let inits = spec.init_containers.clone().unwrap_or_default();
+        let initialized = self.init_done.len() == inits.len();
         let mut statuses = Vec::new();
         let mut all_ready = !spec.containers.is_empty();
         let mut any_running = false;
@@ -301,7 +410,11 @@ impl LocalPod {
             let snapshot = match running {
                 Some(running) => running.container.snapshot(),
                 None => {
-                    let (reason, message) = self.waiting.clone().unwrap_or_default();
+                    let (reason, message) = if !initialized {
+                        ("PodInitializing".to_string(), String::new())
+                    } else {
+                        self.waiting.clone().unwrap_or_default()
+                    };
                     ContainerSnapshot {
                         state: ContainerState::Waiting { reason, message },
                         last_termination: None,
@@ -330,57 +443,57 @@ impl LocalPod {
                 ready,
             ));
         }
-        let phase = if all_terminated {
-            if any_failed {
-                "Failed"
-            } else {
-                "Succeeded"
-            }
+        let phase = if self.init_failed || (all_terminated && any_failed) {
+            "Failed"
+        } else if all_terminated {
+            "Succeeded"
         } else if any_running {
             "Running"
         } else {
             "Pending"
         };
-        let init_statuses: Vec<Value> = spec
-            .init_containers
+        let init_statuses: Vec<Value> = inits
             .iter()
-            .flatten()
-            .map(|init| {
-                // Init containers (iptables setup) are recorded as completed: the runner has no
-                // network namespace to set up.
-                let done = Termination {
-                    exit_code: 0,
-                    reason: "Completed".into(),
-                    message: String::new(),
-                    started_at: self.start_time.clone(),
-                    finished_at: self.start_time.clone(),
+            .enumerate()
+            .map(|(index, init)| {
+                let known = self
+                    .init_done
+                    .get(index)
+                    .or(self.init_current.as_ref().filter(|c| c.name == init.name));
+                let snapshot = match known {
+                    Some(running) => running.container.snapshot(),
+                    None => ContainerSnapshot {
+                        state: ContainerState::Waiting {
+                            reason: "PodInitializing".into(),
+                            message: String::new(),
+                        },
+                        last_termination: None,
+                        restart_count: 0,
+                    },
                 };
-                let snapshot = ContainerSnapshot {
-                    state: ContainerState::Terminated(done),
-                    last_termination: None,
-                    restart_count: 0,
-                };
+                let done =
+                    matches!(&snapshot.state, ContainerState::Terminated(t) if t.exit_code == 0);
                 container_status(
                     &init.name,
                     init.image.as_deref().unwrap_or_default(),
                     &snapshot,
-                    true,
+                    done,
                 )
             })
             .collect();
         let conditions = vec![
             self.condition("PodScheduled", true),
-            self.condition("Initialized", true),
+            self.condition("Initialized", initialized),
             self.condition("ContainersReady", all_ready),
             self.condition("Ready", all_ready),
         ];
-        let ip = self.ip.to_string();
+        let ip = self.ip().to_string();
         json!({
             "phase": phase,
             "podIP": ip,
             "podIPs": [{"ip": ip}],
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
+            "hostIP": NODE_IP.to_string(),
+            "hostIPs": [{"ip": NODE_IP.to_string()}],
             "startTime": self.start_time,
             "conditions": conditions,
             "initContainerStatuses": init_statuses,
@@ -446,7 +559,13 @@ fn probe_port(port: &IntOrString, container: &ContainerSpec) -> Option<u16> {
     }
 }
 
-async fn probe_passes(probe: &Probe, container: &ContainerSpec, pod_ip: Ipv4Addr) -> bool {
+/// Runs one probe from the node, as the kubelet does (so a pod's capture rules apply to it).
+async fn probe_passes(
+    probe: &Probe,
+    container: &ContainerSpec,
+    node: &NodeDialer,
+    pod_ip: Ipv4Addr,
+) -> bool {
     if let Some(get) = &probe.http_get {
         let Some(port) = probe_port(&get.port, container) else {
             return false;
@@ -455,31 +574,32 @@ async fn probe_passes(probe: &Probe, container: &ContainerSpec, pod_ip: Ipv4Addr
         if get.scheme.as_deref() == Some("HTTPS") {
             // The kubelet does not verify the serving certificate; a TCP connect is the
             // runner's approximation of an HTTPS probe.
-            return tcp_connects(address).await;
+            return tcp_connects(node, address).await;
         }
         let path = get.path.as_deref().unwrap_or("/");
-        return matches!(http_get(address, &pod_ip.to_string(), path, PROBE_TIMEOUT).await,
+        let target = address.to_string();
+        return matches!(http_get(node.connect(address), &target, &pod_ip.to_string(), path, PROBE_TIMEOUT).await,
             Ok(reply) if (200..400).contains(&reply.status));
     }
     if let Some(tcp) = &probe.tcp_socket {
         let Some(port) = probe_port(&tcp.port, container) else {
             return false;
         };
-        return tcp_connects(SocketAddr::from((pod_ip, port))).await;
+        return tcp_connects(node, SocketAddr::from((pod_ip, port))).await;
     }
     if let Some(grpc) = &probe.grpc {
         let Ok(port) = u16::try_from(grpc.port) else {
             return false;
         };
-        return tcp_connects(SocketAddr::from((pod_ip, port))).await;
+        return tcp_connects(node, SocketAddr::from((pod_ip, port))).await;
     }
-    // exec probes: the runner cannot exec into a process; a running container counts as ready.
+    // exec probes: the runner does not exec into a process; a running container counts as ready.
     true
 }
 
-async fn tcp_connects(address: SocketAddr) -> bool {
+async fn tcp_connects(node: &NodeDialer, address: SocketAddr) -> bool {
     matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(address)).await,
+        tokio::time::timeout(PROBE_TIMEOUT, node.connect(address)).await,
         Ok(Ok(_))
     )
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::config::Kubeconfig;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -20,14 +21,14 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
-use super::addresses::AddressPool;
 use super::container::ProcessRegistry;
 use super::deployments::DeploymentController;
 use super::endpoints::EndpointController;
 use super::error::PodRunnerError;
 use super::local_pod::{LocalPod, PodEnvironment};
+use super::net::TestNetwork;
 use super::service_accounts::DefaultServiceAccounts;
-use super::service_proxy::ServiceProxy;
+use super::services::{api_service, service_names, service_routes};
 use super::volumes::ObjectData;
 use super::PodRunnerOptions;
 
@@ -52,6 +53,7 @@ struct Caches {
     pods: Store<Pod>,
     deployments: Store<Deployment>,
     services: Store<Service>,
+    endpoint_slices: Store<EndpointSlice>,
     config_maps: Store<ConfigMap>,
     secrets: Store<Secret>,
     namespaces: Store<Namespace>,
@@ -137,13 +139,13 @@ pub struct Runner {
     caches: Caches,
     changed: Arc<Notify>,
     local: BTreeMap<String, LocalPod>,
-    addresses: AddressPool,
+    network: TestNetwork,
     deployments: DeploymentController,
     endpoints: EndpointController,
     service_accounts: DefaultServiceAccounts,
-    service_proxy: ServiceProxy,
     registry: Arc<ProcessRegistry>,
     status_errors: BTreeMap<String, String>,
+    network_error: Option<String>,
 }
 
 impl Runner {
@@ -164,6 +166,7 @@ impl Runner {
         let (pods, pods_task) = reflect::<Pod>(&client, &changed);
         let (deployments, deployments_task) = reflect::<Deployment>(&client, &changed);
         let (services, services_task) = reflect::<Service>(&client, &changed);
+        let (endpoint_slices, endpoint_slices_task) = reflect::<EndpointSlice>(&client, &changed);
         let (config_maps, config_maps_task) = reflect::<ConfigMap>(&client, &changed);
         let (secrets, secrets_task) = reflect::<Secret>(&client, &changed);
         let (namespaces, namespaces_task) = reflect::<Namespace>(&client, &changed);
@@ -171,6 +174,7 @@ impl Runner {
             pods,
             deployments,
             services,
+            endpoint_slices,
             config_maps,
             secrets,
             namespaces,
@@ -179,6 +183,7 @@ impl Runner {
                 pods_task,
                 deployments_task,
                 services_task,
+                endpoint_slices_task,
                 config_maps_task,
                 secrets_task,
             ],
@@ -187,6 +192,7 @@ impl Runner {
             caches.pods.wait_until_ready().await?;
             caches.deployments.wait_until_ready().await?;
             caches.services.wait_until_ready().await?;
+            caches.endpoint_slices.wait_until_ready().await?;
             caches.config_maps.wait_until_ready().await?;
             caches.namespaces.wait_until_ready().await?;
             caches.secrets.wait_until_ready().await
@@ -195,7 +201,7 @@ impl Runner {
             Ok(Ok(())) => {}
             _ => {
                 return Err(PodRunnerError::ClientConfig(format!(
-                    "watch caches of pods, deployments, services, configmaps and secrets did not sync within {CACHE_SYNC_TIMEOUT:?}"
+                    "watch caches of pods, deployments, services, endpointslices, configmaps and secrets did not sync within {CACHE_SYNC_TIMEOUT:?}"
                 )))
             }
         }
@@ -209,7 +215,7 @@ impl Runner {
         Ok(Runner {
             client,
             kubeconfig,
-            addresses: AddressPool::new(options.pod_subnet),
+            network: options.network.clone(),
             options,
             runner_env,
             caches,
@@ -218,9 +224,9 @@ impl Runner {
             deployments: DeploymentController::default(),
             endpoints: EndpointController::default(),
             service_accounts: DefaultServiceAccounts::default(),
-            service_proxy: ServiceProxy::default(),
             registry,
             status_errors: BTreeMap::new(),
+            network_error: None,
         })
     }
 
@@ -240,7 +246,9 @@ impl Runner {
             }
         }
         for (_, pod) in std::mem::take(&mut self.local) {
+            let net = pod.net.clone();
             pod.stop().await;
+            self.network.remove_pod(&net);
         }
     }
 
@@ -285,15 +293,28 @@ impl Runner {
         self.sync_pods(&pods).await;
         self.write_pod_statuses(&pods).await;
         let services = self.caches.services.state();
-        let routes = self
-            .endpoints
+        self.endpoints
             .reconcile_all(&self.client, &services, &pods)
             .await;
-        self.service_proxy.sync(&routes).await;
+        // kube-proxy and cluster DNS: from the Services and their slices as the API has them.
+        let slices = self.caches.endpoint_slices.state();
+        let routes = service_routes(&services, &slices);
+        let names = service_names(&services);
+        match self.network.set_services(&routes, &names) {
+            Ok(()) => self.network_error = None,
+            Err(error) => {
+                let message = error.to_string();
+                if self.network_error.as_ref() != Some(&message) {
+                    tracing::error!(%message, "cannot program Services into the pod network");
+                    self.network_error = Some(message);
+                }
+            }
+        }
     }
 
     /// Starts new pods, finishes starting pending ones, refreshes volumes, stops deleted ones.
     async fn sync_pods(&mut self, pods: &[Arc<Pod>]) {
+        let services = self.caches.services.state();
         let mut seen = Vec::new();
         for pod in pods {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
@@ -311,24 +332,32 @@ impl Runner {
                 if matches!(phase, Some("Succeeded" | "Failed")) {
                     continue;
                 }
-                let ip = match self.addresses.allocate() {
-                    Ok(ip) => ip,
+                let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let net = match self.network.add_pod(&namespace, &name, &uid) {
+                    Ok(net) => net,
                     Err(error) => {
-                        tracing::error!(%error, "cannot give the pod an address");
+                        let message = error.to_string();
+                        if self.network_error.as_ref() != Some(&message) {
+                            tracing::error!(pod = %format!("{namespace}/{name}"), %message, "cannot set up the pod's network");
+                            self.network_error = Some(message);
+                        }
                         continue;
                     }
                 };
-                let local = LocalPod::new(pod, ip, &self.options.work_dir);
-                tracing::info!(pod = %local.key(), %ip, "taking on pod");
+                let local = LocalPod::new(pod, net, self.network.dialer(), &self.options.work_dir);
+                tracing::info!(pod = %local.key(), ip = %local.ip(), netns = %local.net.netns().name(), "taking on pod");
                 self.local.insert(uid.clone(), local);
             }
             let env = PodEnvironment {
                 client: &self.client,
                 kubeconfig: &self.kubeconfig,
+                api_service: api_service(&services),
                 bin_dir: &self.options.bin_dir,
                 objects: &self.caches,
                 runner_env: &self.runner_env,
                 registry: &self.registry,
+                changed: &self.changed,
             };
             let Some(local) = self.local.get_mut(&uid) else {
                 continue;
@@ -338,7 +367,7 @@ impl Runner {
                     tracing::warn!(pod = %local.key(), %error, "cannot refresh volumes");
                 }
             } else {
-                local.try_start(pod, &env).await;
+                local.advance(pod, &env).await;
             }
         }
         let gone: Vec<String> = self
@@ -350,8 +379,9 @@ impl Runner {
         for uid in gone {
             if let Some(local) = self.local.remove(&uid) {
                 tracing::info!(pod = %local.key(), "pod deleted; stopping it");
-                self.addresses.release(local.ip);
+                let net = local.net.clone();
                 local.stop().await;
+                self.network.remove_pod(&net);
             }
         }
     }
@@ -360,8 +390,9 @@ impl Runner {
     async fn finish_deletion(&mut self, pod: &Pod, uid: &str) {
         if let Some(local) = self.local.remove(uid) {
             tracing::info!(pod = %local.key(), "pod terminating; stopping it");
-            self.addresses.release(local.ip);
+            let net = local.net.clone();
             local.stop().await;
+            self.network.remove_pod(&net);
         }
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();

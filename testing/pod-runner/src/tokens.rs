@@ -61,8 +61,12 @@ pub async fn request_token(
 }
 
 /// A kubeconfig (JSON, which is YAML) for the cluster of `base`'s current context, acting with
-/// `token`.
-pub fn kubeconfig_with_token(base: &Kubeconfig, token: &str) -> Result<String, PodRunnerError> {
+/// `token`, at `server` when given (the API's in-cluster URL) instead of `base`'s.
+pub fn kubeconfig_with_token(
+    base: &Kubeconfig,
+    token: &str,
+    server: Option<&str>,
+) -> Result<String, PodRunnerError> {
     let context_name = base.current_context.clone().unwrap_or_default();
     let cluster_name = base
         .contexts
@@ -80,8 +84,11 @@ pub fn kubeconfig_with_token(base: &Kubeconfig, token: &str) -> Result<String, P
         .ok_or_else(|| {
             PodRunnerError::ClientConfig(format!("kubeconfig has no cluster {cluster_name:?}"))
         })?;
-    let cluster =
+    let mut cluster =
         serde_json::to_value(cluster).map_err(|e| PodRunnerError::ClientConfig(e.to_string()))?;
+    if let Some(server) = server {
+        cluster["server"] = serde_json::Value::from(server);
+    }
     let kubeconfig = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
