@@ -71,16 +71,16 @@ pod_netns() {
 in_pod() { local ns=$1; shift; printf '\033[36m$ ip netns exec %s %s\033[0m\n' "$ns" "$*" >&2; ip netns exec "$ns" "$@"; }
 
 bold "1. Install the operator (CRDs, RBAC, Deployment, admission webhook)"
-k apply --server-side --validate=false -k config/default
+k apply --server-side -k config/default
 k -n meshplane-system rollout status deployment/meshplane-operator --timeout=$WAIT
 
 bold "2. Two tenants: blue (blue-v1 and the tag blue-stable) and green"
 for _ in $(seq 60); do
-  "$KUBECTL" apply --server-side --validate=false --dry-run=server -f config/samples/blue.yaml >/dev/null 2>&1 && break
+  "$KUBECTL" apply --server-side --dry-run=server -f config/samples/blue.yaml >/dev/null 2>&1 && break
   sleep 1
 done
-k apply --server-side --validate=false -f config/samples/blue.yaml
-k apply --server-side --validate=false -f config/samples/green.yaml
+k apply --server-side -f config/samples/blue.yaml
+k apply --server-side -f config/samples/green.yaml
 k wait --for=condition=Ready meshcontrolplane/blue-v1 meshcontrolplane/green --timeout=$WAIT
 k get meshcontrolplanes
 
@@ -122,7 +122,7 @@ YAML
 
 bold "4. An app and a client in shop, both injected with blue's sidecar; the client calls web by name"
 workloads shop >"$WORK/shop.yaml"
-k apply --server-side --validate=false -f "$WORK/shop.yaml"
+k apply --server-side -f "$WORK/shop.yaml"
 k -n shop wait --for=condition=Available deployment/web deployment/client --timeout=$WAIT
 k -n shop get pods -o wide
 client_ns=$(pod_netns shop app=client)
@@ -143,7 +143,7 @@ bold "5. Green cannot see it"
 k create namespace garden
 k label namespace garden team=green meshplane.io/rev=green
 workloads garden >"$WORK/garden.yaml"
-k apply --server-side --validate=false -f "$WORK/garden.yaml"
+k apply --server-side -f "$WORK/garden.yaml"
 k -n garden wait --for=condition=Available deployment/client --timeout=$WAIT
 green_ns=$(pod_netns garden app=client)
 say "clusters known to green's client proxy (its Envoy admin, 127.0.0.1:15000 inside its pod):"
@@ -158,7 +158,7 @@ show "$KUBECTL" get meshcontrolplane green -o jsonpath='{.status.rejected.namesp
 echo
 
 bold "6. Canary blue-v2, move shop to it, then move the tag"
-k apply --server-side --validate=false -f config/samples/blue-v2.yaml
+k apply --server-side -f config/samples/blue-v2.yaml
 k wait --for=condition=Ready meshcontrolplane/blue-v2 --timeout=$WAIT
 k label namespace shop meshplane.io/rev=blue-v2 --overwrite
 k -n shop rollout restart deployment/web

@@ -19,10 +19,6 @@ use meshplane_pod_runner::{
     TestNetwork, OPERATOR_BINARY, PROXY_BINARY, XDS_BINARY,
 };
 
-/// kubectl's client-side schema validation needs the OpenAPI documents, which the stand-in does
-/// not serve; the server validates anyway (CRD schemas, admission).
-pub const VALIDATE: &str = "--validate=false";
-
 /// How often a condition is polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -219,7 +215,7 @@ impl Cluster {
 
     /// `kubectl apply --server-side -f -` with `manifest` on stdin.
     pub fn apply_manifest(&self, manifest: &str) -> Result<String, HarnessError> {
-        let args = ["apply", "--server-side", VALIDATE, "-f", "-"];
+        let args = ["apply", "--server-side", "-f", "-"];
         let output = self.kubectl_with_stdin(&args, Some(manifest))?;
         if output.success {
             Ok(output.stdout)
@@ -271,7 +267,7 @@ impl Cluster {
     /// Installs the operator as a user does (`kubectl apply --server-side -k config/default`)
     /// and waits until its Deployment is Available.
     pub async fn install_operator(&self) -> Result<(), HarnessError> {
-        self.kubectl(&["apply", "--server-side", VALIDATE, "-k", "config/default"])?;
+        self.kubectl(&["apply", "--server-side", "-k", "config/default"])?;
         self.wait_for_deployment_available(
             "meshplane-system",
             "meshplane-operator",
@@ -287,7 +283,6 @@ impl Cluster {
                 let args = [
                     "apply",
                     "--server-side",
-                    VALIDATE,
                     "--dry-run=server",
                     "-f",
                     "config/samples/blue.yaml",
@@ -515,7 +510,7 @@ impl Cluster {
         let cluster = Self::start(name).await?;
         cluster.install_operator().await?;
         for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
-            cluster.kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])?;
+            cluster.kubectl(&["apply", "--server-side", "-f", sample])?;
         }
         cluster.kubectl(&["create", "namespace", "shop"])?;
         cluster.kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])?;

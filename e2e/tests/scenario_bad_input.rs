@@ -1,9 +1,10 @@
-//! Bad input: each conflict class is refused at `kubectl apply` time (CRD schema or the
-//! operator's admission webhook) and nothing is created or changed.
+//! Bad input: each conflict class, and a typo in a spec (strict field validation), is refused
+//! at `kubectl apply` time (CRD schema, field validation or the operator's admission webhook)
+//! and nothing is created or changed.
 
 use std::time::{Duration, Instant};
 
-use meshplane_e2e::harness::{mesh_control_planes, Cluster, VALIDATE};
+use meshplane_e2e::harness::{mesh_control_planes, Cluster};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -29,7 +30,7 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         .expect("operator installed");
     for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
         cluster
-            .kubectl(&["apply", "--server-side", VALIDATE, "-f", sample])
+            .kubectl(&["apply", "--server-side", "-f", sample])
             .expect("sample");
     }
     cluster
@@ -48,6 +49,19 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         planes.get_opt("blue-copy").await.expect("get").is_none(),
         "no duplicate created"
     );
+
+    // A typo in a spec: kubectl asks for strict field validation, so an unknown field is an
+    // error instead of being dropped without a word.
+    let message = refused(
+        &cluster,
+        "an unknown spec field",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: blue-typo\nspec:\n  tenant: blue\n  revison: blue-v9\n",
+    );
+    assert!(
+        message.contains("unknown field \"spec.revison\""),
+        "{message}"
+    );
+    assert!(planes.get_opt("blue-typo").await.expect("get").is_none());
 
     // A tag named like a revision.
     refused(

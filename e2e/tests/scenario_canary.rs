@@ -13,7 +13,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 use meshplane_crds::names;
-use meshplane_e2e::harness::{test_pod, wait_for, Cluster, VALIDATE};
+use meshplane_e2e::harness::{test_pod, wait_for, Cluster};
 use serde::de::DeserializeOwned;
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -101,7 +101,6 @@ async fn canary_tag_move_and_rollback_leave_green_untouched() {
         .kubectl(&[
             "apply",
             "--server-side",
-            VALIDATE,
             "-f",
             "config/samples/blue-v2.yaml",
         ])

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use meshplane_crds::names::PROXY_UID;
-use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, VALIDATE, WEB_PORT};
+use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
 use meshplane_e2e::reach::{EnvoyStats, InPod};
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -101,13 +101,7 @@ async fn capture_takes_pod_traffic_through_both_sidecars() {
     let network_available = cluster.network().is_some();
     cluster.install_operator().await.expect("operator");
     cluster
-        .kubectl(&[
-            "apply",
-            "--server-side",
-            VALIDATE,
-            "-f",
-            "config/samples/blue.yaml",
-        ])
+        .kubectl(&["apply", "--server-side", "-f", "config/samples/blue.yaml"])
         .expect("blue");
     cluster
         .kubectl(&["create", "namespace", "shop"])

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use meshplane_crds::names;
-use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, VALIDATE, WEB_PORT};
+use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -74,13 +74,7 @@ async fn operator_xds_and_watch_faults_converge() {
         .await
         .expect("operator installed");
     cluster
-        .kubectl(&[
-            "apply",
-            "--server-side",
-            VALIDATE,
-            "-f",
-            "config/samples/blue.yaml",
-        ])
+        .kubectl(&["apply", "--server-side", "-f", "config/samples/blue.yaml"])
         .expect("blue");
     cluster
         .kubectl(&["create", "namespace", "shop"])

@@ -8,7 +8,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::ListParams;
 use kube::Api;
 use meshplane_crds::names;
-use meshplane_e2e::harness::{container_names, test_pod, wait_for, Cluster, VALIDATE};
+use meshplane_e2e::harness::{container_names, test_pod, wait_for, Cluster};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const MANAGED: &str = "app.kubernetes.io/managed-by=meshplane";
@@ -22,13 +22,7 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         .await
         .expect("operator installed");
     cluster
-        .kubectl(&[
-            "apply",
-            "--server-side",
-            VALIDATE,
-            "-f",
-            "config/samples/blue.yaml",
-        ])
+        .kubectl(&["apply", "--server-side", "-f", "config/samples/blue.yaml"])
         .expect("blue");
     cluster
         .wait_for_mcp_ready("blue-v1", DEADLINE)

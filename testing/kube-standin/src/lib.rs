@@ -31,6 +31,9 @@
 //!   (`escalate`/`bind`; updates of only owner references/finalizers are exempt), and
 //!   `SelfSubjectAccessReview`/`SubjectAccessReview` (`kubectl auth can-i`), and impersonation
 //!   (`kubectl --as`/`--as-group`, checked against the `impersonate` verb);
+//! - `fieldValidation` (Strict, Warn with `Warning` headers, Ignore; Warn when absent) on
+//!   create, update, patch and apply, against CRD schemas and the built-in kinds' types
+//!   (`field_validation`);
 //! - watches: resume by `resourceVersion`, 410 Gone (ERROR event) past the bounded history,
 //!   bookmarks, `sendInitialEvents`, `timeoutSeconds`, and fault injection
 //!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]);
@@ -45,7 +48,6 @@
 //! - no aggregated discovery (kubectl falls back to `/apis`); OpenAPI v3 documents list
 //!   operations only, without schemas (enough for `kubectl apply` to pick server-side field
 //!   validation; `kubectl explain` shows no fields; `/openapi/v2` is 404);
-//!   `fieldValidation=Strict` is not enforced beyond the CRD schema check;
 //! - `kubectl get all` covers pods, services, deployments and replicasets only;
 //! - list semantics of server-side apply: lists of objects that all have a `name` merge by
 //!   name (also in custom resources, where the real server treats unmarked lists as atomic);
@@ -65,6 +67,7 @@ pub mod admission;
 pub mod auth;
 pub mod discovery;
 pub mod error;
+pub mod field_validation;
 pub mod fields;
 pub mod handle;
 pub mod lookup;

@@ -25,7 +25,8 @@ pub fn validate_custom_resource(
         // A version without a schema keeps everything (what `preserve-unknown-fields` does).
         return Ok(());
     };
-    prune_and_default(schema, obj, true);
+    let mut pruned = Vec::new();
+    prune_and_default(schema, obj, true, "", &mut pruned);
     let mut errors = Vec::new();
     check(schema, obj, "", &mut errors);
     if errors.is_empty() {
@@ -37,6 +38,17 @@ pub fn validate_custom_resource(
         tracing::debug!(?errors, "custom resource rejected by its schema");
         Err(errors)
     }
+}
+
+/// Paths of the fields of `obj` that the CRD's schema for `version` does not declare (what
+/// pruning would remove).
+pub fn unknown_fields(crd: &Value, version: &str, obj: &Value) -> Vec<String> {
+    let Some(schema) = version_schema(crd, version) else {
+        return Vec::new();
+    };
+    let mut pruned = Vec::new();
+    prune_and_default(schema, &mut obj.clone(), true, "", &mut pruned);
+    pruned
 }
 
 /// The `openAPIV3Schema` of one served version of a CRD.
@@ -61,10 +73,16 @@ fn additional_properties(schema: &Value) -> Option<&Value> {
     schema.get("additionalProperties").filter(|a| a.is_object())
 }
 
-/// Prunes fields the schema does not know and fills in defaults, top-down (a default is itself
-/// pruned and defaulted, like a value the client sent). Null in a non-nullable field is removed,
-/// or replaced by the field's default.
-fn prune_and_default(schema: &Value, value: &mut Value, keeps_type_meta: bool) {
+/// Prunes fields the schema does not know (their paths go to `pruned`) and fills in defaults,
+/// top-down (a default is itself pruned and defaulted, like a value the client sent). Null in a
+/// non-nullable field is removed, or replaced by the field's default.
+fn prune_and_default(
+    schema: &Value,
+    value: &mut Value,
+    keeps_type_meta: bool,
+    path: &str,
+    pruned: &mut Vec<String>,
+) {
     match value {
         Value::Object(fields) => {
             let props = properties(schema);
@@ -81,6 +99,9 @@ fn prune_and_default(schema: &Value, value: &mut Value, keeps_type_meta: bool) {
                     && props
                         .and_then(|p| p.get(key))
                         .is_some_and(|s| !flag(s, "nullable") && s.get("default").is_none());
+                if !known {
+                    pruned.push(child_path(path, key));
+                }
                 known && !null_not_allowed
             });
             for (key, field_schema) in props.into_iter().flatten() {
@@ -95,17 +116,19 @@ fn prune_and_default(schema: &Value, value: &mut Value, keeps_type_meta: bool) {
                 }
             }
             for (key, field) in fields.iter_mut() {
+                let child = child_path(path, key);
                 if let Some(field_schema) = props.and_then(|p| p.get(key)) {
-                    prune_and_default(field_schema, field, false);
+                    prune_and_default(field_schema, field, false, &child, pruned);
                 } else if let Some(value_schema) = additional {
-                    prune_and_default(value_schema, field, false);
+                    prune_and_default(value_schema, field, false, &child, pruned);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    prune_and_default(item_schema, item, false);
+                for (index, item) in items.iter_mut().enumerate() {
+                    let child = format!("{path}[{index}]");
+                    prune_and_default(item_schema, item, false, &child, pruned);
                 }
             }
         }
@@ -448,6 +471,13 @@ mod tests {
         );
         object["status"] = json!({"members": {"count": 1, "extra": 1}});
         object["topLevelJunk"] = json!(1);
+        let mut unknown = unknown_fields(&crd, "v1alpha1", &object);
+        unknown.sort();
+        assert_eq!(
+            unknown,
+            ["spec.surprise", "status.members.extra", "topLevelJunk"],
+            "what fieldValidation reports"
+        );
         validate_custom_resource(&crd, "v1alpha1", &mut object, None).unwrap();
         let spec = &object["spec"];
         assert_eq!(spec["isolation"], "Strict");

@@ -14,6 +14,7 @@ use super::admission::{self, AdmissionInput};
 use super::auth::{parse_service_account_username, Authenticator, UserInfo, GROUP_AUTHENTICATED};
 use super::discovery;
 use super::error::{ApiError, Target as ErrTarget};
+use super::field_validation::{self, FieldValidation};
 use super::fields::{self, Scope};
 use super::object;
 use super::openapi;
@@ -81,6 +82,17 @@ struct Call {
     user_agent: String,
     user: UserInfo,
     body: bytes::Bytes,
+    /// `Warning` headers of the response (unknown fields under `fieldValidation=Warn`).
+    warnings: std::sync::Mutex<Vec<String>>,
+}
+
+impl Call {
+    fn warn(&self, warnings: Vec<String>) {
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(warnings);
+    }
 }
 
 /// Entry point for every request.
@@ -173,6 +185,7 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         body: axum::body::to_bytes(req.into_body(), MAX_BODY)
             .await
             .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?,
+        warnings: std::sync::Mutex::new(Vec::new()),
     };
     let verb = verb_of(&call, &target)?;
     let result = match authorize(state, &call, &target, verb) {
@@ -192,7 +205,17 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         },
     };
     count_request(state, &call, &target, verb, &result);
-    result
+    let warnings = std::mem::take(&mut *call.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+    result.map(|mut response| {
+        for warning in warnings {
+            // RFC 7234 warn-value: code, agent ("-"), quoted text.
+            let text = format!("299 - {}", serde_json::Value::from(warning));
+            if let Ok(value) = header::HeaderValue::from_str(&text) {
+                response.headers_mut().append(header::WARNING, value);
+            }
+        }
+        response
+    })
 }
 
 /// Records a resource request in the request counter, whatever its outcome.
@@ -714,7 +737,8 @@ fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Respon
         .map_err(|e| ApiError::internal(format!("building the watch response: {e}")))
 }
 
-/// Applies defaults and schema checks of a custom resource (422 on failure).
+/// Applies defaults and schema checks of a custom resource (422 on failure), and drops fields
+/// the kind does not declare.
 fn validate(
     state: &ServerState,
     t: &Target,
@@ -722,10 +746,36 @@ fn validate(
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
     let Some(crd) = state.store.crd_of(&t.rt) else {
+        let unknown =
+            field_validation::unknown_builtin_fields(&t.rt.group, &t.rt.version, &t.rt.kind, obj)
+                .unwrap_or_default();
+        field_validation::remove_fields(obj, &unknown);
         return Ok(());
     };
     schema::validate_custom_resource(&crd, &t.rt.version, obj, old)
         .map_err(|causes| ApiError::invalid(&t.rt.kind, object::name(obj), &t.rt.group, &causes))
+}
+
+/// `fieldValidation` on what the client sent (the object of a create or update, the result of
+/// a patch, the configuration of an apply): unknown fields are an error under Strict, warnings
+/// under Warn, and removed unless refused.
+fn check_fields(
+    state: &ServerState,
+    call: &Call,
+    t: &Target,
+    obj: &mut Value,
+) -> Result<(), ApiError> {
+    let directive = FieldValidation::parse(call.query.get("fieldValidation"))?;
+    let unknown = match state.store.crd_of(&t.rt) {
+        Some(crd) => schema::unknown_fields(&crd, &t.rt.version, obj),
+        None => {
+            field_validation::unknown_builtin_fields(&t.rt.group, &t.rt.version, &t.rt.kind, obj)
+                .unwrap_or_default()
+        }
+    };
+    call.warn(directive.judge(&unknown)?);
+    field_validation::remove_fields(obj, &unknown);
+    Ok(())
 }
 
 async fn admit(
@@ -857,6 +907,7 @@ async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response
     let mut obj = parse_body(call)?;
     check_type(&obj, &t.rt)?;
     check_namespace(&mut obj, t)?;
+    check_fields(state, call, t, &mut obj)?;
     if object::name(&obj).is_empty() {
         let generate = object::meta_str(&obj, "generateName")
             .unwrap_or_default()
@@ -932,6 +983,7 @@ async fn update(state: &ServerState, call: &Call, t: &Target) -> Result<Response
     let mut new = parse_body(call)?;
     check_type(&new, &t.rt)?;
     check_namespace(&mut new, t)?;
+    check_fields(state, call, t, &mut new)?;
     if object::name(&new) != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
@@ -1005,6 +1057,7 @@ async fn patch_once(
         .to_string();
     let mut doc = old.clone();
     patch::apply_patch(kind, &mut doc, patch_body)?;
+    check_fields(state, call, t, &mut doc)?;
     if object::resource_version(&doc).is_some_and(|rv| rv != old_rv) {
         // A resourceVersion in the patch is a precondition; do not retry it.
         return Err(ApiError::conflict(t.err_target(name), "the resourceVersion in the patch does not match the current object; please apply your changes to the latest version and try again"));
@@ -1056,6 +1109,7 @@ async fn apply_once(
     }
     let mut applied = applied.clone();
     check_namespace(&mut applied, t)?;
+    check_fields(state, call, t, &mut applied)?;
     let force = call.query.flag("force");
     let scope = Scope::of(t.subresource.as_deref(), t.rt.has_status);
     let old = match state.store.get(&t.rt, t.ns(), name) {

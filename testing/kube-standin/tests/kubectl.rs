@@ -324,3 +324,80 @@ async fn delete_waits_for_finalizers() {
     assert!(!gone.status.success());
     assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
 }
+
+/// kubectl asks for server-side field validation (`fieldValidation=Strict` by default): a typo
+/// in a spec is refused, `--validate=warn` stores the object without it and prints a warning,
+/// `--validate=false` drops it silently. Custom resources (by their schema) and built-in kinds
+/// (by their types) alike, on server-side apply, client-side apply and create.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_are_refused_warned_about_or_dropped_as_kubectl_asks() {
+    let k = Kubectl::start().await;
+    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+        .await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/meshcontrolplanes.meshplane.io",
+        "--timeout=20s",
+    ])
+    .await;
+    let mcp = |name: &str| {
+        format!("apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {{name: {name}}}\nspec:\n  tenant: blue\n  namespaceSelector: {{}}\n  tennant: typo\n")
+    };
+    let config_map = |name: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default, colour: blue}}\ndata: {{a: b}}\n")
+    };
+    for (what, manifest, field) in [
+        ("custom resource", mcp("typo"), "spec.tennant"),
+        ("built-in kind", config_map("typo"), "metadata.colour"),
+    ] {
+        for args in [
+            &["apply", "--server-side", "-f", "-"][..],
+            &["apply", "-f", "-"],
+            &["create", "-f", "-"],
+        ] {
+            let refused = k.run(args, Some(&manifest)).await;
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert!(
+                !refused.status.success() && stderr.contains(&format!("unknown field \"{field}\"")),
+                "{what}, kubectl {args:?}: {stderr}"
+            );
+        }
+    }
+    assert!(
+        !k.run(&["get", "mcp", "typo"], None).await.status.success(),
+        "a refused object is not stored"
+    );
+
+    let warned = k
+        .run(
+            &["apply", "--server-side", "--validate=warn", "-f", "-"],
+            Some(&mcp("warned")),
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(warned.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: unknown field \"spec.tennant\""),
+        "{stderr}"
+    );
+    let stored = k.ok(&["get", "mcp", "warned", "-o", "json"]).await;
+    assert!(!stored.contains("tennant"), "{stored}");
+
+    let ignored = k
+        .run(
+            &["create", "--validate=false", "-f", "-"],
+            Some(&config_map("ignored")),
+        )
+        .await;
+    let stderr = String::from_utf8_lossy(&ignored.stderr);
+    assert!(
+        ignored.status.success() && !stderr.contains("Warning"),
+        "{stderr}"
+    );
+    let stored = k.ok(&["get", "configmap", "ignored", "-o", "json"]).await;
+    assert!(
+        !stored.contains("colour") && stored.contains("\"a\": \"b\""),
+        "{stored}"
+    );
+}
