@@ -27,6 +27,8 @@ use super::tokens::{kubeconfig_with_token, request_token, TokenOwner};
 use super::volumes::{sync_dir, token_projections, volume_files, ObjectData, VolumeInputs};
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+const API_NOT_KNOWN: &str =
+    "the API's in-cluster address (Service default/kubernetes) is not known yet";
 
 /// What the runner hands every pod.
 pub struct PodEnvironment<'a> {
@@ -230,14 +232,11 @@ impl LocalPod {
             }
         }
         if self.kubeconfig_path.is_none() && spec.automount_service_account_token != Some(false) {
-            let (host, port) = env.api_service.clone().ok_or_else(|| {
-                PodRunnerError::NotReadyToStart {
-                    pod: self.key(),
-                    reason:
-                        "the API's in-cluster address (Service default/kubernetes) is not known yet"
-                            .into(),
-                }
-            })?;
+            let not_known = || PodRunnerError::NotReadyToStart {
+                pod: self.key(),
+                reason: API_NOT_KNOWN.into(),
+            };
+            let (host, port) = env.api_service.clone().ok_or_else(not_known)?;
             let token = request_token(env.client, &owner, None, None).await?;
             let path = self.dir.join("kubeconfig");
             std::fs::create_dir_all(&self.dir)
