@@ -13,7 +13,7 @@ ENVOY_BIN  = $(shell $(VENV)/bin/python -c "import envoy; print(envoy.get_envoy_
 export KUBECTL
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help venv netfilter build crds crd-check fmt-check clippy kustomize-check test unit-test demo bench bench-full images clean
+.PHONY: help venv host-tools build crds crd-check fmt-check clippy kustomize-check test unit-test demo bench bench-full images clean
 
 help:
 	@echo "make demo        run the meshplane user story (stand-in API, operator, real Envoy, real kubectl)"
@@ -30,18 +30,26 @@ $(VENV)/.installed: requirements-tools.txt
 
 venv: $(VENV)/.installed
 
-# Debian's iptables (iptables-restore, iptables-save): the capture command's tests and the pod
-# runner program real netfilter rules in network namespaces. Installed only when missing; CI runs
-# as root on a clean Debian machine.
-netfilter:
-	@if ! command -v iptables-restore >/dev/null 2>&1; then \
+# Host tools from Debian, installed only when missing (CI runs as root on a clean Debian machine):
+# iptables (iptables-restore, iptables-save) for the capture command and the pod runner's
+# ClusterIP rules, iproute2 (ip netns, veth, routes) for the pod runner's network namespaces,
+# and curl, which the demo runs inside pods. Each entry is command:package.
+HOST_TOOLS := iptables-restore:iptables ip:iproute2 curl:curl
+
+host-tools:
+	@missing=""; for entry in $(HOST_TOOLS); do \
+	  command -v "$${entry%%:*}" >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-	    echo "iptables-restore not found: install Debian's iptables as root (apt-get update && apt-get install -y iptables)" >&2; exit 1; \
+	    echo "missing host tools: install Debian's$$missing as root (apt-get update && apt-get install -y$$missing)" >&2; exit 1; \
 	  fi; \
-	  echo "installing Debian's iptables (iptables-restore not found)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
-	fi
-	@command -v iptables-restore >/dev/null 2>&1 || { echo "iptables-restore still missing after installing iptables" >&2; exit 1; }
+	  echo "installing Debian's$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi; \
+	for entry in $(HOST_TOOLS); do \
+	  command -v "$${entry%%:*}" >/dev/null 2>&1 || { echo "$${entry%%:*} still missing after installing $${entry#*:}" >&2; exit 1; }; \
+	done
 
 build:
 	$(CARGO) build --workspace --all-targets --locked
@@ -67,13 +75,13 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
 # The end-to-end tests run the real binaries (operator, xds-server, proxy launcher, fixtures) as
 # processes, so they are built first and found through MESHPLANE_BIN_DIR.
-unit-test: venv netfilter
+unit-test: venv host-tools
 	$(CARGO) build --workspace --bins --locked
 	MESHPLANE_BIN_DIR="$(TARGET_DIR)/debug" ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked --no-fail-fast
 
 test: venv fmt-check clippy crd-check kustomize-check unit-test
 
-demo: venv netfilter
+demo: venv host-tools
 	./scripts/demo.sh
 
 bench: venv
