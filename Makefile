@@ -33,12 +33,13 @@ venv: $(VENV)/.installed
 # Host tools from Debian, installed only when missing (CI runs as root on a clean Debian machine):
 # iptables (iptables-restore, iptables-save) for the capture command and the pod runner's
 # ClusterIP rules, iproute2 (ip netns, veth, routes) for the pod runner's network namespaces,
-# and curl, which the demo runs inside pods. Each entry is command:package.
-HOST_TOOLS := iptables-restore:iptables ip:iproute2 curl:curl
+# procps (kill) with which the runner stops a container's process group, and curl, which the
+# demo runs inside pods. Each entry is command:package.
+HOST_TOOLS := iptables-restore:iptables ip:iproute2 kill:procps curl:curl
 
 host-tools:
 	@missing=""; for entry in $(HOST_TOOLS); do \
-	  command -v "$${entry%%:*}" >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; \
+	  type -P "$${entry%%:*}" >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
@@ -48,7 +49,7 @@ host-tools:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi; \
 	for entry in $(HOST_TOOLS); do \
-	  command -v "$${entry%%:*}" >/dev/null 2>&1 || { echo "$${entry%%:*} still missing after installing $${entry#*:}" >&2; exit 1; }; \
+	  type -P "$${entry%%:*}" >/dev/null 2>&1 || { echo "$${entry%%:*} still missing after installing $${entry#*:}" >&2; exit 1; }; \
 	done
 
 build:
