@@ -47,6 +47,13 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         sidecars.push((namespace, client_name));
     }
 
+    if cluster.network().is_none() {
+        eprintln!(
+            "the config and traffic checks reach pods through the local test network; E2E_KUBECONFIG is set"
+        );
+        return;
+    }
+
     // Each tenant's proxy knows its own services and none of the other tenant's.
     for (namespace, client, _) in &clients {
         let other = if *namespace == "shop" {
