@@ -37,6 +37,8 @@
 //! - watches: resume by `resourceVersion`, 410 Gone (ERROR event) past the bounded history,
 //!   bookmarks, `sendInitialEvents`, `timeoutSeconds`, and fault injection
 //!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]);
+//! - `pods/<name>[:<port>]/proxy/<path>` (GET, HEAD) to the pod's IP over plain HTTP, authorized
+//!   as `get` on `pods/proxy` (`pod_proxy`; how pod addresses are reached is pluggable);
 //! - instrumentation: a count of resource requests by verb and a log of the latest writes
 //!   (`requests`; [`StandInHandle::requests`], and `GET /standin/requests` for other processes).
 //!
@@ -58,7 +60,7 @@
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
 //! - core/v1 and events.k8s.io/v1 Events are stored separately;
-//! - no `pods/log`, `exec`, `attach`, `portforward`, `eviction`, `binding` or `scale`
+//! - no `pods/log`, `exec`, `attach`, `portforward` (`pods/proxy` is served; `services/proxy` is not), `eviction`, `binding` or `scale`
 //!   subresources (so no `kubectl logs`, `exec`, `scale`); no `namespaces/finalize`;
 //! - `metadata.managedFields` sent by clients is ignored (cannot be reset);
 //! - no controllers: nothing runs pods or fills Deployment status (the pod runner does).
@@ -74,6 +76,7 @@ pub mod lookup;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod pod_proxy;
 pub mod protobuf;
 pub mod query;
 pub mod rbac;

@@ -19,6 +19,7 @@ use super::fields::{self, Scope};
 use super::object;
 use super::openapi;
 use super::patch::{self, PatchKind};
+use super::pod_proxy;
 use super::protobuf;
 use super::query::{Filter, QueryParams};
 use super::rbac::{self, RequestAttributes};
@@ -168,6 +169,11 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
             .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
         return non_resource(state, &segments, &path);
     }
+    if let ["api", "v1", "namespaces", ns, "pods", rest @ ..] = segments.as_slice() {
+        if let Some(target) = pod_proxy::parse(rest, req.uri().query()) {
+            return proxy_to_pod(state, user, ns, &target?, req.method()).await;
+        }
+    }
     let target = match segments.as_slice() {
         ["api", "v1", rest @ ..] => parse_target(&state.store, "", "v1", rest, &path)?,
         ["apis", group, version, rest @ ..] => {
@@ -216,6 +222,33 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         }
         response
     })
+}
+
+/// `pods/<name>[:<port>]/proxy/<path>`: authorized as `get` on `pods/proxy` with the caller's
+/// identity, then forwarded to the pod (`pod_proxy`).
+async fn proxy_to_pod(
+    state: &ServerState,
+    user: UserInfo,
+    namespace: &str,
+    target: &pod_proxy::ProxyTarget,
+    method: &Method,
+) -> Result<Response, ApiError> {
+    let attrs = RequestAttributes {
+        user,
+        verb: "get".to_string(),
+        api_group: String::new(),
+        resource: "pods".to_string(),
+        subresource: Some("proxy".to_string()),
+        namespace: Some(namespace.to_string()),
+        name: Some(target.pod.clone()),
+    };
+    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))?;
+    let pods = state
+        .store
+        .find_type("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
+    let pod = state.store.get(&pods, namespace, &target.pod)?;
+    pod_proxy::forward(&state.webhook_dialer, &pod, target, method).await
 }
 
 /// Records a resource request in the request counter, whatever its outcome.
