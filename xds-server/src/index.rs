@@ -474,13 +474,24 @@ impl TenantIndex {
 
     /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).
     pub fn render_proxy_uncached(&self, node: &ProxyNode) -> ProxyConfig {
+        let (config, errors) = self.render_proxy_checked(node);
+        for e in errors {
+            tracing::warn!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
+        }
+        config
+    }
+
+    /// Renders a proxy's configuration without the scope cache, with the EnvoyFilter patches
+    /// that could not be applied (what `meshctl translate` and `meshctl analyze` report).
+    pub fn render_proxy_checked(
+        &self,
+        node: &ProxyNode,
+    ) -> (ProxyConfig, Vec<envoyfilter::PatchError>) {
         let node = &*self.workload_node(node);
         let mut translated = translate::translate(&self.registry, node);
         let filters = envoyfilter::applicable(&self.registry, node);
-        for e in envoyfilter::apply(&filters, &mut translated) {
-            tracing::warn!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
-        }
-        encode(&mut self.lock_cache(), translated)
+        let errors = envoyfilter::apply(&filters, &mut translated);
+        (encode(&mut self.lock_cache(), translated), errors)
     }
 
     /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).

@@ -203,6 +203,31 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DirSourceErro
     Ok(())
 }
 
+/// Every manifest file under `dir` (`*.yaml`/`*.yml`, hidden entries skipped), in path order:
+/// the files the directory source reads.
+pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, DirSourceError> {
+    let mut paths = Vec::new();
+    collect_files(dir, &mut paths)?;
+    paths.sort();
+    Ok(paths)
+}
+
+/// An object the directory source skips: it does not decode into its kind, or fails
+/// `meshplane_crds::validation`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedObject {
+    /// `Kind namespace/name` of the document.
+    pub object: String,
+    /// Why it is skipped.
+    pub reason: String,
+}
+
+/// Decodes one manifest document exactly as the directory source does (a namespaced object
+/// without a namespace lands in `default`): `Ok(None)` for kinds the xds-server does not read.
+pub fn decode_document(doc: Value) -> Result<Option<Object>, SkippedObject> {
+    object_from_value(doc).map_err(|(object, reason)| SkippedObject { object, reason })
+}
+
 /// The valid objects of one YAML stream; `file` names it in warnings.
 pub fn objects_from_yaml(file: &str, text: &str) -> Vec<Object> {
     let docs = match parse_documents(text) {
