@@ -1,0 +1,276 @@
+//! The revisions' running instances and what their debug endpoint says about connected
+//! proxies, read through the API server's `pods/proxy` subresource with the caller's own
+//! credentials (RBAC: `list pods` and `get pods/proxy` in the tenant's control namespace). The
+//! instance's monitoring port is never exposed outside the cluster for this.
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use meshplane_crds::names::{self, ports};
+use meshplane_crds::MeshControlPlane;
+use serde::{Deserialize, Serialize};
+
+/// The instance pods' `app.kubernetes.io/name` (what the operator renders, with the revision
+/// label, as the Deployment's selector).
+pub const INSTANCE_APP: &str = "meshplane-xds";
+
+/// A NACK as the instance reports it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct NackInfo {
+    /// The version the proxy rejected.
+    pub version: String,
+    /// The proxy's error message.
+    pub message: String,
+    /// When (Unix seconds).
+    pub at: u64,
+}
+
+/// Sync state of one resource type of one proxy, as `/debug/proxies` reports it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TypeSync {
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub subscribed: bool,
+    #[serde(alias = "sent_version")]
+    pub sent_version: Option<String>,
+    #[serde(alias = "acked_version")]
+    pub acked_version: Option<String>,
+    #[serde(alias = "awaiting_ack")]
+    pub awaiting_ack: bool,
+    #[serde(alias = "last_nack")]
+    pub last_nack: Option<NackInfo>,
+}
+
+/// The state of a type, in the words `proxy-status` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SyncState {
+    /// The proxy holds what was last sent.
+    Synced,
+    /// Sent, not acknowledged yet.
+    Stale,
+    /// The proxy rejected the version sent; it keeps its previous configuration.
+    Nacked,
+    /// Subscribed, nothing sent yet.
+    NotSent,
+    /// Not subscribed.
+    Unsubscribed,
+}
+
+impl SyncState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Synced => "SYNCED",
+            SyncState::Stale => "STALE",
+            SyncState::Nacked => "NACKED",
+            SyncState::NotSent => "NOT SENT",
+            SyncState::Unsubscribed => "-",
+        }
+    }
+}
+
+impl TypeSync {
+    /// Where this type stands.
+    pub fn state(&self) -> SyncState {
+        if !self.subscribed {
+            return SyncState::Unsubscribed;
+        }
+        let nacked_current = self
+            .last_nack
+            .as_ref()
+            .is_some_and(|n| self.sent_version.as_deref() == Some(n.version.as_str()));
+        if nacked_current && self.acked_version != self.sent_version {
+            return SyncState::Nacked;
+        }
+        match (&self.sent_version, &self.acked_version) {
+            (None, _) => SyncState::NotSent,
+            _ if self.awaiting_ack => SyncState::Stale,
+            (Some(s), Some(a)) if s == a => SyncState::Synced,
+            _ => SyncState::Stale,
+        }
+    }
+}
+
+/// One proxy connected to an instance.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ConnectedProxy {
+    pub id: String,
+    pub namespace: String,
+    #[serde(alias = "pod_name")]
+    pub pod_name: Option<String>,
+    pub protocol: String,
+    #[serde(alias = "config_bytes")]
+    pub config_bytes: usize,
+    pub types: Vec<TypeSync>,
+}
+
+/// One running instance pod of a revision and what it reported.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    pub tenant: String,
+    pub revision: String,
+    /// The revision's `spec.version`.
+    pub version: String,
+    pub namespace: String,
+    pub pod: String,
+    /// Its proxies, or why they could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub proxies: Vec<ConnectedProxy>,
+}
+
+/// Which revisions to read.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub tenant: Option<String>,
+    pub revision: Option<String>,
+}
+
+impl Filter {
+    fn admits(&self, mcp: &MeshControlPlane) -> bool {
+        self.tenant.as_ref().is_none_or(|t| *t == mcp.spec.tenant)
+            && self.revision.as_ref().is_none_or(|r| *r == mcp.revision())
+    }
+}
+
+/// `GET /debug/proxies` of instance pod `namespace/pod`, through the API server.
+async fn debug_proxies(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+) -> anyhow::Result<Vec<ConnectedProxy>> {
+    let path = format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}:{}/proxy/debug/proxies",
+        ports::HTTP_MONITORING
+    );
+    let request = http::Request::get(&path)
+        .body(Vec::new())
+        .context("building the request")?;
+    let text = client.request_text(request).await.map_err(|e| match e {
+        kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.code),
+        other => anyhow::Error::new(other),
+    })?;
+    serde_json::from_str(&text).with_context(|| {
+        let start: String = text.chars().take(200).collect();
+        format!("the instance answered something else than its proxy list: {start:?}")
+    })
+}
+
+/// The running instance pods of every revision `filter` admits, each with its proxies.
+pub async fn read(client: &kube::Client, filter: &Filter) -> anyhow::Result<Vec<Instance>> {
+    let mcps: Api<MeshControlPlane> = Api::all(client.clone());
+    let mut control_planes = mcps
+        .list(&ListParams::default())
+        .await
+        .context("listing MeshControlPlanes")?
+        .items;
+    control_planes.retain(|m| filter.admits(m));
+    control_planes.sort_by_key(|m| (m.spec.tenant.clone(), m.revision()));
+    let mut out = Vec::new();
+    for mcp in &control_planes {
+        let revision = mcp.revision();
+        let namespace = mcp.control_namespace();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let selector = format!(
+            "app.kubernetes.io/name={INSTANCE_APP},{}={revision}",
+            names::REVISION_LABEL
+        );
+        let listed = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .with_context(|| {
+                format!("listing the instance pods of revision {revision} in {namespace}")
+            })?;
+        let mut running: Vec<Pod> = listed
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect();
+        running.sort_by_key(|p| p.metadata.name.clone());
+        for pod in running {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let (proxies, error) = match debug_proxies(client, &namespace, &name).await {
+                Ok(p) => (p, None),
+                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+            };
+            out.push(Instance {
+                tenant: mcp.spec.tenant.clone(),
+                revision: revision.clone(),
+                version: mcp.spec.version.clone(),
+                namespace: namespace.clone(),
+                pod: name,
+                error,
+                proxies,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync(
+        sent: Option<&str>,
+        acked: Option<&str>,
+        awaiting: bool,
+        nack: Option<&str>,
+    ) -> TypeSync {
+        TypeSync {
+            type_name: "cds".into(),
+            subscribed: true,
+            sent_version: sent.map(Into::into),
+            acked_version: acked.map(Into::into),
+            awaiting_ack: awaiting,
+            last_nack: nack.map(|v| NackInfo {
+                version: v.into(),
+                message: "bad".into(),
+                at: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn states_follow_the_tracker() {
+        assert_eq!(
+            sync(Some("a"), Some("a"), false, None).state(),
+            SyncState::Synced
+        );
+        assert_eq!(
+            sync(Some("b"), Some("a"), true, None).state(),
+            SyncState::Stale
+        );
+        assert_eq!(
+            sync(Some("b"), Some("a"), false, Some("b")).state(),
+            SyncState::Nacked
+        );
+        // A NACK of an older version, since superseded and acknowledged, is history.
+        assert_eq!(
+            sync(Some("c"), Some("c"), false, Some("b")).state(),
+            SyncState::Synced
+        );
+        assert_eq!(sync(None, None, false, None).state(), SyncState::NotSent);
+        let mut off = sync(None, None, false, None);
+        off.subscribed = false;
+        assert_eq!(off.state(), SyncState::Unsubscribed);
+    }
+
+    #[test]
+    fn the_debug_endpoints_json_decodes() {
+        let body = r#"[{"id":"sidecar~198.18.0.11~web-1.shop~shop.svc.cluster.local","namespace":"shop",
+            "pod_name":"web-1","protocol":"delta","config_bytes":2800,
+            "types":[{"type":"cds","subscribed":true,"sent_version":"v1","acked_version":"v1",
+            "awaiting_ack":false,"last_nack":null,"resources":[]}]}]"#;
+        let proxies: Vec<ConnectedProxy> = serde_json::from_str(body).expect("decodes");
+        assert_eq!(proxies[0].pod_name.as_deref(), Some("web-1"));
+        assert_eq!(proxies[0].config_bytes, 2800);
+        assert_eq!(proxies[0].types[0].state(), SyncState::Synced);
+    }
+}
