@@ -1,5 +1,8 @@
 //! Prometheus metrics of the operator: reconciles, their durations, errors by reason, and API
-//! writes by kind and verb (the steady-state "writes nothing" promise is visible here).
+//! writes by kind and verb (the steady-state "writes nothing" promise is visible here). The
+//! reconcile metrics are exported under controller-runtime's names as well
+//! (`controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,
+//! `..._time_seconds`), so dashboards written for Go operators apply unchanged.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -23,11 +26,53 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     writes: Family<Labels, Counter>,
     durations: Family<Labels, Histogram>,
+    cr_total: Family<Labels, Counter>,
+    cr_errors: Family<Labels, Counter>,
+    cr_time: Family<Labels, Histogram>,
 }
+
+/// The controllers whose series exist from the start (at zero).
+const CONTROLLERS: [&str; 2] = [
+    crate::controller::CONTROL_PLANE_CONTROLLER,
+    crate::controller::TAG_CONTROLLER,
+];
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("meshplane_operator");
+        let mut root = Registry::default();
+        let cr_total = Family::<Labels, Counter>::default();
+        let cr_errors = Family::<Labels, Counter>::default();
+        let cr_time = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
+        );
+        {
+            let cr = root.sub_registry_with_prefix("controller_runtime");
+            cr.register(
+                "reconcile",
+                "Reconciles, by controller and result (controller-runtime's name)",
+                cr_total.clone(),
+            );
+            cr.register(
+                "reconcile_errors",
+                "Failed reconciles, by controller (controller-runtime's name)",
+                cr_errors.clone(),
+            );
+            cr.register(
+                "reconcile_time_seconds",
+                "Duration of reconciles, by controller (controller-runtime's name)",
+                cr_time.clone(),
+            );
+        }
+        let registry = root.sub_registry_with_prefix("meshplane_operator");
+        let build_info = Family::<Labels, prometheus_client::metrics::gauge::Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the version of the running operator",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&labels(&[("version", env!("CARGO_PKG_VERSION"))]))
+            .set(1);
         let reconciles = Family::<Labels, Counter>::default();
         let errors = Family::<Labels, Counter>::default();
         let writes = Family::<Labels, Counter>::default();
@@ -54,12 +99,23 @@ impl Default for Metrics {
             "Duration of reconciles, by controller",
             durations.clone(),
         );
+        for c in CONTROLLERS {
+            let l = labels(&[("controller", c)]);
+            let _ = cr_errors.get_or_create(&l);
+            let _ = cr_time.get_or_create(&l);
+            for result in ["success", "error"] {
+                let _ = cr_total.get_or_create(&labels(&[("controller", c), ("result", result)]));
+            }
+        }
         Self {
-            registry,
+            registry: root,
             reconciles,
             errors,
             writes,
             durations,
+            cr_total,
+            cr_errors,
+            cr_time,
         }
     }
 }
@@ -70,6 +126,20 @@ impl Metrics {
         let l = labels(&[("controller", controller)]);
         self.reconciles.get_or_create(&l).inc();
         self.durations.get_or_create(&l).observe(seconds);
+        self.cr_time.get_or_create(&l).observe(seconds);
+    }
+
+    /// Counts the outcome of one reconcile under controller-runtime's names.
+    pub fn record_result(&self, controller: &str, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.cr_total
+            .get_or_create(&labels(&[("controller", controller), ("result", result)]))
+            .inc();
+        if !ok {
+            self.cr_errors
+                .get_or_create(&labels(&[("controller", controller)]))
+                .inc();
+        }
     }
 
     /// Counts one failed reconcile.
@@ -118,6 +188,8 @@ mod tests {
         m.record_write("Role", "delete");
         m.record_reconcile("meshcontrolplane", 0.01);
         m.record_error("meshcontrolplane", "Api");
+        m.record_result("meshcontrolplane", true);
+        m.record_result("meshcontrolplane", false);
         assert_eq!(m.total_writes(), 3);
         let text = m.encode().unwrap();
         assert!(
@@ -128,5 +200,20 @@ mod tests {
         );
         assert!(text.contains("meshplane_operator_reconcile_errors_total{controller=\"meshcontrolplane\",reason=\"Api\"} 1"));
         assert!(text.contains("meshplane_operator_reconcile_duration_seconds_count{controller=\"meshcontrolplane\"} 1"));
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="meshcontrolplane",result="success"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="meshcontrolplane",result="error"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="meshcontrolplane"} 1"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="meshcontrolplane"} 1"#,
+            // The other controller's series exist before its first reconcile.
+            r#"controller_runtime_reconcile_errors_total{controller="meshrevisiontag"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        let version = format!(
+            r#"meshplane_operator_build_info{{version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == version), "{text}");
     }
 }

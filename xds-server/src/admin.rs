@@ -36,7 +36,27 @@ pub async fn serve(
         .await
 }
 
+/// Sets `unsynced_proxies` from the streams' current state, so that a scrape sees it as of now.
+fn count_unsynced(hub: &Hub) {
+    let mut counts: std::collections::BTreeMap<&'static str, i64> = crate::metrics::RESOURCE_TYPES
+        .iter()
+        .map(|t| (*t, 0))
+        .collect();
+    for proxy in hub.proxy_overview() {
+        for t in &proxy.types {
+            let unsynced = t.subscribed
+                && t.sent_version.is_some()
+                && (t.awaiting_ack || t.acked_version != t.sent_version);
+            *counts.entry(t.type_name).or_default() += i64::from(unsynced);
+        }
+    }
+    for (type_name, count) in counts {
+        hub.metrics().set_unsynced(type_name, count);
+    }
+}
+
 async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+    count_unsynced(&hub);
     match hub.metrics().encode() {
         Ok(body) => (
             [(

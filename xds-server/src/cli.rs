@@ -103,6 +103,9 @@ pub struct Args {
     /// pushes: under load, batches grow instead of queueing.
     #[arg(long, default_value_t = 300)]
     pub debounce_max_ms: u64,
+    /// Log format: `text`, or `json` (one object per line, with tenant, revision and proxy).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod envoyfilter;
 pub mod identity;
 pub mod index;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod push;

@@ -65,13 +65,8 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    meshplane_xds::logging::init(args.log_format, &args.tenant, &args.revision);
     let control_namespace = args
         .control_namespace
         .clone()
@@ -83,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
     let pod_name = std::env::var(meshplane_contracts::instance::env::POD_NAME)
         .unwrap_or_else(|_| meshplane_crds::names::instance_name(&args.revision));
 
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::for_instance(&args.tenant, &args.revision));
     let hub = Hub::new(&args.tenant, &args.revision, &control_namespace, metrics);
     let pusher = Pusher::new(Arc::clone(&hub), generator(&args, &control_namespace));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -1,4 +1,8 @@
-//! Prometheus metrics of the xds-server.
+//! Prometheus metrics of the xds-server. Names follow Prometheus conventions (unit suffixes,
+//! `_total` on counters); an instance's registry ([`Metrics::for_instance`]) labels every series
+//! with its `tenant` and `revision`, so one query spans every instance of a cluster. Families
+//! with a known label set start at zero, so dashboards and alerts see a series before the first
+//! event. `docs/guide/metrics.md` lists them; `config/monitoring/` queries them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -27,6 +31,25 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// The binary's version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: String,
+}
+
+/// Resource types every family with a `type` label starts with.
+pub const RESOURCE_TYPES: [&str; 4] = ["cds", "eds", "lds", "rds"];
+/// Refusal reasons every instance starts with (others appear when they happen).
+const KNOWN_REJECTIONS: [&str; 3] = ["not_member", "unauthenticated", "wrong_tenant"];
+/// Certificate request results every instance starts with.
+const CERTIFICATE_RESULTS: [&str; 5] = [
+    "issued",
+    "unauthenticated",
+    "not_member",
+    "bad_csr",
+    "unavailable",
+];
+
 /// Outcome of a certificate request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -42,6 +65,7 @@ pub struct Metrics {
     nacks: Family<TypeLabel, Counter>,
     rejected: Family<ReasonLabel, Counter>,
     certificates: Family<ResultLabel, Counter>,
+    unsynced: Family<TypeLabel, Gauge>,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -59,13 +83,48 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics without instance labels (tests, benches).
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("meshplane_xds");
+        Self::build(Registry::with_prefix("meshplane_xds"), None)
+    }
+
+    /// The metrics of the instance of `revision` of `tenant`: every series carries both.
+    pub fn for_instance(tenant: &str, revision: &str) -> Self {
+        let registry = Registry::with_prefix_and_labels(
+            "meshplane_xds",
+            [("tenant".into(), tenant.to_string().into())].into_iter(),
+        );
+        Self::build(registry, Some(revision))
+    }
+
+    fn build(mut root: Registry, revision: Option<&str>) -> Self {
+        // `connected_proxies` has its own `revision` label (proxies of one revision).
         let connected_proxies = Family::<ProxyLabels, Gauge>::default();
-        registry.register(
+        root.register(
             "connected_proxies",
             "Proxies connected over ADS, by revision and ADS variant",
             connected_proxies.clone(),
+        );
+        let registry = match revision {
+            Some(r) => root.sub_registry_with_label(("revision".into(), r.to_string().into())),
+            None => &mut root,
+        };
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the version of the running xds-server",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        let unsynced = Family::<TypeLabel, Gauge>::default();
+        registry.register(
+            "unsynced_proxies",
+            "Connected proxies whose latest response of a type is not acknowledged (awaiting ACK or NACKed), at scrape time",
+            unsynced.clone(),
         );
         let pushes = Family::<TypeLabel, Counter>::default();
         registry.register(
@@ -105,16 +164,45 @@ impl Metrics {
             "Encoded configuration size per rendered proxy",
             proxy_config_bytes.clone(),
         );
+        for t in RESOURCE_TYPES {
+            let label = TypeLabel {
+                r#type: t.to_string(),
+            };
+            let _ = pushes.get_or_create(&label);
+            let _ = push_latency.get_or_create(&label);
+            let _ = nacks.get_or_create(&label);
+            let _ = unsynced.get_or_create(&label);
+        }
+        for reason in KNOWN_REJECTIONS {
+            let _ = rejected.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
+        for result in CERTIFICATE_RESULTS {
+            let _ = certificates.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
         Self {
-            registry,
             connected_proxies,
             pushes,
             push_latency,
             nacks,
             rejected,
             certificates,
+            unsynced,
             proxy_config_bytes,
+            registry: root,
         }
+    }
+
+    /// Sets how many connected proxies have not acknowledged their latest `type_name` response.
+    pub fn set_unsynced(&self, type_name: &str, count: i64) {
+        self.unsynced
+            .get_or_create(&TypeLabel {
+                r#type: type_name.to_string(),
+            })
+            .set(count);
     }
 
     /// Adds `delta` to the connected proxies of a revision and variant.
@@ -170,5 +258,39 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instances_series_carry_tenant_and_revision_and_start_at_zero() {
+        let m = Metrics::for_instance("blue", "blue-v1");
+        m.proxy_connected("blue-v1", "delta", 1);
+        m.nacked("cds");
+        m.set_unsynced("lds", 2);
+        let text = m.encode().expect("encodes");
+        for line in [
+            r#"meshplane_xds_connected_proxies{tenant="blue",revision="blue-v1",type="delta"} 1"#,
+            r#"meshplane_xds_nacks_total{tenant="blue",revision="blue-v1",type="cds"} 1"#,
+            r#"meshplane_xds_nacks_total{tenant="blue",revision="blue-v1",type="eds"} 0"#,
+            r#"meshplane_xds_unsynced_proxies{tenant="blue",revision="blue-v1",type="lds"} 2"#,
+            r#"meshplane_xds_pushes_total{tenant="blue",revision="blue-v1",type="rds"} 0"#,
+            r#"meshplane_xds_rejected_connections_total{tenant="blue",revision="blue-v1",reason="not_member"} 0"#,
+            r#"meshplane_xds_certificate_requests_total{tenant="blue",revision="blue-v1",result="issued"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        let version = format!(
+            r#"meshplane_xds_build_info{{tenant="blue",revision="blue-v1",version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == version), "{text}");
+        assert!(
+            !text.contains(r#"revision="blue-v1",revision"#),
+            "one revision label per series: {text}"
+        );
     }
 }

@@ -41,6 +41,8 @@ pub async fn reconcile_control_plane(
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics
         .record_reconcile(CONTROL_PLANE_CONTROLLER, started.elapsed().as_secs_f64());
+    ctx.metrics
+        .record_result(CONTROL_PLANE_CONTROLLER, result.is_ok());
     if result.is_ok() {
         ctx.succeeded(&format!("{CONTROL_PLANE_CONTROLLER}/{name}"));
     }

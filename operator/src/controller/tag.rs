@@ -22,6 +22,7 @@ pub async fn reconcile_tag(tag: Arc<MeshRevisionTag>, ctx: Arc<Context>) -> Resu
     let result = reconcile(&tag, &ctx).await;
     ctx.metrics
         .record_reconcile(TAG_CONTROLLER, started.elapsed().as_secs_f64());
+    ctx.metrics.record_result(TAG_CONTROLLER, result.is_ok());
     if result.is_ok() {
         ctx.succeeded(&format!("{TAG_CONTROLLER}/{}", tag.name_any()));
     }
