@@ -322,6 +322,7 @@ impl MeshControlPlane {
     status = "MeshRevisionTagStatus",
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".spec.revision"}"#,
     printcolumn = r#"{"name":"Tenant","type":"string","jsonPath":".status.tenant"}"#,
+    printcolumn = r#"{"name":"In Use","type":"string","jsonPath":".status.conditions[?(@.type==\"InUse\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("self.metadata.name.size() <= 32 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label of at most 32 characters (it is the value of the meshplane.io/rev label)"),
 )]
@@ -348,7 +349,8 @@ pub struct MeshRevisionTagStatus {
     /// Tenant of that revision. Once set, the tag stays in this tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
-    /// `Ready`, `Degraded` (e.g. `TagMovedAcrossTenants`, `RevisionNotFound`, `TagNamedLikeRevision`).
+    /// `Ready`, `Degraded` (e.g. `TagMovedAcrossTenants`, `RevisionNotFound`, `TagNamedLikeRevision`),
+    /// `InUse` (whether any namespace carries the tag).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Namespaces carrying this tag.

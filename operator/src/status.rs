@@ -326,7 +326,7 @@ pub fn tag_status(
         .map(|s| s.conditions.as_slice())
         .unwrap_or(&[]);
     let resolved = resolution.and_then(|r| r.revision.clone());
-    let wanted = match (conflicts.first(), &resolved) {
+    let mut wanted = match (conflicts.first(), &resolved) {
         (Some(c), _) => {
             let message = conflicts
                 .iter()
@@ -367,6 +367,23 @@ pub fn tag_status(
             ),
         ],
     };
+    // InUse, as the Sail Operator shows it: whether any namespace carries the tag.
+    let users = resolution.map_or(0, |r| r.namespaces.len());
+    wanted.push(if users > 0 {
+        ConditionSpec::new(
+            types::IN_USE,
+            true,
+            "NamespacesLabelled",
+            format!("{users} namespaces are labelled with this tag"),
+        )
+    } else {
+        ConditionSpec::new(
+            types::IN_USE,
+            false,
+            "NoNamespaces",
+            "no namespace is labelled with this tag",
+        )
+    });
     let previous = tag.status.clone().unwrap_or_default();
     MeshRevisionTagStatus {
         observed_generation: tag.metadata.generation,
@@ -428,5 +445,35 @@ mod tests {
             &json!({"status": {"replicas": 1}})
         )));
         assert!(!deployment_available(None));
+    }
+
+    #[test]
+    fn a_tags_in_use_condition_follows_the_namespaces_carrying_it() {
+        let tag = MeshRevisionTag::new(
+            "blue-stable",
+            meshplane_crds::MeshRevisionTagSpec {
+                revision: "blue-v1".into(),
+            },
+        );
+        let in_use = |namespaces: &[&str]| {
+            let resolution = TagResolution {
+                revision: Some("blue-v1".into()),
+                tenant: Some("blue".into()),
+                namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            };
+            let status = tag_status(&tag, Some(&resolution), &[], &at(100));
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == types::IN_USE)
+                .cloned()
+                .expect("InUse condition");
+            (c.status, c.reason)
+        };
+        assert_eq!(
+            in_use(&["shop", "pay"]),
+            ("True".into(), "NamespacesLabelled".into())
+        );
+        assert_eq!(in_use(&[]), ("False".into(), "NoNamespaces".into()));
     }
 }
