@@ -70,7 +70,8 @@ clippy:
 kustomize-check: venv
 	$(KUBECTL) kustomize config/default > /dev/null
 	$(KUBECTL) kustomize config/samples > /dev/null
-	@echo "kustomize: config/default and config/samples render"
+	$(KUBECTL) kustomize config/monitoring > /dev/null
+	@echo "kustomize: config/default, config/samples and config/monitoring render"
 
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
