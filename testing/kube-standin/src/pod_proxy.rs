@@ -12,13 +12,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use crate::admission::Dialer;
+use crate::error::ApiError;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{header, Method, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use crate::admission::Dialer;
-use crate::error::ApiError;
 
 /// How long one proxied request may take, connect to last body byte.
 const PROXY_TIMEOUT: Duration = Duration::from_secs(10);
