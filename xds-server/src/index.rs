@@ -1,9 +1,12 @@
 //! The tenant index: the in-memory state of one tenant, folded from [`SourceEvent`]s, and the
 //! rendering of each proxy's configuration from it.
 //!
-//! Pure: no I/O. Every applied event rebuilds the [`Registry`] that translation reads and
-//! compares it with the previous one, so [`Change`] says exactly what a proxy could see
-//! differently: nothing, endpoints only (with the EDS clusters concerned), or configuration.
+//! Pure: no I/O. A Service, EndpointSlice or Pod event updates the [`Registry`] that translation
+//! reads per key ([`keyed`]): only the hosts it concerns, with the endpoints of their clusters
+//! recomputed. Other events (membership, mesh config, Sidecars, EnvoyFilters, ServiceEntries,
+//! relists) rebuild the registry and compare it with the previous one. Either way [`Change`]
+//! says exactly what a proxy could see differently: nothing, endpoints only (with the EDS
+//! clusters concerned), or configuration.
 //!
 //! Rendered configurations are cached by the proxy's scope (namespace, capture mode, Sidecar,
 //! applicable EnvoyFilters, own ports): proxies of the same scope share one [`ProxyConfig`].
@@ -22,6 +25,8 @@ use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::{EnvoyFilter, MeshConfig, Sidecar};
 use prost::{Message, Name};
 use sha2::{Digest, Sha256};
+
+mod keyed;
 
 use crate::envoyfilter;
 use crate::model::{
@@ -75,6 +80,8 @@ pub struct TenantIndex {
     resync: Vec<PendingResync>,
     members: BTreeSet<String>,
     registry: Arc<Registry>,
+    /// What per-key updates of the registry need beside it.
+    keys: keyed::Keys,
     cache: Mutex<RenderCache>,
 }
 
@@ -102,6 +109,7 @@ impl TenantIndex {
             resync: Vec::new(),
             members: BTreeSet::new(),
             registry: Arc::new(registry),
+            keys: keyed::Keys::default(),
             cache: Mutex::new(RenderCache::default()),
         }
     }
@@ -159,13 +167,19 @@ impl TenantIndex {
                 for r in self.resync.iter_mut() {
                     r.seen.insert(key.clone());
                 }
-                self.objects.insert(key, obj);
+                let old = self.objects.insert(key.clone(), obj);
+                if self.resync.is_empty() && keyed::KINDS.contains(&key.kind) {
+                    return self.apply_keyed(&key, old.as_ref());
+                }
             }
             SourceEvent::Delete(key) => {
                 if let Some(ns) = &key.namespace {
                     touched.insert(ns.clone());
                 }
-                self.objects.remove(&key);
+                let old = self.objects.remove(&key);
+                if self.resync.is_empty() && keyed::KINDS.contains(&key.kind) {
+                    return self.apply_keyed(&key, old.as_ref());
+                }
             }
             SourceEvent::Members(members) => {
                 // Objects outside the tenant are dropped, not only hidden.
@@ -211,12 +225,72 @@ impl TenantIndex {
         change
     }
 
+    /// Folds the change of one Service, EndpointSlice or Pod (`before` is what it was) into the
+    /// registry without rebuilding it.
+    fn apply_keyed(&mut self, key: &ObjectKey, before: Option<&Object>) -> Change {
+        if !self.in_tenant(key) {
+            return Change::default();
+        }
+        let namespace = key.namespace.clone().unwrap_or_default();
+        let after = self.objects.get(key);
+        let reg = Arc::make_mut(&mut self.registry);
+        let mut config = false;
+        let hosts = match key.kind {
+            Kind::Service => {
+                let model = match after {
+                    Some(Object::Service(svc)) => registry::service_model(svc),
+                    _ => None,
+                };
+                match self.keys.set_service(reg, &namespace, &key.name, model) {
+                    None => return Change::default(),
+                    Some(hosts) => {
+                        config = true;
+                        hosts
+                    }
+                }
+            }
+            Kind::EndpointSlice => self.keys.set_slice(&namespace, &key.name, before, after),
+            Kind::Pod => {
+                let ports = match after {
+                    Some(Object::Pod(pod)) => registry::pod_named_ports(pod),
+                    _ => BTreeMap::new(),
+                };
+                let id = (namespace.clone(), key.name.clone());
+                if ports.is_empty() {
+                    config = reg.pod_ports.remove(&id).is_some();
+                } else if reg.pod_ports.get(&id) != Some(&ports) {
+                    reg.pod_ports.insert(id, ports);
+                    config = true;
+                }
+                self.keys.pod_selecting_hosts(reg, &namespace)
+            }
+            _ => BTreeSet::new(),
+        };
+        let clusters = self.keys.recompute_endpoints(reg, &self.objects, &hosts);
+        let mut change = Change {
+            namespaces: BTreeSet::from([namespace]),
+            ..Change::default()
+        };
+        if config {
+            change.kind = ChangeKind::Config;
+            self.lock_cache().configs.clear();
+        } else if !clusters.is_empty() {
+            change.kind = ChangeKind::Endpoints;
+            self.patch_endpoints(&clusters);
+            change.clusters = clusters;
+        } else {
+            return Change::default();
+        }
+        change
+    }
+
     /// Recomputes membership and the registry, and says what differs.
     fn rebuild(&mut self) -> Change {
         let members = self.compute_members();
         let members_changed = members != self.members;
         self.members = members;
-        let next = self.build_registry();
+        let (next, keys) = self.build_registry();
+        self.keys = keys;
         let prev = &self.registry;
         let config_changed = prev.mesh_config != next.mesh_config
             || prev.services != next.services
@@ -327,23 +401,42 @@ impl TenantIndex {
             .unwrap_or_else(|| self.mesh_config.clone())
     }
 
-    fn build_registry(&self) -> Registry {
+    /// The registry from every object, with what per-key updates need beside it.
+    fn build_registry(&self) -> (Registry, keyed::Keys) {
         let mut reg = Registry {
             control_namespace: self.control_namespace.clone(),
             mesh_config: self.effective_mesh_config(),
             ..Registry::default()
         };
-        let mut k8s_services: BTreeMap<(String, String), ServiceModel> = BTreeMap::new();
+        let mut keys = keyed::Keys::default();
+        let mut models: Vec<(keyed::Origin, ServiceModel)> = Vec::new();
         let mut pods: Vec<&Pod> = Vec::new();
         for (key, obj) in self.objects.iter().filter(|(k, _)| self.in_tenant(k)) {
             let ns = key.namespace.clone().unwrap_or_default();
             match obj {
                 Object::Service(svc) => {
                     if let Some(model) = registry::service_model(svc) {
-                        k8s_services.insert((ns, key.name.clone()), model);
+                        keys.services.insert((ns, key.name.clone()), model);
                     }
                 }
-                Object::ServiceEntry(se) => reg.services.extend(registry::service_entry_models(se)),
+                Object::ServiceEntry(se) => {
+                    for (i, m) in registry::service_entry_models(se).into_iter().enumerate() {
+                        models.push((keyed::Origin::entry(&m, &key.name, i), m));
+                    }
+                }
+                Object::EndpointSlice(slice) => {
+                    if let Some(svc) = slice
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("kubernetes.io/service-name"))
+                    {
+                        keys.slices
+                            .entry((ns, svc.clone()))
+                            .or_default()
+                            .insert(key.name.clone());
+                    }
+                }
                 Object::Sidecar(s) => reg.sidecars.entry(ns).or_default().push((**s).clone()),
                 Object::EnvoyFilter(f) => {
                     reg.envoy_filters.entry(ns).or_default().push((**f).clone())
@@ -365,22 +458,23 @@ impl TenantIndex {
             .map(|(_, o)| o)
         {
             if let Object::EndpointSlice(slice) = obj {
-                registry::add_slice_endpoints(slice, &k8s_services, &mut reg.endpoints);
+                registry::add_slice_endpoints(slice, &keys.services, &mut reg.endpoints);
             }
         }
-        for svc in &reg.services {
+        for (_, svc) in &models {
             registry::add_entry_pod_endpoints(svc, pods.iter().copied(), &mut reg.endpoints);
         }
-        reg.services.extend(k8s_services.into_values());
-        reg.services
-            .sort_by(|a, b| (&a.hostname, &a.namespace).cmp(&(&b.hostname, &b.namespace)));
+        for ((_, name), m) in &keys.services {
+            models.push((keyed::Origin::service(m, name), m.clone()));
+        }
+        reg.services = keys.order(models);
         for list in reg.sidecars.values_mut() {
             list.sort_by(|a, b| {
                 (&a.metadata.creation_timestamp, &a.metadata.name)
                     .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
             });
         }
-        reg
+        (reg, keys)
     }
 
     fn lock_cache(&self) -> MutexGuard<'_, RenderCache> {
@@ -598,3 +692,6 @@ fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod keyed_tests;

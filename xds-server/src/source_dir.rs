@@ -1,10 +1,11 @@
 //! The directory source (`--source dir:PATH`): Kubernetes-style YAML manifests in a directory
 //! tree, watched for changes. The standalone mode for local runs, VMs and tests.
 //!
-//! Every `*.yaml`/`*.yml` file under the directory (multi-document) is read; after a change
-//! only the files named by the file events are read again (the others' objects are kept per
-//! file), and the directory's state is delivered as one full resync (`Resync` of every kind,
-//! the objects, `Synced`), so a deleted file deletes its objects. Objects that do not decode
+//! Every `*.yaml`/`*.yml` file under the directory (multi-document) is read and delivered as one
+//! full resync (`Resync` of every kind, the objects, `Synced`, then `Ready`). After a change only
+//! the files named by the file events are read again, and only their objects are delivered: an
+//! `Upsert` per object they hold now, a `Delete` per object no file holds any more (an object
+//! held by several files is the one of the last file in path order). Objects that do not decode
 //! or fail `meshplane_crds::validation` are skipped with a warning naming file and object;
 //! the rest still apply. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
 //! EndpointSlice; `networking.meshplane.io/v1alpha1` ServiceEntry, Sidecar, EnvoyFilter;
@@ -21,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::model::{Kind, Object, SourceEvent};
+use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
 /// Quiet time after the last file event before the changed files are read. Only long enough to
 /// coalesce the several events of one write or rename; the push loop does the batching.
@@ -94,6 +95,8 @@ fn read_file(file: &Path) -> Vec<Object> {
 pub struct DirState {
     root: PathBuf,
     files: BTreeMap<PathBuf, Vec<Object>>,
+    /// The files holding each object, so a change finds the object that now applies.
+    holders: BTreeMap<ObjectKey, BTreeSet<PathBuf>>,
 }
 
 impl DirState {
@@ -105,9 +108,17 @@ impl DirState {
             let objects = read_file(&p);
             (p, objects)
         });
+        let files: BTreeMap<PathBuf, Vec<Object>> = files.collect();
+        let mut holders: BTreeMap<ObjectKey, BTreeSet<PathBuf>> = BTreeMap::new();
+        for (path, objects) in &files {
+            for o in objects {
+                holders.entry(o.key()).or_default().insert(path.clone());
+            }
+        }
         Ok(Self {
             root: root.to_path_buf(),
-            files: files.collect(),
+            files,
+            holders,
         })
     }
 
@@ -122,12 +133,14 @@ impl DirState {
     }
 
     /// Re-reads what changed at `paths`: files or directories, created, modified, renamed
-    /// (either name) or removed. A path outside the directory (or the directory itself) reads
-    /// everything again. On an error nothing changes.
+    /// (either name) or removed. Returns the events that bring a consumer of the previous state
+    /// to the new one: `Upsert`s of the objects the changed files hold and `Delete`s of the
+    /// objects no file holds any more. A path outside the directory (or the directory itself)
+    /// reads everything again and returns a full resync. On an error nothing changes.
     pub fn update<'a>(
         &mut self,
         paths: impl IntoIterator<Item = &'a PathBuf>,
-    ) -> Result<(), DirSourceError> {
+    ) -> Result<Vec<SourceEvent>, DirSourceError> {
         let mut read: BTreeMap<PathBuf, Vec<Object>> = BTreeMap::new();
         let mut dropped: Vec<PathBuf> = Vec::new();
         for path in paths {
@@ -158,6 +171,7 @@ impl DirState {
         for (file, objects) in &mut read {
             *objects = read_file(file);
         }
+        let mut affected: BTreeSet<ObjectKey> = BTreeSet::new();
         for path in dropped {
             let below: Vec<PathBuf> = self
                 .files
@@ -166,16 +180,59 @@ impl DirState {
                 .map(|(p, _)| p.clone())
                 .collect();
             for p in below {
-                self.files.remove(&p);
+                for o in self.files.remove(&p).unwrap_or_default() {
+                    let key = o.key();
+                    if let Some(h) = self.holders.get_mut(&key) {
+                        h.remove(&p);
+                        if h.is_empty() {
+                            self.holders.remove(&key);
+                        }
+                    }
+                    affected.insert(key);
+                }
+            }
+        }
+        for (path, objects) in &read {
+            for o in objects {
+                let key = o.key();
+                self.holders
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(path.clone());
+                affected.insert(key);
             }
         }
         self.files.extend(read);
-        Ok(())
+        Ok(affected
+            .into_iter()
+            .map(|key| match self.current(&key) {
+                Some(o) => SourceEvent::Upsert(o.clone()),
+                None => SourceEvent::Delete(key),
+            })
+            .collect())
     }
 
-    fn reload(&mut self) -> Result<(), DirSourceError> {
+    /// The object that applies for `key`: the last one of the last file holding it.
+    fn current(&self, key: &ObjectKey) -> Option<&Object> {
+        let path = self.holders.get(key)?.last()?;
+        self.files.get(path)?.iter().rev().find(|o| o.key() == *key)
+    }
+
+    /// Reads everything again; the events are a full resync.
+    fn reload(&mut self) -> Result<Vec<SourceEvent>, DirSourceError> {
         *self = Self::load(&self.root)?;
-        Ok(())
+        Ok(self.resync_events())
+    }
+
+    /// The whole state as one resync: `Resync` of every kind, every object, `Synced`.
+    pub fn resync_events(&self) -> Vec<SourceEvent> {
+        std::iter::once(SourceEvent::Resync {
+            namespace: None,
+            kinds: KINDS.to_vec(),
+        })
+        .chain(self.objects().into_iter().map(SourceEvent::Upsert))
+        .chain(std::iter::once(SourceEvent::Synced))
+        .collect()
     }
 }
 
@@ -342,16 +399,8 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
     Ok(Some(obj))
 }
 
-/// Sends the directory's full state as one resync; false when the receiver is gone.
-async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool {
-    let objects = state.objects();
-    tracing::info!(dir = %state.root.display(), files = state.file_count(), objects = objects.len(), "manifest directory read");
-    let events = std::iter::once(SourceEvent::Resync {
-        namespace: None,
-        kinds: KINDS.to_vec(),
-    })
-    .chain(objects.into_iter().map(SourceEvent::Upsert))
-    .chain(std::iter::once(SourceEvent::Synced));
+/// Sends events in order; false when the receiver is gone.
+async fn send_all(events: Vec<SourceEvent>, tx: &mpsc::Sender<SourceEvent>) -> bool {
     for ev in events {
         if tx.send(ev).await.is_err() {
             return false;
@@ -360,14 +409,21 @@ async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool
     true
 }
 
+/// Sends the directory's full state as one resync; false when the receiver is gone.
+async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool {
+    tracing::info!(dir = %state.root.display(), files = state.file_count(), objects = state.holders.len(), "manifest directory read");
+    send_all(state.resync_events(), tx).await
+}
+
 /// What the watcher reports: changed paths, or that everything must be read again.
 enum FsChange {
     Paths(Vec<PathBuf>),
     Rescan,
 }
 
-/// Runs the directory source until the receiver is dropped: the initial state, then a full
-/// resync after every (debounced) change under `path`, re-reading only the changed files.
+/// Runs the directory source until the receiver is dropped: the initial state, `Ready`, then
+/// the changed objects after every (debounced) change under `path`, re-reading only the
+/// changed files.
 pub async fn run_dir_source(
     path: impl AsRef<Path>,
     tx: mpsc::Sender<SourceEvent>,
@@ -444,16 +500,27 @@ pub async fn run_dir_source(
             }
         }
         let result = if rescan {
-            DirState::load(&dir).map(|fresh| state = fresh)
+            DirState::load(&dir).map(|fresh| {
+                state = fresh;
+                state.resync_events()
+            })
         } else {
             state.update(&changed)
         };
         failed = result.is_err();
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "manifest directory not readable; keeping the last state");
-            continue;
-        }
-        if !send_snapshot(&state, &tx).await {
+        let events = match result {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "manifest directory not readable; keeping the last state");
+                continue;
+            }
+        };
+        tracing::debug!(
+            files = changed.len(),
+            events = events.len(),
+            "manifest directory changed"
+        );
+        if !send_all(events, &tx).await {
             return Ok(());
         }
     }
@@ -529,6 +596,41 @@ metadata: {name: ignored}
         objects.iter().map(|o| format!("{o:?}")).collect()
     }
 
+    /// The object that applies per key (a later one replaces an earlier one).
+    fn effective(objects: &[Object]) -> BTreeMap<ObjectKey, String> {
+        objects
+            .iter()
+            .map(|o| (o.key(), format!("{o:?}")))
+            .collect()
+    }
+
+    #[test]
+    fn a_file_change_delivers_only_its_objects() {
+        let dir = std::env::temp_dir().join(format!("meshplane-dirdiff-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for i in 0..20 {
+            std::fs::write(dir.join(format!("s{i}.yaml")), svc(&format!("s{i}"), 80))
+                .expect("write");
+        }
+        let mut state = DirState::load(&dir).expect("load");
+        assert_eq!(
+            state.resync_events().len(),
+            22,
+            "Resync, 20 objects, Synced"
+        );
+        std::fs::write(dir.join("s3.yaml"), svc("s3", 81)).expect("write");
+        let events = state.update(&[dir.join("s3.yaml")]).expect("update");
+        assert_eq!(events.len(), 1);
+        assert!(
+            matches!(&events[0], SourceEvent::Upsert(Object::Service(s)) if s.metadata.name.as_deref() == Some("s3"))
+        );
+        std::fs::remove_file(dir.join("s4.yaml")).expect("rm");
+        let events = state.update(&[dir.join("s4.yaml")]).expect("update");
+        assert!(matches!(&events[..], [SourceEvent::Delete(k)] if k.name == "s4"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn updates_reread_only_the_named_paths_and_match_a_full_read() {
         let dir = std::env::temp_dir().join(format!("meshplane-dirstate-{}", std::process::id()));
@@ -538,17 +640,32 @@ metadata: {name: ignored}
         let write = |rel: &str, text: &str| std::fs::write(p(rel), text).expect("write");
         write("a.yaml", &svc("a", 80));
         let mut state = DirState::load(&dir).expect("load");
-        let check = |state: &mut DirState, paths: &[PathBuf], what: &str| {
-            state.update(paths).expect("update");
+        // What a consumer of the events holds: it must end up with what a full read gives.
+        let mut mirror = effective(&state.objects());
+        let mut check = |state: &mut DirState, paths: &[PathBuf], what: &str| {
+            let events = state.update(paths).expect("update");
             let full = load_dir(&dir).expect("full read");
             assert_eq!(names(&state.objects()), names(&full), "{what}");
+            for e in events {
+                match e {
+                    SourceEvent::Upsert(o) => {
+                        mirror.insert(o.key(), format!("{o:?}"));
+                    }
+                    SourceEvent::Delete(k) => {
+                        mirror.remove(&k);
+                    }
+                    SourceEvent::Resync { .. } => mirror.clear(),
+                    _ => {}
+                }
+            }
+            assert_eq!(mirror, effective(&full), "{what}: events");
         };
         write("nested/b.yml", &svc("b", 80));
         check(&mut state, &[p("nested/b.yml")], "create in a subdirectory");
         // Only named paths are read again.
         write("a.yaml", &svc("a", 81));
         let stale = names(&state.objects());
-        state.update(&[]).expect("update");
+        assert!(state.update(&[]).expect("update").is_empty());
         assert_eq!(names(&state.objects()), stale);
         check(&mut state, &[p("a.yaml")], "modify");
         // Write to a hidden temp file, then rename it into place (how the bench mutates).

@@ -33,11 +33,11 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
         ),
         (
             "web.yaml",
-            &service("web", "shop", "10.96.0.10", web_port, target, "127.0.0.2"),
+            &service("web", "shop", "198.19.0.10", web_port, target, "127.0.0.2"),
         ),
         (
             "api.yaml",
-            &service("api", "bank", "10.96.0.11", api_port, target, "127.0.0.3"),
+            &service("api", "bank", "198.19.0.11", api_port, target, "127.0.0.3"),
         ),
     ])
     .await;

@@ -29,7 +29,7 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
         ("ns.yaml", &namespace("shop", true)),
         (
             "web.yaml",
-            &service("web", "shop", "10.96.0.10", port, target, "127.0.0.2"),
+            &service("web", "shop", "198.19.0.10", port, target, "127.0.0.2"),
         ),
     ])
     .await;
@@ -46,7 +46,7 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
     // The endpoint moves: traffic follows.
     server.write(
         "web.yaml",
-        &service("web", "shop", "10.96.0.10", port, target, "127.0.0.3"),
+        &service("web", "shop", "198.19.0.10", port, target, "127.0.0.3"),
     );
     eventually("traffic shifts to upstream-b", || async {
         http_get(listener, HOST, "/")

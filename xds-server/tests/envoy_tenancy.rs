@@ -17,7 +17,7 @@ async fn proxy_of_a_non_member_namespace_gets_no_config() {
         ),
         (
             "web.yaml",
-            &service("web", "shop", "10.96.0.10", 18080, 8080, "127.0.0.2"),
+            &service("web", "shop", "198.19.0.10", 18080, 8080, "127.0.0.2"),
         ),
     ])
     .await;

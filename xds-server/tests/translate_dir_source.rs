@@ -1,46 +1,69 @@
-//! The directory source against a real directory: initial state, a change, a deletion.
+//! The directory source against a real directory: initial state as one resync, then a change
+//! and a deletion delivered as the changed objects only.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use meshplane_xds::model::{Kind, Object, SourceEvent};
+use meshplane_xds::model::{Kind, Object, ObjectKey, SourceEvent};
 use meshplane_xds::source_dir::run_dir_source;
 use tokio::sync::mpsc;
 
 /// Guards against a hang only; the test waits for events, never for time.
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
-/// Collects the events of one full resync and returns the names of its upserted objects.
-async fn next_snapshot(rx: &mut mpsc::Receiver<SourceEvent>) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut started = false;
-    loop {
-        let ev = tokio::time::timeout(HANG_GUARD, rx.recv())
-            .await
-            .expect("directory source delivers a snapshot")
-            .expect("source alive");
-        match ev {
-            SourceEvent::Resync {
-                namespace: None,
-                kinds,
-            } => {
-                assert!(kinds.contains(&Kind::Service) && kinds.contains(&Kind::Namespace));
-                started = true;
-                names.clear();
-            }
-            SourceEvent::Upsert(obj) if started => {
-                let key = obj.key();
-                if let Object::Service(_) | Object::Namespace(_) | Object::ServiceEntry(_) = obj {
-                    names.push(format!("{:?}/{}", key.kind, key.name));
-                }
-            }
-            SourceEvent::Synced if started => {
-                names.sort();
+/// What a consumer of the events holds: names of its Services, Namespaces and ServiceEntries
+/// by key, and how many full resyncs it got.
+#[derive(Default)]
+struct Mirror {
+    objects: BTreeMap<ObjectKey, String>,
+    resyncs: usize,
+}
+
+impl Mirror {
+    /// Applies events until `done` holds; returns the names held then, sorted.
+    async fn until(
+        &mut self,
+        rx: &mut mpsc::Receiver<SourceEvent>,
+        done: impl Fn(&[String]) -> bool,
+    ) -> Vec<String> {
+        loop {
+            let names: Vec<String> = self.objects.values().cloned().collect();
+            if done(&names) {
                 return names;
             }
-            _ => {}
+            let ev = tokio::time::timeout(HANG_GUARD, rx.recv())
+                .await
+                .expect("directory source delivers the change")
+                .expect("source alive");
+            match ev {
+                SourceEvent::Resync {
+                    namespace: None,
+                    kinds,
+                } => {
+                    assert!(kinds.contains(&Kind::Service) && kinds.contains(&Kind::Namespace));
+                    self.resyncs += 1;
+                    self.objects.clear();
+                }
+                SourceEvent::Upsert(obj) => {
+                    let key = obj.key();
+                    if let Object::Service(_) | Object::Namespace(_) | Object::ServiceEntry(_) = obj
+                    {
+                        let name = format!("{:?}/{}", key.kind, key.name);
+                        self.objects.insert(key, name);
+                    }
+                }
+                SourceEvent::Delete(key) => {
+                    self.objects.remove(&key);
+                }
+                _ => {}
+            }
         }
     }
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
@@ -71,32 +94,31 @@ async fn snapshot_then_changes_then_deletions() {
     let (tx, mut rx) = mpsc::channel(64);
     let source = tokio::spawn(run_dir_source(dir.clone(), tx));
 
-    let first = next_snapshot(&mut rx).await;
-    assert_eq!(
-        first,
-        vec!["Namespace/shop".to_string(), "Service/web".to_string()]
-    );
+    let mut mirror = Mirror::default();
+    let first = mirror.until(&mut rx, |n| n.len() == 2).await;
+    assert_eq!(first, names(&["Namespace/shop", "Service/web"]));
 
     std::fs::write(
         dir.join("api.yaml"),
         "apiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: shop}\nspec: {ports: [{port: 81}]}\n",
     )
     .expect("write");
-    let mut snapshot = next_snapshot(&mut rx).await;
-    // An editor may produce several events; wait until the new file is seen.
-    while !snapshot.contains(&"Service/api".to_string()) {
-        snapshot = next_snapshot(&mut rx).await;
-    }
-    assert!(snapshot.contains(&"Service/web".to_string()));
+    let held = mirror
+        .until(&mut rx, |n| n.contains(&"Service/api".to_string()))
+        .await;
+    assert_eq!(
+        held,
+        names(&["Namespace/shop", "Service/api", "Service/web"])
+    );
 
     std::fs::remove_file(dir.join("nested/web.yml")).expect("remove");
-    let mut snapshot = next_snapshot(&mut rx).await;
-    while snapshot.contains(&"Service/web".to_string()) {
-        snapshot = next_snapshot(&mut rx).await;
-    }
+    let held = mirror
+        .until(&mut rx, |n| !n.contains(&"Service/web".to_string()))
+        .await;
+    assert_eq!(held, names(&["Namespace/shop", "Service/api"]));
     assert_eq!(
-        snapshot,
-        vec!["Namespace/shop".to_string(), "Service/api".to_string()]
+        mirror.resyncs, 1,
+        "changes come as changed objects, not resyncs"
     );
 
     drop(rx);
@@ -120,23 +142,20 @@ async fn a_file_renamed_into_place_is_read_again() {
     std::fs::write(dir.join("api.yaml"), web("api")).expect("write");
     let (tx, mut rx) = mpsc::channel(64);
     let source = tokio::spawn(run_dir_source(dir.clone(), tx));
-    assert_eq!(
-        next_snapshot(&mut rx).await,
-        vec!["Service/api".to_string(), "Service/web".to_string()]
-    );
+    let mut mirror = Mirror::default();
+    let first = mirror.until(&mut rx, |n| n.len() == 2).await;
+    assert_eq!(first, names(&["Service/api", "Service/web"]));
     // Atomic replace: a hidden temp file renamed over the manifest.
     let tmp = dir.join("nested/.web.yaml.tmp");
     std::fs::write(&tmp, web("web2")).expect("write temp");
     std::fs::rename(&tmp, dir.join("nested/web.yaml")).expect("rename");
-    let mut snapshot = next_snapshot(&mut rx).await;
-    while !snapshot.contains(&"Service/web2".to_string()) {
-        snapshot = next_snapshot(&mut rx).await;
-    }
-    // The other file's objects are still delivered; the replaced one is gone.
-    assert_eq!(
-        snapshot,
-        vec!["Service/api".to_string(), "Service/web2".to_string()]
-    );
+    // The other file's objects are kept; the replaced one is gone.
+    let held = mirror
+        .until(&mut rx, |n| {
+            n.contains(&"Service/web2".to_string()) && !n.contains(&"Service/web".to_string())
+        })
+        .await;
+    assert_eq!(held, names(&["Service/api", "Service/web2"]));
     source.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -169,7 +169,7 @@ impl Harness {
 
 pub fn node(namespace: &str, pod: &str) -> Node {
     Node {
-        id: format!("sidecar~10.0.0.1~{pod}.{namespace}~{namespace}.svc.cluster.local"),
+        id: format!("sidecar~198.18.0.1~{pod}.{namespace}~{namespace}.svc.cluster.local"),
         cluster: "test".into(),
         metadata: Some(Struct {
             fields: [(

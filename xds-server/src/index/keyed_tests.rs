@@ -1,0 +1,160 @@
+//! Per-key registry updates against full builds: random Service, EndpointSlice and Pod events
+//! (and now and then a ServiceEntry, which rebuilds), in member and non-member namespaces.
+//! After every event the registry equals a full build of the same objects, and the change
+//! reported is what comparing the registries before and after says.
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// Deterministic xorshift: reproducible sequences without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// `a` and `b` are members, `c` is not.
+const NAMESPACES: [&str; 3] = ["a", "b", "c"];
+
+fn typed<T: DeserializeOwned>(v: Value) -> Box<T> {
+    Box::new(serde_json::from_value(v).expect("valid object"))
+}
+
+fn random_event(rng: &mut Rng) -> SourceEvent {
+    let ns = NAMESPACES[rng.below(3) as usize];
+    let ip = |rng: &mut Rng| format!("198.18.0.{}", 1 + rng.below(6));
+    match rng.below(10) {
+        0..=1 => {
+            let i = rng.below(4);
+            let mut ports = Vec::new();
+            if rng.chance(80) {
+                ports.push(json!({"name": "http", "port": 80, "targetPort": 8080}));
+            }
+            if rng.chance(40) {
+                ports.push(json!({"name": "tcp-db", "port": 81}));
+            }
+            SourceEvent::Upsert(Object::Service(typed(json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": format!("s{i}"), "namespace": ns},
+                "spec": {"clusterIP": format!("198.19.0.{i}"), "selector": {"app": format!("s{}", rng.below(4))}, "ports": ports},
+            }))))
+        }
+        2..=4 => {
+            let mut ports = vec![json!({"name": "http", "port": 8080})];
+            if rng.chance(40) {
+                ports.push(json!({"name": "tcp-db", "port": 7000}));
+            }
+            let endpoints: Vec<Value> = (0..=rng.below(2))
+                .map(|_| json!({"addresses": [ip(rng)], "conditions": {"ready": rng.chance(80)}}))
+                .collect();
+            SourceEvent::Upsert(Object::EndpointSlice(typed(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("e{}", rng.below(6)), "namespace": ns,
+                    "labels": {"kubernetes.io/service-name": format!("s{}", rng.below(5))}},
+                "addressType": "IPv4", "ports": ports, "endpoints": endpoints,
+            }))))
+        }
+        5..=6 => {
+            let ports = if rng.chance(50) {
+                json!([{"name": "http", "containerPort": 8080}])
+            } else {
+                json!([])
+            };
+            SourceEvent::Upsert(Object::Pod(typed(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p{}", rng.below(4)), "namespace": ns,
+                    "labels": {"app": format!("s{}", rng.below(4))}},
+                "spec": {"containers": [{"name": "app", "ports": ports}]},
+                "status": {"podIP": ip(rng)},
+            }))))
+        }
+        7 => SourceEvent::Upsert(Object::ServiceEntry(typed(json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "ServiceEntry",
+            "metadata": {"name": format!("x{}", rng.below(2)), "namespace": ns},
+            "spec": {"hosts": [format!("ext{}.example.com", rng.below(2)), format!("s{}.{ns}.svc.cluster.local", rng.below(4))],
+                "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                "resolution": "STATIC", "workloadSelector": {"labels": {"app": format!("s{}", rng.below(4))}}},
+        })))),
+        _ => {
+            let (kind, prefix, n) = match rng.below(4) {
+                0 => (Kind::Service, "s", 4),
+                1 => (Kind::EndpointSlice, "e", 6),
+                2 => (Kind::Pod, "p", 4),
+                _ => (Kind::ServiceEntry, "x", 2),
+            };
+            SourceEvent::Delete(ObjectKey {
+                kind,
+                namespace: Some(ns.to_string()),
+                name: format!("{prefix}{}", rng.below(n)),
+            })
+        }
+    }
+}
+
+fn namespace(name: &str, member: bool) -> SourceEvent {
+    let labels = if member {
+        json!({"meshplane.io/rev": "blue"})
+    } else {
+        json!({})
+    };
+    SourceEvent::Upsert(Object::Namespace(typed(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels},
+    }))))
+}
+
+#[test]
+fn keyed_updates_match_a_full_build() {
+    for seed in 1..=300u64 {
+        let mut rng = Rng(seed * 7919);
+        let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", MeshConfig::default());
+        for (ns, member) in [("a", true), ("b", true), ("c", false)] {
+            index.apply(namespace(ns, member));
+        }
+        for step in 0..80 {
+            let event = random_event(&mut rng);
+            let context = format!("seed {seed} step {step}: {event:?}");
+            let before = Arc::clone(index.registry());
+            let change = index.apply(event);
+            let (full, _) = index.build_registry();
+            let now = index.registry();
+            assert_eq!(now.services, full.services, "{context}");
+            assert_eq!(now.endpoints, full.endpoints, "{context}");
+            assert_eq!(now.pod_ports, full.pod_ports, "{context}");
+            let expected = if before.services != full.services || before.pod_ports != full.pod_ports
+            {
+                ChangeKind::Config
+            } else if before.endpoints != full.endpoints {
+                ChangeKind::Endpoints
+            } else {
+                ChangeKind::None
+            };
+            assert_eq!(change.kind, expected, "{context}");
+            if expected == ChangeKind::Endpoints {
+                let names: BTreeSet<&String> = before
+                    .endpoints
+                    .keys()
+                    .chain(full.endpoints.keys())
+                    .collect();
+                let differ: BTreeSet<String> = names
+                    .into_iter()
+                    .filter(|n| before.endpoints.get(*n) != full.endpoints.get(*n))
+                    .cloned()
+                    .collect();
+                assert_eq!(change.clusters, differ, "{context}");
+            }
+        }
+    }
+}
