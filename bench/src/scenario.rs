@@ -40,11 +40,13 @@ pub struct Env {
     /// Where charts (SVG) go.
     pub docs: PathBuf,
     pub size: Size,
+    /// The Envoy binary of the fleet scenario (default: `ENVOY_BIN`, then `.venv`'s).
+    pub envoy_bin: Option<PathBuf>,
 }
 
-const TENANT: &str = "bench";
-const REVISION: &str = "bench-r1";
-const CONTROL_NS: &str = "meshplane-bench";
+pub(crate) const TENANT: &str = "bench";
+pub(crate) const REVISION: &str = "bench-r1";
+pub(crate) const CONTROL_NS: &str = "meshplane-bench";
 /// Bound on any wait for the connect storm.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 /// After the last mutation, how long streams get to converge before the run stops.
@@ -148,7 +150,7 @@ impl Server {
 }
 
 /// The length-delimited protobuf encoding of a short string: what an address looks like
-/// inside an encoded resource (the length byte keeps 10.1.0.1 from matching 10.1.0.10).
+/// inside an encoded resource (the length byte keeps 198.18.0.1 from matching 198.18.0.10).
 pub fn pb_string(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len() + 2);
     let mut n = s.len();
@@ -211,7 +213,7 @@ pub fn proxies(
     (0..n)
         .map(|i| {
             let namespace = namespaces[i % namespaces.len()].clone();
-            let ip = Ipv4Addr::from(u32::from_be_bytes([100, 64, 0, 0]) + 1 + i as u32);
+            let ip = Ipv4Addr::from(crate::meshgen::PROXY_BASE + 1 + i as u32);
             StreamSpec {
                 pod: format!("bench-proxy-{i}"),
                 ip: ip.to_string(),
@@ -233,7 +235,7 @@ pub fn proxies(
         .collect()
 }
 
-fn load_config(server: &Server) -> LoadConfig {
+pub(crate) fn load_config(server: &Server) -> LoadConfig {
     LoadConfig {
         addr: server.xds_addr.clone(),
         tenant: TENANT.into(),
@@ -245,7 +247,7 @@ fn load_config(server: &Server) -> LoadConfig {
 
 /// Latencies of every (stream, change) pair whose change is of `kind` (NACKing streams left
 /// out: they refuse updates on purpose), and how many there are.
-fn convergence(
+pub(crate) fn convergence(
     log: &[std::sync::Arc<load::Change>],
     reports: &[StreamReport],
     kind: &str,
@@ -267,7 +269,7 @@ fn convergence(
 }
 
 /// Pairs expected (all kinds) minus pairs converged, over non-NACKing streams.
-fn missing_pairs(reports: &[StreamReport]) -> usize {
+pub(crate) fn missing_pairs(reports: &[StreamReport]) -> usize {
     reports
         .iter()
         .filter(|r| !r.nack)
@@ -275,7 +277,7 @@ fn missing_pairs(reports: &[StreamReport]) -> usize {
         .sum()
 }
 
-fn storm_time(reports: &[StreamReport]) -> Option<Duration> {
+pub(crate) fn storm_time(reports: &[StreamReport]) -> Option<Duration> {
     reports.iter().filter_map(|r| r.synced_after).max()
 }
 
@@ -590,6 +592,33 @@ fn s1_table(title: &str, p: &S1Params, r: &S1Result) -> Table {
         ),
     );
     t
+}
+
+/// The 10,000-proxy scale point: S1's shape (scoped, 2 endpoints per service, 20 namespaces)
+/// with 2,000 services and 10,000 proxies on one instance, a short churn after the storm.
+pub async fn scale10k(env: &Env) -> Result<String> {
+    let p = match env.size {
+        Size::Short => S1Params {
+            services: 200,
+            endpoints_per_service: 2,
+            namespaces: 10,
+            proxies: 1000,
+            churn: Duration::from_secs(5),
+            endpoint_changes_per_sec: 10,
+            new_service_every: Duration::from_secs(5),
+        },
+        Size::Full => S1Params {
+            services: 2000,
+            endpoints_per_service: 2,
+            namespaces: 20,
+            proxies: 10_000,
+            churn: Duration::from_secs(30),
+            endpoint_changes_per_sec: 10,
+            new_service_every: Duration::from_secs(10),
+        },
+    };
+    let r = run_s1(env, "scale10k", &p).await?;
+    Ok(s1_table("Scale point — 10,000 proxies on one instance", &p, &r).render())
 }
 
 /// S1: Istio-doc parity.

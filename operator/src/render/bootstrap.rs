@@ -11,7 +11,9 @@ pub const ROOT_CERT_PLACEHOLDER: &str =
     "# meshplane: the tenant root certificate is not issued yet\n";
 
 /// The Envoy bootstrap of a proxy of this revision: admin on loopback, readiness listener on
-/// 15021, and ADS over the static HTTP/2 cluster `xds-grpc` pointing at `ads_host`:15010.
+/// 15021, and incremental (delta) ADS over the static HTTP/2 cluster `xds-grpc` pointing at
+/// `ads_host`:15010. Delta, as Istio's sidecars since 1.22: a change sends what changed, not
+/// every resource of its type; state-of-the-world stays served for proxies that ask for it.
 /// `node` is left to the proxy launcher, which knows the pod (contract 7).
 pub fn envoy_bootstrap(ads_host: &str) -> Value {
     let is_ip = ads_host.parse::<std::net::IpAddr>().is_ok();
@@ -20,7 +22,7 @@ pub fn envoy_bootstrap(ads_host: &str) -> Value {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": ports::PROXY_ADMIN}}},
         "dynamic_resources": {
             "ads_config": {
-                "api_type": "GRPC",
+                "api_type": "DELTA_GRPC",
                 "transport_api_version": "V3",
                 "grpc_services": [{"envoy_grpc": {"cluster_name": ADS_CLUSTER}}],
                 "set_node_on_first_message_only": true,
