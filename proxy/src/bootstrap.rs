@@ -525,7 +525,7 @@ admin:
       port_value: 15000
 dynamic_resources:
   ads_config:
-    api_type: GRPC
+    api_type: DELTA_GRPC
     grpc_services:
     - envoy_grpc:
         cluster_name: xds-grpc
