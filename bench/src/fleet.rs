@@ -201,7 +201,7 @@ pub async fn run(env: &Env) -> Result<String> {
         revision: REVISION.into(),
         control_namespace: CONTROL_NS.into(),
     };
-    let mut mesh = MeshState::new(spec, &dir);
+    let mut mesh = MeshState::new(spec, &dir)?;
     mesh.write_all()?;
     let server = Server::start(env, &dir, &work.join("xds.log")).await?;
     let result = drive(env, &server, &mut mesh, &p, &bin, &work).await;
@@ -217,7 +217,7 @@ async fn drive(
     bin: &Path,
     work: &Path,
 ) -> Result<String> {
-    let specs = proxies(p.envoys, &mesh.namespaces, true, 1, 0);
+    let specs = proxies(p.envoys, &mesh.namespaces, true, 1, 0)?;
     let mut rng = StdRng::seed_from_u64(7);
 
     // Phase 1: the load generator.

@@ -126,7 +126,7 @@ async fn main() -> Result<()> {
                 revision,
                 control_namespace,
             };
-            MeshState::new(spec, &dir).write_all()?;
+            MeshState::new(spec, &dir)?.write_all()?;
             println!("wrote {}", dir.display());
             Ok(())
         }

@@ -103,13 +103,44 @@ pub struct MeshState {
     next_service: usize,
 }
 
-/// Every generated address is in 198.18.0.0/15 (reserved for benchmarking): endpoints from
-/// 198.18.0.0/16, ClusterIPs from 198.19.0.0/17 and simulated proxies from 198.19.128.0/17
-/// ([`PROXY_BASE`]), so the byte patterns the load generator looks for never collide.
-const ENDPOINT_BASE: u32 = u32::from_be_bytes([198, 18, 0, 0]);
-const CLUSTER_IP_BASE: u32 = u32::from_be_bytes([198, 19, 0, 0]);
-/// First address of the simulated proxies (their node ids carry it).
-pub const PROXY_BASE: u32 = u32::from_be_bytes([198, 19, 128, 0]);
+/// Every generated address is in 198.18.0.0/15 (reserved for benchmarking, RFC 2544): endpoints
+/// from 198.18.0.0/16, ClusterIPs from 198.19.0.0/17 and simulated proxies from 198.19.128.0/17
+/// ([`proxy_ip`]), so the byte patterns the load generator looks for never collide. A range
+/// that runs out is an error, never a wrap into another range or out of 198.18.0.0/15.
+const ENDPOINTS: (u32, u32) = (
+    u32::from_be_bytes([198, 18, 0, 0]),
+    u32::from_be_bytes([198, 18, 255, 255]),
+);
+const CLUSTER_IPS: (u32, u32) = (
+    u32::from_be_bytes([198, 19, 0, 0]),
+    u32::from_be_bytes([198, 19, 127, 255]),
+);
+const PROXIES: (u32, u32) = (
+    u32::from_be_bytes([198, 19, 128, 0]),
+    u32::from_be_bytes([198, 19, 255, 255]),
+);
+
+/// The `n`-th usable host address of `range` (host bytes .0 and .255 skipped: they look odd in
+/// a dump and some parsers reject them).
+fn nth_host((first, last): (u32, u32), n: u32, what: &str) -> Result<Ipv4Addr> {
+    let ip = u64::from(first) + 1 + u64::from(n) + 2 * (u64::from(n) / 254);
+    let ip = u32::try_from(ip).ok().filter(|ip| *ip < last);
+    let ip = ip.with_context(|| {
+        format!(
+            "{what} addresses exhausted: {} to {} holds fewer than {}",
+            Ipv4Addr::from(first),
+            Ipv4Addr::from(last),
+            u64::from(n) + 1
+        )
+    })?;
+    Ok(Ipv4Addr::from(ip))
+}
+
+/// Address of the `i`-th simulated proxy (its node id carries it), in 198.19.128.0/17.
+pub fn proxy_ip(i: usize) -> Result<Ipv4Addr> {
+    let n = u32::try_from(i).context("proxy index out of range")?;
+    nth_host(PROXIES, n, "proxy")
+}
 
 /// Name of the `i`-th member namespace (the first is the shared one).
 pub fn namespace_name(i: usize) -> String {
@@ -121,8 +152,9 @@ pub fn namespace_name(i: usize) -> String {
 }
 
 impl MeshState {
-    /// Builds the state in memory (nothing written yet).
-    pub fn new(spec: MeshSpec, dir: impl Into<PathBuf>) -> Self {
+    /// Builds the state in memory (nothing written yet); fails when the spec needs more
+    /// addresses than its ranges hold.
+    pub fn new(spec: MeshSpec, dir: impl Into<PathBuf>) -> Result<Self> {
         let namespaces: Vec<String> = (0..spec.namespaces.max(1)).map(namespace_name).collect();
         let mut state = MeshState {
             spec,
@@ -135,41 +167,38 @@ impl MeshState {
         };
         for i in 0..state.spec.services {
             let ns = state.namespaces[i % state.namespaces.len()].clone();
-            let svc = state.new_service(ns);
+            let svc = state.new_service(ns)?;
             state.services.push(svc);
         }
-        state
+        Ok(state)
     }
 
-    fn alloc_endpoint(&mut self) -> Ipv4Addr {
-        // Skip .0 and .255 host bytes: they look odd in a dump and some parsers reject them.
-        loop {
-            let ip = ENDPOINT_BASE + self.next_endpoint;
-            self.next_endpoint += 1;
-            if !matches!(ip & 0xff, 0 | 255) {
-                return Ipv4Addr::from(ip);
-            }
-        }
+    fn alloc_endpoint(&mut self) -> Result<Ipv4Addr> {
+        let ip = nth_host(ENDPOINTS, self.next_endpoint, "endpoint")?;
+        self.next_endpoint += 1;
+        Ok(ip)
     }
 
-    fn new_service(&mut self, namespace: String) -> ServiceState {
+    fn new_service(&mut self, namespace: String) -> Result<ServiceState> {
         let name = format!("svc-{:05}", self.next_service);
         self.next_service += 1;
-        let cluster_ip = Ipv4Addr::from(CLUSTER_IP_BASE + 1 + self.next_cluster_ip);
+        let cluster_ip = nth_host(CLUSTER_IPS, self.next_cluster_ip, "ClusterIP")?;
         self.next_cluster_ip += 1;
         let endpoints = (0..self.spec.endpoints_per_service)
-            .map(|i| Endpoint {
-                pod: format!("{name}-0-{i}"),
-                ip: self.alloc_endpoint(),
+            .map(|i| {
+                Ok(Endpoint {
+                    pod: format!("{name}-0-{i}"),
+                    ip: self.alloc_endpoint()?,
+                })
             })
-            .collect();
-        ServiceState {
+            .collect::<Result<_>>()?;
+        Ok(ServiceState {
             namespace,
             name,
             cluster_ip,
             endpoints,
             generation: 0,
-        }
+        })
     }
 
     /// Writes every file into `dir` (created if missing).
@@ -216,7 +245,7 @@ impl MeshState {
 
     /// Adds a new service in `namespace` and writes its file.
     pub fn add_service(&mut self, namespace: &str) -> Result<Mutation> {
-        self.plan_add_service(namespace).apply()
+        self.plan_add_service(namespace)?.apply()
     }
 
     /// Removes service `index` (modulo the service count) and deletes its file.
@@ -228,7 +257,7 @@ impl MeshState {
     pub fn plan_replace_endpoint(&mut self, index: usize, which: usize) -> Result<Planned> {
         anyhow::ensure!(!self.services.is_empty(), "no services to change");
         let i = index % self.services.len();
-        let new_ip = self.alloc_endpoint();
+        let new_ip = self.alloc_endpoint()?;
         let svc = &mut self.services[i];
         anyhow::ensure!(
             !svc.endpoints.is_empty(),
@@ -254,8 +283,8 @@ impl MeshState {
     }
 
     /// Like [`Self::add_service`], but the file appears only on [`Planned::apply`].
-    pub fn plan_add_service(&mut self, namespace: &str) -> Planned {
-        let svc = self.new_service(namespace.to_string());
+    pub fn plan_add_service(&mut self, namespace: &str) -> Result<Planned> {
+        let svc = self.new_service(namespace.to_string())?;
         let action = FileAction::Write(self.service_path(&svc), service_yaml(&svc));
         let mutation = Mutation::ServiceAdded {
             namespace: svc.namespace.clone(),
@@ -263,7 +292,7 @@ impl MeshState {
             endpoint_ips: svc.endpoints.iter().map(|e| e.ip).collect(),
         };
         self.services.push(svc);
-        Planned { mutation, action }
+        Ok(Planned { mutation, action })
     }
 
     /// Like [`Self::remove_service`], but the file goes only on [`Planned::apply`].
@@ -385,10 +414,68 @@ mod tests {
         dir
     }
 
+    /// Every dotted quad in `text` (digits and dots between other characters).
+    fn ipv4s(text: &str) -> Vec<Ipv4Addr> {
+        text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|w| w.matches('.').count() == 3)
+            .map(|w| w.parse().unwrap_or_else(|_| panic!("not an address: {w}")))
+            .collect()
+    }
+
+    fn benchmarking(ip: Ipv4Addr) -> bool {
+        let [a, b, ..] = ip.octets();
+        a == 198 && (b == 18 || b == 19)
+    }
+
+    #[test]
+    fn every_written_address_is_in_the_benchmarking_range() {
+        let dir = tempdir("ranges");
+        let mut state = MeshState::new(spec(true), &dir).expect("fits");
+        state.write_all().expect("written");
+        for i in 0..600 {
+            state.replace_endpoint(i, i).expect("replaced");
+        }
+        state.add_service("ns-001").expect("added");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("dir") {
+            let text = std::fs::read_to_string(entry.expect("entry").path()).expect("readable");
+            for ip in ipv4s(&text) {
+                assert!(benchmarking(ip), "{ip} outside 198.18.0.0/15");
+                assert!(!matches!(ip.octets()[3], 0 | 255), "{ip}");
+                seen += 1;
+            }
+        }
+        // 8 Services with a ClusterIP (twice) and 3 endpoints each (slice and Pod).
+        assert_eq!(seen, 8 * (2 + 3 * 3));
+        for i in [0, 1, 5000, 10_000, 32_000] {
+            let ip = proxy_ip(i).expect("in range");
+            assert!(benchmarking(ip) && ip.octets()[1] == 19 && ip.octets()[2] >= 128, "{ip}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_exhausted_range_is_an_error_not_a_wrap() {
+        // 198.19.128.0/17 holds 128 * 254 usable proxy addresses.
+        assert_eq!(
+            proxy_ip(128 * 254 - 1).expect("last"),
+            Ipv4Addr::new(198, 19, 255, 254)
+        );
+        let err = proxy_ip(128 * 254).expect_err("past the range");
+        assert!(err.to_string().contains("proxy addresses exhausted"), "{err}");
+        let too_big = MeshSpec {
+            services: 2,
+            endpoints_per_service: 256 * 254 / 2 + 1,
+            ..spec(false)
+        };
+        let err = MeshState::new(too_big, tempdir("exhausted")).expect_err("too many endpoints");
+        assert!(err.to_string().contains("endpoint addresses exhausted"), "{err}");
+    }
+
     #[test]
     fn writes_valid_yaml_for_every_object() {
         let dir = tempdir("write");
-        let state = MeshState::new(spec(true), &dir);
+        let state = MeshState::new(spec(true), &dir).expect("fits");
         state.write_all().expect("written");
         let ns = docs(&dir.join("namespaces.yaml"));
         assert_eq!(ns.len(), 4, "control namespace + 3 members");
@@ -411,7 +498,7 @@ mod tests {
     #[test]
     fn unscoped_state_has_no_sidecars_and_services_spread_over_namespaces() {
         let dir = tempdir("unscoped");
-        let state = MeshState::new(spec(false), &dir);
+        let state = MeshState::new(spec(false), &dir).expect("fits");
         state.write_all().expect("written");
         assert!(!dir.join("sidecar-shared.yaml").exists());
         let per_ns: Vec<usize> = state
@@ -426,7 +513,7 @@ mod tests {
     #[test]
     fn mutators_rewrite_files_and_allocate_unique_addresses() {
         let dir = tempdir("mutate");
-        let mut state = MeshState::new(spec(true), &dir);
+        let mut state = MeshState::new(spec(true), &dir).expect("fits");
         state.write_all().expect("written");
         let before: Vec<Ipv4Addr> = state
             .services

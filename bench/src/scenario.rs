@@ -209,12 +209,12 @@ pub fn proxies(
     scoped: bool,
     delta_every: usize,
     nack_every: usize,
-) -> Vec<StreamSpec> {
+) -> Result<Vec<StreamSpec>> {
     (0..n)
         .map(|i| {
             let namespace = namespaces[i % namespaces.len()].clone();
-            let ip = Ipv4Addr::from(crate::meshgen::PROXY_BASE + 1 + i as u32);
-            StreamSpec {
+            let ip = crate::meshgen::proxy_ip(i)?;
+            Ok(StreamSpec {
                 pod: format!("bench-proxy-{i}"),
                 ip: ip.to_string(),
                 protocol: if delta_every > 0 && i % delta_every == delta_every - 1 {
@@ -230,7 +230,7 @@ pub fn proxies(
                 },
                 capture: i == 0,
                 namespace,
-            }
+            })
         })
         .collect()
 }
@@ -359,7 +359,7 @@ pub async fn run_s1(env: &Env, name: &str, p: &S1Params) -> Result<S1Result> {
         revision: REVISION.into(),
         control_namespace: CONTROL_NS.into(),
     };
-    let mut mesh = MeshState::new(spec, &dir);
+    let mut mesh = MeshState::new(spec, &dir)?;
     mesh.write_all()?;
     let server = Server::start(env, &dir, &env.work.join(name).join("xds.log")).await?;
     let result = drive_s1(&server, &mut mesh, p).await;
@@ -373,7 +373,7 @@ async fn drive_s1(server: &Server, mesh: &mut MeshState, p: &S1Params) -> Result
     let idle = server.sample()?;
     r.idle_rss = idle.1.rss_bytes;
     let (sampler, sampling) = Sampler::start(server.pid, Duration::from_millis(200));
-    let specs = proxies(p.proxies, &mesh.namespaces, true, 4, 0);
+    let specs = proxies(p.proxies, &mesh.namespaces, true, 4, 0)?;
     let handle = load::start(load_config(server), specs);
     r.synced = handle.wait_synced(SYNC_TIMEOUT).await;
     let after_storm = server.sample()?;
@@ -436,7 +436,7 @@ async fn churn_s1(mesh: &mut MeshState, handle: &LoadHandle, p: &S1Params) -> Re
         if Instant::now() >= next_service {
             next_service += p.new_service_every;
             let ns = mesh.namespaces[rng.random_range(0..mesh.namespaces.len())].clone();
-            mutate(mesh, handle, "service-add", |m| Ok(m.plan_add_service(&ns)))?;
+            mutate(mesh, handle, "service-add", |m| m.plan_add_service(&ns))?;
             touched.insert(mesh.services.len() - 1, Instant::now());
             count += 1;
         }
@@ -734,14 +734,14 @@ pub async fn s2(env: &Env) -> Result<String> {
         revision: REVISION.into(),
         control_namespace: CONTROL_NS.into(),
     };
-    let mut mesh = MeshState::new(spec, &dir);
+    let mut mesh = MeshState::new(spec, &dir)?;
     mesh.write_all()?;
     let load_started = Instant::now();
     let server = Server::start(env, &dir, &env.work.join("s2").join("xds.log")).await?;
     let ready_after = load_started.elapsed();
     let result = async {
         let idle = server.sample()?;
-        let specs = proxies(proxies_n, &mesh.namespaces, false, 4, 0);
+        let specs = proxies(proxies_n, &mesh.namespaces, false, 4, 0)?;
         let handle = load::start(load_config(&server), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         let storm_end = server.sample()?;
@@ -756,7 +756,7 @@ pub async fn s2(env: &Env) -> Result<String> {
             let ns = mesh.namespaces[rng.random_range(0..mesh.namespaces.len())].clone();
             if add {
                 mutate(&mut mesh, &handle, "service-add", |m| {
-                    Ok(m.plan_add_service(&ns))
+                    m.plan_add_service(&ns)
                 })?;
             } else {
                 let i = rng.random_range(0..usize::MAX);
@@ -994,11 +994,11 @@ pub async fn s3(env: &Env) -> Result<String> {
         revision: REVISION.into(),
         control_namespace: CONTROL_NS.into(),
     };
-    let mut mesh = MeshState::new(spec, &dir);
+    let mut mesh = MeshState::new(spec, &dir)?;
     mesh.write_all()?;
     let server = Server::start(env, &dir, &env.work.join("s3").join("xds.log")).await?;
     let result = async {
-        let specs = proxies(streams, &mesh.namespaces, true, 4, 100);
+        let specs = proxies(streams, &mesh.namespaces, true, 4, 100)?;
         let handle = load::start(load_config(&server), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1139,13 +1139,13 @@ pub async fn s4(env: &Env) -> Result<String> {
                 revision: REVISION.into(),
                 control_namespace: CONTROL_NS.into(),
             };
-            let mesh = MeshState::new(spec, &dir);
+            let mesh = MeshState::new(spec, &dir)?;
             mesh.write_all()?;
             let server =
                 Server::start(env, &dir, &env.work.join(format!("s4-{i}")).join("xds.log")).await?;
             let handle = load::start(
                 load_config(&server),
-                proxies(proxies_n, &mesh.namespaces, true, 4, 0),
+                proxies(proxies_n, &mesh.namespaces, true, 4, 0)?,
             );
             handle.wait_synced(SYNC_TIMEOUT).await;
             servers.push(server);
@@ -1266,7 +1266,7 @@ async fn s4_phases(
             next_service += Duration::from_secs(1);
             let ns = first[0].namespaces[rng.random_range(0..first[0].namespaces.len())].clone();
             mutate(&mut first[0], &handles[0], "churn", |m| {
-                Ok(m.plan_add_service(&ns))
+                m.plan_add_service(&ns)
             })?;
             changes += 1;
         }
