@@ -449,7 +449,10 @@ mod tests {
         assert_eq!(seen, 8 * (2 + 3 * 3));
         for i in [0, 1, 5000, 10_000, 32_000] {
             let ip = proxy_ip(i).expect("in range");
-            assert!(benchmarking(ip) && ip.octets()[1] == 19 && ip.octets()[2] >= 128, "{ip}");
+            assert!(
+                benchmarking(ip) && ip.octets()[1] == 19 && ip.octets()[2] >= 128,
+                "{ip}"
+            );
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -462,14 +465,20 @@ mod tests {
             Ipv4Addr::new(198, 19, 255, 254)
         );
         let err = proxy_ip(128 * 254).expect_err("past the range");
-        assert!(err.to_string().contains("proxy addresses exhausted"), "{err}");
+        assert!(
+            err.to_string().contains("proxy addresses exhausted"),
+            "{err}"
+        );
         let too_big = MeshSpec {
             services: 2,
             endpoints_per_service: 256 * 254 / 2 + 1,
             ..spec(false)
         };
         let err = MeshState::new(too_big, tempdir("exhausted")).expect_err("too many endpoints");
-        assert!(err.to_string().contains("endpoint addresses exhausted"), "{err}");
+        assert!(
+            err.to_string().contains("endpoint addresses exhausted"),
+            "{err}"
+        );
     }
 
     #[test]

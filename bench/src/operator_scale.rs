@@ -49,7 +49,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
 
 use crate::procstat::{self, Metrics, ProcSample};
-use crate::scenario::{free_port, Env, Size, Table};
+use crate::scenario::{free_ports, Env, Size, Table};
 use crate::stats::{bytes, ms, quantile};
 
 /// `config/` of the workspace: CRDs, RBAC and the operator Namespace are applied from there.
@@ -211,7 +211,7 @@ struct StandIn {
 
 impl StandIn {
     async fn start(env: &Env, work: &Path) -> Result<StandIn> {
-        let port = free_port()?;
+        let [port] = free_ports::<1>()?;
         let kubeconfig_dir = work.join("kubeconfigs");
         let mut command = tokio::process::Command::new(&env.standin_bin);
         command
@@ -683,7 +683,7 @@ struct Operator {
 
 impl Operator {
     async fn start(env: &Env, work: &Path, kubeconfig: &Path, n: usize) -> Result<Operator> {
-        let (metrics, webhook) = (free_port()?, free_port()?);
+        let [metrics, webhook] = free_ports::<2>()?;
         let mut command = tokio::process::Command::new(&env.operator_bin);
         command
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])

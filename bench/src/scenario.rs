@@ -60,15 +60,49 @@ pub struct Server {
     pub monitoring_addr: String,
 }
 
-pub(crate) fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe port")?;
-    Ok(l.local_addr()?.port())
+/// `N` distinct free loopback ports for a child process to bind.
+///
+/// Every probe socket stays bound until all `N` are picked: the kernel may hand the same
+/// ephemeral port to two probes made one after the other, and a server given one port twice
+/// fails its second bind ("Address already in use"). A port can still be taken by another
+/// process before the child binds it; [`Server::start`] retries on that.
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let mut probes = Vec::with_capacity(N);
+    for _ in 0..N {
+        probes.push(std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe port")?);
+    }
+    let mut ports = [0u16; N];
+    for (port, probe) in ports.iter_mut().zip(&probes) {
+        *port = probe.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// How many times a child that lost a port race is started again with fresh ports.
+const PORT_RACE_ATTEMPTS: usize = 3;
+
+/// Whether a child's log says one of its listeners could not bind.
+fn lost_port_race(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|text| text.contains("Address already in use"))
 }
 
 impl Server {
     /// Starts the server on `dir` and waits until it reports ready (sources synced).
     pub async fn start(env: &Env, dir: &Path, log: &Path) -> Result<Server> {
-        let (xds, mon, hook) = (free_port()?, free_port()?, free_port()?);
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(env, dir, log).await {
+                Err(e) if attempt < PORT_RACE_ATTEMPTS && lost_port_race(log) => {
+                    eprintln!("meshplane-xds lost a port race (attempt {attempt}: {e:#}); starting it again on fresh ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(env: &Env, dir: &Path, log: &Path) -> Result<Server> {
+        let [xds, mon, hook] = free_ports::<3>()?;
         let log_file =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err_file = log_file.try_clone()?;
