@@ -33,13 +33,15 @@ venv: $(VENV)/.installed
 # Host tools from Debian, installed only when missing (CI runs as root on a clean Debian machine):
 # iptables (iptables-restore, iptables-save) for the capture command and the pod runner's
 # ClusterIP rules, iproute2 (ip netns, veth, routes) for the pod runner's network namespaces,
-# procps (kill) with which the runner stops a container's process group, and curl, which the
-# demo runs inside pods. Each entry is command:package.
-HOST_TOOLS := iptables-restore:iptables ip:iproute2 kill:procps curl:curl
+# procps (kill) with which the runner stops a container's process group, curl, which the
+# demo runs inside pods, and prometheus (the server and promtool), with which the day-2 e2e
+# scenario scrapes the stack and checks every dashboard and alert expression. Each entry is
+# command:package.
+HOST_TOOLS := iptables-restore:iptables ip:iproute2 kill:procps curl:curl prometheus:prometheus promtool:prometheus
 
 host-tools:
 	@missing=""; for entry in $(HOST_TOOLS); do \
-	  type -P "$${entry%%:*}" >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; \
+	  type -P "$${entry%%:*}" >/dev/null 2>&1 || case " $$missing " in *" $${entry#*:} "*) ;; *) missing="$$missing $${entry#*:}";; esac; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \

@@ -12,7 +12,8 @@
 //!   `/etc/resolv.conf`. [`InPod::netns`] names the namespace for `ip netns exec` too.
 //! - [`Cluster::on_node`] acts as a process on the cluster's node (what the kubelet and the API
 //!   server use): [`OnNode::connect`] and [`OnNode::http_get`] reach pod IPs and ClusterIPs from
-//!   outside every pod, so no sidecar's outbound capture applies.
+//!   outside every pod, so no sidecar's outbound capture applies; [`OnNode::command`] runs a
+//!   program there (a Prometheus that scrapes pods).
 //!
 //! Against a real cluster (`E2E_KUBECONFIG`) there is no local test network and these return
 //! [`HarnessError::NoTestNetwork`].
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use meshplane_pod_runner::net::Placement;
 use meshplane_pod_runner::{http_get, HttpReply, PodNet, TestNetwork};
 use tokio::net::TcpStream;
 
@@ -189,6 +191,37 @@ impl OnNode {
         )
         .await
         .map_err(|e| HarnessError::Network(format!("from the node: {e}")))
+    }
+
+    /// A command that runs on the node, in its network namespace, as root: a process that must
+    /// reach pod addresses itself, as a Prometheus scraping pods does. Its listeners are
+    /// reached with [`OnNode::connect`] and [`OnNode::http_get`] (on `127.0.0.1`, the node's own
+    /// loopback, not the host's).
+    pub fn command(
+        &self,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> Result<tokio::process::Command, HarnessError> {
+        let mut command = tokio::process::Command::new(program);
+        Placement {
+            netns: Some(self.network.node().path()),
+            ..Placement::default()
+        }
+        .apply(&mut command)
+        .map_err(|e| HarnessError::Network(format!("entering the node: {e}")))?;
+        Ok(command)
+    }
+
+    /// A port of the node's loopback that nothing listens on (the kernel's pick), for a
+    /// process started with [`OnNode::command`].
+    pub fn free_port(&self) -> Result<u16, HarnessError> {
+        self.network
+            .node()
+            .run_inside(|| {
+                std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+                    .local_addr()
+                    .map(|a| a.port())
+            })
+            .map_err(|e| HarnessError::Network(format!("a free port on the node: {e}")))
     }
 }
 

@@ -1,0 +1,374 @@
+//! The monitoring check of the day-2 scenario: a real Prometheus scrapes the running stack and
+//! answers every query that `config/monitoring/` ships.
+
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use meshplane_crds::names::ports;
+use meshplane_e2e::harness::{wait_for, Cluster};
+use meshplane_e2e::reach::OnNode;
+use meshplane_pod_runner::workspace_root;
+use serde_json::Value;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+/// The operator's metrics port (`config/manager/deployment.yaml`).
+const OPERATOR_METRICS_PORT: u16 = 8080;
+
+/// A Prometheus process on the cluster's node (where pod addresses are reachable, as from a
+/// Prometheus running in the cluster), killed on drop.
+struct Prometheus {
+    _child: tokio::process::Child,
+    node: OnNode,
+    /// On the node's loopback.
+    address: SocketAddr,
+}
+
+fn tool(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!("{name} not found on PATH: run `make host-tools` (Debian's prometheus package)")
+    })
+}
+
+/// Percent-encodes a query parameter.
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Prometheus {
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        let reply = self
+            .node
+            .http_get(self.address, "prometheus", path)
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: Value = serde_json::from_str(&reply.body)
+            .map_err(|e| format!("{path}: {e}: {}", reply.body))?;
+        if reply.status != 200 || body["status"] != "success" {
+            return Err(format!("{path}: {} {}", reply.status, reply.body));
+        }
+        Ok(body["data"].clone())
+    }
+
+    async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let data = self
+            .get(&format!("/api/v1/query?query={}", encode(expr)))
+            .await?;
+        Ok(data["result"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+/// `podIP:port` of every running pod matching `selector`.
+async fn targets(cluster: &Cluster, selector: &str, port: u16) -> Vec<String> {
+    let pods: Api<Pod> = Api::all(cluster.client());
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods");
+    list.items
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .map(|ip| format!("{ip}:{port}"))
+        .collect()
+}
+
+fn yaml_file(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Metric names an expression reads (identifiers of meshplane's and controller-runtime's
+/// families, and `up`).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut current = String::new();
+    let flush = |current: &mut String, names: &mut BTreeSet<String>| {
+        if current.starts_with("meshplane_")
+            || current.starts_with("controller_runtime_")
+            || current == "up"
+        {
+            names.insert(std::mem::take(current));
+        }
+        current.clear();
+    };
+    let mut in_string = false;
+    for c in expr.chars() {
+        if c == '"' {
+            in_string = !in_string;
+            flush(&mut current, &mut names);
+            continue;
+        }
+        if !in_string && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            current.push(c);
+        } else {
+            flush(&mut current, &mut names);
+        }
+    }
+    flush(&mut current, &mut names);
+    names
+}
+
+/// Every dashboard query, with the variables set to "all" and Grafana's interval to 1m.
+fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = target["expr"].as_str() {
+                let expr = expr
+                    .replace("$tenant", ".*")
+                    .replace("$revision", ".*")
+                    .replace("$__rate_interval", "1m");
+                out.push((panel["title"].as_str().unwrap_or("?").to_string(), expr));
+            }
+        }
+    }
+    out
+}
+
+pub async fn check_dashboards_and_alerts(cluster: &Cluster) {
+    let Ok(node) = cluster.on_node() else {
+        eprintln!("monitoring check skipped: against a real cluster (E2E_KUBECONFIG) the pods' addresses are not reachable from the test");
+        return;
+    };
+    let root = workspace_root();
+    let rule_doc = yaml_file(&root.join("config/monitoring/prometheusrule.yaml"));
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("config/monitoring/grafana-dashboard.json"))
+            .expect("dashboard"),
+    )
+    .expect("dashboard JSON");
+    let work = std::env::temp_dir().join(format!("meshplane-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).expect("work dir");
+
+    // The rule groups as a Prometheus rule file; promtool must accept them.
+    let rules_file = work.join("rules.json");
+    std::fs::write(
+        &rules_file,
+        serde_json::to_string(&rule_doc["spec"]).expect("rules"),
+    )
+    .expect("write rules");
+    let check = Command::new(tool("promtool"))
+        .arg("check")
+        .arg("rules")
+        .arg(&rules_file)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        check.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // Scrape every instance and operator pod every second.
+    let xds = targets(
+        cluster,
+        "app.kubernetes.io/name=meshplane-xds",
+        ports::HTTP_MONITORING,
+    )
+    .await;
+    let operator = targets(
+        cluster,
+        "app.kubernetes.io/name=meshplane-operator",
+        OPERATOR_METRICS_PORT,
+    )
+    .await;
+    assert_eq!(xds.len(), 2, "blue's and green's instances: {xds:?}");
+    assert!(!operator.is_empty(), "the operator's pods");
+    let config = serde_json::json!({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [rules_file],
+        "scrape_configs": [
+            {"job_name": "meshplane-system/meshplane-xds", "static_configs": [{"targets": xds}]},
+            {"job_name": "meshplane-system/meshplane-operator", "static_configs": [{"targets": operator}]},
+        ],
+    });
+    let config_file = work.join("prometheus.json");
+    std::fs::write(&config_file, config.to_string()).expect("write config");
+    let check = Command::new(tool("promtool"))
+        .arg("check")
+        .arg("config")
+        .arg(&config_file)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Prometheus runs on the node: it reaches the pods' addresses, and the test reaches it on
+    // the node's loopback.
+    let address = SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        node.free_port().expect("a free port on the node"),
+    ));
+    let log = std::fs::File::create(work.join("prometheus.log")).expect("log");
+    let child = node
+        .command(tool("prometheus"))
+        .expect("a command on the node")
+        .arg(format!("--config.file={}", config_file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            work.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus starts");
+    let prometheus = Prometheus {
+        _child: child,
+        node,
+        address,
+    };
+
+    // Every target up.
+    let expected = xds.len() + operator.len();
+    wait_for(
+        "every meshplane target up in Prometheus",
+        DEADLINE,
+        || async {
+            let up = prometheus.query("up == 1").await?;
+            if up.len() == expected {
+                Ok(Some(()))
+            } else {
+                Err(format!("{} of {expected} up: {up:?}", up.len()))
+            }
+        },
+    )
+    .await
+    .expect("targets up");
+
+    // Every metric a rule reads has series, and every rule evaluates without error.
+    let rules: Vec<(String, String)> = rule_doc["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap_or("?").to_string(),
+                r["expr"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(rules.len() >= 6, "{rules:?}");
+    let mut names = BTreeSet::new();
+    for (_, expr) in &rules {
+        names.extend(metric_names(expr));
+    }
+    for (_, expr) in dashboard_queries(&dashboard) {
+        names.extend(metric_names(&expr));
+    }
+    for name in &names {
+        let series = prometheus
+            .get(&format!("/api/v1/series?match[]={}", encode(name)))
+            .await
+            .expect("series");
+        assert!(
+            series.as_array().is_some_and(|s| !s.is_empty()),
+            "no series of {name}, which the dashboard or a rule reads"
+        );
+    }
+    let expected_rules = rules.len();
+    wait_for("every rule evaluated without error", DEADLINE, || async {
+        let data = prometheus.get("/api/v1/rules").await?;
+        let rules: Vec<Value> = data["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let bad: Vec<String> = rules
+            .iter()
+            .filter(|r| r["health"] != "ok")
+            .map(|r| format!("{}: {} {}", r["name"], r["health"], r["lastError"]))
+            .collect();
+        if rules.len() == expected_rules && bad.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(format!("{} rules loaded, not ok: {bad:?}", rules.len()))
+        }
+    })
+    .await
+    .expect("rules healthy");
+
+    // Every dashboard query returns data (rates need two scrapes in their window: awaited).
+    for (title, expr) in dashboard_queries(&dashboard) {
+        wait_for(&format!("data for panel {title:?}"), DEADLINE, || async {
+            let result = prometheus.query(&expr).await?;
+            if result.is_empty() {
+                Err(format!("{expr}: no data yet"))
+            } else {
+                Ok(Some(()))
+            }
+        })
+        .await
+        .expect("panel query");
+    }
+    let tenants = prometheus
+        .get(&format!(
+            "/api/v1/label/tenant/values?match[]={}",
+            encode("meshplane_xds_build_info")
+        ))
+        .await
+        .expect("tenant values");
+    assert_eq!(
+        tenants,
+        serde_json::json!(["blue", "green"]),
+        "the dashboard's tenant variable"
+    );
+    // Shop's two proxies are on blue, none on green, as the instances' gauges say.
+    let connected = prometheus
+        .query("sum by (tenant) (meshplane_xds_connected_proxies)")
+        .await
+        .expect("query");
+    let by_tenant: Vec<(String, String)> = connected
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["tenant"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                s["value"][1].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        by_tenant.contains(&("blue".to_string(), "2".to_string())),
+        "{by_tenant:?}"
+    );
+    drop(prometheus);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn metric_names_are_found_outside_strings_only() {
+    let names = metric_names(
+        r#"sum by (tenant) (rate(meshplane_xds_nacks_total{job=~"meshplane_x.*"}[5m])) > up"#,
+    );
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["meshplane_xds_nacks_total", "up"]
+    );
+}

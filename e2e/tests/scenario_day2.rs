@@ -1,0 +1,328 @@
+//! Day-2 operations on one running mesh (two tenants, shop's pods on blue):
+//!
+//! - `meshctl`, run as the binary with a real kubeconfig, for every subcommand: `version` lists
+//!   the revisions; `proxy-status` reads both tenants' instances through the API server's
+//!   `pods/proxy` and shows shop's proxies synced on blue; another identity without RBAC is
+//!   refused; `tag list|set|remove` show the pods behind a tag, refuse a cross-tenant move with
+//!   the operator's message and keep a tag in use; `describe pod` reads the pod's tenant;
+//!   `analyze` is clean, then fails on a mislabelled namespace with its code.
+//! - monitoring: a real Prometheus (Debian's, `make host-tools`), run on the cluster's node
+//!   where pod addresses are reachable, scrapes the instances and the operator; `promtool`
+//!   accepts `config/monitoring/prometheusrule.yaml`, Prometheus evaluates every rule without
+//!   error, every metric a rule reads has series, every query of the Grafana dashboard returns
+//!   data, and its tenant variable lists both tenants.
+
+mod monitoring;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use meshplane_e2e::harness::{app_and_client, wait_for, Cluster};
+use meshplane_kube_standin::Identity;
+use meshplane_pod_runner::{default_bin_dir, locate_binary};
+use serde_json::Value;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn meshctl(kubeconfig: &std::path::Path, args: &[&str]) -> Run {
+    let binary: PathBuf = locate_binary(&default_bin_dir(), "meshctl").expect("meshctl is built");
+    let out = Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("meshctl runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json(run: &Run) -> Value {
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+/// Where tag `name` points, as kubectl reads it.
+fn tag_revision(cluster: &Cluster, name: &str) -> String {
+    cluster
+        .kubectl(&[
+            "get",
+            "meshrevisiontag",
+            name,
+            "-o",
+            "jsonpath={.spec.revision}",
+        ])
+        .unwrap_or_else(|e| panic!("tag {name}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meshctl_reads_and_changes_the_mesh_with_the_callers_credentials() {
+    let cluster = Cluster::start_two_tenants("meshctl", DEADLINE)
+        .await
+        .expect("two tenants Ready");
+    let kubeconfig = cluster.kubeconfig().to_path_buf();
+    cluster
+        .apply_manifest(&app_and_client("shop"))
+        .expect("workloads");
+    for app in ["app=web", "app=client"] {
+        cluster
+            .wait_for_ready_pods("shop", app, 1, DEADLINE)
+            .await
+            .expect("shop's pods");
+    }
+
+    // version: this client and the revisions the cluster runs.
+    let version = json(&meshctl(&kubeconfig, &["version", "-o", "json"]));
+    let revisions: Vec<&str> = version["revisions"]
+        .as_array()
+        .expect("revisions")
+        .iter()
+        .filter_map(|r| r["revision"].as_str())
+        .collect();
+    assert_eq!(revisions, ["blue-v1", "green"], "{version}");
+
+    // proxy-status: shop's two proxies, on blue's instance, synced (awaited: the proxies connect
+    // and ACK on their own schedule).
+    let status = wait_for(
+        "shop's proxies SYNCED in meshctl proxy-status",
+        DEADLINE,
+        || {
+            let kubeconfig = kubeconfig.clone();
+            async move {
+                let run = meshctl(&kubeconfig, &["proxy-status", "-o", "json"]);
+                if run.code != Some(0) {
+                    return Err(format!("exit {:?}: {}", run.code, run.stderr));
+                }
+                let v: Value = serde_json::from_str(&run.stdout).map_err(|e| e.to_string())?;
+                let proxies = v["proxies"].as_array().cloned().unwrap_or_default();
+                let synced = proxies
+                    .iter()
+                    .filter(|p| p["namespace"] == "shop")
+                    .filter(|p| {
+                        let state = |t: &str| {
+                            p["types"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .find(|x| x["type"] == t)
+                                .map(|x| x["state"].clone())
+                        };
+                        state("cds") == Some(Value::from("SYNCED"))
+                            && state("lds") == Some(Value::from("SYNCED"))
+                    })
+                    .count();
+                if synced == 2 {
+                    Ok(Some(v))
+                } else {
+                    Err(run.stdout)
+                }
+            }
+        },
+    )
+    .await
+    .expect("proxy-status");
+    assert_eq!(
+        status["instances"], 2,
+        "blue's and green's instances are read: {status}"
+    );
+    assert!(status.get("unreachable").is_none(), "{status}");
+    for p in status["proxies"].as_array().expect("proxies") {
+        assert_eq!(p["tenant"], "blue", "only shop has pods: {p}");
+        assert_eq!(p["revision"], "blue-v1", "{p}");
+        assert!(
+            p["instance"].as_str().is_some_and(
+                |i| i.starts_with("meshplane-blue-v1-") && i.ends_with(".meshplane-blue")
+            ),
+            "{p}"
+        );
+    }
+    let table = meshctl(&kubeconfig, &["proxy-status"]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    let header = table.stdout.lines().next().unwrap_or_default();
+    for column in [
+        "NAME", "TENANT", "REVISION", "INSTANCE", "CDS", "LDS", "EDS", "RDS",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    let green = json(&meshctl(
+        &kubeconfig,
+        &["proxy-status", "--tenant", "green", "-o", "json"],
+    ));
+    assert_eq!(green["instances"], 1, "{green}");
+    assert_eq!(
+        green["proxies"].as_array().map(Vec::len),
+        Some(0),
+        "{green}"
+    );
+
+    // Another identity, without RBAC for any of it, is refused by the API server.
+    if let Some(standin) = cluster.standin() {
+        let stranger = standin
+            .kubeconfig(&Identity::ServiceAccount {
+                namespace: "shop".into(),
+                name: "default".into(),
+            })
+            .expect("kubeconfig");
+        let refused = meshctl(&stranger, &["proxy-status"]);
+        assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+        assert!(refused.stderr.contains("forbidden"), "{}", refused.stderr);
+    }
+
+    // tag list: blue-stable points at blue-v1, shop carries it, shop's pods are behind it.
+    let tags = json(&meshctl(&kubeconfig, &["tag", "list", "-o", "json"]));
+    let stable = tags["tags"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["tag"] == "blue-stable"))
+        .cloned()
+        .expect("blue-stable listed");
+    assert_eq!(stable["revision"], "blue-v1");
+    assert_eq!(stable["tenant"], "blue");
+    assert_eq!(stable["inUse"], true);
+    assert_eq!(stable["namespaces"], serde_json::json!(["shop"]));
+    assert_eq!(stable["pods"].as_array().map(Vec::len), Some(2), "{stable}");
+    assert!(stable["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|p| p["injectedBy"] == "blue-v1"));
+
+    // tag set: a move to green's revision is refused with the operator's reason; nothing moves.
+    let across = meshctl(
+        &kubeconfig,
+        &[
+            "tag",
+            "set",
+            "blue-stable",
+            "--revision",
+            "green",
+            "--overwrite",
+        ],
+    );
+    assert_eq!(across.code, Some(1));
+    assert!(
+        across.stderr.contains("a tag never moves across tenants"),
+        "{}",
+        across.stderr
+    );
+    assert_eq!(tag_revision(&cluster, "blue-stable"), "blue-v1");
+    // Without --overwrite an existing tag is left alone.
+    let no_overwrite = meshctl(
+        &kubeconfig,
+        &["tag", "set", "blue-stable", "--revision", "green"],
+    );
+    assert_eq!(no_overwrite.code, Some(1));
+    assert!(
+        no_overwrite.stderr.contains("--overwrite"),
+        "{}",
+        no_overwrite.stderr
+    );
+
+    // tag set creates, tag remove deletes; a tag in use is kept unless forced.
+    let created = meshctl(
+        &kubeconfig,
+        &["tag", "set", "blue-next", "--revision", "blue-v1"],
+    );
+    assert_eq!(created.code, Some(0), "{}", created.stderr);
+    assert!(
+        created.stdout.contains("meshrevisiontag/blue-next created"),
+        "{}",
+        created.stdout
+    );
+    assert_eq!(tag_revision(&cluster, "blue-next"), "blue-v1");
+    let in_use = meshctl(&kubeconfig, &["tag", "remove", "blue-stable"]);
+    assert_eq!(in_use.code, Some(1));
+    assert!(
+        in_use.stderr.contains("namespaces shop are labelled"),
+        "{}",
+        in_use.stderr
+    );
+    let removed = meshctl(&kubeconfig, &["tag", "remove", "blue-next"]);
+    assert_eq!(removed.code, Some(0), "{}", removed.stderr);
+    let gone = cluster
+        .kubectl_output(&["get", "meshrevisiontag", "blue-next"])
+        .expect("kubectl runs");
+    assert!(
+        !gone.success && gone.stderr.contains("NotFound"),
+        "{}",
+        gone.stderr
+    );
+
+    // describe pod, against the cluster.
+    let web = cluster
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "shop",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .expect("web's name");
+    let described = json(&meshctl(
+        &kubeconfig,
+        &["describe", "pod", &web, "-n", "shop", "-o", "json"],
+    ));
+    assert_eq!(described["tenant"], "blue", "{described}");
+    assert_eq!(described["revision"], "blue-v1");
+    assert_eq!(described["tag"], "blue-stable");
+    assert!(
+        described["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s
+                .as_str()
+                .is_some_and(|s| s.starts_with("web.shop.svc.cluster.local"))),
+        "{described}"
+    );
+
+    // analyze: the cluster is consistent (proxies included), then a namespace asks for a
+    // revision that does not exist.
+    let clean = meshctl(&kubeconfig, &["analyze", "-o", "json"]);
+    let report = json(&clean);
+    let errors: Vec<&Value> = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["severity"] == "Error")
+        .collect();
+    assert!(errors.is_empty(), "{report}");
+    assert!(report.get("skipped").is_none(), "every check ran: {report}");
+    cluster
+        .kubectl(&["create", "namespace", "typo"])
+        .expect("namespace");
+    cluster
+        .kubectl(&["label", "namespace", "typo", "meshplane.io/rev=bleu"])
+        .expect("label");
+    let failing = meshctl(&kubeconfig, &["analyze"]);
+    assert_eq!(
+        failing.code,
+        Some(3),
+        "{}{}",
+        failing.stdout,
+        failing.stderr
+    );
+    assert!(
+        failing
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("MP0302") && l.contains("Namespace typo")),
+        "{}",
+        failing.stdout
+    );
+
+    // Monitoring, on the same stack.
+    monitoring::check_dashboards_and_alerts(&cluster).await;
+}
