@@ -4,7 +4,7 @@
 # pod runner, which gives every pod its own network namespace and address and runs its
 # containers as local processes), installs meshplane with kubectl, then walks through two
 # tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
-# a canary and a tag move. Needs root (network namespaces). Leaves nothing running, and no
+# a canary and a tag move, and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
 # network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +47,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 bold "Building meshplane (operator, xds-server, proxy launcher) and the test fixtures"
-show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-kube-standin -p meshplane-pod-runner --bins
+show "$CARGO" build --quiet -p meshplane-operator -p meshplane-xds -p meshplane-proxy -p meshplane-kube-standin -p meshplane-pod-runner -p meshctl --bins
 
 rm -rf "$WORK"; mkdir -p "$WORK"
 bold "Starting a local cluster: the Kubernetes API stand-in and the pod runner (test fixtures)"
@@ -170,4 +170,16 @@ k get meshrevisiontags
 
 bold "7. Where things stand"
 k get meshcontrolplanes
+
+bold "8. Day 2 with meshctl (it reads the cluster with the admin's kubeconfig, through the API server)"
+say "every proxy of every revision, with its sync state per xDS type:"
+show "$BIN_DIR/meshctl" proxy-status
+say "where each tag points and which pods run behind it:"
+show "$BIN_DIR/meshctl" tag list
+say "what meshctl analyze finds: shop's client still runs blue-v1's sidecar although the tag moved"
+say "to blue-v2 (until restarted), and intruder asks for green from outside green's selector:"
+rc=0
+show "$BIN_DIR/meshctl" analyze || rc=$?
+[ "$rc" = 3 ] || die "meshctl analyze exited $rc, expected 3 (findings at error level)"
+say "exit code 3: findings at error level (--fail-on decides; 'meshctl analyze --list-codes' lists every code)"
 say "demo finished; stopping every process it started"

@@ -135,10 +135,17 @@ impl Report for AnalyzeReport {
             }
             out.push_str(&table.render());
             let count = |s: Severity| self.findings.iter().filter(|f| f.severity == s).count();
+            let plural = |n: usize, one: &str| {
+                if n == 1 {
+                    format!("1 {one}")
+                } else {
+                    format!("{n} {one}s")
+                }
+            };
             out.push_str(&format!(
-                "{} errors, {} warnings, {} info in {}\n",
-                count(Severity::Error),
-                count(Severity::Warning),
+                "{}, {}, {} info in {}\n",
+                plural(count(Severity::Error), "error"),
+                plural(count(Severity::Warning), "warning"),
                 count(Severity::Info),
                 self.source
             ));
@@ -161,5 +168,37 @@ impl Report for CodeList {
             table.row([c.id, c.name, c.severity.as_str(), c.summary]);
         }
         table.render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_each_severity_in_plain_english() {
+        let report = |findings| AnalyzeReport {
+            source: "the cluster".into(),
+            findings,
+            skipped: Vec::new(),
+        };
+        let one_each = report(vec![
+            Finding::new(codes::NAMESPACE_OUTSIDE_SELECTOR, "Namespace a", "outside"),
+            Finding::new(codes::POD_REVISION_MISMATCH, "Pod a/b", "old sidecar"),
+        ]);
+        assert!(one_each
+            .human(false)
+            .ends_with("\n1 error, 1 warning, 0 info in the cluster\n"));
+        let two_errors = report(vec![
+            Finding::new(codes::NAMESPACE_OUTSIDE_SELECTOR, "Namespace a", "outside"),
+            Finding::new(codes::NAMESPACE_OUTSIDE_SELECTOR, "Namespace b", "outside"),
+        ]);
+        assert!(two_errors
+            .human(false)
+            .ends_with("\n2 errors, 0 warnings, 0 info in the cluster\n"));
+        assert_eq!(
+            report(Vec::new()).human(false),
+            "no problems found in the cluster\n"
+        );
     }
 }
