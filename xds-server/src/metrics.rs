@@ -2,7 +2,7 @@
 //! `_total` on counters); an instance's registry ([`Metrics::for_instance`]) labels every series
 //! with its `tenant` and `revision`, so one query spans every instance of a cluster. Families
 //! with a known label set start at zero, so dashboards and alerts see a series before the first
-//! event. `docs/guide/metrics.md` lists them; `config/monitoring/` queries them.
+//! event. `docs/guide/monitoring.md` lists them; `config/monitoring/` queries them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +31,13 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// What triggered a push: the kind of the changed object (lowercase, as `kubectl get` names
+/// it), or `members`, `meshconfig`, `resync`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabel {
+    pub reason: String,
+}
+
 /// The binary's version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabel {
@@ -41,6 +48,19 @@ pub struct VersionLabel {
 pub const RESOURCE_TYPES: [&str; 4] = ["cds", "eds", "lds", "rds"];
 /// Refusal reasons every instance starts with (others appear when they happen).
 const KNOWN_REJECTIONS: [&str; 3] = ["not_member", "unauthenticated", "wrong_tenant"];
+/// Push trigger reasons every instance starts with (kinds added later appear when they happen).
+pub const KNOWN_TRIGGERS: [&str; 10] = [
+    "service",
+    "endpointslice",
+    "pod",
+    "serviceentry",
+    "sidecar",
+    "envoyfilter",
+    "namespace",
+    "members",
+    "meshconfig",
+    "resync",
+];
 /// Certificate request results every instance starts with.
 const CERTIFICATE_RESULTS: [&str; 5] = [
     "issued",
@@ -66,6 +86,9 @@ pub struct Metrics {
     rejected: Family<ReasonLabel, Counter>,
     certificates: Family<ResultLabel, Counter>,
     unsynced: Family<TypeLabel, Gauge>,
+    triggers: Family<TriggerLabel, Counter>,
+    debounce: Histogram,
+    queue: Histogram,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -158,6 +181,26 @@ impl Metrics {
             "CreateCertificate requests, by result (issued, unauthenticated, not_member, bad_csr, unavailable)",
             certificates.clone(),
         );
+        let triggers = Family::<TriggerLabel, Counter>::default();
+        registry.register(
+            "push_triggers",
+            "Source events that changed what some proxy receives, by reason (the changed object's kind, members, meshconfig, resync)",
+            triggers.clone(),
+        );
+        // 5 ms to ~20 s: the debounce window is 100 ms quiet, 1 s at most by default.
+        let debounce = Histogram::new(exponential_buckets(0.005, 2.0, 13));
+        registry.register(
+            "push_debounce_seconds",
+            "Time from the first change of a batch to the start of its push (the debounce wait)",
+            debounce.clone(),
+        );
+        // 0.1 ms to ~3 s: rendering is serial, so this grows with the proxies per push.
+        let queue = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "proxy_queue_seconds",
+            "Time a proxy waits for its snapshot: from the start of a push (or its connection, for its first config) until the push loop hands the snapshot to its stream",
+            queue.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -178,6 +221,11 @@ impl Metrics {
                 reason: reason.to_string(),
             });
         }
+        for reason in KNOWN_TRIGGERS {
+            let _ = triggers.get_or_create(&TriggerLabel {
+                reason: reason.to_string(),
+            });
+        }
         for result in CERTIFICATE_RESULTS {
             let _ = certificates.get_or_create(&ResultLabel {
                 result: result.to_string(),
@@ -191,6 +239,9 @@ impl Metrics {
             rejected,
             certificates,
             unsynced,
+            triggers,
+            debounce,
+            queue,
             proxy_config_bytes,
             registry: root,
         }
@@ -224,6 +275,25 @@ impl Metrics {
         self.push_latency
             .get_or_create(&label)
             .observe(latency_seconds);
+    }
+
+    /// Records a source event that changed what some proxy receives.
+    pub fn push_triggered(&self, reason: &str) {
+        self.triggers
+            .get_or_create(&TriggerLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records how long a batch of changes waited in the debouncer.
+    pub fn debounced(&self, wait: std::time::Duration) {
+        self.debounce.observe(wait.as_secs_f64());
+    }
+
+    /// Records how long a proxy waited for its snapshot in the push loop.
+    pub fn queued(&self, wait: std::time::Duration) {
+        self.queue.observe(wait.as_secs_f64());
     }
 
     /// Records a NACK.
@@ -271,6 +341,9 @@ mod tests {
         m.proxy_connected("blue-v1", "delta", 1);
         m.nacked("cds");
         m.set_unsynced("lds", 2);
+        m.push_triggered("sidecar");
+        m.debounced(std::time::Duration::from_millis(150));
+        m.queued(std::time::Duration::from_micros(50));
         let text = m.encode().expect("encodes");
         for line in [
             r#"meshplane_xds_connected_proxies{tenant="blue",revision="blue-v1",type="delta"} 1"#,
@@ -280,6 +353,13 @@ mod tests {
             r#"meshplane_xds_pushes_total{tenant="blue",revision="blue-v1",type="rds"} 0"#,
             r#"meshplane_xds_rejected_connections_total{tenant="blue",revision="blue-v1",reason="not_member"} 0"#,
             r#"meshplane_xds_certificate_requests_total{tenant="blue",revision="blue-v1",result="issued"} 0"#,
+            r#"meshplane_xds_push_triggers_total{tenant="blue",revision="blue-v1",reason="sidecar"} 1"#,
+            r#"meshplane_xds_push_triggers_total{tenant="blue",revision="blue-v1",reason="endpointslice"} 0"#,
+            // 150 ms: above the 80 ms bucket, within 160 ms.
+            r#"meshplane_xds_push_debounce_seconds_bucket{tenant="blue",revision="blue-v1",le="0.08"} 0"#,
+            r#"meshplane_xds_push_debounce_seconds_bucket{tenant="blue",revision="blue-v1",le="0.16"} 1"#,
+            r#"meshplane_xds_push_debounce_seconds_count{tenant="blue",revision="blue-v1"} 1"#,
+            r#"meshplane_xds_proxy_queue_seconds_count{tenant="blue",revision="blue-v1"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }

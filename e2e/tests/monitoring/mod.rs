@@ -1,7 +1,7 @@
 //! The monitoring check of the day-2 scenario: a real Prometheus scrapes the running stack and
 //! answers every query that `config/monitoring/` ships.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -338,28 +338,37 @@ pub async fn check_dashboards_and_alerts(cluster: &Cluster) {
         "the dashboard's tenant variable"
     );
     // Shop's two proxies are on blue, none on green, as the instances' gauges say.
-    let connected = prometheus
-        .query("sum by (tenant) (meshplane_xds_connected_proxies)")
-        .await
-        .expect("query");
-    let by_tenant: Vec<(String, String)> = connected
-        .iter()
-        .map(|s| {
-            (
-                s["metric"]["tenant"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                s["value"][1].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect();
-    assert!(
-        by_tenant.contains(&("blue".to_string(), "2".to_string())),
-        "{by_tenant:?}"
-    );
+    let connected = by_tenant(&prometheus, "meshplane_xds_connected_proxies").await;
+    assert_eq!(connected.get("blue"), Some(&2.0), "{connected:?}");
+    // The push loop's own measures saw the mesh come up: shop's pods and their EndpointSlices
+    // triggered pushes on blue, batches waited in the debouncer, and each proxy's first
+    // config was timed from its connection.
+    let triggers = by_tenant(
+        &prometheus,
+        r#"meshplane_xds_push_triggers_total{reason="endpointslice"}"#,
+    )
+    .await;
+    assert!(triggers.get("blue") >= Some(&1.0), "{triggers:?}");
+    let debounced = by_tenant(&prometheus, "meshplane_xds_push_debounce_seconds_count").await;
+    assert!(debounced.get("blue") >= Some(&1.0), "{debounced:?}");
+    let queued = by_tenant(&prometheus, "meshplane_xds_proxy_queue_seconds_count").await;
+    assert!(queued.get("blue") >= Some(&2.0), "{queued:?}");
     drop(prometheus);
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `sum by (tenant) (<selector>)`, by tenant.
+async fn by_tenant(prometheus: &Prometheus, selector: &str) -> BTreeMap<String, f64> {
+    let expr = format!("sum by (tenant) ({selector})");
+    let result = prometheus.query(&expr).await.expect("query");
+    result
+        .iter()
+        .filter_map(|s| {
+            let tenant = s["metric"]["tenant"].as_str()?.to_string();
+            let value = s["value"][1].as_str()?.parse().ok()?;
+            Some((tenant, value))
+        })
+        .collect()
 }
 
 #[test]

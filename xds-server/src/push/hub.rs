@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use tokio::sync::{watch, Notify};
 
@@ -35,8 +36,8 @@ pub struct Hub {
     control_namespace: String,
     pub(super) proxies: Mutex<HashMap<u64, ProxyEntry>>,
     next_id: AtomicU64,
-    /// Proxies registered since the push loop last rendered first configs.
-    waiting: Mutex<Vec<u64>>,
+    /// Proxies registered since the push loop last rendered first configs, with when.
+    waiting: Mutex<Vec<(u64, Instant)>>,
     pub(super) connects: Notify,
     ready: watch::Sender<bool>,
     members: watch::Sender<Arc<BTreeSet<String>>>,
@@ -134,15 +135,19 @@ impl Hub {
             .collect()
     }
 
-    /// Proxies that connected since the last call and are still connected.
-    pub(super) fn take_waiting(&self) -> Vec<Target> {
+    /// Proxies that connected since the last call and are still connected, with when they
+    /// connected.
+    pub(super) fn take_waiting(&self) -> Vec<(Target, Instant)> {
         let ids = std::mem::take(&mut *lock(&self.waiting));
         let proxies = lock(&self.proxies);
         ids.iter()
-            .filter_map(|id| proxies.get(id))
-            .map(|e| Target {
-                node: Arc::clone(&e.node),
-                snapshot: e.snapshot.clone(),
+            .filter_map(|(id, at)| Some((proxies.get(id)?, *at)))
+            .map(|(e, at)| {
+                let target = Target {
+                    node: Arc::clone(&e.node),
+                    snapshot: e.snapshot.clone(),
+                };
+                (target, at)
             })
             .collect()
     }
@@ -167,7 +172,7 @@ impl Hub {
             );
             proxies.len()
         };
-        lock(&self.waiting).push(id);
+        lock(&self.waiting).push((id, Instant::now()));
         self.connects.notify_one();
         self.metrics
             .proxy_connected(&self.revision, protocol.as_str(), 1);

@@ -84,6 +84,8 @@ pub struct Pusher {
     /// The snapshots of the last push (or first renders since), by config: a proxy that
     /// connects later shares its scope's types instead of building its own.
     latest: Shared<Arc<Snapshot>>,
+    /// When the current push started: a proxy's queue time runs from here to its snapshot.
+    push_started: Instant,
 }
 
 impl Pusher {
@@ -95,6 +97,7 @@ impl Pusher {
             generator,
             epoch: 0,
             latest: Shared::new(),
+            push_started: Instant::now(),
         }
     }
 
@@ -106,7 +109,11 @@ impl Pusher {
     /// renders the proxies that connected before.
     pub fn apply(&mut self, event: SourceEvent) -> Change {
         let ready = matches!(event, SourceEvent::Ready);
+        let reason = trigger_reason(&event);
         let change = self.generator.apply(event);
+        if let (false, Some(reason)) = (change.is_empty(), reason) {
+            self.hub.metrics().push_triggered(&reason);
+        }
         if change.kind == ChangeKind::Config {
             self.epoch += 1;
         }
@@ -128,7 +135,7 @@ impl Pusher {
         }
         let now = Instant::now();
         let mut shared = std::mem::take(&mut self.latest);
-        for target in self.hub.take_waiting() {
+        for (target, connected_at) in self.hub.take_waiting() {
             let next = Arc::new(self.render(&target, None, now, &mut shared).retimed(now));
             self.hub
                 .metrics()
@@ -136,6 +143,7 @@ impl Pusher {
                 .observe(next.bytes as f64);
             // Always delivered: the stream waits for its first rendered snapshot.
             target.snapshot.send_replace(next);
+            self.hub.metrics().queued(connected_at.elapsed());
         }
         self.latest = shared;
     }
@@ -143,6 +151,7 @@ impl Pusher {
     /// Pushes a debounced batch of changes: see [`Pusher::push_endpoints`] and
     /// [`Pusher::push_all`].
     pub fn push(&mut self, changed_at: Instant, change: &Change) {
+        self.push_started = Instant::now();
         match change.kind {
             ChangeKind::None => {}
             ChangeKind::Endpoints => self.push_endpoints(changed_at, &change.clusters),
@@ -174,10 +183,9 @@ impl Pusher {
 
     /// Hands `next` to a proxy's stream if its content differs from what the stream has.
     fn offer(&self, target: &Target, next: Arc<Snapshot>) -> bool {
-        self.hub
-            .metrics()
-            .proxy_config_bytes
-            .observe(next.bytes as f64);
+        let metrics = self.hub.metrics();
+        metrics.proxy_config_bytes.observe(next.bytes as f64);
+        metrics.queued(self.push_started.elapsed());
         target.snapshot.send_if_modified(|current| {
             if current.same_content(&next) {
                 // Same content: no wake-up, but keep the newer epoch so the next
@@ -280,6 +288,7 @@ pub async fn run_push_loop(
             _ = sleep_until_opt(deadline) => {
                 let change = std::mem::take(&mut pending);
                 if let Some(first) = debouncer.take() {
+                    hub.metrics().debounced(first.elapsed());
                     if hub.is_ready() {
                         pusher.push(first, &change);
                     }
@@ -294,6 +303,21 @@ pub async fn run_push_loop(
                 }
             }
         }
+    }
+}
+
+/// What a source event changed, as the `reason` of `meshplane_xds_push_triggers_total`: the
+/// object's kind in lowercase (as `kubectl get` names it), `members`, `meshconfig` or `resync`.
+/// `Resync` and `Ready` change nothing by themselves.
+fn trigger_reason(event: &SourceEvent) -> Option<String> {
+    let kind = |k: &crate::model::Kind| format!("{k:?}").to_ascii_lowercase();
+    match event {
+        SourceEvent::Upsert(object) => Some(kind(&object.key().kind)),
+        SourceEvent::Delete(key) => Some(kind(&key.kind)),
+        SourceEvent::Members(_) => Some("members".into()),
+        SourceEvent::MeshConfig(_) => Some("meshconfig".into()),
+        SourceEvent::Synced => Some("resync".into()),
+        SourceEvent::Resync { .. } | SourceEvent::Ready => None,
     }
 }
 
@@ -478,5 +502,50 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
         assert_eq!(d.deadline(), Some(t0 + Duration::from_millis(1000)));
         assert_eq!(d.take(), Some(t0));
         assert_eq!(d.deadline(), None);
+    }
+
+    /// The value of the sample `line_start` (name and labels) in `text`, if present.
+    fn sample(text: &str, line_start: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+    }
+
+    #[test]
+    fn pushes_count_their_triggers_by_reason_and_time_the_queue() {
+        let mut p = pusher(&[]);
+        p.apply(SourceEvent::Ready);
+        let hub = Arc::clone(p.hub());
+        let _a = hub.connect(node("shop", "a"), Protocol::Sotw);
+        p.serve_waiting();
+        let metrics = || hub.metrics().encode().expect("encodes");
+        assert_eq!(
+            sample(&metrics(), "meshplane_xds_proxy_queue_seconds_count"),
+            Some(1.0),
+            "a first config counts its wait since the connection"
+        );
+        let change = p.apply(web_endpoints("198.18.1.9"));
+        p.push(Instant::now(), &change);
+        p.apply(event(
+            "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec: {egress: [{hosts: [\"./*\"]}]}\n",
+        ));
+        // Outside the tenant: no proxy receives it, so it triggers nothing.
+        p.apply(event(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: x, namespace: elsewhere}\nspec: {clusterIP: 198.19.0.99, ports: [{port: 80}]}\n",
+        ));
+        let text = metrics();
+        let triggers = |reason: &str| {
+            sample(
+                &text,
+                &format!("meshplane_xds_push_triggers_total{{reason=\"{reason}\"}}"),
+            )
+        };
+        assert_eq!(triggers("endpointslice"), Some(1.0), "{text}");
+        assert_eq!(triggers("sidecar"), Some(1.0), "{text}");
+        assert_eq!(triggers("service"), Some(0.0), "{text}");
+        assert_eq!(
+            sample(&text, "meshplane_xds_proxy_queue_seconds_count"),
+            Some(2.0),
+            "the endpoint push handed shop's proxy a snapshot: {text}"
+        );
     }
 }
