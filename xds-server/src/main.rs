@@ -224,7 +224,7 @@ fn spawn_secure(
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
     use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
-    let ca = Arc::new(CaDirectory::new(&args.ca_dir));
+    let ca = Arc::new(CaDirectory::new(&args.ca_dir).reporting_to(Arc::clone(hub.metrics())));
     if let Err(e) = ca.authority() {
         tracing::warn!(error = %e, "the TLS port has no certificate until the tenant CA loads");
     }

@@ -38,6 +38,13 @@ pub struct TriggerLabel {
     pub reason: String,
 }
 
+/// A certificate of the tenant CA, named as its file in the `cacerts` layout without `.pem`:
+/// `ca-cert` (the signing certificate) or `root-cert` (the root anchoring it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabel {
+    pub certificate: String,
+}
+
 /// The binary's version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabel {
@@ -87,6 +94,7 @@ pub struct Metrics {
     certificates: Family<ResultLabel, Counter>,
     unsynced: Family<TypeLabel, Gauge>,
     triggers: Family<TriggerLabel, Counter>,
+    ca_expiry: Family<CertificateLabel, Gauge>,
     debounce: Histogram,
     queue: Histogram,
     /// Encoded config size of each rendered proxy config.
@@ -201,6 +209,13 @@ impl Metrics {
             "Time a proxy waits for its snapshot: from the start of a push (or its connection, for its first config) until the push loop hands the snapshot to its stream",
             queue.clone(),
         );
+        // No zero start: an expiry of 0 would read as long expired. Absent until the CA loads.
+        let ca_expiry = Family::<CertificateLabel, Gauge>::default();
+        registry.register(
+            "ca_expiry_timestamp_seconds",
+            "When the tenant CA's certificates expire (Unix time): ca-cert, the signing certificate (nothing issued outlives it), and root-cert, the root that anchors it; present once the CA has loaded",
+            ca_expiry.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -240,6 +255,7 @@ impl Metrics {
             certificates,
             unsynced,
             triggers,
+            ca_expiry,
             debounce,
             queue,
             proxy_config_bytes,
@@ -294,6 +310,18 @@ impl Metrics {
     /// Records how long a proxy waited for its snapshot in the push loop.
     pub fn queued(&self, wait: std::time::Duration) {
         self.queue.observe(wait.as_secs_f64());
+    }
+
+    /// Records when the loaded tenant CA's certificates expire (Unix seconds), by file
+    /// (`ca-cert`, `root-cert`).
+    pub fn ca_loaded(&self, expiries: &[(&str, i64)]) {
+        for (certificate, not_after) in expiries {
+            self.ca_expiry
+                .get_or_create(&CertificateLabel {
+                    certificate: certificate.to_string(),
+                })
+                .set(*not_after);
+        }
     }
 
     /// Records a NACK.
