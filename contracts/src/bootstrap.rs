@@ -3,14 +3,16 @@
 //!
 //! [`ENVOY_YAML`] is an Envoy bootstrap with admin on `127.0.0.1:`[`PROXY_ADMIN`], a readiness
 //! listener on [`PROXY_READY`] answering [`READY_PATH`], and ADS over the static HTTP/2 cluster
-//! [`ADS_CLUSTER`] pointing at the instance Service's [`GRPC_XDS`] port. It carries no `node`:
-//! the proxy launcher sets that (contract 7), and adds the token to the `grpc_service`s that
-//! target [`ADS_CLUSTER`].
+//! [`ADS_CLUSTER`] pointing at the instance Service's [`GRPC_XDS_TLS`] port over TLS: the
+//! cluster's `transport_socket.sni` is the instance Service's host, which its certificate must
+//! name, verified against [`ROOT_CERT`] under [`MOUNT_DIR`]. It carries no `node`: the proxy
+//! launcher sets that (contract 7); the node agent (contract 11) reads the address and the SNI
+//! from [`ADS_CLUSTER`] and carries ADS there itself, with the token.
 
 use crate::error::ContractError;
 use crate::Data;
 
-pub use crate::ports::{GRPC_XDS, PROXY_ADMIN, PROXY_READY};
+pub use crate::ports::{GRPC_XDS_TLS, PROXY_ADMIN, PROXY_READY};
 
 const CONTRACT: &str = "6 (bootstrap ConfigMap)";
 
@@ -18,6 +20,9 @@ const CONTRACT: &str = "6 (bootstrap ConfigMap)";
 pub const ENVOY_YAML: &str = "envoy.yaml";
 /// Key of the tenant root certificate (PEM; a comment until the tenant CA exists).
 pub const ROOT_CERT: &str = "root-cert.pem";
+/// Where the injector mounts the ConfigMap in the proxy container; `envoy.yaml` names
+/// `root-cert.pem` under it.
+pub const MOUNT_DIR: &str = "/etc/meshplane/bootstrap";
 /// Key of the revision that wrote it.
 pub const REVISION: &str = "revision";
 /// The static cluster carrying ADS to the instance.

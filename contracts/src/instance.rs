@@ -6,6 +6,7 @@
 //! parses what [`InstanceArgs::to_args`] formats.
 
 use crate::ports;
+use crate::tenant_ca;
 use crate::webhook_tls;
 
 /// Flag names (without the leading `--`).
@@ -16,6 +17,9 @@ pub mod flags {
     pub const SOURCE: &str = "source";
     pub const ISOLATION: &str = "isolation";
     pub const XDS_ADDR: &str = "xds-addr";
+    pub const XDS_TLS_ADDR: &str = "xds-tls-addr";
+    pub const CA_DIR: &str = "ca-dir";
+    pub const TRUST_DOMAIN: &str = "trust-domain";
     pub const WEBHOOK_ADDR: &str = "webhook-addr";
     pub const MONITORING_ADDR: &str = "monitoring-addr";
     pub const WEBHOOK_TLS_DIR: &str = "webhook-tls-dir";
@@ -64,12 +68,15 @@ pub struct InstanceArgs {
     pub revision: String,
     pub control_namespace: String,
     pub isolation: Isolation,
+    /// Trust domain of the tenant's workload identities.
+    pub trust_domain: String,
 }
 
 impl InstanceArgs {
     /// The instance's arguments in Kubernetes mode: every address on all interfaces at the
-    /// ports of [`crate::ports`], the webhook certificate at [`webhook_tls::MOUNT_DIR`], and
-    /// the tenant's token audience.
+    /// ports of [`crate::ports`], ADS only on the TLS port with the tenant CA at
+    /// [`tenant_ca::MOUNT_DIR`] (contract 11; no plaintext ADS), the webhook certificate at
+    /// [`webhook_tls::MOUNT_DIR`], and the tenant's token audience.
     pub fn to_args(&self) -> Vec<String> {
         let all = |port: u16| format!("0.0.0.0:{port}");
         let pairs = [
@@ -78,7 +85,9 @@ impl InstanceArgs {
             (flags::CONTROL_NAMESPACE, self.control_namespace.clone()),
             (flags::SOURCE, SOURCE_KUBE.to_string()),
             (flags::ISOLATION, self.isolation.as_str().to_string()),
-            (flags::XDS_ADDR, all(ports::GRPC_XDS)),
+            (flags::XDS_TLS_ADDR, all(ports::GRPC_XDS_TLS)),
+            (flags::CA_DIR, tenant_ca::MOUNT_DIR.to_string()),
+            (flags::TRUST_DOMAIN, self.trust_domain.clone()),
             (flags::WEBHOOK_ADDR, all(ports::HTTPS_WEBHOOK)),
             (flags::MONITORING_ADDR, all(ports::HTTP_MONITORING)),
             (flags::WEBHOOK_TLS_DIR, webhook_tls::MOUNT_DIR.to_string()),
@@ -105,6 +114,7 @@ mod tests {
             revision: "blue-v1".into(),
             control_namespace: "meshplane-blue".into(),
             isolation: Isolation::Strict,
+            trust_domain: "blue.example".into(),
         }
         .to_args();
         let pairs: Vec<(&str, &str)> = args
@@ -119,7 +129,9 @@ mod tests {
                 ("--control-namespace", "meshplane-blue"),
                 ("--source", "kube"),
                 ("--isolation", "Strict"),
-                ("--xds-addr", "0.0.0.0:15010"),
+                ("--xds-tls-addr", "0.0.0.0:15012"),
+                ("--ca-dir", "/var/run/meshplane/ca"),
+                ("--trust-domain", "blue.example"),
                 ("--webhook-addr", "0.0.0.0:15017"),
                 ("--monitoring-addr", "0.0.0.0:15014"),
                 ("--webhook-tls-dir", "/var/run/meshplane/webhook-tls"),

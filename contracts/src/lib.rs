@@ -17,6 +17,7 @@
 //! | 7 | proxy identity: node id, node metadata, token audience | [`node`] |
 //! | 8 | ownership labels | [`ownership`] |
 //! | 9 | the operator's own admission certificate | [`operator_tls`] |
+//! | 11 | tenant CA, SDS names | [`tenant_ca`] |
 //!
 //! No dependency beyond `thiserror`: the proxy image's launcher links this crate too.
 
@@ -28,6 +29,7 @@ pub mod operator_tls;
 pub mod ownership;
 pub mod ports;
 pub mod proxies;
+pub mod tenant_ca;
 pub mod webhook_tls;
 pub mod webhooks;
 

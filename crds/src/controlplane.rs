@@ -100,6 +100,52 @@ pub struct MeshControlPlaneSpec {
     /// Mesh-wide settings of this revision.
     #[serde(default)]
     pub mesh_config: MeshConfig,
+
+    /// The tenant's certificate authority, which signs its workload certificates. Revisions of
+    /// a tenant share one CA: the setting of the tenant's oldest revision is the tenant's.
+    /// Absent: `selfSigned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!(has(self.selfSigned) && has(self.plugged))").message("spec.certificateAuthority: give selfSigned or plugged, not both"))]
+    #[x_kube(validation = Rule::new("!has(self.plugged) || self.plugged.secretName != 'meshplane-ca'").message("spec.certificateAuthority.plugged.secretName: meshplane-ca is the Secret the operator keeps for the instances; name your cacerts Secret otherwise"))]
+    pub certificate_authority: Option<CertificateAuthority>,
+}
+
+/// Where a tenant's certificate authority comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateAuthority {
+    /// The operator issues a root for the tenant and rotates it (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_signed: Option<SelfSignedCa>,
+    /// An intermediate of the organisation's root, plugged in from a Secret of the control
+    /// namespace in Istio's `cacerts` layout (`ca-cert.pem`, `ca-key.pem`, `root-cert.pem`,
+    /// `cert-chain.pem`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugged: Option<PluggedCa>,
+}
+
+/// A self-signed tenant root, kept by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SelfSignedCa {}
+
+/// A plugged-in CA.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluggedCa {
+    /// Name of the Secret in the control namespace (Istio names it `cacerts`). Not
+    /// `meshplane-ca`: that is the Secret the operator keeps for the instances.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub secret_name: String,
+}
+
+impl CertificateAuthority {
+    /// The Secret of a plugged-in CA, if this is one.
+    pub fn plugged_secret(&self) -> Option<&str> {
+        self.plugged.as_ref().map(|p| p.secret_name.as_str())
+    }
 }
 
 fn default_version() -> String {

@@ -6,6 +6,7 @@
 //! `meshplane-contracts` and re-exported here.
 
 pub use meshplane_contracts::bootstrap::configmap_name as bootstrap_configmap;
+pub use meshplane_contracts::bootstrap::MOUNT_DIR as BOOTSTRAP_DIR;
 pub use meshplane_contracts::members::configmap_name as members_configmap;
 pub use meshplane_contracts::node::token_audience;
 pub use meshplane_contracts::ownership::{
@@ -13,6 +14,7 @@ pub use meshplane_contracts::ownership::{
 };
 pub use meshplane_contracts::ports;
 pub use meshplane_contracts::proxies::configmap_name as proxies_configmap;
+pub use meshplane_contracts::tenant_ca::{MOUNT_DIR as TENANT_CA_DIR, SECRET as TENANT_CA_SECRET};
 pub use meshplane_contracts::webhook_tls::secret_name as webhook_tls_secret;
 pub use meshplane_contracts::webhooks::{
     injector_configuration as injector_webhook, instance_name, service_host,

@@ -1,9 +1,13 @@
 //! Two tenants from `config/samples`: each instance becomes Ready; blue's proxies get blue's
 //! services and none of green's (and vice versa); in each tenant a client reaches its own
-//! tenant's app by Service name, transparently captured by both sidecars.
+//! tenant's app by Service name, transparently captured by both sidecars. Each tenant has its
+//! own CA (contract 11): its root is the trust bundle of its bootstrap ConfigMaps only, and every
+//! injected proxy got its workload certificate from its own tenant's instance.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
 use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -46,6 +50,40 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         sidecars.push((namespace, web_name));
         sidecars.push((namespace, client_name));
     }
+
+    // Each tenant's root (Secret meshplane-ca in its control namespace) is the trust bundle of
+    // its bootstrap ConfigMap in its member namespace; the two tenants' roots differ.
+    let mut roots = Vec::new();
+    for (namespace, control, revision) in [
+        ("shop", "meshplane-blue", "blue-v1"),
+        ("garden", "meshplane-green", "green"),
+    ] {
+        let secret = Api::<Secret>::namespaced(cluster.client(), control)
+            .get("meshplane-ca")
+            .await
+            .expect("the tenant CA Secret");
+        let root = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("root-cert.pem"))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .expect("root-cert.pem in meshplane-ca");
+        assert!(
+            root.contains("-----BEGIN CERTIFICATE-----"),
+            "{control}'s root is a certificate: {root}"
+        );
+        let bootstrap = Api::<ConfigMap>::namespaced(cluster.client(), namespace)
+            .get(&format!("meshplane-{revision}-bootstrap"))
+            .await
+            .expect("the bootstrap ConfigMap");
+        assert_eq!(
+            bootstrap.data.as_ref().and_then(|d| d.get("root-cert.pem")),
+            Some(&root),
+            "the bootstrap ConfigMap in {namespace} carries {control}'s root"
+        );
+        roots.push(root);
+    }
+    assert_ne!(roots[0], roots[1], "every tenant has its own root");
 
     if cluster.network().is_none() {
         eprintln!(
@@ -126,6 +164,40 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         assert!(
             !stats.0.is_empty() && rejected.is_empty(),
             "the sidecar of {namespace}/{pod} rejected config: {rejected:?}"
+        );
+    }
+    // Every injected proxy got its certificate from its own tenant's instance: each instance
+    // issued one per pod of its tenant (web and client), and its agents reached ADS over TLS
+    // verified against their own tenant's root (the traffic above).
+    for (control, revision) in [("meshplane-blue", "blue-v1"), ("meshplane-green", "green")] {
+        let instance = cluster
+            .wait_for_ready_pods(
+                control,
+                &format!("app.kubernetes.io/name=meshplane-xds,meshplane.io/revision={revision}"),
+                1,
+                DEADLINE,
+            )
+            .await
+            .expect("instance pod");
+        let name = instance[0].metadata.name.clone().unwrap_or_default();
+        let in_instance = cluster.in_pod(control, &name).expect("instance pod");
+        let metrics = in_instance
+            .http_get("http://127.0.0.1:15014/metrics")
+            .await
+            .expect("instance metrics");
+        let issued = format!(
+            r#"meshplane_xds_certificate_requests_total{{tenant="{}",revision="{revision}",result="issued"}}"#,
+            control.trim_start_matches("meshplane-")
+        );
+        let count: u64 = metrics
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix(&issued))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_default();
+        assert!(
+            count >= 2,
+            "{revision} issued a certificate to each of its 2 pods: {count}"
         );
     }
     eprintln!("scenario two-tenants took {:?}", started.elapsed());

@@ -4,6 +4,7 @@
 //! - [`render`]: pure desired object set of one revision.
 //! - [`apply`]: comparing desired with observed; server-side apply and pruning.
 //! - [`tls`]: webhook CA and serving certificates, rotation.
+//! - [`ca`]: the tenant CA Secret (self-signed and rotated, or plugged in).
 //! - [`status`]: pure status and conditions.
 //! - [`controller`]: the kube-runtime controllers and their reconcile functions.
 //! - [`admission`]: the operator's own admission check of the meshplane API.
@@ -12,6 +13,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod ca;
 pub mod controller;
 pub mod leader;
 pub mod metrics;

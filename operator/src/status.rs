@@ -106,7 +106,12 @@ pub struct InstanceFacts {
     pub connected_proxies: Option<i32>,
     /// Objects we wanted to write but that belong to someone else.
     pub foreign_objects: Vec<String>,
+    /// Why the tenant CA could not be kept as asked (it keeps the CA it has).
+    pub ca_problem: Option<String>,
 }
+
+/// Reason of the Degraded condition when the tenant's plugged-in CA is missing or unusable.
+pub const CA_INVALID_REASON: &str = "CertificateAuthorityInvalid";
 
 /// Whether an observed Deployment has an available replica.
 pub fn deployment_available(deployment: Option<&Value>) -> bool {
@@ -248,7 +253,9 @@ pub fn active_status(
             )
         },
     ];
-    wanted.push(if facts.foreign_objects.is_empty() {
+    wanted.push(if let Some(problem) = &facts.ca_problem {
+        ConditionSpec::new(types::DEGRADED, true, CA_INVALID_REASON, problem.clone())
+    } else if facts.foreign_objects.is_empty() {
         ConditionSpec::new(types::DEGRADED, false, "AsExpected", "no conflict")
     } else {
         ConditionSpec::new(

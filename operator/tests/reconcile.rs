@@ -148,9 +148,14 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
         api.names("mutatingwebhookconfigurations"),
         ["meshplane-blue-v1-injector"]
     );
+    let mut secrets = api.names("secrets");
+    secrets.sort();
     assert_eq!(
-        api.names("secrets"),
-        ["meshplane-blue/meshplane-blue-v1-webhook-tls"]
+        secrets,
+        [
+            "meshplane-blue/meshplane-blue-v1-webhook-tls",
+            "meshplane-blue/meshplane-ca"
+        ]
     );
     // The unlabelled ConfigMap of the same name in a non-member namespace is untouched.
     assert_eq!(
@@ -180,6 +185,26 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
         .as_str()
         .unwrap()
         .contains(ip.as_str().unwrap()));
+    // Contract 11: the tenant CA was issued in the same reconcile, and every member's
+    // bootstrap carries its root (not the placeholder).
+    let ca = api
+        .get("", "secrets", Some("meshplane-blue"), "meshplane-ca")
+        .unwrap();
+    let root = String::from_utf8(
+        base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            ca["data"]["root-cert.pem"].as_str().unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(root.starts_with("-----BEGIN CERTIFICATE-----"), "{root}");
+    for ns in ["shop", "cart"] {
+        let cm = api
+            .get("", "configmaps", Some(ns), "meshplane-blue-v1-bootstrap")
+            .unwrap();
+        assert_eq!(cm["data"]["root-cert.pem"], root, "{ns}");
+    }
     // The caBundle is the Secret's CA.
     let secret = api
         .get(

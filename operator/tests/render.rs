@@ -182,8 +182,9 @@ fn bootstrap_and_webhooks_land_exactly_where_the_product_says() {
 }
 
 #[test]
-fn bootstrap_uses_the_cluster_ip_when_assigned_and_http2_for_xds() {
-    let with_ip = render::envoy_bootstrap("10.96.0.10");
+fn bootstrap_uses_the_cluster_ip_when_assigned_and_http2_over_tls_for_xds() {
+    const HOST: &str = "meshplane-blue-v1.meshplane-blue.svc";
+    let with_ip = render::envoy_bootstrap("198.18.128.10", HOST);
     let cluster = &with_ip["static_resources"]["clusters"][0];
     assert_eq!(cluster["name"], "xds-grpc");
     assert_eq!(cluster["type"], "STATIC");
@@ -191,7 +192,24 @@ fn bootstrap_uses_the_cluster_ip_when_assigned_and_http2_for_xds() {
         ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
         ["http2_protocol_options"]
         .is_object());
-    let with_dns = render::envoy_bootstrap("meshplane-blue-v1.meshplane-blue.svc");
+    // Contract 11: the TLS port, the Service's name as SNI and as the name its certificate
+    // must carry, checked against the mounted bundle.
+    let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        ["address"]["socket_address"];
+    assert_eq!(endpoint["address"], "198.18.128.10");
+    assert_eq!(endpoint["port_value"], 15012);
+    let tls = &cluster["transport_socket"]["typed_config"];
+    assert_eq!(tls["sni"], HOST);
+    let validation = &tls["common_tls_context"]["validation_context"];
+    assert_eq!(
+        validation["trusted_ca"]["filename"],
+        "/etc/meshplane/bootstrap/root-cert.pem"
+    );
+    assert_eq!(
+        validation["match_typed_subject_alt_names"][0]["matcher"]["exact"],
+        HOST
+    );
+    let with_dns = render::envoy_bootstrap(HOST, HOST);
     assert_eq!(
         with_dns["static_resources"]["clusters"][0]["type"],
         "STRICT_DNS"

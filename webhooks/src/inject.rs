@@ -36,8 +36,9 @@ pub const BOOTSTRAP_VOLUME: &str = "meshplane-bootstrap";
 pub const RUNTIME_VOLUME: &str = "meshplane-runtime";
 /// Projected ServiceAccount token volume.
 pub const TOKEN_VOLUME: &str = "meshplane-token";
-/// Where the bootstrap ConfigMap is mounted.
-pub const BOOTSTRAP_DIR: &str = "/etc/meshplane/bootstrap";
+/// Where the bootstrap ConfigMap is mounted (its `envoy.yaml` names this path for the trust
+/// bundle).
+pub const BOOTSTRAP_DIR: &str = bootstrap::MOUNT_DIR;
 /// Where the `emptyDir` is mounted.
 pub const RUNTIME_DIR: &str = "/var/run/meshplane";
 /// Where the projected token is mounted.
@@ -340,6 +341,11 @@ fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str
         format!("{BOOTSTRAP_DIR}/{}", bootstrap::ENVOY_YAML),
         "--token-file".into(),
         format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+        // The node agent (contract 11): the workload certificate over SDS, and ADS carried to
+        // the instance over TLS verified against this bundle, with the token re-read at every
+        // connect, so the proxy outlives its first token.
+        "--root-cert".into(),
+        format!("{BOOTSTRAP_DIR}/{}", bootstrap::ROOT_CERT),
         // The launcher's default, spelled out so that runners relocating volumes see the path.
         "--out".into(),
         format!("{RUNTIME_DIR}/{}", bootstrap::ENVOY_YAML),

@@ -63,14 +63,14 @@ pub struct Args {
     pub xds_addr: Option<SocketAddr>,
     /// TLS listen address of ADS and the certificate service (Istio's 15012), with a serving
     /// certificate of the tenant CA in `--ca-dir`.
-    #[arg(long)]
+    #[arg(long = flags::XDS_TLS_ADDR)]
     pub xds_tls_addr: Option<SocketAddr>,
     /// Directory of the tenant CA (Istio's `cacerts` layout: `ca-cert.pem`, `ca-key.pem`,
     /// `root-cert.pem`, `cert-chain.pem`), mounted from its Secret.
-    #[arg(long, default_value = "/var/run/meshplane/ca")]
+    #[arg(long = flags::CA_DIR, default_value = meshplane_contracts::tenant_ca::MOUNT_DIR)]
     pub ca_dir: PathBuf,
     /// Trust domain of the tenant's workload identities.
-    #[arg(long, default_value = meshplane_crds::names::DEFAULT_TRUST_DOMAIN)]
+    #[arg(long = flags::TRUST_DOMAIN, default_value = meshplane_crds::names::DEFAULT_TRUST_DOMAIN)]
     pub trust_domain: String,
     /// Extra DNS names of the TLS port's serving certificate (the instance Service's names are
     /// always included); repeatable.
@@ -126,6 +126,7 @@ mod tests {
                 revision: "blue-v1".into(),
                 control_namespace: "meshplane-blue".into(),
                 isolation,
+                trust_domain: "blue.example".into(),
             }
             .to_args();
             let args =
@@ -136,10 +137,17 @@ mod tests {
             assert_eq!(args.control_namespace.as_deref(), Some("meshplane-blue"));
             assert_eq!(args.source, Source::Kube);
             assert_eq!(args.isolation, expected);
+            // Contract 11: ADS only over TLS, with the tenant CA where the operator mounts it.
+            assert_eq!(args.xds_addr, None, "no plaintext ADS");
             assert_eq!(
-                args.xds_addr.map(|a| a.port()),
-                Some(meshplane_contracts::ports::GRPC_XDS)
+                args.xds_tls_addr.map(|a| a.port()),
+                Some(meshplane_contracts::ports::GRPC_XDS_TLS)
             );
+            assert_eq!(
+                args.ca_dir,
+                PathBuf::from(meshplane_contracts::tenant_ca::MOUNT_DIR)
+            );
+            assert_eq!(args.trust_domain, "blue.example");
             assert_eq!(
                 args.webhook_addr.port(),
                 meshplane_contracts::ports::HTTPS_WEBHOOK

@@ -18,6 +18,7 @@ use tracing::{info, instrument};
 
 use super::{Context, Error, CONTROL_PLANE_CONTROLLER};
 use crate::apply::{is_ours, plan};
+use crate::ca::{self, CaSource};
 use crate::render::{self, Kind, ObjectKey, Observed, RenderInput};
 use crate::status::{self, types, InstanceFacts};
 use crate::tls::{self, WebhookTls};
@@ -167,16 +168,21 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             .get(&service_key)
             .and_then(|s| s.pointer("/spec/clusterIP")?.as_str().map(str::to_string))
     };
-    // Two passes at most: creating the Service assigns its ClusterIP, which the bootstrap
-    // ConfigMaps then point at (so a later resync has nothing left to change).
+    // The tenant CA (contract 11) before the objects that carry its root. On the tenant's very
+    // first reconcile the control namespace does not exist yet: the CA follows the first pass.
+    let mut tenant_ca = ensure_ca(ctx, &snap, &rev).await?;
+    // Up to three passes: creating the Service assigns its ClusterIP, and creating the control
+    // namespace lets the CA be issued; the bootstrap ConfigMaps carry both (so a later resync
+    // has nothing left to change).
     let mut todo = crate::apply::Plan::default();
     let mut applied_keys = BTreeSet::new();
     let mut pruned_keys = BTreeSet::new();
-    for _pass in 0..2 {
+    for _pass in 0..3 {
         let ip_before = cluster_ip(&observed);
+        let root_before = tenant_ca.as_ref().and_then(|ca| ca.trust_bundle.clone());
         let facts = Observed {
             service_cluster_ip: ip_before.clone(),
-            root_cert: None,
+            root_cert: root_before.clone(),
         };
         let desired = render::render(&RenderInput {
             control_plane: mcp,
@@ -209,9 +215,16 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             observed.remove(k);
             pruned_keys.insert(k.clone());
         }
-        if cluster_ip(&observed) == ip_before {
+        if tenant_ca.is_none() {
+            tenant_ca = ensure_ca(ctx, &snap, &rev).await?;
+        }
+        let root_after = tenant_ca.as_ref().and_then(|ca| ca.trust_bundle.clone());
+        if cluster_ip(&observed) == ip_before && root_after == root_before {
             break;
         }
+    }
+    if let Some(ca) = &tenant_ca {
+        report_ca(mcp, ca, ctx).await;
     }
     if issued {
         ctx.event(
@@ -250,11 +263,16 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             &render::proxies_configmap(&revision),
         ))),
         foreign_objects: todo.foreign.iter().map(ToString::to_string).collect(),
+        ca_problem: tenant_ca
+            .as_ref()
+            .and_then(|ca| ca.problem.as_ref())
+            .map(ToString::to_string),
     };
     let new_status = status::active_status(mcp, &rev, &instance, &now);
     warn_rejected(mcp, &rev, ctx).await;
     if condition(mcp.status.as_ref(), types::DEGRADED).is_some_and(|c| c.status == "True")
         && instance.foreign_objects.is_empty()
+        && instance.ca_problem.is_none()
     {
         ctx.event(
             &reference(mcp),
@@ -274,6 +292,67 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
         );
     }
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// The tenant CA, kept as the tenant's setting says (the oldest revision's); `None` while the
+/// control namespace does not exist yet.
+async fn ensure_ca(
+    ctx: &Context,
+    snap: &super::Snapshot,
+    rev: &RevisionMembership,
+) -> Result<Option<ca::TenantCa>, Error> {
+    let deciding = ca::tenant_ca_setting(&snap.control_planes, &rev.tenant);
+    let source = deciding.map(CaSource::of).unwrap_or(CaSource::SelfSigned);
+    let trust_domain = deciding
+        .map(|m| m.spec.mesh_config.trust_domain.clone())
+        .unwrap_or_else(|| names::DEFAULT_TRUST_DOMAIN.to_string());
+    let args = ca::EnsureCa {
+        tenant: &rev.tenant,
+        control_namespace: &rev.control_namespace,
+        trust_domain: &trust_domain,
+        source: &source,
+        policy: &ctx.settings.ca_rotation,
+        now: (ctx.clock)(),
+    };
+    match ca::ensure_tenant_ca(&ctx.client, &args).await {
+        Ok(tenant_ca) => {
+            if let Some(how) = tenant_ca.written {
+                ctx.metrics.record_write("Secret", how);
+            }
+            Ok(Some(tenant_ca))
+        }
+        Err(e) if e.is_namespace_missing() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Events about the tenant CA: issued, rotated, or refused (bad plugged material), each once.
+async fn report_ca(mcp: &MeshControlPlane, tenant_ca: &ca::TenantCa, ctx: &Context) {
+    if let Some(problem) = &tenant_ca.problem {
+        let known = condition(mcp.status.as_ref(), types::DEGRADED)
+            .is_some_and(|c| c.status == "True" && c.reason == status::CA_INVALID_REASON);
+        if !known {
+            ctx.event(
+                &reference(mcp),
+                EventType::Warning,
+                status::CA_INVALID_REASON,
+                format!("{problem}; the tenant keeps its current CA"),
+            )
+            .await;
+        }
+        return;
+    }
+    let Some(how) = tenant_ca.written else { return };
+    let note = match (how, tenant_ca.phase.as_deref()) {
+        ("created", _) => format!("issued the tenant CA Secret {}", names::TENANT_CA_SECRET),
+        (_, Some(phase)) => format!(
+            "tenant CA Secret {} updated; root rotation phase {phase}",
+            names::TENANT_CA_SECRET
+        ),
+        _ => format!("tenant CA Secret {} updated", names::TENANT_CA_SECRET),
+    };
+    ctx.event(&reference(mcp), EventType::Normal, "TenantCAUpdated", note)
+        .await;
 }
 
 /// A Warning Event on each namespace newly rejected by this revision, saying why.

@@ -64,6 +64,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Ca(#[from] crate::ca::StoreError),
     #[error("serializing status: {0}")]
     Serialize(#[from] serde_json::Error),
     #[error("deletion waits: {pods} pod(s) injected by the revision still run")]
@@ -81,6 +83,7 @@ impl Error {
             Error::Apply(_) => "ApplyFailed",
             Error::Kube { .. } => "ApiError",
             Error::Tls(_) => "TlsIssueFailed",
+            Error::Ca(_) => "TenantCaFailed",
             Error::Serialize(_) => "SerializeFailed",
             Error::InUse { .. } => "InUse",
             Error::CacheClosed => "CacheClosed",
@@ -107,6 +110,8 @@ pub struct Settings {
     pub resync: Duration,
     /// How often a deletion blocked by running injected pods is retried.
     pub in_use_retry: Duration,
+    /// Timing of the self-signed tenant roots' rotation.
+    pub ca_rotation: meshplane_ca::rotation::RotationPolicy,
 }
 
 impl Default for Settings {
@@ -115,6 +120,7 @@ impl Default for Settings {
             tls_validity: crate::tls::DEFAULT_VALIDITY,
             resync: Duration::from_secs(300),
             in_use_retry: Duration::from_secs(15),
+            ca_rotation: meshplane_ca::rotation::RotationPolicy::default(),
         }
     }
 }

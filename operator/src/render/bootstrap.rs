@@ -1,6 +1,8 @@
 //! Contract 6: the bootstrap ConfigMap in every member namespace of the tenant.
 
-use meshplane_contracts::bootstrap::{BootstrapData, ADS_CLUSTER, READY_PATH};
+use meshplane_contracts::bootstrap::{
+    BootstrapData, ADS_CLUSTER, MOUNT_DIR, READY_PATH, ROOT_CERT,
+};
 use meshplane_crds::names::{self, ports};
 use serde_json::{json, Value};
 
@@ -12,10 +14,13 @@ pub const ROOT_CERT_PLACEHOLDER: &str =
 
 /// The Envoy bootstrap of a proxy of this revision: admin on loopback, readiness listener on
 /// 15021, and incremental (delta) ADS over the static HTTP/2 cluster `xds-grpc` pointing at
-/// `ads_host`:15010. Delta, as Istio's sidecars since 1.22: a change sends what changed, not
-/// every resource of its type; state-of-the-world stays served for proxies that ask for it.
-/// `node` is left to the proxy launcher, which knows the pod (contract 7).
-pub fn envoy_bootstrap(ads_host: &str) -> Value {
+/// `ads_host`:15012 over TLS. Delta, as Istio's sidecars since 1.22: a change sends what
+/// changed, not every resource of its type. The instance's certificate is verified against the
+/// tenant's trust bundle (the ConfigMap's `root-cert.pem` as the injector mounts it) and must
+/// name `server_name`, the instance Service's host, which is also the SNI. The node agent reads
+/// the address and the SNI from this cluster and carries ADS there itself (contract 11). `node`
+/// is left to the proxy launcher, which knows the pod (contract 7).
+pub fn envoy_bootstrap(ads_host: &str, server_name: &str) -> Value {
     let is_ip = ads_host.parse::<std::net::IpAddr>().is_ok();
     let endpoint = |address: &str, port: u16| json!({"endpoint": {"address": {"socket_address": {"address": address, "port_value": port}}}});
     json!({
@@ -58,7 +63,18 @@ pub fn envoy_bootstrap(ads_host: &str) -> Value {
                     "type": if is_ip { "STATIC" } else { "STRICT_DNS" },
                     "connect_timeout": "1s",
                     "load_assignment": {"cluster_name": ADS_CLUSTER,
-                        "endpoints": [{"lb_endpoints": [endpoint(ads_host, ports::GRPC_XDS)]}]},
+                        "endpoints": [{"lb_endpoints": [endpoint(ads_host, ports::GRPC_XDS_TLS)]}]},
+                    "transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                        "sni": server_name,
+                        "common_tls_context": {
+                            "alpn_protocols": ["h2"],
+                            "validation_context": {
+                                "trusted_ca": {"filename": format!("{MOUNT_DIR}/{ROOT_CERT}")},
+                                "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": server_name}}],
+                            },
+                        },
+                    }},
                     // gRPC needs HTTP/2; without it Envoy silently retries over HTTP/1.1.
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -87,7 +103,10 @@ pub fn bootstrap_configmaps(rev: &Revision<'_>) -> Vec<DesiredObject> {
         .filter(|ip| !ip.is_empty() && ip != "None")
         .unwrap_or_else(|| names::service_host(&rev.revision, &rev.control_namespace));
     // JSON is YAML; serde_saphyr gives the readable block form users expect in `kubectl get -o yaml`.
-    let bootstrap = envoy_bootstrap(&ads_host);
+    let bootstrap = envoy_bootstrap(
+        &ads_host,
+        &names::service_host(&rev.revision, &rev.control_namespace),
+    );
     let envoy_yaml = serde_saphyr::to_string(&bootstrap).unwrap_or_else(|_| bootstrap.to_string());
     let root_cert = observed
         .root_cert

@@ -12,6 +12,8 @@ use super::{DesiredObject, Kind, ObjectKey, Revision};
 
 /// Where the webhook TLS Secret is mounted (contract 4).
 pub const WEBHOOK_TLS_DIR: &str = webhook_tls::MOUNT_DIR;
+/// Volume of the tenant CA Secret in the instance pod.
+const TENANT_CA_VOLUME: &str = "tenant-ca";
 /// UID/GID the instance runs as (distroless "nonroot").
 const INSTANCE_UID: i64 = 65532;
 
@@ -39,12 +41,14 @@ pub fn control_namespace(rev: &Revision<'_>) -> DesiredObject {
     }
 }
 
-/// Contract 1: the instance command line.
+/// Contract 1: the instance command line. ADS and the certificate service listen only on the
+/// TLS port (contract 11); there is no plaintext ADS port.
 pub fn instance_args(
     tenant: &str,
     revision: &str,
     control_namespace: &str,
     isolation: IsolationMode,
+    trust_domain: &str,
 ) -> Vec<String> {
     InstanceArgs {
         tenant: tenant.to_string(),
@@ -54,6 +58,7 @@ pub fn instance_args(
             IsolationMode::Strict => Isolation::Strict,
             IsolationMode::Shared => Isolation::Shared,
         },
+        trust_domain: trust_domain.to_string(),
     }
     .to_args()
 }
@@ -81,7 +86,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
                     "type": "ClusterIP",
                     "selector": rev.pod_selector(),
                     "ports": [
-                        {"name": "grpc-xds", "port": ports::GRPC_XDS, "targetPort": ports::GRPC_XDS, "protocol": "TCP", "appProtocol": "grpc"},
+                        {"name": "grpc-xds-tls", "port": ports::GRPC_XDS_TLS, "targetPort": ports::GRPC_XDS_TLS, "protocol": "TCP", "appProtocol": "grpc"},
                         {"name": "https-webhook", "port": ports::HTTPS_WEBHOOK, "targetPort": ports::HTTPS_WEBHOOK, "protocol": "TCP"},
                         {"name": "http-monitoring", "port": ports::HTTP_MONITORING, "targetPort": ports::HTTP_MONITORING, "protocol": "TCP"},
                     ],
@@ -125,6 +130,7 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
         &rev.revision,
         &rev.control_namespace,
         mcp.spec.isolation,
+        &mcp.spec.mesh_config.trust_domain,
     );
     let field_env = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let mut container = json!({
@@ -138,7 +144,7 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
             {"name": env::PROXY_IMAGE, "value": mcp.proxy_image()},
         ],
         "ports": [
-            {"name": "grpc-xds", "containerPort": ports::GRPC_XDS, "protocol": "TCP"},
+            {"name": "grpc-xds-tls", "containerPort": ports::GRPC_XDS_TLS, "protocol": "TCP"},
             {"name": "https-webhook", "containerPort": ports::HTTPS_WEBHOOK, "protocol": "TCP"},
             {"name": "http-monitoring", "containerPort": ports::HTTP_MONITORING, "protocol": "TCP"},
         ],
@@ -152,7 +158,10 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
             "allowPrivilegeEscalation": false,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "webhook-tls", "mountPath": WEBHOOK_TLS_DIR, "readOnly": true}],
+        "volumeMounts": [
+            {"name": "webhook-tls", "mountPath": WEBHOOK_TLS_DIR, "readOnly": true},
+            {"name": TENANT_CA_VOLUME, "mountPath": names::TENANT_CA_DIR, "readOnly": true},
+        ],
     });
     if let (Some(resources), Some(c)) = (
         mcp.spec
@@ -172,7 +181,17 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
                 "serviceAccountName": names::instance_name(&rev.revision),
                 "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [container],
-                "volumes": [{"name": "webhook-tls", "secret": {"secretName": names::webhook_tls_secret(&rev.revision)}}],
+                "volumes": [
+                    {"name": "webhook-tls", "secret": {"secretName": names::webhook_tls_secret(&rev.revision)}},
+                    // Contract 11: the tenant CA, the `cacerts` files only (not the next
+                    // root's key of a rotation in progress).
+                    {"name": TENANT_CA_VOLUME, "secret": {
+                        "secretName": names::TENANT_CA_SECRET,
+                        "items": meshplane_contracts::tenant_ca::LAYOUT_KEYS.iter()
+                            .map(|k| json!({"key": k, "path": k}))
+                            .collect::<Vec<_>>(),
+                    }},
+                ],
             },
         },
     }})
