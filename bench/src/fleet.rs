@@ -236,7 +236,7 @@ async fn drive(
         planned.apply()?;
         tokio::time::sleep(p.every).await;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    handle.wait_converged(Duration::from_secs(3)).await;
     let log = handle.changes.all();
     let reports = handle.stop().await;
     let (mut sim, n_sim) = convergence(&log, &reports, "endpoint");
@@ -244,8 +244,20 @@ async fn drive(
     let sim_storm = storm_time(&reports);
     let sim_rss = loaded.1.rss_bytes;
     let sim_memory = loaded.1.rss_bytes.saturating_sub(idle.1.rss_bytes);
-    // Let the server drop the simulated streams before the fleet connects.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The server drops the simulated streams before the fleet connects.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server
+        .metrics()
+        .await
+        .sum("meshplane_xds_connected_proxies", &[])
+        > 0.0
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the server still counts simulated proxies 30 s after they left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Phase 2: the real Envoys.
     let nacks_before = server.metrics().await.sum("meshplane_xds_nacks_total", &[]);
@@ -275,6 +287,7 @@ async fn drive(
     }
     let all_live = started.elapsed();
     let live_count = live.iter().filter(|l| **l).count();
+    // Let allocator and buffers settle before reading the footprint (as S1 does).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let with_fleet = server.sample()?;
     let mut envoy_lat = Vec::new();

@@ -115,9 +115,22 @@ pub struct Change {
 }
 
 /// Append-only log of changes, read by every stream.
+///
+/// It also counts the (stream, change) pairs that must converge: a change is owed by every
+/// stream that was synced when it was registered and sees its namespace. Joining (at sync)
+/// and registering take the same lock, so each pair is counted exactly once.
 #[derive(Debug, Default)]
 pub struct ChangeLog {
-    changes: RwLock<Vec<Arc<Change>>>,
+    inner: RwLock<LogInner>,
+    expected_pairs: AtomicUsize,
+    converged_pairs: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    changes: Vec<Arc<Change>>,
+    /// What each synced stream sees.
+    watchers: Vec<Visibility>,
 }
 
 impl ChangeLog {
@@ -128,25 +141,49 @@ impl ChangeLog {
         namespace: &str,
         conditions: Vec<Condition>,
     ) -> usize {
-        let mut changes = self.changes.write().unwrap_or_else(|e| e.into_inner());
-        let id = changes.len();
-        changes.push(Arc::new(Change {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let id = inner.changes.len();
+        inner.changes.push(Arc::new(Change {
             id,
             kind,
             namespace: namespace.to_string(),
             conditions,
             at: Instant::now(),
         }));
+        let owed = inner.watchers.iter().filter(|v| v.sees(namespace)).count();
+        self.expected_pairs.fetch_add(owed, Ordering::Relaxed);
         id
     }
 
+    /// A stream synced: it owes every change registered from now on that it sees. Returns
+    /// the id of the first such change.
+    fn join(&self, visibility: &Visibility) -> usize {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.watchers.push(visibility.clone());
+        inner.changes.len()
+    }
+
     fn since(&self, from: usize) -> Vec<Arc<Change>> {
-        let changes = self.changes.read().unwrap_or_else(|e| e.into_inner());
-        changes.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .changes
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
     }
 
     pub fn all(&self) -> Vec<Arc<Change>> {
         self.since(0)
+    }
+
+    /// How many (stream, change) pairs must converge.
+    pub fn owed_pairs(&self) -> usize {
+        self.expected_pairs.load(Ordering::Relaxed)
+    }
+
+    /// Whether every owed (stream, change) pair has converged.
+    pub fn all_converged(&self) -> bool {
+        self.converged_pairs.load(Ordering::Relaxed) >= self.expected_pairs.load(Ordering::Relaxed)
     }
 }
 
@@ -204,6 +241,22 @@ impl LoadHandle {
             let failed = self.live.failed.load(Ordering::Relaxed);
             if synced + failed >= self.streams || Instant::now() >= deadline {
                 return synced;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every stream has converged on every change it owes, at most `timeout`
+    /// (streams that NACK or drop never do: the timeout bounds the wait). Returns whether all
+    /// converged.
+    pub async fn wait_converged(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.changes.all_converged() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -447,7 +500,7 @@ impl Tracker {
             self.report.synced_after = Some(acked_at - ctx.started);
             live.synced.fetch_add(1, Ordering::Relaxed);
             // Changes made before we synced are part of the initial state, not ours to time.
-            self.next_change = changes.since(0).len();
+            self.next_change = changes.join(&self.visibility);
         }
         if !self.synced {
             return;
@@ -475,6 +528,7 @@ impl Tracker {
                 self.report
                     .converged
                     .push((w.change.id, last.saturating_duration_since(w.change.at)));
+                changes.converged_pairs.fetch_add(1, Ordering::Relaxed);
                 done.push(wi);
             }
         }
@@ -989,9 +1043,19 @@ mod tests {
             load.live.responses.load(Ordering::Relaxed) >= 4 * 4 + 4 + 4
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            load.wait_converged(Duration::from_secs(10)).await,
+            "streams 0 and 2 converge on both changes"
+        );
+        let owed = load.changes.owed_pairs();
         let reports = load.stop().await;
         assert_eq!(reports.len(), 4);
+        assert_eq!(owed, 4, "2 changes owed by the 2 streams that see `ns`");
+        assert_eq!(
+            owed,
+            reports.iter().map(|r| r.expected_changes).sum::<usize>(),
+            "the log owes what the streams expected"
+        );
         for r in &reports {
             assert!(
                 r.error.is_none(),

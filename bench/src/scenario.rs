@@ -49,7 +49,8 @@ pub(crate) const REVISION: &str = "bench-r1";
 pub(crate) const CONTROL_NS: &str = "meshplane-bench";
 /// Bound on any wait for the connect storm.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(300);
-/// After the last mutation, how long streams get to converge before the run stops.
+/// After the last mutation, how long streams may take to converge before the run stops (a
+/// pair not converged by then counts as not converged).
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// A running `meshplane-xds` child process.
@@ -420,7 +421,7 @@ async fn drive_s1(server: &Server, mesh: &mut MeshState, p: &S1Params) -> Result
     let changes = churn_s1(mesh, &handle, p).await?;
     let churn_end = server.sample()?;
     r.churn_vcpu = procstat::vcpu(churn_start, churn_end);
-    tokio::time::sleep(DRAIN).await;
+    handle.wait_converged(DRAIN).await;
     r.changes = changes;
     let metrics = server.metrics().await;
     r.pushes = metrics.sum("meshplane_xds_pushes_total", &[]);
@@ -803,7 +804,7 @@ pub async fn s2(env: &Env) -> Result<String> {
             tokio::time::sleep(Duration::from_secs(every)).await;
         }
         let c1 = server.sample()?;
-        tokio::time::sleep(DRAIN).await;
+        handle.wait_converged(DRAIN).await;
         let m1 = server.metrics().await;
         let log = handle.changes.all();
         let reports = handle.stop().await;
@@ -1048,7 +1049,7 @@ pub async fn s3(env: &Env) -> Result<String> {
             })?;
         }
         let c1 = server.sample()?;
-        tokio::time::sleep(DRAIN).await;
+        handle.wait_converged(DRAIN).await;
         let m1 = server.metrics().await;
         let log = handle.changes.all();
         let reports = handle.stop().await;
