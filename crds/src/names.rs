@@ -52,6 +52,23 @@ pub const FORCE_DELETE_ANNOTATION: &str = "meshplane.io/force-delete";
 pub const SERVICE_EXPORT_TO_ANNOTATION: &str = "networking.meshplane.io/exportTo";
 /// Finalizer the operator puts on cluster-scoped meshplane objects.
 pub const FINALIZER: &str = "meshplane.io/cleanup";
+/// Label the API server sets on every namespace to its own name (immutable): webhooks and
+/// NetworkPolicies select the control namespace by it.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+/// Annotation on the operator's dry-run probe `Sidecar`: the revision whose validating webhook
+/// must answer it (contract 5).
+pub const WEBHOOK_PROBE_ANNOTATION: &str = "meshplane.io/webhook-probe";
+
+/// Name of the probe `Sidecar` of revision `revision` (never stored: created by dry run only).
+pub fn webhook_probe_name(revision: &str) -> String {
+    format!("meshplane-webhook-probe-{revision}")
+}
+
+/// The message with which revision `revision`'s validating webhook refuses its probe: the
+/// operator reads it as proof that the webhook is reachable and serving.
+pub fn webhook_probe_answer(revision: &str) -> String {
+    format!("meshplane webhook probe: revision {revision} is serving")
+}
 
 /// Longest revision or tag name: keeps `meshplane-<rev>-bootstrap`, the Service
 /// `meshplane-<rev>` (a DNS-1035 label, at most 63) and pod names derived from the

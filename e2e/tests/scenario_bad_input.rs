@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use meshplane_e2e::harness::{mesh_control_planes, Cluster};
+use meshplane_e2e::harness::{mesh_control_planes, wait_for, Cluster};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -148,6 +148,50 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         .kubectl(&["get", "serviceentries", "-n", "shop", "-o", "name"])
         .expect("serviceentries");
     assert!(entries.trim().is_empty(), "nothing created: {entries}");
+    // The control namespace carries no revision label, yet its config applies tenant-wide:
+    // the same rule holds there (every revision of the tenant validates it).
+    let message = refused(
+        &cluster,
+        "a ServiceEntry in blue's control namespace exported to green's namespace",
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: leak\n  namespace: meshplane-blue\nspec:\n  hosts: [leak.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  exportTo: [garden]\n",
+    );
+    assert!(
+        message.contains(r#"namespace "garden" is not a member of tenant "blue""#),
+        "the control namespace is validated too: {message}"
+    );
+    // WebhooksReady comes from a real call through the API server (a dry-run probe the
+    // revision's validating webhook answers), not from the Deployment's availability.
+    let webhooks = wait_for("blue-v1 WebhooksReady=True", DEADLINE, || {
+        let planes = planes.clone();
+        async move {
+            let blue = planes.get("blue-v1").await.map_err(|e| e.to_string())?;
+            let c = blue.data["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "WebhooksReady"))
+                .cloned()
+                .ok_or("no WebhooksReady condition")?;
+            match c["status"].as_str() {
+                Some("True") => Ok(Some(c)),
+                _ => Err(c.to_string()),
+            }
+        }
+    })
+    .await
+    .expect("WebhooksReady");
+    assert_eq!(webhooks["reason"], "Serving", "{webhooks}");
+    assert!(
+        webhooks["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("dry-run probe")),
+        "{webhooks}"
+    );
+    let probes = cluster
+        .kubectl(&["get", "sidecars", "-n", "meshplane-blue", "-o", "name"])
+        .expect("sidecars");
+    assert!(
+        probes.trim().is_empty(),
+        "the probe is never stored: {probes}"
+    );
     cluster
         .kubectl(&["create", "namespace", "plain"])
         .expect("plain");

@@ -21,3 +21,4 @@ pub mod render;
 pub mod server;
 pub mod status;
 pub mod tls;
+pub mod webhook_probe;

@@ -13,6 +13,8 @@ use meshplane_crds::{
 };
 use serde_json::Value;
 
+use crate::webhook_probe::ProbeResult;
+
 /// Condition types.
 pub mod types {
     pub const READY: &str = "Ready";
@@ -104,6 +106,9 @@ pub struct InstanceFacts {
     pub webhooks_applied: bool,
     /// Sum of connected proxies from the proxies ConfigMap.
     pub connected_proxies: Option<i32>,
+    /// What the probe of the revision's validating webhook found (None: not probed, the
+    /// instance or its webhook configurations are not in place).
+    pub webhook_probe: Option<crate::webhook_probe::ProbeResult>,
     /// Objects we wanted to write but that belong to someone else.
     pub foreign_objects: Vec<String>,
     /// Why the tenant CA could not be kept as asked (it keeps the CA it has).
@@ -237,20 +242,25 @@ pub fn active_status(
                 ),
             )
         },
-        if facts.webhooks_applied && ready {
-            ConditionSpec::new(
+        match (&facts.webhook_probe, facts.webhooks_applied && ready) {
+            (Some(ProbeResult::Serving), true) => ConditionSpec::new(
                 types::WEBHOOKS_READY,
                 true,
                 "Serving",
-                "webhook configurations carry the current CA and the instance is available",
-            )
-        } else {
-            ConditionSpec::new(
+                "the API server reached the revision's validating webhook (dry-run probe)",
+            ),
+            (Some(ProbeResult::Failed(why)), true) => ConditionSpec::new(
+                types::WEBHOOKS_READY,
+                false,
+                "ProbeFailed",
+                format!("the dry-run probe of the validating webhook failed: {why}"),
+            ),
+            _ => ConditionSpec::new(
                 types::WEBHOOKS_READY,
                 false,
                 "WaitingForInstance",
                 "the webhooks are configured but the instance is not available yet",
-            )
+            ),
         },
     ];
     wanted.push(if let Some(problem) = &facts.ca_problem {
@@ -482,5 +492,49 @@ mod tests {
             ("True".into(), "NamespacesLabelled".into())
         );
         assert_eq!(in_use(&[]), ("False".into(), "NoNamespaces".into()));
+    }
+}
+
+#[cfg(test)]
+mod webhooks_ready {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn webhooks_ready(probe: Option<ProbeResult>) -> (String, String, String) {
+        let mcp: MeshControlPlane = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+            "metadata": {"name": "blue-v1", "generation": 1},
+            "spec": {"tenant": "blue"},
+        }))
+        .expect("control plane");
+        let facts = InstanceFacts {
+            deployment_available: true,
+            webhooks_applied: true,
+            webhook_probe: probe,
+            ..InstanceFacts::default()
+        };
+        let now = Time(Timestamp::from_second(1_800_000_000).expect("time"));
+        let status = active_status(&mcp, &RevisionMembership::default(), &facts, &now);
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::WEBHOOKS_READY)
+            .expect("WebhooksReady");
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// An available Deployment with its webhook configurations in place is not enough: the
+    /// probe through the API server decides.
+    #[test]
+    fn webhooks_ready_follows_the_probe_not_the_deployment() {
+        let (status, reason, _) = webhooks_ready(Some(ProbeResult::Serving));
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
+        let (status, reason, message) = webhooks_ready(Some(ProbeResult::Failed(
+            "failed calling webhook: connection refused".into(),
+        )));
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "ProbeFailed"));
+        assert!(message.contains("connection refused"), "{message}");
+        let (status, _, _) = webhooks_ready(None);
+        assert_eq!(status, "False", "not probed is not ready");
     }
 }

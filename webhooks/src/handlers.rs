@@ -6,6 +6,7 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::DynamicObject;
+use meshplane_crds::names;
 use serde_json::Value;
 
 use crate::inject::{inject, Injection, InjectionConfig};
@@ -101,10 +102,20 @@ impl Webhooks {
                 req.operation
             ));
         };
-        let object = match serde_json::to_value(object) {
+        let mut object = match serde_json::to_value(object) {
             Ok(v) => v,
             Err(e) => return Verdict::bad_request(format!("request.object: {e}")),
         };
+        if let (Some(ns), Some(meta)) = (
+            req.namespace.as_ref(),
+            object.get_mut("metadata").and_then(Value::as_object_mut),
+        ) {
+            meta.entry("namespace")
+                .or_insert_with(|| Value::String(ns.clone()));
+        }
+        if let Some(answer) = self.probe_answer(req, kind, &object) {
+            return answer;
+        }
         match validate_config(kind, &object, self.tenant.as_ref()) {
             Ok(()) => Verdict::Allow,
             Err(violations) => {
@@ -117,6 +128,26 @@ impl Webhooks {
                 Verdict::forbidden(message)
             }
         }
+    }
+}
+
+impl Webhooks {
+    /// The operator's dry-run probe of this revision (contract 5): refused with the known
+    /// answer, which proves to the operator that the API server reaches this webhook. Only a
+    /// dry run (never stored) of a Sidecar naming this revision counts; a probe of a sibling
+    /// revision is validated like any Sidecar.
+    fn probe_answer(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        kind: ConfigKind,
+        object: &Value,
+    ) -> Option<Verdict> {
+        let probed = object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(names::WEBHOOK_PROBE_ANNOTATION))
+            .and_then(Value::as_str)?;
+        (req.dry_run && kind == ConfigKind::Sidecar && probed == self.injection.revision)
+            .then(|| Verdict::forbidden(names::webhook_probe_answer(probed)))
     }
 }
 

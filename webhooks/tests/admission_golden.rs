@@ -410,3 +410,36 @@ fn validate_allows_deletes_and_other_kinds() {
     let reply = webhooks().validate(&delete);
     assert_eq!(reply.body["response"]["allowed"], true);
 }
+
+/// The operator's dry-run probe (contract 5) is refused with the revision's known answer; the
+/// same Sidecar stored for real, or naming another revision, is validated like any other.
+#[test]
+fn validate_answers_the_operators_probe_of_its_own_revision_only() {
+    let probe = |revision: &str, dry_run: bool| {
+        let object = json!({"apiVersion": "networking.meshplane.io/v1alpha1", "kind": "Sidecar",
+            "metadata": {"name": "meshplane-webhook-probe", "namespace": "meshplane-blue",
+                         "annotations": {"meshplane.io/webhook-probe": revision}},
+            "spec": {"egress": [{"hosts": ["./*"]}]}});
+        let mut body: Value = serde_json::from_slice(&config_review(
+            "probe",
+            "Sidecar",
+            "sidecars",
+            "meshplane-blue",
+            object,
+        ))
+        .unwrap();
+        body["request"]["dryRun"] = json!(dry_run);
+        webhooks()
+            .validate(&serde_json::to_vec(&body).unwrap())
+            .body
+    };
+    let answered = probe("blue-v1", true);
+    assert_eq!(answered["response"]["allowed"], false, "{answered}");
+    assert_eq!(
+        answered["response"]["status"]["message"],
+        meshplane_crds::names::webhook_probe_answer("blue-v1"),
+        "{answered}"
+    );
+    assert_eq!(probe("blue-v1", false)["response"]["allowed"], true);
+    assert_eq!(probe("blue-v2", true)["response"]["allowed"], true);
+}

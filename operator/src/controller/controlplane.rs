@@ -248,15 +248,30 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             &names::validator_webhook(&revision),
         ),
     ];
+    let deployment_available = status::deployment_available(observed.get(&key(
+        Kind::Deployment,
+        Some(&rev.control_namespace),
+        &names::instance_name(&revision),
+    )));
+    let webhooks_applied = webhook_keys
+        .iter()
+        .all(|k| observed.contains_key(k) && !todo.foreign.contains(k));
+    if webhook_keys.iter().any(|k| applied_keys.contains(k)) {
+        ctx.probes.forget(&revision);
+    }
+    let webhook_probe = if deployment_available && webhooks_applied {
+        Some(
+            ctx.probes
+                .check(&ctx.client, &revision, &rev.control_namespace)
+                .await,
+        )
+    } else {
+        None
+    };
     let instance = InstanceFacts {
-        deployment_available: status::deployment_available(observed.get(&key(
-            Kind::Deployment,
-            Some(&rev.control_namespace),
-            &names::instance_name(&revision),
-        ))),
-        webhooks_applied: webhook_keys
-            .iter()
-            .all(|k| observed.contains_key(k) && !todo.foreign.contains(k)),
+        deployment_available,
+        webhooks_applied,
+        webhook_probe: webhook_probe.clone(),
         connected_proxies: status::connected_proxies(observed.get(&key(
             Kind::ConfigMap,
             Some(&rev.control_namespace),
@@ -291,7 +306,13 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             "reconciled"
         );
     }
-    Ok(Action::requeue(ctx.settings.resync))
+    // A webhook that does not answer yet is probed again soon, not at the next resync.
+    match webhook_probe {
+        Some(crate::webhook_probe::ProbeResult::Failed(_)) => Ok(Action::requeue(
+            crate::webhook_probe::PROBE_EVERY.min(ctx.settings.resync),
+        )),
+        _ => Ok(Action::requeue(ctx.settings.resync)),
+    }
 }
 
 /// The tenant CA, kept as the tenant's setting says (the oldest revision's); `None` while the

@@ -138,6 +138,8 @@ pub struct Context {
     pub clock: Clock,
     /// Consecutive failures per object, for the error backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Recent results of the revisions' webhook probes (`WebhooksReady`).
+    pub probes: crate::webhook_probe::WebhookProbes,
     /// The control-plane controller's caches, once [`run`] started it; before that (tests,
     /// tools) reconciles list from the API server.
     caches: OnceLock<ClusterCaches>,
@@ -203,6 +205,7 @@ impl Context {
             settings,
             clock,
             failures: Mutex::default(),
+            probes: Default::default(),
             caches: OnceLock::new(),
         }
     }

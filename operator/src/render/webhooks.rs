@@ -1,4 +1,5 @@
-//! Contract 5: the revision's injection and validation webhook configurations.
+//! Contract 5: the revision's injection and validation webhook configurations. Validation
+//! covers the revision's namespaces and the tenant's control namespace.
 
 use meshplane_contracts::webhooks::{INJECT_PATH, VALIDATE_PATH};
 use meshplane_crds::names::{self, ports};
@@ -74,13 +75,28 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
         );
         w.insert("reinvocationPolicy".into(), json!("Never"));
     }
+    let config_rules = json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["serviceentries", "envoyfilters", "sidecars"], "scope": "Namespaced"}]);
     let validate = common(
         format!("{}.validate.meshplane.io", rev.revision),
         VALIDATE_PATH,
-        json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["serviceentries", "envoyfilters", "sidecars"], "scope": "Namespaced"}]),
+        config_rules.clone(),
     );
+    // The control namespace carries no revision label, yet its config applies tenant-wide:
+    // every revision of the tenant validates it, selected by the name label the API server
+    // sets on every namespace (a label nobody can move to another namespace).
+    let mut validate_control = common(
+        format!("{}.validate-control.meshplane.io", rev.revision),
+        VALIDATE_PATH,
+        config_rules,
+    );
+    if let Some(w) = validate_control.as_object_mut() {
+        w.insert(
+            "namespaceSelector".into(),
+            json!({"matchLabels": {names::NAMESPACE_NAME_LABEL: rev.control_namespace}}),
+        );
+    }
     vec![
         rev.object(
             Kind::MutatingWebhookConfiguration,
@@ -92,7 +108,7 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
             Kind::ValidatingWebhookConfiguration,
             None,
             &names::validator_webhook(&rev.revision),
-            json!({"webhooks": [validate]}),
+            json!({"webhooks": [validate, validate_control]}),
         ),
     ]
 }
