@@ -549,3 +549,70 @@ fn rendered_objects_satisfy_the_contracts() {
         );
     }
 }
+
+/// The instance's NetworkPolicy: xDS only from the tenant's namespaces (members and the
+/// control namespace, by the immutable name label), never from another tenant's or an
+/// outsider; the webhook and metrics ports stay reachable; and every port the instance
+/// container opens is named by a rule (a new port without a rule would be closed to all).
+#[test]
+fn the_instance_network_policy_admits_xds_only_from_the_tenant() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let blue_v1 = render_of(&cps[0], &m, &Observed::default());
+    let policy = blue_v1
+        .iter()
+        .find(|o| o.key.kind == Kind::NetworkPolicy)
+        .expect("a NetworkPolicy");
+    assert_eq!(policy.key.namespace.as_deref(), Some("meshplane-blue"));
+    let spec = &policy.body["spec"];
+    assert_eq!(spec["policyTypes"], serde_json::json!(["Ingress"]));
+    let deployment = blue_v1
+        .iter()
+        .find(|o| o.key.kind == Kind::Deployment)
+        .expect("the instance");
+    assert_eq!(
+        spec["podSelector"]["matchLabels"],
+        deployment.body["spec"]["selector"]["matchLabels"]
+    );
+    let rules = spec["ingress"].as_array().expect("ingress rules");
+    let rule_of = |port: u64| {
+        rules
+            .iter()
+            .find(|r| {
+                r["ports"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["port"] == port))
+            })
+            .unwrap_or_else(|| panic!("no rule names port {port}: {rules:?}"))
+    };
+    let xds = rule_of(u64::from(meshplane_contracts::ports::GRPC_XDS));
+    let from = &xds["from"][0]["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(from["key"], "kubernetes.io/metadata.name");
+    assert_eq!(from["operator"], "In");
+    let allowed: BTreeSet<String> = from["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        allowed,
+        BTreeSet::from(["meshplane-blue".into(), "shop".into(), "cart".into()]),
+        "the tenant's members and control namespace, never bank, intruder or outsider"
+    );
+    for port in [
+        meshplane_contracts::ports::HTTPS_WEBHOOK,
+        meshplane_contracts::ports::HTTP_MONITORING,
+    ] {
+        assert!(
+            rule_of(u64::from(port)).get("from").is_none(),
+            "port {port} is open"
+        );
+    }
+    let container_ports = deployment.body["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("container ports");
+    for p in container_ports {
+        rule_of(p["containerPort"].as_u64().expect("port"));
+    }
+}

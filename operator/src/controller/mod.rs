@@ -19,6 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -419,6 +420,10 @@ pub async fn run(
         .watches_stream(owned::<Deployment>(&client, &managed), owning_control_plane)
         .watches_stream(
             owned::<PodDisruptionBudget>(&client, &managed),
+            owning_control_plane,
+        )
+        .watches_stream(
+            owned::<NetworkPolicy>(&client, &managed),
             owning_control_plane,
         )
         .watches_stream(owned::<Role>(&client, &managed), owning_control_plane)

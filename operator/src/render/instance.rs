@@ -1,5 +1,5 @@
 //! The instance in the control namespace: Namespace, ServiceAccount, Deployment, Service,
-//! PodDisruptionBudget, members and proxies ConfigMaps, webhook TLS Secret.
+//! PodDisruptionBudget, NetworkPolicy, members and proxies ConfigMaps, webhook TLS Secret.
 
 use meshplane_contracts::instance::{env, InstanceArgs, Isolation};
 use meshplane_contracts::members::MembersData;
@@ -94,6 +94,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
             }),
         ),
         rev.object(Kind::PodDisruptionBudget, ns, &name, pdb_spec(rev)),
+        rev.object(Kind::NetworkPolicy, ns, &name, network_policy_spec(rev)),
         // Contract 2.
         rev.object(
             Kind::ConfigMap,
@@ -203,6 +204,37 @@ fn pod_labels(rev: &Revision<'_>) -> Value {
         l.insert(names::TENANT_LABEL.into(), json!(rev.tenant));
     }
     labels
+}
+
+/// Who may reach the instance pods. xDS only from the tenant's namespaces: its members and the
+/// control namespace, selected by `kubernetes.io/metadata.name`, which the API server sets on
+/// every namespace and nobody can move. The webhook port from anywhere: the API server that
+/// calls it is not a pod a selector could name. The monitoring port from anywhere, so metrics
+/// stay scrapeable. Egress is left open: the instance talks to the API server.
+fn network_policy_spec(rev: &Revision<'_>) -> Value {
+    let mut tenant: Vec<&str> = vec![rev.control_namespace.as_str()];
+    tenant.extend(
+        rev.input
+            .tenant_members
+            .iter()
+            .map(String::as_str)
+            .filter(|m| *m != rev.control_namespace),
+    );
+    let port = |p: u16| json!([{"port": p, "protocol": "TCP"}]);
+    json!({"spec": {
+        "podSelector": {"matchLabels": rev.pod_selector()},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [{"namespaceSelector": {"matchExpressions": [
+                    {"key": names::NAMESPACE_NAME_LABEL, "operator": "In", "values": tenant},
+                ]}}],
+                "ports": port(ports::GRPC_XDS),
+            },
+            {"ports": port(ports::HTTPS_WEBHOOK)},
+            {"ports": port(ports::HTTP_MONITORING)},
+        ],
+    }})
 }
 
 /// With several replicas keep one serving during voluntary disruptions. With one replica a

@@ -37,13 +37,14 @@ pub enum Kind {
     Service,
     Deployment,
     PodDisruptionBudget,
+    NetworkPolicy,
     MutatingWebhookConfiguration,
     ValidatingWebhookConfiguration,
 }
 
 impl Kind {
     /// Every kind, in apply order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Namespace,
         Kind::ServiceAccount,
         Kind::Role,
@@ -55,6 +56,7 @@ impl Kind {
         Kind::Service,
         Kind::Deployment,
         Kind::PodDisruptionBudget,
+        Kind::NetworkPolicy,
         Kind::MutatingWebhookConfiguration,
         Kind::ValidatingWebhookConfiguration,
     ];
@@ -62,7 +64,7 @@ impl Kind {
     /// Kinds removed by deletion and pruning, in the safe order: webhooks first (so nothing
     /// calls an instance that is going away), then per-namespace objects and RBAC, then the
     /// instance itself. Namespaces are never deleted: a control namespace holds user config.
-    pub const DELETE_ORDER: [Kind; 12] = [
+    pub const DELETE_ORDER: [Kind; 13] = [
         Kind::MutatingWebhookConfiguration,
         Kind::ValidatingWebhookConfiguration,
         Kind::ConfigMap,
@@ -71,6 +73,7 @@ impl Kind {
         Kind::ClusterRoleBinding,
         Kind::ClusterRole,
         Kind::PodDisruptionBudget,
+        Kind::NetworkPolicy,
         Kind::Deployment,
         Kind::Service,
         Kind::Secret,
@@ -91,6 +94,12 @@ impl Kind {
                 "v1",
                 "PodDisruptionBudget",
                 "poddisruptionbudgets",
+            ),
+            Kind::NetworkPolicy => (
+                "networking.k8s.io",
+                "v1",
+                "NetworkPolicy",
+                "networkpolicies",
             ),
             Kind::Role => ("rbac.authorization.k8s.io", "v1", "Role", "roles"),
             Kind::RoleBinding => (

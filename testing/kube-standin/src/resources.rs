@@ -149,6 +149,15 @@ const BUILTINS: &[Builtin] = &[
         true,
     ),
     b(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        true,
+        &["netpol"],
+        false,
+    ),
+    b(
         "rbac.authorization.k8s.io",
         "v1",
         "Role",
