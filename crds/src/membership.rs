@@ -52,6 +52,61 @@ impl NamespaceFacts {
     }
 }
 
+/// Namespaces no control plane may take, whether they exist or not.
+pub const RESERVED_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Why `namespace` (as it exists, `None`: it does not) cannot be `tenant`'s control namespace;
+/// `None` when it can: it does not exist yet (meshplane creates it) or meshplane created it
+/// for this tenant (labels `app.kubernetes.io/managed-by: meshplane` and
+/// `meshplane.io/tenant: <tenant>`).
+pub fn control_namespace_refusal(
+    name: &str,
+    existing: Option<&NamespaceFacts>,
+    tenant: &str,
+) -> Option<String> {
+    use meshplane_contracts::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, TENANT_LABEL};
+    if RESERVED_NAMESPACES.contains(&name) {
+        return Some("is a system namespace".to_string());
+    }
+    let ns = existing?;
+    let label = |k: &str| ns.labels.get(k).map(String::as_str);
+    let ours = label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE);
+    match (ours, label(TENANT_LABEL)) {
+        (true, Some(t)) if t == tenant => None,
+        (true, Some(other)) => Some(format!("was created by meshplane for tenant {other:?}")),
+        _ => Some(match label(REV_LABEL) {
+            Some(rev) => format!(
+                "exists and is not meshplane's: it is labelled {REV_LABEL}={rev} (a member namespace)"
+            ),
+            None => "exists and was not created by meshplane (it may be another tool's, or the operator's own)".to_string(),
+        }),
+    }
+}
+
+/// The conflicts of control planes whose control namespace is not theirs to take
+/// ([`control_namespace_refusal`]); `lookup` finds a namespace by name. The operator drops these
+/// control planes before [`compute`] (so they claim nothing, evict nothing) and reports the
+/// conflicts; its admission check refuses them.
+pub fn control_namespace_claims(
+    control_planes: &[ControlPlaneFacts],
+    lookup: impl Fn(&str) -> Option<NamespaceFacts>,
+) -> Vec<Conflict> {
+    control_planes
+        .iter()
+        .filter_map(|cp| {
+            let existing = lookup(&cp.control_namespace);
+            control_namespace_refusal(&cp.control_namespace, existing.as_ref(), &cp.tenant).map(
+                |why| Conflict::ControlNamespaceNotOwned {
+                    control_plane: cp.name.clone(),
+                    namespace: cp.control_namespace.clone(),
+                    why,
+                },
+            )
+        })
+        .collect()
+}
+
 /// A `MeshControlPlane` as membership sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlPlaneFacts {
@@ -134,6 +189,14 @@ pub enum Conflict {
         namespace: String,
         owner_tenant: String,
     },
+    /// The control namespace exists and meshplane did not create it for this tenant (another
+    /// tenant's member, a system namespace, the operator's own): taking it would relabel it
+    /// and evict it from where it belongs.
+    ControlNamespaceNotOwned {
+        control_plane: String,
+        namespace: String,
+        why: String,
+    },
     /// A tag carries the name of a revision.
     TagNamedLikeRevision { tag: String, control_plane: String },
     /// A tag recorded in one tenant is pointed at a revision of another.
@@ -155,6 +218,7 @@ impl Conflict {
             Conflict::InvalidSelector { .. } => "InvalidSelector",
             Conflict::ControlNamespaceMismatch { .. } => "ControlNamespaceMismatch",
             Conflict::ControlNamespaceTaken { .. } => "ControlNamespaceTaken",
+            Conflict::ControlNamespaceNotOwned { .. } => "ControlNamespaceNotOwned",
             Conflict::TagNamedLikeRevision { .. } => "TagNamedLikeRevision",
             Conflict::TagMovedAcrossTenants { .. } => "TagMovedAcrossTenants",
             Conflict::TagRevisionNotFound { .. } => "RevisionNotFound",
@@ -167,7 +231,8 @@ impl Conflict {
             Conflict::DuplicateRevision { loser, .. } => Some(loser),
             Conflict::InvalidSelector { control_plane, .. }
             | Conflict::ControlNamespaceMismatch { control_plane, .. }
-            | Conflict::ControlNamespaceTaken { control_plane, .. } => Some(control_plane),
+            | Conflict::ControlNamespaceTaken { control_plane, .. }
+            | Conflict::ControlNamespaceNotOwned { control_plane, .. } => Some(control_plane),
             _ => None,
         }
     }
@@ -200,6 +265,10 @@ impl fmt::Display for Conflict {
             Conflict::ControlNamespaceTaken { control_plane, namespace, owner_tenant } => write!(
                 f,
                 "MeshControlPlane {control_plane:?}: control namespace {namespace:?} already belongs to tenant {owner_tenant:?}"
+            ),
+            Conflict::ControlNamespaceNotOwned { control_plane, namespace, why } => write!(
+                f,
+                "MeshControlPlane {control_plane:?}: control namespace {namespace:?} {why}; name a namespace that does not exist yet (meshplane creates it) or one meshplane created for this tenant"
             ),
             Conflict::TagNamedLikeRevision { tag, control_plane } => write!(
                 f,

@@ -2,10 +2,12 @@
 //! item 3): the same membership rules as the status conditions, applied at `kubectl apply`
 //! time. [`review`] is pure; [`handle`] reads the current objects and calls it.
 
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::Client;
-use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, TagFacts};
+use kube::ResourceExt;
+use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::validation::{validate_mesh_control_plane, validate_revision_tag};
 use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
 use serde::de::DeserializeOwned;
@@ -29,11 +31,13 @@ fn deny_conflicts(resp: AdmissionResponse, conflicts: &[&Conflict]) -> Admission
     resp.deny(msg)
 }
 
-/// Decides one request against the existing control planes and tags.
+/// Decides one request against the existing control planes and tags, and (for a control
+/// plane) its control namespace as it exists (`None`: it does not exist yet).
 pub fn review(
     req: &AdmissionRequest<DynamicObject>,
     control_planes: &[MeshControlPlane],
     tags: &[MeshRevisionTag],
+    control_namespace: Option<&NamespaceFacts>,
 ) -> AdmissionResponse {
     let resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -52,12 +56,20 @@ pub fn review(
                 return resp.deny(errs);
             }
             let name = mcp.metadata.name.clone().unwrap_or_default();
+            let candidate = ControlPlaneFacts::from(&mcp);
+            let taken =
+                membership::control_namespace_claims(std::slice::from_ref(&candidate), |n| {
+                    control_namespace.filter(|ns| ns.name == n).cloned()
+                });
+            if !taken.is_empty() {
+                return deny_conflicts(resp, &taken.iter().collect::<Vec<_>>());
+            }
             let mut cps: Vec<ControlPlaneFacts> = control_planes
                 .iter()
                 .filter(|c| c.metadata.name.as_deref() != Some(&name))
                 .map(ControlPlaneFacts::from)
                 .collect();
-            cps.push(ControlPlaneFacts::from(&mcp));
+            cps.push(candidate);
             let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
             let m = membership::compute(&[], &cps, &tag_facts);
             let conflicts: Vec<&Conflict> = m
@@ -139,8 +151,19 @@ pub async fn handle(
     let tags = Api::<MeshRevisionTag>::all(client.clone())
         .list(&ListParams::default())
         .await;
+    let control_namespace = match control_namespace_of(client, &req).await {
+        Ok(ns) => ns,
+        Err(e) => {
+            warn!(error = %e, "admission: reading the control namespace failed");
+            return AdmissionResponse::from(&req)
+                .deny(format!(
+                    "meshplane admission could not read the control namespace: {e}"
+                ))
+                .into_review();
+        }
+    };
     let resp = match (cps, tags) {
-        (Ok(cps), Ok(tags)) => review(&req, &cps.items, &tags.items),
+        (Ok(cps), Ok(tags)) => review(&req, &cps.items, &tags.items, control_namespace.as_ref()),
         (Err(e), _) | (_, Err(e)) => {
             warn!(error = %e, "admission: listing meshplane objects failed");
             AdmissionResponse::from(&req).deny(format!(
@@ -150,4 +173,26 @@ pub async fn handle(
     };
     info!(kind = %req.kind.kind, name = %req.name, allowed = resp.allowed, "admission review");
     resp.into_review()
+}
+
+/// The control namespace a MeshControlPlane request names, as it exists now (`None`: it does
+/// not exist, or the request is not a control plane).
+async fn control_namespace_of(
+    client: &Client,
+    req: &AdmissionRequest<DynamicObject>,
+) -> Result<Option<NamespaceFacts>, kube::Error> {
+    let Some(mcp) = (req.kind.kind == "MeshControlPlane")
+        .then_some(req.object.as_ref())
+        .flatten()
+        .and_then(|o| decode::<MeshControlPlane>(o).ok())
+    else {
+        return Ok(None);
+    };
+    let ns = Api::<Namespace>::all(client.clone())
+        .get_opt(&mcp.control_namespace())
+        .await?;
+    Ok(ns.map(|n| NamespaceFacts {
+        name: n.name_any(),
+        labels: n.labels().clone(),
+    }))
 }

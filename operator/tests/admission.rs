@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use meshplane_crds::membership::NamespaceFacts;
 use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
 use meshplane_operator::admission::review;
 use serde_json::{json, Value};
@@ -65,12 +66,18 @@ fn tag(name: &str, revision: &str) -> Value {
 }
 
 fn run(case: &str, req: Value) -> Value {
+    run_with(case, req, None)
+}
+
+fn run_with(case: &str, req: Value, control_namespace: Option<NamespaceFacts>) -> Value {
     let (cps, tags) = existing();
     let review_in: AdmissionReview<DynamicObject> =
         serde_json::from_value(req.clone()).expect("valid review");
     let request: AdmissionRequest<DynamicObject> = review_in.try_into().expect("has a request");
-    let response =
-        serde_json::to_value(review(&request, &cps, &tags).into_review()).expect("serializes");
+    let response = serde_json::to_value(
+        review(&request, &cps, &tags, control_namespace.as_ref()).into_review(),
+    )
+    .expect("serializes");
     let actual = serde_json::to_string_pretty(&json!({"request": req, "response": response}))
         .expect("json")
         + "\n";
@@ -196,4 +203,61 @@ fn a_tag_to_a_revision_not_created_yet_is_allowed_with_a_warning() {
     );
     assert!(allowed(&resp));
     assert_eq!(resp["warnings"].as_array().map(Vec::len), Some(1));
+}
+
+/// A control plane may not take a namespace meshplane did not create for its tenant: another
+/// tenant's member, a system namespace, an unlabelled one (the operator's own, say). One it
+/// created for the same tenant is fine, and so is one that does not exist yet.
+#[test]
+fn a_control_namespace_that_is_not_the_tenants_to_take_is_refused() {
+    let create = |spec: Value| request("MeshControlPlane", "CREATE", mcp("red", spec), None);
+    let member = NamespaceFacts::new("shop", &[("meshplane.io/rev", "blue-v1")]);
+    let resp = run_with(
+        "mcp-control-namespace-member",
+        create(json!({"tenant": "red", "namespace": "shop"})),
+        Some(member),
+    );
+    assert!(!allowed(&resp));
+    let message = resp["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"control namespace "shop""#)
+            && message.contains("meshplane.io/rev=blue-v1"),
+        "{message}"
+    );
+    let system = run_with(
+        "mcp-control-namespace-system",
+        create(json!({"tenant": "red", "namespace": "kube-system"})),
+        Some(NamespaceFacts::new("kube-system", &[])),
+    );
+    assert!(!allowed(&system));
+    let operator = run_with(
+        "mcp-control-namespace-unlabelled",
+        create(json!({"tenant": "red", "namespace": "meshplane-system"})),
+        Some(NamespaceFacts::new("meshplane-system", &[])),
+    );
+    assert!(!allowed(&operator));
+    let other_tenant = NamespaceFacts::new(
+        "meshplane-green",
+        &[
+            ("app.kubernetes.io/managed-by", "meshplane"),
+            ("meshplane.io/tenant", "green"),
+        ],
+    );
+    assert!(!allowed(&run_with(
+        "mcp-control-namespace-other-tenant",
+        create(json!({"tenant": "red", "namespace": "meshplane-green"})),
+        Some(other_tenant),
+    )));
+    let own = NamespaceFacts::new(
+        "meshplane-red",
+        &[
+            ("app.kubernetes.io/managed-by", "meshplane"),
+            ("meshplane.io/tenant", "red"),
+        ],
+    );
+    assert!(allowed(&run_with(
+        "mcp-control-namespace-own",
+        create(json!({"tenant": "red"})),
+        Some(own),
+    )));
 }

@@ -330,6 +330,45 @@ async fn a_duplicate_revision_gets_a_condition_and_writes_no_object() {
         .any(|e| e["reason"] == "RevisionConflict" && e["type"] == "Warning"));
 }
 
+/// Issue 16 item 2: a control plane naming another tenant's member namespace as its control
+/// namespace (admitted while the admission check was down) gets a condition; the namespace is
+/// not relabelled and stays a member of its tenant.
+#[tokio::test]
+async fn a_control_namespace_that_is_not_ours_is_never_taken() {
+    let api = cluster();
+    let mut thief = control_plane("red", "red", None, "2026-02-01T00:00:00Z");
+    thief["spec"]["namespace"] = json!("shop");
+    thief["spec"]["namespaceSelector"] = json!({});
+    api.insert(MCP, thief);
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "red"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(object_writes(&api), Vec::<String>::new(), "nothing written");
+    let red = stored(&api, "red");
+    assert_eq!(
+        condition(&red, "Reconciled"),
+        ("False".into(), "ControlNamespaceNotOwned".into())
+    );
+    let shop = api.get("", "namespaces", None, "shop").expect("shop");
+    assert_eq!(shop["metadata"]["labels"][names::REV_LABEL], "blue-stable");
+    assert!(shop["metadata"]["labels"]
+        .get(names::TENANT_LABEL)
+        .is_none());
+    // Its tenant keeps it.
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    let blue = stored(&api, "blue-v1");
+    let members = blue
+        .status
+        .as_ref()
+        .and_then(|s| s.members.as_ref())
+        .map(|m| m.names.clone())
+        .unwrap_or_default();
+    assert!(members.contains(&"shop".to_string()), "{members:?}");
+}
+
 #[tokio::test]
 async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
     let api = cluster();

@@ -5,8 +5,8 @@ mod controlplane;
 mod tag;
 pub mod triggers;
 
-use std::collections::HashMap;
 use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -282,40 +282,62 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, Error> {
         .await
         .map_err(Error::kube("list MeshRevisionTags"))?
         .items;
-    // Only labelled namespaces can be members or rejected.
+    // Every namespace: labelled ones can be members or rejected, and any may be named as a
+    // control namespace.
     let namespaces = Api::<Namespace>::all(client.clone())
-        .list(&ListParams::default().labels(names::REV_LABEL))
+        .list(&ListParams::default())
         .await
         .map_err(Error::kube("list Namespaces"))?
         .items;
+    let by_name: HashMap<String, &Namespace> =
+        namespaces.iter().map(|n| (n.name_any(), n)).collect();
     Ok(Snapshot::compute(
         control_planes,
         tags,
         namespace_facts(namespaces.iter()),
+        |name| by_name.get(name).map(|n| facts_of(n)),
     ))
+}
+
+fn facts_of(n: &Namespace) -> NamespaceFacts {
+    NamespaceFacts {
+        name: n.name_any(),
+        labels: n.labels().clone(),
+    }
 }
 
 /// Membership inputs of the labelled namespaces (only they can be members or rejected).
 fn namespace_facts<'a>(namespaces: impl Iterator<Item = &'a Namespace>) -> Vec<NamespaceFacts> {
     namespaces
         .filter(|n| n.labels().contains_key(names::REV_LABEL))
-        .map(|n| NamespaceFacts {
-            name: n.name_any(),
-            labels: n.labels().clone(),
-        })
+        .map(facts_of)
         .collect()
 }
 
 impl Snapshot {
+    /// Membership, after dropping the control planes whose control namespace is not theirs
+    /// to take (`control_namespace` finds a namespace by name): they claim nothing and evict
+    /// nothing, and carry a `ControlNamespaceNotOwned` conflict instead.
     fn compute(
         control_planes: Vec<MeshControlPlane>,
         tags: Vec<MeshRevisionTag>,
         ns_facts: Vec<NamespaceFacts>,
+        control_namespace: impl Fn(&str) -> Option<NamespaceFacts>,
     ) -> Self {
         let cp_facts: Vec<ControlPlaneFacts> =
             control_planes.iter().map(ControlPlaneFacts::from).collect();
+        let refused = membership::control_namespace_claims(&cp_facts, control_namespace);
+        let refused_names: BTreeSet<String> = refused
+            .iter()
+            .filter_map(|c| c.control_plane().map(str::to_string))
+            .collect();
+        let cp_facts: Vec<ControlPlaneFacts> = cp_facts
+            .into_iter()
+            .filter(|c| !refused_names.contains(&c.name))
+            .collect();
         let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
-        let membership = membership::compute(&ns_facts, &cp_facts, &tag_facts);
+        let mut membership = membership::compute(&ns_facts, &cp_facts, &tag_facts);
+        membership.conflicts.extend(refused);
         Snapshot {
             control_planes,
             tags,
@@ -337,6 +359,11 @@ impl ClusterCaches {
             cloned(self.control_planes.state()),
             cloned(self.tags.state()),
             namespace_facts(namespaces.iter().map(Arc::as_ref)),
+            |name| {
+                self.namespaces
+                    .get(&kube::runtime::reflector::ObjectRef::new(name))
+                    .map(|n| facts_of(&n))
+            },
         ))
     }
 }
