@@ -98,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
                 control_namespace: control_namespace.clone(),
                 revision: args.revision.clone(),
                 shared: args.isolation == Isolation::Shared,
+                metrics: Arc::clone(hub.metrics()),
             };
             tokio::spawn(source_kube::run(client.clone(), config, events_tx));
             tokio::spawn(source_kube::report_proxy_count(

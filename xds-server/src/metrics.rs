@@ -97,6 +97,7 @@ pub struct Metrics {
     ca_expiry: Family<CertificateLabel, Gauge>,
     debounce: Histogram,
     queue: Histogram,
+    members_stale: Gauge,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -216,6 +217,12 @@ impl Metrics {
             "When the tenant CA's certificates expire (Unix time): ca-cert, the signing certificate (nothing issued outlives it), and root-cert, the root that anchors it; present once the CA has loaded",
             ca_expiry.clone(),
         );
+        let members_stale = Gauge::default();
+        registry.register(
+            "members_stale",
+            "1 while the members ConfigMap is deleted or unreadable and the last known members are kept",
+            members_stale.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -258,6 +265,7 @@ impl Metrics {
             ca_expiry,
             debounce,
             queue,
+            members_stale,
             proxy_config_bytes,
             registry: root,
         }
@@ -340,6 +348,12 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Whether the members in use are the last known ones, kept because the members ConfigMap
+    /// is deleted or unreadable.
+    pub fn set_members_stale(&self, stale: bool) {
+        self.members_stale.set(i64::from(stale));
     }
 
     /// Records a certificate request's outcome.

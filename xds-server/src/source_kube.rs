@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -26,6 +27,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::metrics::Metrics;
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
 /// What the Kubernetes source watches.
@@ -35,11 +37,86 @@ pub struct KubeSourceConfig {
     pub revision: String,
     /// Shared isolation: cluster-wide watchers filtered in process.
     pub shared: bool,
+    /// Where `members_stale` is reported.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The members ConfigMap's content (contract 2), or why it breaks the contract.
 pub fn read_members(cm: &ConfigMap) -> Result<MembersData, ContractError> {
     MembersData::from_data(cm.data.as_ref().unwrap_or(&BTreeMap::new()))
+}
+
+/// Follows the members ConfigMap (contract 2) and fails safe. Once members are known, a
+/// deleted, missing or unreadable ConfigMap keeps them (the operator rewrites it at its next
+/// reconcile; until then nobody is evicted and no connected proxy loses its config) and marks
+/// them stale; only a readable ConfigMap changes them. Before any is known, an absent one
+/// means no members, so a new revision still becomes ready.
+#[derive(Debug, Default)]
+pub struct MembersFollower {
+    /// During a relist: the readable content seen so far, or why none is.
+    relist: Option<Result<BTreeSet<String>, String>>,
+    known: Option<BTreeSet<String>>,
+    /// Why the known members are kept although the ConfigMap says otherwise.
+    stale: Option<String>,
+}
+
+impl MembersFollower {
+    /// Folds one watch event; returns the members when they change.
+    pub fn on_event(&mut self, event: Event<ConfigMap>) -> Option<BTreeSet<String>> {
+        match event {
+            Event::Init => {
+                self.relist = Some(Err("the members ConfigMap does not exist".into()));
+                None
+            }
+            Event::InitApply(cm) => {
+                self.relist = Some(read(&cm));
+                None
+            }
+            Event::InitDone => {
+                let seen = self
+                    .relist
+                    .take()
+                    .unwrap_or_else(|| Err("the members ConfigMap does not exist".into()));
+                self.settle(seen)
+            }
+            Event::Apply(cm) => self.settle(read(&cm)),
+            Event::Delete(_) => self.settle(Err("the members ConfigMap was deleted".into())),
+        }
+    }
+
+    /// Why the members in use are kept from before, if they are.
+    pub fn stale(&self) -> Option<&str> {
+        self.stale.as_deref()
+    }
+
+    fn settle(&mut self, seen: Result<BTreeSet<String>, String>) -> Option<BTreeSet<String>> {
+        match (seen, &self.known) {
+            (Ok(members), _) => {
+                self.stale = None;
+                (self.known.as_ref() != Some(&members)).then(|| {
+                    self.known = Some(members.clone());
+                    members
+                })
+            }
+            (Err(why), Some(known)) => {
+                tracing::warn!(reason = %why, kept = known.len(), "members ConfigMap unusable: keeping the last known members");
+                self.stale = Some(why);
+                None
+            }
+            (Err(why), None) => {
+                tracing::warn!(reason = %why, "no members ConfigMap yet: no members");
+                self.stale = None;
+                self.known = Some(BTreeSet::new());
+                Some(BTreeSet::new())
+            }
+        }
+    }
+}
+
+fn read(cm: &ConfigMap) -> Result<BTreeSet<String>, String> {
+    read_members(cm)
+        .map(|m| m.members)
+        .map_err(|e| format!("the members ConfigMap is unreadable: {e}"))
 }
 
 /// Member namespaces listed in the members ConfigMap (`data.members`, one per line); none when
@@ -99,7 +176,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
     let mut stream = watcher(members_api, watcher::Config::default().fields(&selector))
         .default_backoff()
         .boxed();
-    let mut listed: Option<BTreeSet<String>> = None;
+    let mut follower = MembersFollower::default();
     let mut members: Option<BTreeSet<String>> = None;
     let mut mesh_config: Option<meshplane_crds::MeshConfig> = None;
     let mut ready_spawned = false;
@@ -120,18 +197,14 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
             }
         }
         let next = match event {
-            Ok(Event::Init) => {
-                listed = Some(BTreeSet::new());
-                continue;
+            Ok(event) => {
+                let next = follower.on_event(event);
+                config.metrics.set_members_stale(follower.stale().is_some());
+                match next {
+                    Some(next) => next,
+                    None => continue,
+                }
             }
-            Ok(Event::InitApply(cm)) => {
-                listed = Some(parse_members(&cm));
-                continue;
-            }
-            // The ConfigMap absent from a relist means no members.
-            Ok(Event::InitDone) => listed.take().unwrap_or_default(),
-            Ok(Event::Apply(cm)) => parse_members(&cm),
-            Ok(Event::Delete(_)) => BTreeSet::new(),
             Err(e) => {
                 tracing::warn!(error = %e, configmap = %name, "members watch failed, retrying");
                 continue;
@@ -440,5 +513,61 @@ mod tests {
             BTreeSet::from(["bank".to_string(), "shop".to_string()])
         );
         assert!(parse_members(&ConfigMap::default()).is_empty());
+    }
+
+    fn members_cm(text: &str) -> ConfigMap {
+        ConfigMap {
+            data: Some([(members::MEMBERS.to_string(), text.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Issue 16 item 3: a deleted, missing or unreadable members ConfigMap no longer empties
+    /// the tenant; the last known members stay, marked stale, until a readable one arrives.
+    #[test]
+    fn a_deleted_or_unreadable_members_configmap_keeps_the_last_known_members() {
+        let mut f = MembersFollower::default();
+        f.on_event(Event::Init);
+        f.on_event(Event::InitApply(members_cm("bank\nshop\n")));
+        assert_eq!(f.on_event(Event::InitDone), Some(set(&["bank", "shop"])));
+        assert_eq!(f.stale(), None);
+
+        assert_eq!(f.on_event(Event::Delete(members_cm(""))), None, "kept");
+        assert!(f.stale().is_some_and(|w| w.contains("deleted")));
+        // A relist that finds no ConfigMap keeps them too.
+        f.on_event(Event::Init);
+        assert_eq!(f.on_event(Event::InitDone), None);
+        assert!(f.stale().is_some_and(|w| w.contains("does not exist")));
+        // So does one that breaks the contract (no `members` key, a bad name).
+        assert_eq!(f.on_event(Event::Apply(ConfigMap::default())), None);
+        assert_eq!(
+            f.on_event(Event::Apply(members_cm("Not A Namespace\n"))),
+            None
+        );
+        assert!(f.stale().is_some_and(|w| w.contains("unreadable")));
+
+        // A readable one decides again, including "fewer members".
+        assert_eq!(
+            f.on_event(Event::Apply(members_cm("shop\n"))),
+            Some(set(&["shop"]))
+        );
+        assert_eq!(f.stale(), None);
+        assert_eq!(f.on_event(Event::Apply(members_cm(""))), Some(set(&[])));
+    }
+
+    #[test]
+    fn without_any_members_configmap_a_new_revision_starts_with_no_members() {
+        let mut f = MembersFollower::default();
+        f.on_event(Event::Init);
+        assert_eq!(f.on_event(Event::InitDone), Some(BTreeSet::new()));
+        assert_eq!(f.stale(), None);
+        assert_eq!(
+            f.on_event(Event::Apply(members_cm("shop\n"))),
+            Some(set(&["shop"]))
+        );
     }
 }

@@ -101,6 +101,7 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
         control_namespace: "meshplane-blue".into(),
         revision: "blue-v1".into(),
         shared: false,
+        metrics: std::sync::Arc::new(meshplane_xds::metrics::Metrics::new()),
     };
     tokio::spawn(source_kube::run(client.clone(), config, tx));
     let recorder = seen.clone();
