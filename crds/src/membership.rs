@@ -107,6 +107,29 @@ pub fn control_namespace_claims(
         .collect()
 }
 
+/// [`compute`] after dropping the control planes whose control namespace is not theirs to
+/// take ([`control_namespace_claims`]; `lookup` finds any namespace by name): they claim
+/// nothing and evict nothing, and carry a [`Conflict::ControlNamespaceNotOwned`] instead. The
+/// operator's reconcile and `meshctl analyze` both call this, so they agree.
+pub fn compute_guarded(
+    namespaces: &[NamespaceFacts],
+    control_planes: &[ControlPlaneFacts],
+    tags: &[TagFacts],
+    lookup: impl Fn(&str) -> Option<NamespaceFacts>,
+) -> Membership {
+    let refused = control_namespace_claims(control_planes, lookup);
+    let refused_names: BTreeSet<&str> =
+        refused.iter().filter_map(Conflict::control_plane).collect();
+    let admitted: Vec<ControlPlaneFacts> = control_planes
+        .iter()
+        .filter(|c| !refused_names.contains(c.name.as_str()))
+        .cloned()
+        .collect();
+    let mut membership = compute(namespaces, &admitted, tags);
+    membership.conflicts.extend(refused);
+    membership
+}
+
 /// A `MeshControlPlane` as membership sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlPlaneFacts {

@@ -233,7 +233,7 @@ impl MeshState {
             .map(|n| n.metadata.labels.clone().unwrap_or_default())
     }
 
-    /// Membership as the operator computes it (`meshplane_crds::membership::compute`).
+    /// Membership as the operator computes it (`meshplane_crds::membership::compute_guarded`).
     pub fn membership(&self) -> Membership {
         let namespaces: Vec<NamespaceFacts> = self
             .namespaces()
@@ -249,7 +249,9 @@ impl MeshState {
             .map(ControlPlaneFacts::from)
             .collect();
         let tags: Vec<TagFacts> = self.tags().into_iter().map(TagFacts::from).collect();
-        membership::compute(&namespaces, &control_planes, &tags)
+        membership::compute_guarded(&namespaces, &control_planes, &tags, |name| {
+            namespaces.iter().find(|n| n.name == name).cloned()
+        })
     }
 }
 

@@ -287,6 +287,8 @@ async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_rbac() {
         writes,
         [
             "apply /configmaps meshplane-blue/meshplane-blue-v1-members",
+            // The instance's NetworkPolicy admits xDS from member namespaces: shop drops out.
+            "apply networking.k8s.io/networkpolicies meshplane-blue/meshplane-blue-v1",
             "delete /configmaps shop/meshplane-blue-v1-bootstrap",
             "delete rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-reader",
             "delete rbac.authorization.k8s.io/roles shop/meshplane-blue-v1-reader",

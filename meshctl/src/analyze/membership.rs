@@ -12,6 +12,7 @@ fn conflict_code(c: &Conflict) -> Code {
         Conflict::InvalidSelector { .. } => codes::INVALID_SELECTOR,
         Conflict::ControlNamespaceMismatch { .. } => codes::CONTROL_NAMESPACE_MISMATCH,
         Conflict::ControlNamespaceTaken { .. } => codes::CONTROL_NAMESPACE_TAKEN,
+        Conflict::ControlNamespaceNotOwned { .. } => codes::CONTROL_NAMESPACE_NOT_OWNED,
         Conflict::TagNamedLikeRevision { .. } => codes::TAG_NAMED_LIKE_REVISION,
         Conflict::TagMovedAcrossTenants { .. } => codes::TAG_MOVED_ACROSS_TENANTS,
         Conflict::TagRevisionNotFound { .. } => codes::TAG_REVISION_NOT_FOUND,

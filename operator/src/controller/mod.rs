@@ -5,8 +5,8 @@ mod controlplane;
 mod tag;
 pub mod triggers;
 
+use std::collections::HashMap;
 use std::collections::HashSet;
-use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -326,18 +326,9 @@ impl Snapshot {
     ) -> Self {
         let cp_facts: Vec<ControlPlaneFacts> =
             control_planes.iter().map(ControlPlaneFacts::from).collect();
-        let refused = membership::control_namespace_claims(&cp_facts, control_namespace);
-        let refused_names: BTreeSet<String> = refused
-            .iter()
-            .filter_map(|c| c.control_plane().map(str::to_string))
-            .collect();
-        let cp_facts: Vec<ControlPlaneFacts> = cp_facts
-            .into_iter()
-            .filter(|c| !refused_names.contains(&c.name))
-            .collect();
         let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
-        let mut membership = membership::compute(&ns_facts, &cp_facts, &tag_facts);
-        membership.conflicts.extend(refused);
+        let membership =
+            membership::compute_guarded(&ns_facts, &cp_facts, &tag_facts, control_namespace);
         Snapshot {
             control_planes,
             tags,
