@@ -229,7 +229,11 @@ fn network_policy_spec(rev: &Revision<'_>) -> Value {
                 "from": [{"namespaceSelector": {"matchExpressions": [
                     {"key": names::NAMESPACE_NAME_LABEL, "operator": "In", "values": tenant},
                 ]}}],
-                "ports": port(ports::GRPC_XDS),
+                // ADS and certificates over TLS; the plaintext port too, should it be enabled.
+                "ports": [
+                    {"port": ports::GRPC_XDS_TLS, "protocol": "TCP"},
+                    {"port": ports::GRPC_XDS, "protocol": "TCP"},
+                ],
             },
             {"ports": port(ports::HTTPS_WEBHOOK)},
             {"ports": port(ports::HTTP_MONITORING)},
