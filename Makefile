@@ -18,7 +18,7 @@ export CARGO_TERM_COLOR ?= never
 help:
 	@echo "make demo        run the meshplane user story (stand-in API, operator, real Envoy, real kubectl)"
 	@echo "make test        fmt, clippy, CRD drift check, kustomize render, all tests (what CI runs)"
-	@echo "make crds        regenerate config/crd/ from the Rust types"
+	@echo "make crds        regenerate config/crd/ and docs/guide/api-reference.md from the Rust types"
 	@echo "make bench       short benchmarks;  make bench-full  full sizes"
 	@echo "make images      container images (needs a Docker engine)"
 

@@ -13,7 +13,9 @@
 //! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
 //! - [`manifest`]: parsing multi-document YAML into typed objects (samples, directory source).
 //! - [`crdgen`]: the CustomResourceDefinitions as YAML, written to `config/crd/` by `crdgen`.
+//! - [`api_reference`]: the API reference page rendered from those CRDs (`crdgen` writes it).
 
+pub mod api_reference;
 pub mod capture;
 pub mod controlplane;
 pub mod crdgen;
