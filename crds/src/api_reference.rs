@@ -128,7 +128,7 @@ fn fields(path: &str, schema: &JSONSchemaProps, required: bool, rows: &mut Vec<S
         description.push_str(&format!(
             " **Rule:** {} (`{}`)",
             one_line(message),
-            cell(&rule.rule)
+            one_line(&rule.rule)
         ));
     }
     rows.push(format!(
