@@ -106,6 +106,16 @@ pub struct Args {
     /// Log format: `text`, or `json` (one object per line, with tenant, revision and proxy).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: crate::logging::LogFormat,
+    /// Concurrent ADS streams one HTTP/2 connection may open.
+    #[arg(long, default_value_t = 16)]
+    pub max_streams_per_connection: u32,
+    /// Connected proxies one namespace may have.
+    #[arg(long, default_value_t = 5000)]
+    pub max_proxies_per_namespace: usize,
+    /// Set only by the local test pod runner, where every pod shares the host's loopback: then,
+    /// and only then, proxies' node metadata `LOOPBACK_ADDR` is honoured.
+    #[arg(long, env = "MESHPLANE_LOOPBACK_ADDR", hide = true)]
+    pub loopback_addr: Option<String>,
 }
 
 #[cfg(test)]

@@ -49,9 +49,16 @@ struct ScopeKey {
     loopback: Option<String>,
 }
 
+/// Most rendered configurations kept; the oldest goes first. The key is built only from the
+/// tenant's own objects and the proxy's verified namespace (node metadata `LOOPBACK_ADDR`
+/// counts only where the operator of the instance allowed it), so real tenants stay far below.
+pub const MAX_CACHED_SCOPES: usize = 16_384;
+
 #[derive(Default)]
 struct RenderCache {
     configs: HashMap<ScopeKey, Arc<ProxyConfig>>,
+    /// Keys of `configs` in insertion order, for eviction.
+    order: std::collections::VecDeque<ScopeKey>,
     /// Encoded resources by (type URL, name, version).
     interned: HashMap<(&'static str, String, String), Weak<Resource>>,
     /// Size of `interned` at which dead entries are dropped.
@@ -83,6 +90,8 @@ pub struct TenantIndex {
     /// What per-key updates of the registry need beside it.
     keys: keyed::Keys,
     cache: Mutex<RenderCache>,
+    /// Most configurations `cache` keeps ([`MAX_CACHED_SCOPES`]).
+    cache_limit: usize,
 }
 
 impl TenantIndex {
@@ -111,7 +120,14 @@ impl TenantIndex {
             registry: Arc::new(registry),
             keys: keyed::Keys::default(),
             cache: Mutex::new(RenderCache::default()),
+            cache_limit: MAX_CACHED_SCOPES,
         }
+    }
+
+    /// Keeps at most `limit` rendered configurations (at least one).
+    pub fn with_cache_limit(mut self, limit: usize) -> Self {
+        self.cache_limit = limit.max(1);
+        self
     }
 
     /// Adds tags that resolve to this revision (directory mode's `--tags`).
@@ -327,7 +343,9 @@ impl TenantIndex {
             }
             ChangeKind::Config => {
                 self.registry = Arc::new(next);
-                self.lock_cache().configs.clear();
+                let mut cache = self.lock_cache();
+                cache.configs.clear();
+                cache.order.clear();
             }
         }
         change
@@ -562,8 +580,25 @@ impl TenantIndex {
             return Arc::clone(config);
         }
         let config = Arc::new(self.render_proxy_uncached(node));
-        self.lock_cache().configs.insert(key, Arc::clone(&config));
+        let mut cache = self.lock_cache();
+        if cache
+            .configs
+            .insert(key.clone(), Arc::clone(&config))
+            .is_none()
+        {
+            cache.order.push_back(key);
+            while cache.order.len() > self.cache_limit {
+                if let Some(oldest) = cache.order.pop_front() {
+                    cache.configs.remove(&oldest);
+                }
+            }
+        }
         config
+    }
+
+    /// How many rendered configurations are cached.
+    pub fn cached_scopes(&self) -> usize {
+        self.lock_cache().configs.len()
     }
 
     /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod ads;
+pub mod bounds;
 pub mod cli;
 pub mod envoyfilter;
 pub mod identity;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use meshplane_crds::MeshConfig;
-use meshplane_xds::ads::AdsServer;
+use meshplane_xds::ads::{AdsLimits, AdsServer};
 use meshplane_xds::cli::{Args, Isolation, Source};
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
@@ -165,7 +165,14 @@ async fn main() -> anyhow::Result<()> {
         shutdown_tx.clone(),
     );
 
-    let ads_server = AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone());
+    let limits = AdsLimits {
+        streams_per_connection: args.max_streams_per_connection.max(1),
+        proxies_per_namespace: args.max_proxies_per_namespace.max(1),
+        honor_loopback: args.loopback_addr.is_some(),
+        ..AdsLimits::default()
+    };
+    let ads_server =
+        AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone()).with_limits(limits);
     let ads = xds_listener.map(|listener| tokio::spawn(ads_server.clone().serve(listener)));
     let secure = match xds_tls_listener {
         Some(listener) => Some(spawn_secure(

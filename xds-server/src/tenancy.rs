@@ -12,10 +12,12 @@ use meshplane_contracts::node::{meta, NodeId};
 use meshplane_crds::networking::CaptureMode;
 use tonic::metadata::MetadataMap;
 
+use crate::bounds;
 use crate::model::ProxyNode;
+use prost::Message;
 
 /// Why a proxy is refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AdmissionError {
     #[error("the first ADS request carries no node")]
     MissingNode,
@@ -50,13 +52,24 @@ pub enum AdmissionError {
     ReviewFailed(String),
     #[error("the tenant's configuration has not synced yet; retry")]
     NotSynced,
+    #[error("{field} is {len} bytes, more than the {max} accepted")]
+    TooLarge {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("namespace {namespace:?} already has {max} connected proxies, the most this instance accepts per namespace")]
+    TooManyProxies { namespace: String, max: usize },
 }
 
 impl AdmissionError {
     /// Short reason for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            AdmissionError::MissingNode | AdmissionError::MalformedNodeId(_) => "malformed_node",
+            AdmissionError::MissingNode
+            | AdmissionError::MalformedNodeId(_)
+            | AdmissionError::TooLarge { .. } => "malformed_node",
+            AdmissionError::TooManyProxies { .. } => "too_many_proxies",
             AdmissionError::NamespaceMismatch { .. } | AdmissionError::PodMismatch { .. } => {
                 "namespace_mismatch"
             }
@@ -70,25 +83,26 @@ impl AdmissionError {
         }
     }
 
-    /// The gRPC status the stream ends with.
+    /// The gRPC status the stream ends with; its message is bounded whatever the client sent.
     pub fn to_status(&self) -> tonic::Status {
+        let message = bounds::clip(&self.to_string(), bounds::STATUS_MESSAGE).into_owned();
         match self {
             AdmissionError::MissingNode
             | AdmissionError::MalformedNodeId(_)
             | AdmissionError::NamespaceMismatch { .. }
-            | AdmissionError::PodMismatch { .. } => {
-                tonic::Status::invalid_argument(self.to_string())
-            }
+            | AdmissionError::PodMismatch { .. }
+            | AdmissionError::TooLarge { .. } => tonic::Status::invalid_argument(message),
+            AdmissionError::TooManyProxies { .. } => tonic::Status::resource_exhausted(message),
             AdmissionError::MissingToken | AdmissionError::InvalidToken(_) => {
-                tonic::Status::unauthenticated(self.to_string())
+                tonic::Status::unauthenticated(message)
             }
             AdmissionError::ReviewFailed(_) | AdmissionError::NotSynced => {
-                tonic::Status::unavailable(self.to_string())
+                tonic::Status::unavailable(message)
             }
             AdmissionError::WrongTenant { .. }
             | AdmissionError::NotMember { .. }
             | AdmissionError::TokenNamespaceMismatch { .. } => {
-                tonic::Status::permission_denied(self.to_string())
+                tonic::Status::permission_denied(message)
             }
         }
     }
@@ -109,22 +123,42 @@ fn capture_mode(value: Option<String>) -> CaptureMode {
     }
 }
 
+/// Refuses nodes larger than anything a real proxy sends ([`bounds`]), before any part of
+/// them is parsed, logged or echoed.
+pub fn check_node_size(node: &Node) -> Result<(), AdmissionError> {
+    let checks = [
+        ("node.id", node.id.len(), bounds::MAX_NODE_ID),
+        ("node.cluster", node.cluster.len(), bounds::MAX_NODE_CLUSTER),
+        (
+            "node.metadata",
+            node.metadata.as_ref().map_or(0, Message::encoded_len),
+            bounds::MAX_NODE_METADATA,
+        ),
+        ("node", node.encoded_len(), bounds::MAX_NODE),
+    ];
+    match checks.into_iter().find(|(_, len, max)| len > max) {
+        Some((field, len, max)) => Err(AdmissionError::TooLarge { field, len, max }),
+        None => Ok(()),
+    }
+}
+
 /// Identity a node claims (contract 7), checked against itself and the tenant. The node id
 /// must parse; metadata `NAMESPACE` and `POD_NAME`, when present, must agree with it. Labels
 /// are not taken from the node: the tenant index gives them from the proxy's Pod.
 pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, AdmissionError> {
     let node = node.ok_or(AdmissionError::MissingNode)?;
+    check_node_size(node)?;
     let md = node.metadata.as_ref();
     let id = NodeId::parse(&node.id).map_err(|e| AdmissionError::MalformedNodeId(e.to_string()))?;
     if let Some(claimed) = metadata_string(md, meta::NAMESPACE).filter(|m| *m != id.namespace) {
         return Err(AdmissionError::NamespaceMismatch {
-            metadata: claimed,
+            metadata: bounds::echo(&claimed),
             id: id.namespace,
         });
     }
     if let Some(claimed) = metadata_string(md, meta::POD_NAME).filter(|p| *p != id.pod) {
         return Err(AdmissionError::PodMismatch {
-            metadata: claimed,
+            metadata: bounds::echo(&claimed),
             id: id.pod,
         });
     }
@@ -132,7 +166,7 @@ pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, Admiss
         if claimed != tenant {
             return Err(AdmissionError::WrongTenant {
                 namespace: id.namespace,
-                claimed,
+                claimed: bounds::echo(&claimed),
                 tenant: tenant.to_string(),
             });
         }
@@ -223,12 +257,12 @@ impl TokenReviewer {
         let result = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| AdmissionError::ReviewFailed(e.to_string()))?;
+            .map_err(|e| AdmissionError::ReviewFailed(bounds::echo(&e.to_string())))?;
         let status = result.status.unwrap_or_default();
         if status.authenticated != Some(true) {
-            return Err(AdmissionError::InvalidToken(
-                status.error.unwrap_or_else(|| "not authenticated".into()),
-            ));
+            return Err(AdmissionError::InvalidToken(bounds::echo(
+                &status.error.unwrap_or_else(|| "not authenticated".into()),
+            )));
         }
         if let Some(audiences) = &status.audiences {
             if !audiences.contains(&self.audience) {

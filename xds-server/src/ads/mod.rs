@@ -33,12 +33,51 @@ const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// Responses buffered per stream before the stream task waits for the proxy to read.
 const STREAM_BUFFER: usize = 16;
 
+/// What one client may open or send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdsLimits {
+    /// Concurrent streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS): Envoy opens
+    /// one ADS stream per connection, gRPC clients a few.
+    pub streams_per_connection: u32,
+    /// Connected proxies per namespace.
+    pub proxies_per_namespace: usize,
+    /// How long a new stream may take to send its first request.
+    pub first_request: Duration,
+    /// Whether node metadata `LOOPBACK_ADDR` is honoured: only where every pod shares the
+    /// host's loopback (the local pod runner); elsewhere a client could pick any value.
+    pub honor_loopback: bool,
+}
+
+impl Default for AdsLimits {
+    fn default() -> Self {
+        Self {
+            streams_per_connection: 16,
+            proxies_per_namespace: 5_000,
+            first_request: Duration::from_secs(30),
+            honor_loopback: false,
+        }
+    }
+}
+
 /// The ADS gRPC service of one tenant revision.
 #[derive(Clone)]
 pub struct AdsServer {
     hub: Arc<Hub>,
     reviewer: Option<TokenReviewer>,
     shutdown: watch::Receiver<bool>,
+    limits: AdsLimits,
+}
+
+/// A request the server could not read: the client's fault, answered INVALID_ARGUMENT
+/// (tonic reports undecodable messages as INTERNAL). Transport errors pass unchanged.
+pub(crate) fn request_error(status: Status) -> Status {
+    match status.code() {
+        tonic::Code::Internal | tonic::Code::OutOfRange => Status::invalid_argument(format!(
+            "undecodable request: {}",
+            crate::bounds::echo(status.message())
+        )),
+        _ => status,
+    }
 }
 
 impl AdsServer {
@@ -53,12 +92,25 @@ impl AdsServer {
             hub,
             reviewer,
             shutdown,
+            limits: AdsLimits::default(),
         }
+    }
+
+    /// The same server with other limits.
+    pub fn with_limits(mut self, limits: AdsLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// What one client may open or send.
+    pub fn limits(&self) -> AdsLimits {
+        self.limits
     }
 
     /// The tonic service to mount on a server.
     pub fn into_service(self) -> AggregatedDiscoveryServiceServer<Self> {
-        AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(16 * 1024 * 1024)
+        AggregatedDiscoveryServiceServer::new(self)
+            .max_decoding_message_size(crate::bounds::MAX_REQUEST)
     }
 
     /// Serves ADS on `listener` until `shutdown` turns true (streams end first, so the server
@@ -70,6 +122,7 @@ impl AdsServer {
         let mut shutdown = self.shutdown.clone();
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .max_concurrent_streams(self.limits.streams_per_connection)
             .add_service(self.into_service())
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -82,7 +135,8 @@ impl AdsServer {
         let result = self.check(node, token).await;
         if let Err(e) = &result {
             self.hub.metrics().rejected(e.reason());
-            tracing::warn!(node = node.map(|n| n.id.as_str()), error = %e, "refused ADS stream");
+            let node = node.map(|n| crate::bounds::clip(&n.id, crate::bounds::ECHO));
+            tracing::warn!(node = node.as_deref(), error = %e, "refused ADS stream");
         }
         result.map_err(|e| e.to_status())
     }
@@ -92,7 +146,10 @@ impl AdsServer {
         node: Option<&Node>,
         token: Option<String>,
     ) -> Result<ProxyNode, AdmissionError> {
-        let proxy = parse_node(node, self.hub.tenant())?;
+        let mut proxy = parse_node(node, self.hub.tenant())?;
+        proxy.loopback = proxy
+            .loopback
+            .filter(|l| self.limits.honor_loopback && is_loopback_v4(l));
         if let Some(reviewer) = &self.reviewer {
             let token = token.ok_or(AdmissionError::MissingToken)?;
             reviewer.verify(&token, &proxy).await?;
@@ -106,7 +163,7 @@ impl AdsServer {
         }
         if !self.hub.admits_namespace(&proxy.namespace) {
             return Err(AdmissionError::NotMember {
-                namespace: proxy.namespace,
+                namespace: crate::bounds::echo(&proxy.namespace),
                 tenant: self.hub.tenant().to_string(),
                 revision: self.hub.revision().to_string(),
             });
@@ -120,13 +177,31 @@ impl AdsServer {
     ) -> Result<ReceiverStream<Result<W::Resp, Status>>, Status> {
         let token = bearer_token(request.metadata());
         let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
+        let first = tokio::time::timeout(self.limits.first_request, inbound.message())
+            .await
+            .map_err(|_| {
+                Status::invalid_argument(format!(
+                    "no first request within {:?}",
+                    self.limits.first_request
+                ))
+            })?
+            .map_err(request_error)?
             .ok_or_else(|| Status::invalid_argument("stream closed before its first request"))?;
         let node = self.admit(W::node(&first), token).await?;
+        let handle = self
+            .hub
+            .try_connect(node, W::PROTOCOL, self.limits.proxies_per_namespace)
+            .map_err(|node| {
+                let e = AdmissionError::TooManyProxies {
+                    namespace: node.namespace,
+                    max: self.limits.proxies_per_namespace,
+                };
+                self.hub.metrics().rejected(e.reason());
+                tracing::warn!(error = %e, "refused ADS stream");
+                e.to_status()
+            })?;
+        let node = handle.node();
         tracing::info!(proxy = %node.id, namespace = %node.namespace, protocol = W::PROTOCOL.as_str(), "proxy connected");
-        let handle = self.hub.connect(node, W::PROTOCOL);
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(run_stream::<W>(
             handle,
@@ -157,4 +232,10 @@ impl AggregatedDiscoveryService for AdsServer {
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         self.open::<Delta>(request).await.map(Response::new)
     }
+}
+
+/// Whether `addr` is an IPv4 address in 127.0.0.0/8.
+fn is_loopback_v4(addr: &str) -> bool {
+    addr.parse::<std::net::Ipv4Addr>()
+        .is_ok_and(|a| a.is_loopback())
 }

@@ -16,6 +16,7 @@ use tonic::{Status, Streaming};
 
 use super::snapshot::{short_name, type_index, Snapshot};
 use super::tracker::{Outgoing, Protocol, RequestOutcome, StreamState};
+use crate::bounds;
 use crate::model::Resource;
 use crate::push::ProxyHandle;
 
@@ -55,7 +56,10 @@ impl Wire for Sotw {
             &req.response_nonce,
             &req.version_info,
             &req.resource_names,
-            req.error_detail.as_ref().map(|e| e.message.as_str()),
+            req.error_detail
+                .as_ref()
+                .map(|e| bounds::clip(&e.message, bounds::NACK_MESSAGE))
+                .as_deref(),
         )
     }
 
@@ -89,7 +93,10 @@ impl Wire for Delta {
             &req.resource_names_subscribe,
             &req.resource_names_unsubscribe,
             &req.initial_resource_versions,
-            req.error_detail.as_ref().map(|e| e.message.as_str()),
+            req.error_detail
+                .as_ref()
+                .map(|e| bounds::clip(&e.message, bounds::NACK_MESSAGE))
+                .as_deref(),
         )
     }
 
@@ -173,6 +180,10 @@ pub async fn run_stream<W: Wire>(
                 Ok(None) => break,
                 Err(status) => {
                     tracing::debug!(proxy = %handle.node().id, %status, "stream ended");
+                    let answer = super::request_error(status);
+                    if answer.code() == tonic::Code::InvalidArgument {
+                        let _ = tx.send(Err(answer)).await;
+                    }
                     break;
                 }
             },

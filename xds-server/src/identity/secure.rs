@@ -137,6 +137,7 @@ pub async fn serve_secure(
     let mut stop = shutdown;
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .max_concurrent_streams(ads.limits().streams_per_connection)
         .add_service(ads.into_service())
         .add_optional_service(certificates.map(IstioCertificateServiceServer::new));
     router

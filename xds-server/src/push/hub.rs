@@ -35,6 +35,8 @@ pub struct Hub {
     revision: String,
     control_namespace: String,
     pub(super) proxies: Mutex<HashMap<u64, ProxyEntry>>,
+    /// Connected proxies per namespace (locked after `proxies`, never alone).
+    per_namespace: Mutex<HashMap<String, usize>>,
     next_id: AtomicU64,
     /// Proxies registered since the push loop last rendered first configs, with when.
     waiting: Mutex<Vec<(u64, Instant)>>,
@@ -63,6 +65,7 @@ impl Hub {
             revision: revision.into(),
             control_namespace: control_namespace.into(),
             proxies: Mutex::new(HashMap::new()),
+            per_namespace: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             waiting: Mutex::new(Vec::new()),
             connects: Notify::new(),
@@ -155,12 +158,34 @@ impl Hub {
     /// Registers a proxy; the push loop sends its first snapshot. The returned guard
     /// deregisters it when dropped.
     pub fn connect(self: &Arc<Self>, node: ProxyNode, protocol: Protocol) -> ProxyHandle {
+        match self.try_connect(node, protocol, usize::MAX) {
+            Ok(handle) => handle,
+            // No namespace can hold usize::MAX proxies: the count would overflow memory first.
+            Err(_) => unreachable!("a namespace with usize::MAX proxies"),
+        }
+    }
+
+    /// Registers a proxy unless its namespace already has `max_per_namespace` connected; then
+    /// the node is handed back.
+    pub fn try_connect(
+        self: &Arc<Self>,
+        node: ProxyNode,
+        protocol: Protocol,
+        max_per_namespace: usize,
+    ) -> Result<ProxyHandle, Box<ProxyNode>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = watch::channel(Arc::new(Snapshot::empty()));
         let status = Arc::new(Mutex::new(Vec::new()));
-        let node = Arc::new(node);
-        let count = {
+        let (count, node) = {
             let mut proxies = lock(&self.proxies);
+            let mut per_namespace = lock(&self.per_namespace);
+            let in_namespace = per_namespace.entry(node.namespace.clone()).or_default();
+            if *in_namespace >= max_per_namespace {
+                return Err(Box::new(node));
+            }
+            *in_namespace += 1;
+            drop(per_namespace);
+            let node = Arc::new(node);
             proxies.insert(
                 id,
                 ProxyEntry {
@@ -170,26 +195,35 @@ impl Hub {
                     status: Arc::clone(&status),
                 },
             );
-            proxies.len()
+            (proxies.len(), node)
         };
         lock(&self.waiting).push((id, Instant::now()));
         self.connects.notify_one();
         self.metrics
             .proxy_connected(&self.revision, protocol.as_str(), 1);
         self.connected.send_replace(count);
-        ProxyHandle {
+        Ok(ProxyHandle {
             hub: Arc::clone(self),
             id,
             node,
             snapshot: rx,
             status,
-        }
+        })
     }
 
     fn disconnect(&self, id: u64) {
         let (removed, count) = {
             let mut proxies = lock(&self.proxies);
             let removed = proxies.remove(&id);
+            if let Some(entry) = &removed {
+                let mut per_namespace = lock(&self.per_namespace);
+                if let Some(n) = per_namespace.get_mut(&entry.node.namespace) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        per_namespace.remove(&entry.node.namespace);
+                    }
+                }
+            }
             (removed, proxies.len())
         };
         if let Some(entry) = removed {

@@ -33,6 +33,8 @@ pub struct Configs(pub Arc<Mutex<BTreeMap<String, ProxyConfig>>>);
 struct TestGenerator {
     configs: Configs,
     members: BTreeSet<String>,
+    /// Every node rendered for, as the server admitted it.
+    rendered: Arc<Mutex<Vec<ProxyNode>>>,
 }
 
 impl ConfigGenerator for TestGenerator {
@@ -44,6 +46,10 @@ impl ConfigGenerator for TestGenerator {
         }
     }
     fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+        self.rendered
+            .lock()
+            .expect("rendered lock")
+            .push(node.clone());
         let configs = self.configs.0.lock().expect("configs lock");
         Arc::new(configs.get(&node.namespace).cloned().unwrap_or_default())
     }
@@ -76,6 +82,7 @@ pub fn config(tag: &str) -> ProxyConfig {
 pub struct Harness {
     pub hub: Arc<Hub>,
     pub configs: Configs,
+    rendered: Arc<Mutex<Vec<ProxyNode>>>,
     pub addr: std::net::SocketAddr,
     events: mpsc::Sender<SourceEvent>,
     shutdown: watch::Sender<bool>,
@@ -95,8 +102,18 @@ impl Harness {
 
     /// Like [`Harness::start`], verifying proxy tokens with `reviewer` (Kubernetes mode).
     pub async fn start_with(reviewer: Option<meshplane_xds::tenancy::TokenReviewer>) -> Harness {
+        Self::start_limited(reviewer, meshplane_xds::ads::AdsLimits::default()).await
+    }
+
+    /// Like [`Harness::start_with`], with other input limits.
+    pub async fn start_limited(
+        reviewer: Option<meshplane_xds::tenancy::TokenReviewer>,
+        limits: meshplane_xds::ads::AdsLimits,
+    ) -> Harness {
         let configs = Configs::default();
+        let rendered = Arc::new(Mutex::new(Vec::new()));
         let generator = TestGenerator {
+            rendered: Arc::clone(&rendered),
             configs: configs.clone(),
             members: ["shop".to_string(), "bank".to_string()].into(),
         };
@@ -130,10 +147,15 @@ impl Harness {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx).serve(listener));
+        tokio::spawn(
+            AdsServer::new(Arc::clone(&hub), reviewer, shutdown_rx)
+                .with_limits(limits)
+                .serve(listener),
+        );
         Harness {
             hub,
             configs,
+            rendered,
             addr,
             events,
             shutdown,
@@ -158,6 +180,11 @@ impl Harness {
             .await
             .expect("pushed in time")
             .expect("push loop running");
+    }
+
+    /// The nodes the generator rendered for so far (what admission made of them).
+    pub fn rendered_nodes(&self) -> Vec<ProxyNode> {
+        self.rendered.lock().expect("rendered lock").clone()
     }
 
     pub async fn client(&self) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
