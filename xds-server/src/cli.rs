@@ -112,6 +112,12 @@ pub struct Args {
     /// Connected proxies one namespace may have.
     #[arg(long, default_value_t = 5000)]
     pub max_proxies_per_namespace: usize,
+    /// TokenReviews per second sent for new tokens (verified tokens are remembered for a
+    /// minute), and the burst allowed above that rate.
+    #[arg(long, default_value_t = 50.0)]
+    pub token_review_qps: f64,
+    #[arg(long, default_value_t = 200.0)]
+    pub token_review_burst: f64,
     /// Set only by the local test pod runner, where every pod shares the host's loopback: then,
     /// and only then, proxies' node metadata `LOOPBACK_ADDR` is honoured.
     #[arg(long, env = "MESHPLANE_LOOPBACK_ADDR", hide = true)]

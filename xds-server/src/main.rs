@@ -109,7 +109,12 @@ async fn main() -> anyhow::Result<()> {
                 hub.connected_count(),
                 shutdown_rx.clone(),
             ));
-            Some(TokenReviewer::new(client, audience))
+            Some(TokenReviewer::with_rate(
+                client,
+                audience,
+                args.token_review_qps,
+                args.token_review_burst,
+            ))
         }
     };
 

@@ -2,7 +2,9 @@
 //! contract 7), whether its namespace belongs to this tenant, and, in Kubernetes mode, whether
 //! its ServiceAccount token proves that namespace (TokenReview).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct};
@@ -198,11 +200,98 @@ pub fn service_account_namespace(username: &str) -> Option<&str> {
     (!ns.is_empty() && !name.is_empty()).then_some(ns)
 }
 
-/// Verifies projected ServiceAccount tokens with the Kubernetes TokenReview API.
+/// How long a verified token is trusted without asking again (never past its expiry). Short:
+/// a token revoked with its pod stops working within this time.
+pub const REVIEW_TTL: Duration = Duration::from_secs(60);
+/// How long a refused token is refused without asking again.
+pub const REFUSAL_TTL: Duration = Duration::from_secs(10);
+/// Most tokens remembered.
+pub const REVIEW_CACHE_SIZE: usize = 16_384;
+/// TokenReviews per second and burst, by default.
+pub const DEFAULT_REVIEW_RATE: (f64, f64) = (50.0, 200.0);
+
+type Verdict = Result<ReviewedToken, AdmissionError>;
+
+/// Recent review results by token hash, and a token bucket for new reviews: a proxy that
+/// reconnects with the same token costs one TokenReview per [`REVIEW_TTL`], and a flood of
+/// new tokens at most the configured rate.
+#[derive(Debug)]
+struct ReviewCache {
+    entries: HashMap<[u8; 32], (Instant, Verdict)>,
+    tokens: f64,
+    refilled: Instant,
+    rate: f64,
+    burst: f64,
+}
+
+impl ReviewCache {
+    fn new(rate: f64, burst: f64) -> Self {
+        Self {
+            entries: HashMap::new(),
+            tokens: burst,
+            refilled: Instant::now(),
+            rate,
+            burst,
+        }
+    }
+
+    fn get(&self, key: &[u8; 32], now: Instant) -> Option<Verdict> {
+        self.entries
+            .get(key)
+            .filter(|(until, _)| *until > now)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn take_token(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn put(&mut self, key: [u8; 32], until: Instant, verdict: Verdict, now: Instant) {
+        if self.entries.len() >= REVIEW_CACHE_SIZE {
+            self.entries.retain(|_, (u, _)| *u > now);
+            if self.entries.len() >= REVIEW_CACHE_SIZE {
+                // Still full of live entries: drop the quarter closest to expiry.
+                let mut by_expiry: Vec<_> =
+                    self.entries.iter().map(|(k, (u, _))| (*u, *k)).collect();
+                by_expiry.sort();
+                for (_, k) in by_expiry.into_iter().take(REVIEW_CACHE_SIZE / 4) {
+                    self.entries.remove(&k);
+                }
+            }
+        }
+        self.entries.insert(key, (until, verdict));
+    }
+}
+
+/// The expiry (`exp`, seconds since the epoch) a JWT claims, read without verifying it (only
+/// to cap how long a review result is reused; the TokenReview did the verifying).
+fn token_expiry(token: &str) -> Option<SystemTime> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_u64()?;
+    Some(UNIX_EPOCH + Duration::from_secs(exp))
+}
+
+/// Verifies projected ServiceAccount tokens with the Kubernetes TokenReview API, remembering
+/// results for a short time and rate-limiting new reviews (ADS streams and certificate
+/// requests share one reviewer).
 #[derive(Clone)]
 pub struct TokenReviewer {
     client: kube::Client,
     audience: String,
+    cache: Arc<Mutex<ReviewCache>>,
 }
 
 impl std::fmt::Debug for TokenReviewer {
@@ -215,10 +304,27 @@ impl std::fmt::Debug for TokenReviewer {
 
 impl TokenReviewer {
     pub fn new(client: kube::Client, audience: impl Into<String>) -> Self {
+        let (rate, burst) = DEFAULT_REVIEW_RATE;
+        Self::with_rate(client, audience, rate, burst)
+    }
+
+    /// A reviewer sending at most `rate` TokenReviews per second for tokens it has not seen
+    /// recently (bursts of `burst`).
+    pub fn with_rate(
+        client: kube::Client,
+        audience: impl Into<String>,
+        rate: f64,
+        burst: f64,
+    ) -> Self {
         Self {
             client,
             audience: audience.into(),
+            cache: Arc::new(Mutex::new(ReviewCache::new(rate.max(0.0), burst.max(1.0)))),
         }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ReviewCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Checks that `token` is valid for our audience and belongs to `node`'s namespace (and
@@ -244,8 +350,44 @@ impl TokenReviewer {
         Ok(())
     }
 
-    /// Who the API server says `token` belongs to, for our audience (TokenReview).
-    pub async fn review(&self, token: &str) -> Result<ReviewedToken, AdmissionError> {
+    /// Who the API server says `token` belongs to, for our audience: from a recent review,
+    /// else from a new TokenReview if the rate limit allows one now.
+    pub async fn review(&self, token: &str) -> Verdict {
+        use sha2::Digest as _;
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        {
+            let mut cache = self.lock();
+            let now = Instant::now();
+            if let Some(v) = cache.get(&key, now) {
+                return v;
+            }
+            if !cache.take_token(now) {
+                return Err(AdmissionError::ReviewFailed(format!(
+                    "more than {} TokenReviews per second; retry",
+                    cache.rate
+                )));
+            }
+        }
+        let verdict = self.review_uncached(token).await;
+        let ttl = match &verdict {
+            Ok(_) => Some(
+                token_expiry(token)
+                    .and_then(|exp| exp.duration_since(SystemTime::now()).ok())
+                    .map_or(REVIEW_TTL, |left| left.min(REVIEW_TTL)),
+            ),
+            // The API server could not answer: ask again next time.
+            Err(AdmissionError::ReviewFailed(_)) => None,
+            Err(_) => Some(REFUSAL_TTL),
+        };
+        if let Some(ttl) = ttl {
+            let now = Instant::now();
+            self.lock().put(key, now + ttl, verdict.clone(), now);
+        }
+        verdict
+    }
+
+    /// One TokenReview.
+    async fn review_uncached(&self, token: &str) -> Verdict {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),

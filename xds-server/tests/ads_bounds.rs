@@ -1,14 +1,22 @@
 //! Bounded inputs at the ADS port: oversized nodes are refused with a short INVALID_ARGUMENT,
 //! undecodable requests are INVALID_ARGUMENT (not INTERNAL), one HTTP/2 connection may open
-//! only a few streams, and one namespace only so many proxies.
+//! only a few streams, one namespace only so many proxies, and a proxy reconnecting with the
+//! same token costs one TokenReview, new tokens at most the configured rate.
 
 mod ads_common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use ads_common::*;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use meshplane_xds::ads::AdsLimits;
 use meshplane_xds::model::type_url;
+use meshplane_xds::tenancy::TokenReviewer;
+use tokio_stream::wrappers::ReceiverStream;
+
+const AUDIENCE: &str = "meshplane-blue";
 
 #[tokio::test]
 async fn a_huge_node_id_is_refused_with_a_short_invalid_argument() {
@@ -182,4 +190,118 @@ async fn client_chosen_loopback_addresses_do_not_grow_the_render_cache() {
         "claimed loopback honoured: {seen:?}"
     );
     assert!(!seen.is_empty());
+}
+
+/// A kube client answering TokenReviews (`<ns>-token` is ServiceAccount `<ns>/default`),
+/// counting them.
+fn counting_kube(reviews: Arc<AtomicUsize>) -> kube::Client {
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let reviews = Arc::clone(&reviews);
+        async move {
+            reviews.fetch_add(1, Ordering::SeqCst);
+            let body = req.into_body().collect().await.expect("body").to_bytes();
+            let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            let token = review["spec"]["token"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            review["status"] = match token.strip_suffix("-token") {
+                Some(ns) => serde_json::json!({
+                    "authenticated": true, "audiences": [AUDIENCE],
+                    "user": {"username": format!("system:serviceaccount:{ns}:default")},
+                }),
+                None => {
+                    serde_json::json!({"authenticated": false, "error": "invalid bearer token"})
+                }
+            };
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(201)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&review).expect("encode"),
+                    ))
+                    .expect("response"),
+            )
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+type Open = (
+    tokio::sync::mpsc::Sender<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest>,
+    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
+);
+
+async fn open_with_token(h: &Harness, token: &str) -> Result<Open, tonic::Status> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(
+        envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+            node: Some(node("shop", "p-1")),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("queue");
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ascii"),
+    );
+    let stream = h
+        .client()
+        .await
+        .stream_aggregated_resources(request)
+        .await?;
+    Ok((tx, stream.into_inner()))
+}
+
+#[tokio::test]
+async fn reconnects_with_one_token_cost_one_token_review_and_new_tokens_are_rate_limited() {
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let reviewer =
+        TokenReviewer::with_rate(counting_kube(Arc::clone(&reviews)), AUDIENCE, 0.001, 3.0);
+    let h = Harness::start_with(Some(reviewer)).await;
+    h.set("shop", config("a")).await;
+    for _ in 0..20 {
+        let (_tx, mut rx) = open_with_token(&h, "shop-token").await.expect("admitted");
+        tokio::time::timeout(DEADLINE, rx.message())
+            .await
+            .expect("before the deadline")
+            .expect("ok")
+            .expect("a response");
+    }
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        1,
+        "one review for 20 streams"
+    );
+    // A refused token is remembered too.
+    for _ in 0..5 {
+        let Err(err) = open_with_token(&h, "forged").await else {
+            panic!("a forged token was admitted");
+        };
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    }
+    assert_eq!(reviews.load(Ordering::SeqCst), 2);
+    // The bucket held three reviews: the third new token waits for the rate.
+    let Err(err) = open_with_token(&h, "bank-token").await else {
+        panic!("bank's token was admitted for shop");
+    };
+    assert_eq!(
+        err.code(),
+        tonic::Code::PermissionDenied,
+        "bank is no match for shop"
+    );
+    let Err(err) = open_with_token(&h, "other-token").await else {
+        panic!("a review beyond the rate was sent");
+    };
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("TokenReviews per second"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(reviews.load(Ordering::SeqCst), 3);
 }
