@@ -118,13 +118,20 @@ async fn a_namespace_gets_at_most_its_share_of_proxies() {
         .expect("third refused");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("\"shop\""), "{}", err.message());
-    // Other namespaces are not affected.
-    SotwClient::open(&h, node("bank", "p-1"), type_url::CLUSTER, &[])
+    // Other namespaces are not affected (held open: the count below includes it).
+    h.set("bank", config("b")).await;
+    let mut bank = SotwClient::open(&h, node("bank", "p-1"), type_url::CLUSTER, &[])
         .await
         .expect("another namespace");
+    bank.recv().await;
+    let mut connected = h.hub.connected_count();
+    assert_eq!(
+        *connected.borrow_and_update(),
+        3,
+        "shop's two and bank's one"
+    );
     // A slot frees when a proxy leaves.
     drop(first);
-    let mut connected = h.hub.connected_count();
     tokio::time::timeout(DEADLINE, connected.wait_for(|n| *n == 2))
         .await
         .expect("before the deadline")
