@@ -88,3 +88,61 @@ fn samples_describe_two_tenants_and_a_tag() {
         vec![("blue-stable".to_string(), "blue-v1".to_string())]
     );
 }
+
+/// The ClusterRole shipped for tenant admins writes tenant config but can neither create nor
+/// change control planes or tags (creating a `MeshControlPlane` is a cluster-admin power), nor
+/// touch namespaces, RBAC or anything outside meshplane's config groups.
+#[test]
+fn the_tenant_admin_role_cannot_create_or_change_control_planes() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/rbac/tenant_admin_role.yaml");
+    let text = std::fs::read_to_string(&path).expect("config/rbac/tenant_admin_role.yaml");
+    let docs = meshplane_crds::manifest::parse_documents(&text).expect("YAML");
+    assert_eq!(docs.len(), 1, "one ClusterRole");
+    let role = &docs[0];
+    assert_eq!(role["kind"], "ClusterRole");
+    assert_eq!(role["metadata"]["name"], "meshplane-tenant-admin");
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let rules = role["rules"].as_array().expect("rules");
+    assert!(!rules.is_empty());
+    for rule in rules {
+        let groups = strings(&rule["apiGroups"]);
+        let resources = strings(&rule["resources"]);
+        let verbs = strings(&rule["verbs"]);
+        assert!(
+            !groups.iter().any(|g| g == "*" || g.is_empty()),
+            "no wildcard or core group: {rule}"
+        );
+        assert!(rule.get("nonResourceURLs").is_none(), "{rule}");
+        if groups.iter().any(|g| g == "meshplane.io") {
+            let writes = [
+                "create",
+                "update",
+                "patch",
+                "delete",
+                "deletecollection",
+                "*",
+            ];
+            assert!(
+                !verbs.iter().any(|v| writes.contains(&v.as_str())),
+                "tenant admins only read control planes and tags: {rule}"
+            );
+        } else {
+            assert!(
+                groups
+                    .iter()
+                    .all(|g| g == "networking.meshplane.io" || g == "security.meshplane.io"),
+                "only meshplane's config groups: {rule}"
+            );
+        }
+        assert!(!resources.is_empty(), "{rule}");
+    }
+}
