@@ -29,6 +29,9 @@ pub const REVISION: &str = "revision";
 pub const ADS_CLUSTER: &str = "xds-grpc";
 /// Path of the readiness listener.
 pub const READY_PATH: &str = "/healthz/ready";
+/// Path on the readiness listener that serves Envoy's own `/stats/prometheus` (the proxy's
+/// request statistics, read by the operator's migration gates and by scrapers).
+pub const STATS_PATH: &str = "/stats/prometheus";
 
 /// Name of the bootstrap ConfigMap of `revision`.
 pub fn configmap_name(revision: &str) -> String {

@@ -4,6 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
+use crate::migration::MeshRevisionMigration;
 use crate::networking::{EnvoyFilter, ServiceEntry, Sidecar};
 
 /// Every CRD of meshplane.
@@ -11,6 +12,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         MeshControlPlane::crd(),
         MeshRevisionTag::crd(),
+        MeshRevisionMigration::crd(),
         ServiceEntry::crd(),
         EnvoyFilter::crd(),
         Sidecar::crd(),

@@ -5,6 +5,8 @@
 //! it, so that one implementation decides what is valid.
 //!
 //! - [`controlplane`]: `meshplane.io/v1alpha1` `MeshControlPlane` and `MeshRevisionTag`.
+//! - [`migration`]: `meshplane.io/v1alpha1` `MeshRevisionMigration`, a health-gated move of a
+//!   tag to another revision.
 //! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter` and
 //!   `Sidecar`, the common subset of Istio's networking API (see that module for the supported
 //!   fields).
@@ -21,6 +23,7 @@ pub mod controlplane;
 pub mod crdgen;
 pub mod manifest;
 pub mod membership;
+pub mod migration;
 pub mod names;
 pub mod networking;
 pub mod selector;
@@ -29,5 +32,8 @@ pub mod validation;
 pub use controlplane::{
     IsolationMode, MeshConfig, MeshControlPlane, MeshControlPlaneSpec, MeshControlPlaneStatus,
     MeshRevisionTag, MeshRevisionTagSpec, MeshRevisionTagStatus,
+};
+pub use migration::{
+    MeshRevisionMigration, MeshRevisionMigrationSpec, MeshRevisionMigrationStatus,
 };
 pub use networking::{EnvoyFilter, ServiceEntry, Sidecar};

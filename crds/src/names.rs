@@ -90,6 +90,18 @@ pub fn member_reader(revision: &str) -> String {
     format!("meshplane-{revision}-reader")
 }
 
+/// Pod template annotation `kubectl rollout restart` sets; a new value rolls the workload.
+pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with the rights to restart
+/// workloads; a revision binds it to the operator in each member namespace.
+pub const WORKLOAD_RESTARTER_ROLE: &str = "meshplane-workload-restarter";
+
+/// RoleBinding granting the operator [`WORKLOAD_RESTARTER_ROLE`] in one member namespace.
+pub fn workload_restarter(revision: &str) -> String {
+    format!("meshplane-{revision}-restarter")
+}
+
 /// Cluster-scoped RBAC objects of a revision (Shared mode reads, webhook self-management).
 pub fn cluster_role(revision: &str) -> String {
     format!("meshplane-{revision}")

@@ -7,6 +7,7 @@
 //! - [`ca`]: the tenant CA Secret (self-signed and rotated, or plugged in).
 //! - [`status`]: pure status and conditions.
 //! - [`controller`]: the kube-runtime controllers and their reconcile functions.
+//! - [`migration`]: pure core of health-gated revision migration (batches, gates, steps).
 //! - [`admission`]: the operator's own admission check of the meshplane API.
 //! - [`leader`]: leader election on a Lease.
 //! - [`metrics`], [`server`]: Prometheus metrics, health endpoints and HTTPS serving.
@@ -17,6 +18,7 @@ pub mod ca;
 pub mod controller;
 pub mod leader;
 pub mod metrics;
+pub mod migration;
 pub mod render;
 pub mod server;
 pub mod status;

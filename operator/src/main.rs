@@ -47,6 +47,10 @@ struct Args {
     /// Namespace of the operator (its Service and the shared webhook TLS Secret).
     #[arg(long, env = "POD_NAMESPACE", default_value = "meshplane-system")]
     namespace: String,
+    /// The operator's own ServiceAccount in --namespace: each member namespace binds it the
+    /// right to restart workloads there (revision migrations).
+    #[arg(long, default_value = "meshplane-operator")]
+    service_account: String,
     /// Secret in --namespace holding the replicas' shared admission certificate.
     #[arg(long, default_value = WEBHOOK_TLS_SECRET)]
     webhook_tls_secret: String,
@@ -438,6 +442,10 @@ async fn main() -> anyhow::Result<()> {
     let settings = Settings {
         tls_validity: time::Duration::days(args.tls_validity_days),
         resync: Duration::from_secs(args.resync_seconds),
+        operator_account: meshplane_operator::render::OperatorAccount {
+            namespace: args.namespace.clone(),
+            name: args.service_account.clone(),
+        },
         ..Settings::default()
     };
     let ctx = Arc::new(Context::new(

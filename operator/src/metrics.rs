@@ -32,9 +32,10 @@ pub struct Metrics {
 }
 
 /// The controllers whose series exist from the start (at zero).
-const CONTROLLERS: [&str; 2] = [
+const CONTROLLERS: [&str; 3] = [
     crate::controller::CONTROL_PLANE_CONTROLLER,
     crate::controller::TAG_CONTROLLER,
+    crate::controller::MIGRATION_CONTROLLER,
 ];
 
 impl Default for Metrics {

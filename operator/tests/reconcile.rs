@@ -140,8 +140,11 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
         bindings,
         [
             "cart/meshplane-blue-v1-reader",
+            "cart/meshplane-blue-v1-restarter",
             "meshplane-blue/meshplane-blue-v1",
-            "shop/meshplane-blue-v1-reader"
+            "meshplane-blue/meshplane-blue-v1-restarter",
+            "shop/meshplane-blue-v1-reader",
+            "shop/meshplane-blue-v1-restarter"
         ]
     );
     assert_eq!(
@@ -270,7 +273,7 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
 }
 
 #[tokio::test]
-async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_rbac() {
+async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_and_restarter_rbac() {
     let api = cluster();
     let ctx = context(api.client());
     reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
@@ -291,6 +294,7 @@ async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_rbac() {
             "apply networking.k8s.io/networkpolicies meshplane-blue/meshplane-blue-v1",
             "delete /configmaps shop/meshplane-blue-v1-bootstrap",
             "delete rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-reader",
+            "delete rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-restarter",
             "delete rbac.authorization.k8s.io/roles shop/meshplane-blue-v1-reader",
         ]
     );

@@ -84,6 +84,7 @@ fn render_of(cp: &MeshControlPlane, m: &Membership, observed: &Observed) -> Vec<
         tenant_members: &members,
         tls: &fixed_tls(),
         observed,
+        operator: &render::OperatorAccount::default(),
     })
 }
 
@@ -377,7 +378,7 @@ fn strict_rbac_never_reaches_a_non_member_namespace() {
 }
 
 #[test]
-fn a_namespace_leaving_loses_its_bootstrap_and_reader_binding() {
+fn a_namespace_leaving_loses_its_bootstrap_reader_and_restarter_bindings() {
     let (cps, tags) = samples();
     let before = membership(&cps, &tags, &cluster_namespaces());
     let mut namespaces = cluster_namespaces();
@@ -396,6 +397,7 @@ fn a_namespace_leaving_loses_its_bootstrap_and_reader_binding() {
         BTreeSet::from([
             (Kind::Role, "meshplane-blue-v2-reader".to_string()),
             (Kind::RoleBinding, "meshplane-blue-v2-reader".to_string()),
+            (Kind::RoleBinding, "meshplane-blue-v2-restarter".to_string()),
             (Kind::ConfigMap, "meshplane-blue-v2-bootstrap".to_string()),
         ])
     );
@@ -619,5 +621,33 @@ fn the_instance_network_policy_admits_xds_only_from_the_tenant() {
         .expect("container ports");
     for p in container_ports {
         rule_of(p["containerPort"].as_u64().expect("port"));
+    }
+}
+
+#[test]
+fn restart_rights_are_bound_per_member_namespace_to_the_operator_never_cluster_wide() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    for cp in &cps {
+        let objects = render_of(cp, &m, &Observed::default());
+        let rev = m
+            .revision_of_control_plane(cp.metadata.name.as_deref().unwrap_or_default())
+            .expect("active");
+        let mut expected: BTreeSet<String> = m.tenant_members(&rev.tenant);
+        expected.insert(rev.control_namespace.clone());
+        let bound: BTreeSet<String> = objects
+            .iter()
+            .filter(|o| o.body["roleRef"]["name"] == names::WORKLOAD_RESTARTER_ROLE)
+            .map(|o| {
+                assert_eq!(o.key.kind, Kind::RoleBinding, "{}: never cluster-wide", o.key);
+                assert_eq!(o.body["roleRef"]["kind"], "ClusterRole");
+                assert_eq!(
+                    o.body["subjects"],
+                    serde_json::json!([{"kind": "ServiceAccount", "name": "meshplane-operator", "namespace": "meshplane-system"}])
+                );
+                o.key.namespace.clone().unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(bound, expected, "{}", cp.revision());
     }
 }

@@ -190,6 +190,7 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             tenant_members: &tenant_members,
             tls: &tls,
             observed: &facts,
+            operator: &ctx.settings.operator_account,
         });
         // Objects not found by label may still exist under our name (unlabelled, or another
         // owner's): read them so that we never overwrite them.

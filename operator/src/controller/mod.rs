@@ -1,7 +1,8 @@
-//! The kube-runtime controllers: one for `MeshControlPlane`, one for `MeshRevisionTag`, sharing
-//! one [`Context`].
+//! The kube-runtime controllers: one for `MeshControlPlane`, one for `MeshRevisionTag`, one for
+//! `MeshRevisionMigration`, sharing one [`Context`].
 
 mod controlplane;
+mod migration;
 mod tag;
 pub mod triggers;
 
@@ -33,7 +34,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{finalizer, watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use meshplane_crds::membership::{self, ControlPlaneFacts, Membership, NamespaceFacts, TagFacts};
-use meshplane_crds::{names, MeshControlPlane, MeshRevisionTag};
+use meshplane_crds::{names, MeshControlPlane, MeshRevisionMigration, MeshRevisionTag};
 use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 use tracing::{info, warn};
@@ -43,11 +44,13 @@ use crate::metrics::Metrics;
 use crate::tls::TlsError;
 
 pub use controlplane::reconcile_control_plane;
+pub use migration::reconcile_migration;
 pub use tag::reconcile_tag;
 
 /// Name of the controllers in Events and metrics.
 pub const CONTROL_PLANE_CONTROLLER: &str = "meshcontrolplane";
 pub const TAG_CONTROLLER: &str = "meshrevisiontag";
+pub const MIGRATION_CONTROLLER: &str = "meshrevisionmigration";
 
 /// Retry after a finalizer patch lost a race with the controller's own previous write.
 const FINALIZER_RACE_RETRY: Duration = Duration::from_millis(500);
@@ -113,6 +116,8 @@ pub struct Settings {
     pub in_use_retry: Duration,
     /// Timing of the self-signed tenant roots' rotation.
     pub ca_rotation: meshplane_ca::rotation::RotationPolicy,
+    /// The operator's ServiceAccount, bound per member namespace to restart workloads.
+    pub operator_account: crate::render::OperatorAccount,
 }
 
 impl Default for Settings {
@@ -122,6 +127,7 @@ impl Default for Settings {
             resync: Duration::from_secs(300),
             in_use_retry: Duration::from_secs(15),
             ca_rotation: meshplane_ca::rotation::RotationPolicy::default(),
+            operator_account: crate::render::OperatorAccount::default(),
         }
     }
 }
@@ -495,6 +501,7 @@ pub async fn run(
             }
         });
 
+    let (shutdown_migrations, ctx_migrations) = (shutdown.clone(), ctx.clone());
     let (tag_store, tag_writer) = reflector::store::<MeshRevisionTag>();
     let tag_controller = Controller::for_stream(
         reflector(tag_writer, watched::<MeshRevisionTag>(&client, &all)).applied_objects(),
@@ -524,8 +531,30 @@ pub async fn run(
                 warn!(error = %e, "tag controller");
             }
         });
+    // Migrations requeue themselves while active (each step says when to look again).
+    let (migration_store, migration_writer) = reflector::store::<MeshRevisionMigration>();
+    let migrations = Controller::for_stream(
+        reflector(
+            migration_writer,
+            watched::<MeshRevisionMigration>(&client, &all),
+        )
+        .applied_objects(),
+        migration_store,
+    )
+    .trigger_backoff(NoSharedBackoff)
+    .graceful_shutdown_on(shutdown_migrations)
+    .run(
+        reconcile_migration,
+        error_policy(MIGRATION_CONTROLLER),
+        ctx_migrations,
+    )
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            warn!(error = %e, "migration controller");
+        }
+    });
     info!("controllers started");
-    futures::join!(control_planes, tags);
+    futures::join!(control_planes, tags, migrations);
     caches_ready.abort();
     info!("controllers stopped");
 }

@@ -1,7 +1,7 @@
 //! Contract 6: the bootstrap ConfigMap in every member namespace of the tenant.
 
 use meshplane_contracts::bootstrap::{
-    BootstrapData, ADS_CLUSTER, MOUNT_DIR, READY_PATH, ROOT_CERT,
+    BootstrapData, ADS_CLUSTER, MOUNT_DIR, READY_PATH, ROOT_CERT, STATS_PATH,
 };
 use meshplane_crds::names::{self, ports};
 use serde_json::{json, Value};
@@ -13,7 +13,7 @@ pub const ROOT_CERT_PLACEHOLDER: &str =
     "# meshplane: the tenant root certificate is not issued yet\n";
 
 /// The Envoy bootstrap of a proxy of this revision: admin on loopback, readiness listener on
-/// 15021, and incremental (delta) ADS over the static HTTP/2 cluster `xds-grpc` pointing at
+/// 15021 (also serving the admin's `/stats/prometheus`), and incremental (delta) ADS over the static HTTP/2 cluster `xds-grpc` pointing at
 /// `ads_host`:15012 over TLS. Delta, as Istio's sidecars since 1.22: a change sends what
 /// changed, not every resource of its type. The instance's certificate is verified against the
 /// tenant's trust bundle (the ConfigMap's `root-cert.pem` as the injector mounts it) and must
@@ -49,7 +49,11 @@ pub fn envoy_bootstrap(ads_host: &str, server_name: &str) -> Value {
                             "domains": ["*"],
                             // Envoy's own /ready answers 200 only once the proxy is LIVE.
                             "routes": [{"match": {"path": READY_PATH},
-                                        "route": {"cluster": "envoy-admin", "prefix_rewrite": "/ready"}}],
+                                        "route": {"cluster": "envoy-admin", "prefix_rewrite": "/ready"}},
+                                       // The proxy's own request statistics (read-only), for
+                                       // migration gates and scrapers; no other admin path.
+                                       {"match": {"path": STATS_PATH},
+                                        "route": {"cluster": "envoy-admin"}}],
                         }]},
                         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
                             "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],

@@ -208,6 +208,22 @@ pub struct Observed {
     pub root_cert: Option<String>,
 }
 
+/// The operator's own ServiceAccount, which the per-namespace restart RoleBindings name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorAccount {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Default for OperatorAccount {
+    fn default() -> Self {
+        Self {
+            namespace: "meshplane-system".into(),
+            name: "meshplane-operator".into(),
+        }
+    }
+}
+
 /// Everything [`render`] needs about one revision.
 pub struct RenderInput<'a> {
     pub control_plane: &'a MeshControlPlane,
@@ -216,6 +232,8 @@ pub struct RenderInput<'a> {
     pub tenant_members: &'a BTreeSet<String>,
     pub tls: &'a WebhookTls,
     pub observed: &'a Observed,
+    /// Who gets the right to restart workloads in each member namespace (migrations).
+    pub operator: &'a OperatorAccount,
 }
 
 /// Derived names and shared metadata of one revision.

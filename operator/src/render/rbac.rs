@@ -4,6 +4,12 @@
 //! - Strict: in each member namespace of the tenant, a Role `meshplane-<rev>-reader` (read-only
 //!   on what the registry is built from), created on join and pruned on leave;
 //!   Shared: the same reads cluster-wide through one ClusterRoleBinding;
+//! - in both modes, in each member namespace of the tenant, a RoleBinding
+//!   `meshplane-<rev>-restarter` binding the shipped ClusterRole
+//!   [`names::WORKLOAD_RESTARTER_ROLE`] to the operator's own ServiceAccount: the right to
+//!   restart workloads (and read their proxies' statistics) where a migration may need it,
+//!   granted as the namespace joins and pruned as it leaves, never cluster-wide (also in the
+//!   control namespace, where the gates read the instances' `/debug/proxies`);
 //! - in both modes, a ClusterRole with `tokenreviews create`, the one cluster-scoped right the
 //!   instance provably needs: contract 7 verifies each proxy's projected token by TokenReview,
 //!   and TokenReview has no namespaced form.
@@ -116,6 +122,31 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
             }
         }
         IsolationMode::Shared => cluster_rules.extend(member_reader_rules()),
+    }
+    let restarter = names::workload_restarter(&rev.revision);
+    // The control namespace too: the gates read the instances' `/debug/proxies` there.
+    let restart_namespaces: std::collections::BTreeSet<&str> = rev
+        .input
+        .tenant_members
+        .iter()
+        .map(String::as_str)
+        .chain([rev.control_namespace.as_str()])
+        .collect();
+    for member in restart_namespaces {
+        out.push(rev.object(
+            Kind::RoleBinding,
+            Some(member),
+            &restarter,
+            json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": names::WORKLOAD_RESTARTER_ROLE},
+                "subjects": [{
+                    "kind": "ServiceAccount",
+                    "name": rev.input.operator.name,
+                    "namespace": rev.input.operator.namespace,
+                }],
+            }),
+        ));
     }
     let cluster_name = names::cluster_role(&rev.revision);
     out.push(rev.object(
