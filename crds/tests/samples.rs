@@ -34,6 +34,15 @@ fn every_sample_deserializes_and_validates() {
                 Object::ServiceEntry(o) => ("ServiceEntry", validate_service_entry(&o.spec)),
                 Object::Sidecar(o) => ("Sidecar", validate_sidecar(&o.spec)),
                 Object::EnvoyFilter(o) => ("EnvoyFilter", validate_envoy_filter(&o.spec)),
+                // Migrations are operations, not configuration any part reads from a manifest:
+                // the sample must decode into the kind (schema defaults and all).
+                Object::Other(v) if v["kind"] == "MeshRevisionMigration" => {
+                    serde_json::from_value::<meshplane_crds::MeshRevisionMigration>(v.clone())
+                        .unwrap_or_else(|e| {
+                            panic!("{}: MeshRevisionMigration: {e}", path.display())
+                        });
+                    ("MeshRevisionMigration", Ok(()))
+                }
                 Object::Other(v) => {
                     panic!("{}: unexpected non-meshplane object {v}", path.display())
                 }
