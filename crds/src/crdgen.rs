@@ -6,6 +6,7 @@ use kube::CustomResourceExt;
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
 use crate::migration::MeshRevisionMigration;
 use crate::networking::{EnvoyFilter, ServiceEntry, Sidecar};
+use crate::security::PeerAuthentication;
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -16,6 +17,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ServiceEntry::crd(),
         EnvoyFilter::crd(),
         Sidecar::crd(),
+        PeerAuthentication::crd(),
     ]
 }
 

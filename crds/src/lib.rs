@@ -10,6 +10,8 @@
 //! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter` and
 //!   `Sidecar`, the common subset of Istio's networking API (see that module for the supported
 //!   fields).
+//! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` (Istio's fields) and
+//!   which policy applies to a workload.
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`names`]: labels, annotations and the names of every object derived from a revision.
 //! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
@@ -26,6 +28,7 @@ pub mod membership;
 pub mod migration;
 pub mod names;
 pub mod networking;
+pub mod security;
 pub mod selector;
 pub mod validation;
 
@@ -37,3 +40,4 @@ pub use migration::{
     MeshRevisionMigration, MeshRevisionMigrationSpec, MeshRevisionMigrationStatus,
 };
 pub use networking::{EnvoyFilter, ServiceEntry, Sidecar};
+pub use security::PeerAuthentication;

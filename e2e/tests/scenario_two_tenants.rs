@@ -2,7 +2,8 @@
 //! services and none of green's (and vice versa); in each tenant a client reaches its own
 //! tenant's app by Service name, transparently captured by both sidecars. Each tenant has its
 //! own CA (contract 11): its root is the trust bundle of its bootstrap ConfigMaps only, and every
-//! injected proxy got its workload certificate from its own tenant's instance.
+//! injected proxy got its workload certificate from its own tenant's instance, and calls between
+//! two sidecars of a tenant are mutual TLS carrying the client's SPIFFE ID.
 
 use std::time::{Duration, Instant};
 
@@ -145,6 +146,21 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         assert!(
             body["headers"]["x-request-id"].is_string(),
             "the client's sidecar handled the request: {body}"
+        );
+        // Both pods have a sidecar of the tenant: the call went over mutual TLS (PERMISSIVE by
+        // default), and the server's sidecar forwarded the client's SPIFFE ID of its own
+        // tenant's trust domain.
+        let trust_domain = if *namespace == "shop" {
+            "blue.mesh.local"
+        } else {
+            "green.mesh.local"
+        };
+        let xfcc = body["headers"]["x-forwarded-client-cert"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            xfcc.contains(&format!("URI=spiffe://{trust_domain}/ns/{namespace}/sa/")),
+            "web in {namespace} sees the client's identity in x-forwarded-client-cert: {body}"
         );
     }
 

@@ -106,6 +106,13 @@ pub fn api_resource(kind: Kind) -> (ApiResource, bool) {
             "envoyfilters",
             true,
         ),
+        Kind::PeerAuthentication => (
+            "security.meshplane.io",
+            "v1alpha1",
+            "PeerAuthentication",
+            "peerauthentications",
+            true,
+        ),
         Kind::MeshControlPlane => (
             "meshplane.io",
             "v1alpha1",

@@ -109,6 +109,7 @@ impl Workload {
             labels: self.labels.clone(),
             capture_mode: self.capture_mode,
             loopback: None,
+            sds: false,
         }
     }
 }

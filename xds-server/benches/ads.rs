@@ -105,6 +105,7 @@ fn config_bytes(scoped: bool) -> usize {
         labels: Default::default(),
         capture_mode: CaptureMode::Default,
         loopback: None,
+        sds: false,
     };
     let config = index.render_proxy(&node);
     [

@@ -82,6 +82,7 @@ fn node() -> ProxyNode {
         labels: [("app".to_string(), "svc0".to_string())].into(),
         capture_mode: CaptureMode::Default,
         loopback: None,
+        sds: false,
     }
 }
 
@@ -185,6 +186,7 @@ fn proxy(ns: usize, i: usize) -> ProxyNode {
         labels: Default::default(),
         capture_mode: CaptureMode::Default,
         loopback: None,
+        sds: false,
     }
 }
 

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use k8s_openapi::api::core::v1::Pod;
 use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::{EnvoyFilter, MeshConfig, Sidecar};
+use meshplane_crds::security::WorkloadMtls;
+use meshplane_crds::{EnvoyFilter, MeshConfig, PeerAuthentication, Sidecar};
 use prost::{Message, Name};
 use sha2::{Digest, Sha256};
 
@@ -47,6 +48,9 @@ struct ScopeKey {
     envoy_filters: Vec<String>,
     inbound: Vec<InboundPort>,
     loopback: Option<String>,
+    /// Whether the proxy has its SDS secrets, and the PeerAuthentication modes of its workload.
+    sds: bool,
+    peer_mtls: WorkloadMtls,
 }
 
 /// Most rendered configurations kept; the oldest goes first. The key is built only from the
@@ -251,6 +255,8 @@ impl TenantIndex {
         let after = self.objects.get(key);
         let reg = Arc::make_mut(&mut self.registry);
         let mut config = false;
+        // Addresses whose sidecar status changed: their endpoints are marked anew.
+        let mut meshed: BTreeSet<String> = BTreeSet::new();
         let hosts = match key.kind {
             Kind::Service => {
                 let model = match after {
@@ -271,6 +277,7 @@ impl TenantIndex {
                     Some(Object::Pod(pod)) => registry::pod_named_ports(pod),
                     _ => BTreeMap::new(),
                 };
+                meshed = meshed_address_change(reg, before, after);
                 let id = (namespace.clone(), key.name.clone());
                 if ports.is_empty() {
                     config = reg.pod_ports.remove(&id).is_some();
@@ -282,7 +289,15 @@ impl TenantIndex {
             }
             _ => BTreeSet::new(),
         };
-        let clusters = self.keys.recompute_endpoints(reg, &self.objects, &hosts);
+        let mut clusters = self.keys.recompute_endpoints(reg, &self.objects, &hosts);
+        if !meshed.is_empty() {
+            clusters.extend(
+                reg.endpoints
+                    .iter()
+                    .filter(|(_, eps)| eps.iter().any(|ep| meshed.contains(&ep.address)))
+                    .map(|(name, _)| name.clone()),
+            );
+        }
         let mut change = Change {
             namespaces: BTreeSet::from([namespace]),
             ..Change::default()
@@ -318,7 +333,9 @@ impl TenantIndex {
                 &next.envoy_filters,
                 |a: &EnvoyFilter, b| a.spec == b.spec,
             )
-            || prev.pod_ports != next.pod_ports;
+            || prev.pod_ports != next.pod_ports
+            || prev.meshed_addresses != next.meshed_addresses
+            || !same_objects_list(&prev.peer_authentications, &next.peer_authentications);
         let mut change = Change {
             members_changed,
             ..Change::default()
@@ -459,7 +476,11 @@ impl TenantIndex {
                 Object::EnvoyFilter(f) => {
                     reg.envoy_filters.entry(ns).or_default().push((**f).clone())
                 }
+                Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
                 Object::Pod(p) => {
+                    if let Some(ip) = registry::meshed_pod_address(p) {
+                        reg.meshed_addresses.insert(ip);
+                    }
                     let ports = registry::pod_named_ports(p);
                     if !ports.is_empty() {
                         reg.pod_ports.insert((ns, key.name.clone()), ports);
@@ -512,6 +533,8 @@ impl TenantIndex {
             inbound: translate::inbound_ports(&self.registry, node, &scope),
             sidecar: scope.sidecar,
             loopback: node.loopback.clone(),
+            sds: node.sds,
+            peer_mtls: translate::peer_mtls(&self.registry, node),
         }
     }
 
@@ -525,7 +548,8 @@ impl TenantIndex {
             .iter()
             .map(|name| {
                 let eps = registry.endpoints.get(name).map(Vec::as_slice);
-                let cla = translate::envoy::load_assignment(name, eps.unwrap_or_default());
+                let mut cla = translate::envoy::load_assignment(name, eps.unwrap_or_default());
+                translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
                 let r = intern(&mut cache, type_url::ENDPOINT, name.clone(), &cla);
                 (name.as_str(), r)
             })
@@ -642,6 +666,44 @@ impl ConfigGenerator for TenantIndex {
     fn members(&self) -> BTreeSet<String> {
         self.members.clone()
     }
+}
+
+/// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).
+fn same_objects_list(a: &[PeerAuthentication], b: &[PeerAuthentication]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.metadata.namespace == y.metadata.namespace
+                && x.metadata.name == y.metadata.name
+                && x.metadata.creation_timestamp == y.metadata.creation_timestamp
+                && x.spec == y.spec
+        })
+}
+
+/// Folds a Pod change into [`Registry::meshed_addresses`]; returns the addresses whose sidecar
+/// status changed.
+fn meshed_address_change(
+    reg: &mut Registry,
+    before: Option<&Object>,
+    after: Option<&Object>,
+) -> BTreeSet<String> {
+    let address = |o: Option<&Object>| match o {
+        Some(Object::Pod(p)) => registry::meshed_pod_address(p),
+        _ => None,
+    };
+    let (old, new) = (address(before), address(after));
+    if old == new {
+        return BTreeSet::new();
+    }
+    let mut changed = BTreeSet::new();
+    if let Some(old) = old {
+        reg.meshed_addresses.remove(&old);
+        changed.insert(old);
+    }
+    if let Some(new) = new {
+        reg.meshed_addresses.insert(new.clone());
+        changed.insert(new);
+    }
+    changed
 }
 
 fn same_objects<T>(

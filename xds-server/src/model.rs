@@ -10,7 +10,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::{EnvoyFilter, MeshControlPlane, MeshRevisionTag, ServiceEntry, Sidecar};
+use meshplane_crds::{
+    EnvoyFilter, MeshControlPlane, MeshRevisionTag, PeerAuthentication, ServiceEntry, Sidecar,
+};
 
 /// A Kubernetes object a source delivers.
 #[derive(Clone, Debug)]
@@ -29,6 +31,8 @@ pub enum Object {
     Sidecar(Box<Sidecar>),
     /// An EnvoyFilter.
     EnvoyFilter(Box<EnvoyFilter>),
+    /// A PeerAuthentication (how workloads accept their peers: mutual TLS modes).
+    PeerAuthentication(Box<PeerAuthentication>),
     /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
     MeshControlPlane(Box<MeshControlPlane>),
     /// A MeshRevisionTag (directory mode: tags resolving to the tenant's revisions).
@@ -46,6 +50,7 @@ impl Object {
             Object::ServiceEntry(o) => (Kind::ServiceEntry, &o.metadata),
             Object::Sidecar(o) => (Kind::Sidecar, &o.metadata),
             Object::EnvoyFilter(o) => (Kind::EnvoyFilter, &o.metadata),
+            Object::PeerAuthentication(o) => (Kind::PeerAuthentication, &o.metadata),
             Object::MeshControlPlane(o) => (Kind::MeshControlPlane, &o.metadata),
             Object::MeshRevisionTag(o) => (Kind::MeshRevisionTag, &o.metadata),
         };
@@ -67,6 +72,7 @@ pub enum Kind {
     ServiceEntry,
     Sidecar,
     EnvoyFilter,
+    PeerAuthentication,
     MeshControlPlane,
     MeshRevisionTag,
 }
@@ -122,6 +128,10 @@ pub struct ProxyNode {
     /// inbound targets (node metadata `LOOPBACK_ADDR`). Only the local test pod runner sets it,
     /// because there every pod shares the host's loopback; in a cluster it is `None`.
     pub loopback: Option<String>,
+    /// Whether the proxy's node agent serves the SDS secrets of contract 11 (node metadata
+    /// `SDS=true`): only such a proxy gets mutual TLS contexts, any other would wait forever
+    /// for its certificate.
+    pub sds: bool,
 }
 
 impl ProxyNode {

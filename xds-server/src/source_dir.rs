@@ -9,6 +9,7 @@
 //! or fail `meshplane_crds::validation` are skipped with a warning naming file and object;
 //! the rest still apply. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
 //! EndpointSlice; `networking.meshplane.io/v1alpha1` ServiceEntry, Sidecar, EnvoyFilter;
+//! `security.meshplane.io/v1alpha1` PeerAuthentication;
 //! `meshplane.io/v1alpha1` MeshControlPlane, MeshRevisionTag (for membership). Namespaced
 //! objects without a namespace land in `default`, as with kubectl.
 
@@ -41,7 +42,7 @@ fn changes_content(kind: &notify::EventKind) -> bool {
 }
 
 /// Every kind the directory source delivers (the scope of its resyncs).
-pub const KINDS: [Kind; 9] = [
+pub const KINDS: [Kind; 10] = [
     Kind::Namespace,
     Kind::Service,
     Kind::EndpointSlice,
@@ -49,6 +50,7 @@ pub const KINDS: [Kind; 9] = [
     Kind::ServiceEntry,
     Kind::Sidecar,
     Kind::EnvoyFilter,
+    Kind::PeerAuthentication,
     Kind::MeshControlPlane,
     Kind::MeshRevisionTag,
 ];
@@ -380,6 +382,9 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
             let f: meshplane_crds::EnvoyFilter = typed(&doc)?;
             let r = validation::validate_envoy_filter(&f.spec);
             Object::EnvoyFilter(Box::new(checked(&doc, r, f)?))
+        }
+        ("security.meshplane.io/v1alpha1", "PeerAuthentication") => {
+            Object::PeerAuthentication(Box::new(typed(&doc)?))
         }
         ("meshplane.io/v1alpha1", "MeshControlPlane") => {
             let m: meshplane_crds::MeshControlPlane = typed(&doc)?;

@@ -22,7 +22,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use meshplane_contracts::members::{self, MembersData};
 use meshplane_contracts::{proxies, ContractError};
-use meshplane_crds::{EnvoyFilter, ServiceEntry, Sidecar};
+use meshplane_crds::{EnvoyFilter, PeerAuthentication, ServiceEntry, Sidecar};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -306,6 +306,11 @@ fn spawn_kind_watchers(
     kind!(ServiceEntry, Kind::ServiceEntry, ServiceEntry);
     kind!(EnvoyFilter, Kind::EnvoyFilter, EnvoyFilter);
     kind!(Sidecar, Kind::Sidecar, Sidecar);
+    kind!(
+        PeerAuthentication,
+        Kind::PeerAuthentication,
+        PeerAuthentication
+    );
     handles
 }
 

@@ -181,6 +181,8 @@ pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, Admiss
         labels: BTreeMap::new(),
         capture_mode: capture_mode(metadata_string(md, meta::CAPTURE_MODE)),
         loopback: metadata_string(md, meta::LOOPBACK_ADDR),
+        sds: metadata_string(md, meshplane_contracts::tenant_ca::SDS_METADATA).as_deref()
+            == Some("true"),
     })
 }
 

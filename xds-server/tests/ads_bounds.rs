@@ -163,6 +163,7 @@ async fn client_chosen_loopback_addresses_do_not_grow_the_render_cache() {
             labels: Default::default(),
             capture_mode: Default::default(),
             loopback: Some(format!("127.0.0.{i}")),
+            sds: false,
         };
         index.render_proxy_shared(&node);
         assert!(

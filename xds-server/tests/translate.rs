@@ -178,6 +178,7 @@ fn proxy(ns: &str, labels: &[(&str, &str)], capture: CaptureMode) -> ProxyNode {
             .collect(),
         capture_mode: capture,
         loopback: None,
+        sds: false,
     }
 }
 
@@ -1497,4 +1498,117 @@ fn a_proxys_workload_labels_come_from_its_pod_not_from_its_claim() {
         !clusters.contains(&"inbound|5432||".to_string()),
         "the claim is not believed over the Pod: {clusters:?}"
     );
+}
+
+#[test]
+fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_mutual_tls() {
+    // web's pod (10.1.0.1) has a sidecar; 10.1.0.2 has none.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop, labels: {app: web}, annotations: {sidecar.meshplane.io/revision: blue}}\nspec: {containers: [{name: app}]}\nstatus: {podIP: 10.1.0.1}\n";
+    let strict = "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: shop}\nspec: {mtls: {mode: STRICT}}\n";
+    let web_disable = "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata: {name: web, namespace: shop}\nspec: {selector: {matchLabels: {app: web}}, mtls: {mode: DISABLE}, portLevelMtls: {\"8080\": {mode: STRICT}}}\n";
+    let with_sds = |mut node: ProxyNode| {
+        node.sds = true;
+        node
+    };
+    let inbound_chains = |index: &TenantIndex, node: &ProxyNode| -> Vec<(String, bool)> {
+        let listeners: Vec<Listener> = decode_all(&index.render_proxy(node).listeners);
+        let inbound = listeners
+            .iter()
+            .find(|l| l.name == "virtualInbound")
+            .expect("virtualInbound");
+        inbound
+            .filter_chains
+            .iter()
+            .map(|c| (c.name.clone(), c.transport_socket.is_some()))
+            .collect()
+    };
+    let chain = |name: &str, tls: bool| (name.to_string(), tls);
+
+    // PERMISSIVE by default: mutual TLS (terminated), the application's TLS, and plaintext.
+    let index = index_with(&[BASE, pod]);
+    let got = inbound_chains(&index, &with_sds(web_proxy()));
+    for want in [
+        chain("inbound|80||;mtls", true),
+        chain("inbound|80||;tls", false),
+        chain("inbound|80||", false),
+    ] {
+        assert!(got.contains(&want), "{want:?} in {got:?}");
+    }
+    // Without the agent's secrets a proxy keeps plaintext only.
+    assert!(inbound_chains(&index, &web_proxy())
+        .iter()
+        .all(|(name, tls)| !tls && !name.ends_with(";mtls")));
+
+    // STRICT in the namespace: mutual TLS only, on the service port and on passthrough.
+    let index = index_with(&[BASE, pod, strict]);
+    let got = inbound_chains(&index, &with_sds(web_proxy()));
+    assert_eq!(
+        got,
+        [
+            chain("inbound|80||;mtls", true),
+            chain("InboundPassthroughCluster;mtls", true)
+        ]
+    );
+    // STRICT without a certificate closes the port rather than serving plaintext.
+    let got = inbound_chains(&index, &web_proxy());
+    assert!(
+        !got.iter().any(|(n, _)| n.starts_with("inbound|80||")),
+        "{got:?}"
+    );
+
+    // A workload policy overrides the namespace, and its port-level mode the workload's.
+    let index = index_with(&[BASE, pod, strict, web_disable]);
+    let got = inbound_chains(&index, &with_sds(web_proxy()));
+    assert!(
+        got.contains(&chain("inbound|80||;mtls", true)),
+        "port 8080 STRICT: {got:?}"
+    );
+    assert!(!got.contains(&chain("inbound|80||", false)), "{got:?}");
+    assert!(
+        got.contains(&chain("InboundPassthroughCluster", false)),
+        "other ports DISABLE: {got:?}"
+    );
+
+    // Client side: mutual TLS to the meshed endpoint only, trusting the tenant's trust domain.
+    let client = with_sds(proxy("pay", &[("app", "api")], CaptureMode::Default));
+    let config = index.render_proxy(&client);
+    let clusters: Vec<Cluster> = decode_all(&config.clusters);
+    let web = clusters
+        .iter()
+        .find(|c| c.name == "outbound|80||web.shop.svc.cluster.local")
+        .expect("web cluster");
+    assert!(web.transport_socket.is_none(), "plaintext by default");
+    assert_eq!(web.transport_socket_matches.len(), 1, "{web:?}");
+    let socket = format!("{:?}", web.transport_socket_matches[0].transport_socket);
+    assert!(socket.contains("UpstreamTlsContext"), "{socket}");
+    let endpoints: Vec<ClusterLoadAssignment> = decode_all(&config.endpoints);
+    let web_eps = endpoints
+        .iter()
+        .find(|c| c.cluster_name == "outbound|80||web.shop.svc.cluster.local")
+        .expect("web endpoints");
+    let marked: Vec<(String, bool)> = web_eps
+        .endpoints
+        .iter()
+        .flat_map(|g| g.lb_endpoints.iter())
+        .map(|lb| {
+            let a = match &lb.host_identifier {
+                Some(HostIdentifier::Endpoint(e)) => addr(&e.address),
+                _ => String::new(),
+            };
+            (a, lb.metadata.is_some())
+        })
+        .collect();
+    assert_eq!(
+        marked,
+        [
+            ("10.1.0.1:8080".to_string(), true),
+            ("10.1.0.2:8080".to_string(), false)
+        ]
+    );
+    // A proxy without SDS originates no TLS at all.
+    let plain = index.render_proxy(&proxy("pay", &[("app", "api")], CaptureMode::Default));
+    let clusters: Vec<Cluster> = decode_all(&plain.clusters);
+    assert!(clusters
+        .iter()
+        .all(|c| c.transport_socket_matches.is_empty()));
 }

@@ -23,7 +23,7 @@ use super::{DesiredObject, Kind, Revision};
 
 /// `(apiGroup, resource)` the instance reads to build its registry: Services and their
 /// EndpointSlices (destinations), Pods (proxy labels and workload selectors), and the tenant's
-/// networking config.
+/// networking and security config.
 pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("", "services"),
     ("", "pods"),
@@ -31,6 +31,7 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "serviceentries"),
     ("networking.meshplane.io", "envoyfilters"),
     ("networking.meshplane.io", "sidecars"),
+    ("security.meshplane.io", "peerauthentications"),
 ];
 
 /// Read verbs: the instance watches, never writes, registry sources.

@@ -381,6 +381,7 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
             labels: Default::default(),
             capture_mode: CaptureMode::Default,
             loopback: None,
+            sds: false,
         }
     }
 

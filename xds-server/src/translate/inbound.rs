@@ -1,7 +1,8 @@
-//! Inbound side of a proxy: the workload's own ports.
+//! Inbound side of a proxy: the workload's own ports, each with the filter chains its
+//! PeerAuthentication mode asks for ([`mtls::inbound_chain_plan`]).
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
-use envoy_types::pb::envoy::config::listener::v3::{FilterChainMatch, Listener};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener};
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
 use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
@@ -9,8 +10,10 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, RouteConfigu
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use meshplane_crds::networking::CaptureMode;
+use meshplane_crds::security::{MtlsMode, WorkloadMtls};
 
 use super::envoy::{self, socket_address};
+use super::mtls::{self, InboundPeer};
 use super::registry::{
     inbound_cluster_name, EndpointModel, Protocol, Registry, ServiceSource, TargetPort,
 };
@@ -138,16 +141,76 @@ fn inbound_route(port: &InboundPort) -> RouteConfiguration {
     }
 }
 
-fn inbound_filter(port: &InboundPort) -> envoy_types::pb::envoy::config::listener::v3::Filter {
+fn inbound_filter(port: &InboundPort, peer: InboundPeer) -> Filter {
     let cluster = inbound_cluster_name(port.port);
-    if port.protocol.is_http() {
-        envoy::http_connection_manager(&cluster, RouteSpecifier::RouteConfig(inbound_route(port)))
-    } else {
-        envoy::tcp_proxy_filter(&cluster, &cluster)
+    match peer {
+        // The application's own TLS is opaque: bytes in, bytes out.
+        InboundPeer::PassthroughTls => envoy::tcp_proxy_filter(&cluster, &cluster),
+        _ if port.protocol.is_http() => {
+            let hcm = envoy::http_connection_manager(
+                &cluster,
+                RouteSpecifier::RouteConfig(inbound_route(port)),
+            );
+            if peer == InboundPeer::Mtls {
+                mtls::forward_client_identity(hcm)
+            } else {
+                hcm
+            }
+        }
+        _ => envoy::tcp_proxy_filter(&cluster, &cluster),
     }
 }
 
-pub(super) fn translate_inbound(ports: &[InboundPort], node: &ProxyNode, out: &mut Translated) {
+/// The filter chains of one inbound port in `mode`: one per kind of peer the mode accepts,
+/// named `name` plus the peer's suffix, matching `destination_port` when given. A mode that
+/// accepts nothing (STRICT without a certificate) gives none: the port is closed.
+fn port_chains(
+    name: &str,
+    destination_port: Option<u32>,
+    mode: MtlsMode,
+    node: &ProxyNode,
+    trust_domain: &str,
+    filter: impl Fn(InboundPeer) -> Filter,
+) -> Vec<FilterChain> {
+    mtls::inbound_chain_plan(mode, node.sds)
+        .into_iter()
+        .map(|plan| {
+            let mut chain = envoy::filter_chain(
+                &format!("{name}{}", plan.peer.chain_suffix()),
+                filter(plan.peer),
+            );
+            let mut m = FilterChainMatch {
+                destination_port: destination_port.map(|value| UInt32Value { value }),
+                ..Default::default()
+            };
+            plan.apply_to(&mut m);
+            if m != FilterChainMatch::default() {
+                chain.filter_chain_match = Some(m);
+            }
+            if plan.peer == InboundPeer::Mtls {
+                chain.transport_socket = Some(mtls::inbound_mtls_transport_socket(trust_domain));
+            }
+            chain
+        })
+        .collect()
+}
+
+/// Whether any chain reads the TLS ClientHello (then the listener needs the TLS inspector).
+fn inspects_tls(chains: &[FilterChain]) -> bool {
+    chains.iter().any(|c| {
+        c.filter_chain_match
+            .as_ref()
+            .is_some_and(|m| !m.transport_protocol.is_empty())
+    })
+}
+
+pub(super) fn translate_inbound(
+    ports: &[InboundPort],
+    node: &ProxyNode,
+    peer_mtls: &WorkloadMtls,
+    trust_domain: &str,
+    out: &mut Translated,
+) {
     for port in ports {
         let name = inbound_cluster_name(port.port);
         let mut cluster = envoy::cluster(&name, DiscoveryType::Static);
@@ -167,10 +230,23 @@ pub(super) fn translate_inbound(ports: &[InboundPort], node: &ProxyNode, out: &m
         }
         out.clusters.push(cluster);
         if let Some(bind) = &port.bind {
+            let chains = port_chains(
+                &name,
+                None,
+                peer_mtls.port_mode(port.target_port),
+                node,
+                trust_domain,
+                |peer| inbound_filter(port, peer),
+            );
             out.listeners.push(Listener {
                 name: format!("{bind}_{}", port.port),
                 address: Some(socket_address(bind, port.port)),
-                filter_chains: vec![envoy::filter_chain(&name, inbound_filter(port))],
+                listener_filters: if inspects_tls(&chains) {
+                    vec![mtls::tls_inspector()]
+                } else {
+                    Vec::new()
+                },
+                filter_chains: chains,
                 ..Default::default()
             });
         }
@@ -183,25 +259,34 @@ pub(super) fn translate_inbound(ports: &[InboundPort], node: &ProxyNode, out: &m
     let mut chains: Vec<_> = ports
         .iter()
         .filter(|p| p.bind.is_none())
-        .map(|p| {
-            let mut chain = envoy::filter_chain(&inbound_cluster_name(p.port), inbound_filter(p));
-            chain.filter_chain_match = Some(FilterChainMatch {
-                destination_port: Some(UInt32Value {
-                    value: p.target_port,
-                }),
-                ..Default::default()
-            });
-            chain
+        .flat_map(|p| {
+            port_chains(
+                &inbound_cluster_name(p.port),
+                Some(p.target_port),
+                peer_mtls.port_mode(p.target_port),
+                node,
+                trust_domain,
+                |peer| inbound_filter(p, peer),
+            )
         })
         .collect();
-    chains.push(envoy::filter_chain(
+    // Ports no Service names follow the workload-wide mode, as in Istio.
+    chains.extend(port_chains(
         INBOUND_PASSTHROUGH_CLUSTER,
-        envoy::tcp_proxy_filter(INBOUND_PASSTHROUGH_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER),
+        None,
+        peer_mtls.mode,
+        node,
+        trust_domain,
+        |_| envoy::tcp_proxy_filter(INBOUND_PASSTHROUGH_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER),
     ));
+    let mut listener_filters = vec![envoy::original_dst_listener_filter()];
+    if inspects_tls(&chains) {
+        listener_filters.push(mtls::tls_inspector());
+    }
     out.listeners.push(Listener {
         name: VIRTUAL_INBOUND_LISTENER.to_string(),
         address: Some(socket_address("0.0.0.0", u32::from(VIRTUAL_INBOUND))),
-        listener_filters: vec![envoy::original_dst_listener_filter()],
+        listener_filters,
         filter_chains: chains,
         ..Default::default()
     });

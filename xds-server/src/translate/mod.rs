@@ -15,6 +15,10 @@
 //!   labels, or its Sidecar's `ingress`), the `virtualInbound` listener on 15006 with capture,
 //!   bound ingress listeners without.
 //! - Scoping: only hosts visible to the proxy (`exportTo`) and imported by its Sidecar appear.
+//! - Mutual TLS ([`mtls`], contract 11): inbound chains per PeerAuthentication mode (STRICT,
+//!   PERMISSIVE, DISABLE; PERMISSIVE by default), the client identity forwarded in
+//!   `x-forwarded-client-cert`; outbound EDS clusters originate mutual TLS to endpoints with a
+//!   sidecar of the tenant. Only proxies with the node agent's SDS secrets get TLS contexts.
 //! - Access logging (`meshConfig.accessLogging`): a file log on every HCM and TCP proxy.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
@@ -22,6 +26,7 @@
 pub mod access_log;
 pub mod envoy;
 mod inbound;
+pub mod mtls;
 mod outbound;
 pub mod protojson;
 pub mod registry;
@@ -32,6 +37,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use meshplane_crds::networking::CaptureMode;
+use meshplane_crds::security::WorkloadMtls;
 
 use crate::model::ProxyNode;
 pub use inbound::{inbound_ports, InboundPort};
@@ -74,13 +80,31 @@ pub fn captures(node: &ProxyNode) -> bool {
     node.capture_mode != CaptureMode::None
 }
 
+/// The PeerAuthentication modes in force on the proxy's workload.
+pub fn peer_mtls(registry: &Registry, node: &ProxyNode) -> WorkloadMtls {
+    meshplane_crds::security::effective_mtls(
+        &registry.peer_authentications,
+        &registry.control_namespace,
+        &node.namespace,
+        &node.labels,
+    )
+}
+
 /// Translates the registry for one proxy (without EnvoyFilter patches).
 pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
     let scope: ProxyScope = scope::proxy_scope(registry, &node.namespace, &node.labels);
     let mut out = Translated::default();
     outbound::translate_outbound(registry, &scope, node, &mut out);
     let inbound = inbound_ports(registry, node, &scope);
-    inbound::translate_inbound(&inbound, node, &mut out);
+    let peer_mtls = peer_mtls(registry, node);
+    inbound::translate_inbound(
+        &inbound,
+        node,
+        &peer_mtls,
+        &registry.mesh_config.trust_domain,
+        &mut out,
+    );
+    mtls::apply(registry, node, &mut out);
     access_log::apply(&registry.mesh_config.access_logging, &mut out);
     out.sort();
     out

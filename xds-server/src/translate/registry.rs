@@ -1,13 +1,13 @@
 //! The tenant's service registry: Services, EndpointSlices, ServiceEntries and Pods folded into
 //! one model of hosts, ports and endpoints that translation reads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_crds::networking::{Location, Resolution, WorkloadEntry};
-use meshplane_crds::{names, EnvoyFilter, MeshConfig, ServiceEntry, Sidecar};
+use meshplane_crds::{names, EnvoyFilter, MeshConfig, PeerAuthentication, ServiceEntry, Sidecar};
 
 /// DNS suffix of Kubernetes Service hosts.
 pub const DOMAIN_SUFFIX: &str = "svc.cluster.local";
@@ -166,6 +166,25 @@ pub struct Registry {
     pub envoy_filters: BTreeMap<String, Vec<EnvoyFilter>>,
     /// Named container ports of pods, by (namespace, pod name).
     pub pod_ports: BTreeMap<(String, String), BTreeMap<String, u32>>,
+    /// PeerAuthentications of the member and control namespaces.
+    pub peer_authentications: Vec<PeerAuthentication>,
+    /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
+    /// TLS to them.
+    pub meshed_addresses: BTreeSet<String>,
+}
+
+/// The address of a pod with a sidecar of the tenant (the injector's revision annotation),
+/// once it has one.
+pub fn meshed_pod_address(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(names::INJECTED_REVISION_ANNOTATION)?;
+    pod.status
+        .as_ref()?
+        .pod_ip
+        .clone()
+        .filter(|ip| !ip.is_empty())
 }
 
 /// Model of a Kubernetes Service.

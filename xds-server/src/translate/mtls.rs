@@ -1,0 +1,556 @@
+//! Mutual TLS between the tenant's sidecars (contract 11 of docs/architecture.md), as pure
+//! functions over Envoy messages.
+//!
+//! [`apply`] runs after outbound and inbound translation (which call [`inbound_chain_plan`] per
+//! port): it marks meshed endpoints and gives outbound clusters automatic mutual TLS.
+//!
+//! Certificates never appear in the config: every TLS context names the node agent's SDS
+//! secrets ([`meshplane_ca::sds`]): `default` (the workload certificate and key, generated in
+//! the pod) and `ROOTCA` (the tenant's trust bundle). Only proxies that announce the agent
+//! (node metadata `SDS=true`) get TLS contexts; any other would wait forever for its secrets.
+//!
+//! - Client side: [`istio_mutual_transport_socket`] is what a DestinationRule's
+//!   `tls.mode: ISTIO_MUTUAL` means; [`originate_mtls_to_meshed_endpoints`] applies it
+//!   automatically, per endpoint, to endpoints that have a sidecar ([`meshed_endpoint_metadata`])
+//!   and leaves the others plaintext. The server's identity must be one of the destination's
+//!   SPIFFE IDs ([`expected_server_identities`]), or at least of the tenant's trust domain.
+//! - Server side: [`inbound_chain_plan`] says which filter chains a port gets for its
+//!   PeerAuthentication mode; [`inbound_mtls_transport_socket`] terminates mutual TLS and
+//!   accepts only client identities of the tenant's trust domain. A different tenant's
+//!   workload has another root and cannot complete the handshake; with a shared organisation
+//!   root it has another trust domain and fails the SAN match.
+
+use std::collections::BTreeSet;
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+use envoy_types::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, TargetSpecifier};
+use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketConfig;
+use envoy_types::pb::envoy::config::core::v3::{
+    api_config_source::ApiType, ApiConfigSource, ApiVersion, ConfigSource, GrpcService, Metadata,
+    TransportSocket,
+};
+use envoy_types::pb::envoy::config::listener::v3::listener_filter::ConfigType as ListenerFilterConfigType;
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChainMatch, ListenerFilter};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
+    ForwardClientCertDetails, SetCurrentClientCertDetails,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use prost::Message;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::{
+    CombinedCertificateValidationContext, ValidationContextType,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::subject_alt_name_matcher::SanType;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    SubjectAltNameMatcher, UpstreamTlsContext,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
+use envoy_types::pb::google::protobuf::{value::Kind, BoolValue, Struct, Value};
+use envoy_types::util::pack_any;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use meshplane_contracts::tenant_ca::{SDS_CLUSTER, TRUST_BUNDLE_SECRET, WORKLOAD_CERT_SECRET};
+use meshplane_crds::security::MtlsMode;
+
+use super::registry::Registry;
+use super::Translated;
+use crate::model::ProxyNode;
+
+/// Name of Envoy's TLS transport socket.
+pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
+/// Name of the listener filter that reads the TLS ClientHello (transport protocol, ALPN).
+pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+/// Endpoint metadata namespace that `transport_socket_matches` read.
+pub const TRANSPORT_SOCKET_MATCH_KEY: &str = "envoy.transport_socket_match";
+/// Key and value of the endpoint metadata marking an endpoint with a sidecar (Istio's names,
+/// so Istio-shaped EnvoyFilters and tools read them alike).
+pub const TLS_MODE_KEY: &str = "tlsMode";
+pub const TLS_MODE_MESH: &str = "istio";
+/// Name of the transport socket match for meshed endpoints.
+pub const MESH_TLS_MATCH: &str = "tlsMode-istio";
+/// ALPN a meshed client offers: tells the server's PERMISSIVE chains that this TLS is the mesh's,
+/// not the application's own.
+pub const MESH_CLIENT_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
+/// ALPN values by which a server recognises mesh mutual TLS (ours, and Istio sidecars').
+pub const MESH_SERVER_ALPN: [&str; 5] = [
+    "istio-peer-exchange",
+    "istio",
+    "istio-http/1.0",
+    "istio-http/1.1",
+    "istio-h2",
+];
+
+fn sds_secret(name: &str) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name: name.to_string(),
+        sds_config: Some(ConfigSource {
+            resource_api_version: ApiVersion::V3 as i32,
+            config_source_specifier: Some(ConfigSourceSpecifier::ApiConfigSource(
+                ApiConfigSource {
+                    api_type: ApiType::Grpc as i32,
+                    transport_api_version: ApiVersion::V3 as i32,
+                    grpc_services: vec![GrpcService {
+                        target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                            cluster_name: SDS_CLUSTER.to_string(),
+                            ..Default::default()
+                        })),
+                        ..Default::default()
+                    }],
+                    set_node_on_first_message_only: true,
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The SPIFFE ID prefix of every identity of `trust_domain`.
+pub fn trust_domain_prefix(trust_domain: &str) -> String {
+    format!("spiffe://{trust_domain}/")
+}
+
+fn uri_san(pattern: MatchPattern) -> SubjectAltNameMatcher {
+    SubjectAltNameMatcher {
+        san_type: SanType::Uri as i32,
+        matcher: Some(StringMatcher {
+            match_pattern: Some(pattern),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The certificate, the trust bundle and the identities accepted from the peer: `exact` SPIFFE
+/// IDs when given, else any identity of `trust_domain`.
+fn mesh_tls_context(trust_domain: &str, exact: &[String], alpn: &[&str]) -> CommonTlsContext {
+    let sans = if exact.is_empty() {
+        vec![uri_san(MatchPattern::Prefix(trust_domain_prefix(
+            trust_domain,
+        )))]
+    } else {
+        exact
+            .iter()
+            .map(|id| uri_san(MatchPattern::Exact(id.clone())))
+            .collect()
+    };
+    CommonTlsContext {
+        tls_certificate_sds_secret_configs: vec![sds_secret(WORKLOAD_CERT_SECRET)],
+        validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(CertificateValidationContext {
+                    match_typed_subject_alt_names: sans,
+                    ..Default::default()
+                }),
+                validation_context_sds_secret_config: Some(sds_secret(TRUST_BUNDLE_SECRET)),
+                ..Default::default()
+            },
+        )),
+        alpn_protocols: alpn.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// The client transport socket of the tenant's mutual TLS, what a DestinationRule's
+/// `tls.mode: ISTIO_MUTUAL` means: the workload certificate of the pod, the tenant's trust
+/// bundle, and the server's identity checked against `server_identities` (SPIFFE IDs, see
+/// [`expected_server_identities`]); with none, any identity of `trust_domain` is accepted.
+/// `sni` is Istio's `outbound_.<port>_.<subset>_.<host>` ([`mesh_sni`]).
+pub fn istio_mutual_transport_socket(
+    trust_domain: &str,
+    server_identities: &[String],
+    sni: &str,
+) -> TransportSocket {
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(mesh_tls_context(
+            trust_domain,
+            server_identities,
+            &MESH_CLIENT_ALPN,
+        )),
+        sni: sni.to_string(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(SocketConfig::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Istio's SNI for mesh traffic to `host:port` (and subset).
+pub fn mesh_sni(port: u32, subset: &str, host: &str) -> String {
+    format!("outbound_.{port}_.{subset}_.{host}")
+}
+
+/// The identities a client accepts from the servers of a destination: the SPIFFE IDs of the
+/// ServiceAccounts behind it, or the ServiceEntry's `subjectAltNames` when it sets them (they
+/// replace the accounts, as in Istio). Sorted, without duplicates.
+pub fn expected_server_identities(
+    trust_domain: &str,
+    service_accounts: &BTreeSet<(String, String)>,
+    subject_alt_names: &[String],
+) -> Vec<String> {
+    if !subject_alt_names.is_empty() {
+        let set: BTreeSet<&String> = subject_alt_names.iter().collect();
+        return set.into_iter().cloned().collect();
+    }
+    service_accounts
+        .iter()
+        .map(|(ns, sa)| format!("spiffe://{trust_domain}/ns/{ns}/sa/{sa}"))
+        .collect()
+}
+
+/// Automatic mutual TLS: endpoints marked with [`meshed_endpoint_metadata`] are reached with
+/// `socket`, the others in plaintext (the cluster's own transport socket, unset here). A
+/// cluster that already chose its transport (a DestinationRule's `tls`) is left alone.
+pub fn originate_mtls_to_meshed_endpoints(cluster: &mut Cluster, socket: TransportSocket) {
+    if cluster.transport_socket.is_some() || !cluster.transport_socket_matches.is_empty() {
+        return;
+    }
+    cluster.transport_socket_matches = vec![TransportSocketMatch {
+        name: MESH_TLS_MATCH.to_string(),
+        r#match: Some(Struct {
+            fields: [(
+                TLS_MODE_KEY.to_string(),
+                Value {
+                    kind: Some(Kind::StringValue(TLS_MODE_MESH.to_string())),
+                },
+            )]
+            .into(),
+        }),
+        transport_socket: Some(socket),
+    }];
+}
+
+/// Metadata of an endpoint that has a sidecar: clients originate mutual TLS to it.
+pub fn meshed_endpoint_metadata() -> Metadata {
+    Metadata {
+        filter_metadata: [(
+            TRANSPORT_SOCKET_MATCH_KEY.to_string(),
+            Struct {
+                fields: [(
+                    TLS_MODE_KEY.to_string(),
+                    Value {
+                        kind: Some(Kind::StringValue(TLS_MODE_MESH.to_string())),
+                    },
+                )]
+                .into(),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    }
+}
+
+/// The server transport socket terminating the tenant's mutual TLS: a client certificate is
+/// required, chained to the tenant's bundle, naming an identity of `trust_domain`.
+pub fn inbound_mtls_transport_socket(trust_domain: &str) -> TransportSocket {
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(mesh_tls_context(trust_domain, &[], &[])),
+        require_client_certificate: Some(BoolValue { value: true }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(SocketConfig::TypedConfig(pack_any(context))),
+    }
+}
+
+/// The listener filter that lets filter chains match TLS and its ALPN.
+pub fn tls_inspector() -> ListenerFilter {
+    ListenerFilter {
+        name: TLS_INSPECTOR.to_string(),
+        config_type: Some(ListenerFilterConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// How a connection reached the workload through one inbound filter chain: what the chain's
+/// filters (and an authorization filter placed before the router or TCP proxy) can know about
+/// the peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InboundPeer {
+    /// Mutual TLS terminated by the proxy: the peer's SPIFFE ID is known (`source.principal`)
+    /// and forwarded to the application in `x-forwarded-client-cert`.
+    Mtls,
+    /// Plaintext: no peer identity.
+    Plaintext,
+    /// The application's own TLS, passed through untouched (PERMISSIVE): no peer identity, and
+    /// the bytes are opaque, so it is TCP-proxied whatever the port's protocol.
+    PassthroughTls,
+}
+
+impl InboundPeer {
+    /// Suffix of the filter chain's name (the plaintext chain keeps the bare name).
+    pub fn chain_suffix(self) -> &'static str {
+        match self {
+            InboundPeer::Mtls => ";mtls",
+            InboundPeer::Plaintext => "",
+            InboundPeer::PassthroughTls => ";tls",
+        }
+    }
+}
+
+/// One filter chain of an inbound port: what it matches beyond the port, and what it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InboundChain {
+    pub peer: InboundPeer,
+    /// `transport_protocol` and `application_protocols` of the chain's match.
+    pub transport_protocol: &'static str,
+    pub application_protocols: Vec<String>,
+}
+
+impl InboundChain {
+    fn new(peer: InboundPeer, transport_protocol: &'static str, alpn: &[&str]) -> Self {
+        Self {
+            peer,
+            transport_protocol,
+            application_protocols: alpn.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Fills the chain's part of a filter chain match.
+    pub fn apply_to(&self, m: &mut FilterChainMatch) {
+        m.transport_protocol = self.transport_protocol.to_string();
+        m.application_protocols = self.application_protocols.clone();
+    }
+
+    /// Whether the chain needs the TLS inspector.
+    pub fn inspects_tls(&self) -> bool {
+        !self.transport_protocol.is_empty()
+    }
+}
+
+/// The filter chains of one inbound port in `mode` (resolved, never `UNSET`), for a proxy that
+/// has its SDS secrets (`sds`) or not.
+///
+/// Envoy picks the most specific chain level by level (port, then transport protocol, then
+/// ALPN) and never falls back to a less specific one, so each mode lists complete
+/// alternatives:
+/// - STRICT: TLS only; plaintext matches nothing and is closed. Without SDS there is no
+///   certificate to serve: nothing matches, the port is closed (never silently plaintext).
+/// - PERMISSIVE: TLS with a mesh ALPN is mutual TLS; other TLS is the application's own and
+///   passes through; the rest is plaintext.
+/// - DISABLE: plaintext (and whatever else arrives) goes straight to the application.
+pub fn inbound_chain_plan(mode: MtlsMode, sds: bool) -> Vec<InboundChain> {
+    match (mode, sds) {
+        (MtlsMode::Strict, true) => vec![InboundChain::new(InboundPeer::Mtls, "tls", &[])],
+        (MtlsMode::Strict, false) => Vec::new(),
+        (MtlsMode::Permissive | MtlsMode::Unset, true) => vec![
+            InboundChain::new(InboundPeer::Mtls, "tls", &MESH_SERVER_ALPN),
+            InboundChain::new(InboundPeer::PassthroughTls, "tls", &[]),
+            InboundChain::new(InboundPeer::Plaintext, "raw_buffer", &[]),
+        ],
+        (MtlsMode::Permissive | MtlsMode::Unset | MtlsMode::Disable, false)
+        | (MtlsMode::Disable, true) => vec![InboundChain::new(InboundPeer::Plaintext, "", &[])],
+    }
+}
+
+/// The HTTP connection manager `filter` of a mutual TLS chain, forwarding the client's SPIFFE
+/// ID to the application in `x-forwarded-client-cert` (`By`, `Hash` and `URI`), after what
+/// earlier hops set, as Istio's sidecars do. Other filters are returned as they are.
+pub fn forward_client_identity(filter: Filter) -> Filter {
+    let Some(FilterConfig::TypedConfig(any)) = &filter.config_type else {
+        return filter;
+    };
+    let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+        return filter;
+    };
+    hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+        uri: true,
+        ..Default::default()
+    });
+    Filter {
+        name: filter.name,
+        config_type: Some(FilterConfig::TypedConfig(pack_any(hcm))),
+    }
+}
+
+/// Marks the endpoints of `cla` whose address is a pod with a sidecar of the tenant
+/// ([`Registry::meshed_addresses`]), so that clients originate mutual TLS to them. The full
+/// render and the index's endpoint-only patch both call it, so they agree.
+pub fn mark_meshed_endpoints(registry: &Registry, cla: &mut ClusterLoadAssignment) {
+    if registry.meshed_addresses.is_empty() {
+        return;
+    }
+    for group in &mut cla.endpoints {
+        for lb in &mut group.lb_endpoints {
+            let Some(HostIdentifier::Endpoint(ep)) = &lb.host_identifier else {
+                continue;
+            };
+            let Some(AddressKind::SocketAddress(sa)) =
+                ep.address.as_ref().and_then(|a| a.address.as_ref())
+            else {
+                continue;
+            };
+            if registry.meshed_addresses.contains(&sa.address) {
+                lb.metadata = Some(meshed_endpoint_metadata());
+            }
+        }
+    }
+}
+
+fn is_eds(cluster: &Cluster) -> bool {
+    matches!(cluster.cluster_discovery_type, Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32)
+}
+
+/// Automatic mutual TLS for one proxy: meshed endpoints are marked in every assignment, and a
+/// proxy with the agent's SDS secrets originates mutual TLS on its outbound EDS clusters to
+/// the marked endpoints (any identity of the tenant's trust domain; plaintext to the others).
+pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
+    for cla in &mut out.endpoints {
+        mark_meshed_endpoints(registry, cla);
+    }
+    if !node.sds {
+        return;
+    }
+    let trust_domain = &registry.mesh_config.trust_domain;
+    for cluster in out.clusters.iter_mut() {
+        if !is_eds(cluster) || !cluster.name.starts_with("outbound|") {
+            continue;
+        }
+        let sni = outbound_sni(&cluster.name);
+        originate_mtls_to_meshed_endpoints(
+            cluster,
+            istio_mutual_transport_socket(trust_domain, &[], &sni),
+        );
+    }
+}
+
+/// Istio's SNI for an outbound cluster name `outbound|<port>|<subset>|<host>`.
+fn outbound_sni(cluster_name: &str) -> String {
+    let mut parts = cluster_name.splitn(4, '|').skip(1);
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(port), Some(subset), Some(host)) => format!("outbound_.{port}_.{subset}_.{host}"),
+        _ => cluster_name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(socket: &TransportSocket) -> UpstreamTlsContext {
+        let Some(SocketConfig::TypedConfig(any)) = &socket.config_type else {
+            panic!("typed config");
+        };
+        UpstreamTlsContext::decode(any.value.as_slice()).expect("decodes")
+    }
+
+    fn sans(ctx: &CommonTlsContext) -> Vec<Option<MatchPattern>> {
+        let Some(ValidationContextType::CombinedValidationContext(c)) =
+            &ctx.validation_context_type
+        else {
+            panic!("combined validation");
+        };
+        c.default_validation_context
+            .as_ref()
+            .expect("default")
+            .match_typed_subject_alt_names
+            .iter()
+            .map(|m| m.matcher.as_ref().and_then(|s| s.match_pattern.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn istio_mutual_uses_the_agents_secrets_and_checks_the_server_identity() {
+        let ids = vec!["spiffe://blue.example/ns/shop/sa/web".to_string()];
+        let socket = istio_mutual_transport_socket(
+            "blue.example",
+            &ids,
+            &mesh_sni(80, "", "web.shop.svc.cluster.local"),
+        );
+        let ctx = upstream(&socket);
+        assert_eq!(ctx.sni, "outbound_.80_._.web.shop.svc.cluster.local");
+        let common = ctx.common_tls_context.expect("common");
+        assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+        assert_eq!(
+            sans(&common),
+            vec![Some(MatchPattern::Exact(ids[0].clone()))]
+        );
+        assert_eq!(common.alpn_protocols, MESH_CLIENT_ALPN);
+        // No known account: any identity of the trust domain, never of another.
+        let any = upstream(&istio_mutual_transport_socket("blue.example", &[], "x"));
+        assert_eq!(
+            sans(&any.common_tls_context.expect("common")),
+            vec![Some(MatchPattern::Prefix("spiffe://blue.example/".into()))]
+        );
+    }
+
+    #[test]
+    fn service_entry_subject_alt_names_replace_the_accounts() {
+        let accounts = BTreeSet::from([
+            ("shop".to_string(), "web".to_string()),
+            ("shop".to_string(), "api".to_string()),
+        ]);
+        assert_eq!(
+            expected_server_identities("td", &accounts, &[]),
+            vec!["spiffe://td/ns/shop/sa/api", "spiffe://td/ns/shop/sa/web"]
+        );
+        assert_eq!(
+            expected_server_identities("td", &accounts, &["spiffe://org/legacy".into()]),
+            vec!["spiffe://org/legacy"]
+        );
+    }
+
+    #[test]
+    fn auto_mtls_leaves_a_cluster_with_its_own_transport_alone() {
+        let socket = istio_mutual_transport_socket("td", &[], "sni");
+        let mut auto = Cluster::default();
+        originate_mtls_to_meshed_endpoints(&mut auto, socket.clone());
+        assert_eq!(auto.transport_socket_matches.len(), 1);
+        let m = auto.transport_socket_matches[0]
+            .r#match
+            .as_ref()
+            .expect("match");
+        assert_eq!(
+            meshed_endpoint_metadata().filter_metadata[TRANSPORT_SOCKET_MATCH_KEY],
+            *m
+        );
+        let mut chosen = Cluster {
+            transport_socket: Some(TransportSocket::default()),
+            ..Default::default()
+        };
+        originate_mtls_to_meshed_endpoints(&mut chosen, socket);
+        assert!(chosen.transport_socket_matches.is_empty());
+    }
+
+    #[test]
+    fn inbound_chains_per_mode() {
+        let peers = |mode, sds| {
+            inbound_chain_plan(mode, sds)
+                .iter()
+                .map(|c| c.peer)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(peers(MtlsMode::Strict, true), [InboundPeer::Mtls]);
+        assert!(
+            peers(MtlsMode::Strict, false).is_empty(),
+            "STRICT without a certificate is closed"
+        );
+        assert_eq!(
+            peers(MtlsMode::Permissive, true),
+            [
+                InboundPeer::Mtls,
+                InboundPeer::PassthroughTls,
+                InboundPeer::Plaintext
+            ]
+        );
+        assert_eq!(peers(MtlsMode::Permissive, false), [InboundPeer::Plaintext]);
+        assert_eq!(peers(MtlsMode::Disable, true), [InboundPeer::Plaintext]);
+        // Within PERMISSIVE only the mesh's ALPN selects mutual TLS.
+        let permissive = inbound_chain_plan(MtlsMode::Permissive, true);
+        assert_eq!(permissive[0].application_protocols, MESH_SERVER_ALPN);
+        assert!(permissive[1].application_protocols.is_empty());
+        assert!(!inbound_chain_plan(MtlsMode::Disable, true)[0].inspects_tls());
+    }
+}
