@@ -108,6 +108,121 @@ pub struct MeshControlPlaneSpec {
     #[x_kube(validation = Rule::new("!(has(self.selfSigned) && has(self.plugged))").message("spec.certificateAuthority: give selfSigned or plugged, not both"))]
     #[x_kube(validation = Rule::new("!has(self.plugged) || self.plugged.secretName != 'meshplane-ca'").message("spec.certificateAuthority.plugged.secretName: meshplane-ca is the Secret the operator keeps for the instances; name your cacerts Secret otherwise"))]
     pub certificate_authority: Option<CertificateAuthority>,
+    /// An ingress gateway for traffic entering the tenant: the operator runs it (Deployment,
+    /// Service, ServiceAccount) with this revision's proxy image, and this revision's instance
+    /// programs it from the Gateways and VirtualServices of the namespaces it trusts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress_gateway: Option<IngressGatewaySpec>,
+}
+
+/// A tenant's ingress gateway.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressGatewaySpec {
+    /// Name of its Deployment, Service and ServiceAccount; its pods carry the label
+    /// `meshplane.io/gateway: <name>`. Default `ingressgateway`.
+    #[serde(default = "default_gateway_name")]
+    #[schemars(
+        length(min = 1, max = 48),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// Namespace it runs in: the control namespace (default) or a member namespace of the
+    /// tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: Option<String>,
+    /// Number of gateway pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 100))]
+    pub replicas: i32,
+    /// Extra labels of the gateway pods, e.g. `istio: ingressgateway` for Gateways written for
+    /// Istio.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Namespaces whose Gateways and VirtualServices the gateway takes, besides its own
+    /// namespace and the control namespace (always trusted). Config from any other namespace is
+    /// ignored and reported on its status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_namespaces: Vec<String>,
+    /// The gateway's Service.
+    #[serde(default)]
+    pub service: GatewayService,
+    /// Compute resources of the gateway container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_gateway_name() -> String {
+    names::DEFAULT_GATEWAY_NAME.to_string()
+}
+
+/// The Service in front of a tenant's ingress gateway.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayService {
+    /// `ClusterIP`, `NodePort` or `LoadBalancer` (default).
+    #[serde(default, rename = "type")]
+    pub type_: GatewayServiceType,
+    /// Ports; each `port` is what Gateway servers name, `targetPort` what the proxy binds.
+    /// Default: `http` 80 to 8080 and `https` 443 to 8443.
+    #[serde(default = "default_gateway_ports")]
+    #[schemars(length(min = 1))]
+    pub ports: Vec<GatewayServicePort>,
+}
+
+impl Default for GatewayService {
+    fn default() -> Self {
+        Self {
+            type_: GatewayServiceType::default(),
+            ports: default_gateway_ports(),
+        }
+    }
+}
+
+fn default_gateway_ports() -> Vec<GatewayServicePort> {
+    vec![
+        GatewayServicePort {
+            name: "http".into(),
+            port: 80,
+            target_port: 8080,
+        },
+        GatewayServicePort {
+            name: "https".into(),
+            port: 443,
+            target_port: 8443,
+        },
+    ]
+}
+
+/// Type of a gateway's Service.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum GatewayServiceType {
+    /// Reachable inside the cluster only.
+    ClusterIP,
+    /// Also on a port of every node.
+    NodePort,
+    /// Also through the cluster's load balancer.
+    #[default]
+    LoadBalancer,
+}
+
+/// A port of a gateway's Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayServicePort {
+    /// Port name (its protocol prefix, as for any Service).
+    #[schemars(length(min = 1, max = 15))]
+    pub name: String,
+    /// Service port.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Port the gateway proxy listens on (unprivileged, 1024 or above).
+    #[schemars(range(min = 1024, max = 65535))]
+    pub target_port: i32,
 }
 
 /// Where a tenant's certificate authority comes from.
@@ -345,6 +460,22 @@ impl MeshControlPlane {
             .unwrap_or_else(|| format!("ghcr.io/meshplane/xds-server:{}", self.spec.version))
     }
 
+    /// The ingress gateway of this revision as its instance learns it (contract 2).
+    pub fn gateway_deployment(&self) -> Option<GatewayDeployment> {
+        let gw = self.spec.ingress_gateway.as_ref()?;
+        let mut labels = gw.labels.clone();
+        labels.insert(names::GATEWAY_LABEL.to_string(), gw.name.clone());
+        Some(GatewayDeployment {
+            name: gw.name.clone(),
+            namespace: gw
+                .namespace
+                .clone()
+                .unwrap_or_else(|| self.control_namespace()),
+            labels,
+            allowed_namespaces: gw.allowed_namespaces.clone(),
+        })
+    }
+
     /// Image of the sidecar proxy for this revision.
     pub fn proxy_image(&self) -> String {
         self.spec
@@ -402,6 +533,24 @@ pub struct MeshRevisionTagStatus {
     /// Namespaces carrying this tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members: Option<NamespaceList>,
+}
+
+/// A gateway the operator runs for a tenant, as the tenant's instances learn it (the members
+/// ConfigMap's `gateways` key, contract 2): where its pods are, how they are labelled, and
+/// which namespaces' Gateways and VirtualServices it takes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayDeployment {
+    /// Name of the gateway (its Deployment and Service).
+    pub name: String,
+    /// Namespace of its pods.
+    pub namespace: String,
+    /// Labels its pods carry (a Gateway's `selector` matches them).
+    pub labels: BTreeMap<String, String>,
+    /// Namespaces whose Gateways and VirtualServices it takes, besides its own namespace and
+    /// the control namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_namespaces: Vec<String>,
 }
 
 /// Labels of a workload selector (`workloadSelector.labels`).

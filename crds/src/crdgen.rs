@@ -5,8 +5,10 @@ use kube::CustomResourceExt;
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
 use crate::migration::MeshRevisionMigration;
-use crate::networking::{EnvoyFilter, ServiceEntry, Sidecar};
 use crate::security::PeerAuthentication;
+use crate::networking::{
+    DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
+};
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -18,6 +20,9 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         EnvoyFilter::crd(),
         Sidecar::crd(),
         PeerAuthentication::crd(),
+        VirtualService::crd(),
+        DestinationRule::crd(),
+        Gateway::crd(),
     ]
 }
 

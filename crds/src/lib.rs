@@ -7,11 +7,12 @@
 //! - [`controlplane`]: `meshplane.io/v1alpha1` `MeshControlPlane` and `MeshRevisionTag`.
 //! - [`migration`]: `meshplane.io/v1alpha1` `MeshRevisionMigration`, a health-gated move of a
 //!   tag to another revision.
-//! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter` and
-//!   `Sidecar`, the common subset of Istio's networking API (see that module for the supported
-//!   fields).
+//! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter`,
+//!   `Sidecar`, `VirtualService`, `DestinationRule` and `Gateway`, Istio's networking API as
+//!   meshplane supports it (see that module for the supported fields).
 //! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` (Istio's fields) and
 //!   which policy applies to a workload.
+//! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`names`]: labels, annotations and the names of every object derived from a revision.
 //! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
@@ -23,6 +24,7 @@ pub mod api_reference;
 pub mod capture;
 pub mod controlplane;
 pub mod crdgen;
+pub mod duration;
 pub mod manifest;
 pub mod membership;
 pub mod migration;
@@ -39,5 +41,7 @@ pub use controlplane::{
 pub use migration::{
     MeshRevisionMigration, MeshRevisionMigrationSpec, MeshRevisionMigrationStatus,
 };
-pub use networking::{EnvoyFilter, ServiceEntry, Sidecar};
+pub use networking::{
+    DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
+};
 pub use security::PeerAuthentication;

@@ -5,7 +5,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
-use crate::networking::{EnvoyFilter, ServiceEntry, Sidecar};
+use crate::networking::{
+    DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
+};
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +41,12 @@ pub enum Object {
     EnvoyFilter(Box<EnvoyFilter>),
     /// `networking.meshplane.io/v1alpha1` Sidecar.
     Sidecar(Box<Sidecar>),
+    /// `networking.meshplane.io/v1alpha1` VirtualService.
+    VirtualService(Box<VirtualService>),
+    /// `networking.meshplane.io/v1alpha1` DestinationRule.
+    DestinationRule(Box<DestinationRule>),
+    /// `networking.meshplane.io/v1alpha1` Gateway.
+    Gateway(Box<Gateway>),
     /// Anything else (Namespace, Service, EndpointSlice, Pod, ...).
     Other(Value),
 }
@@ -94,6 +102,15 @@ pub fn parse_objects(yaml: &str) -> Result<Vec<Object>, ManifestError> {
                 }
                 ("networking.meshplane.io/v1alpha1", "Sidecar") => {
                     Object::Sidecar(Box::new(decode(doc)?))
+                }
+                ("networking.meshplane.io/v1alpha1", "VirtualService") => {
+                    Object::VirtualService(Box::new(decode(doc)?))
+                }
+                ("networking.meshplane.io/v1alpha1", "DestinationRule") => {
+                    Object::DestinationRule(Box::new(decode(doc)?))
+                }
+                ("networking.meshplane.io/v1alpha1", "Gateway") => {
+                    Object::Gateway(Box::new(decode(doc)?))
                 }
                 _ => Object::Other(doc.clone()),
             })

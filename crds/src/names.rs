@@ -50,6 +50,11 @@ pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
 pub const FORCE_DELETE_ANNOTATION: &str = "meshplane.io/force-delete";
 /// Annotation on a Service narrowing its visibility, like Istio's `networking.istio.io/exportTo`.
 pub const SERVICE_EXPORT_TO_ANNOTATION: &str = "networking.meshplane.io/exportTo";
+/// Pod label of a tenant's ingress gateway pods: the gateway's name (what a Gateway's
+/// `selector` matches).
+pub const GATEWAY_LABEL: &str = "meshplane.io/gateway";
+/// Default name of a tenant's ingress gateway.
+pub const DEFAULT_GATEWAY_NAME: &str = "ingressgateway";
 /// Finalizer the operator puts on cluster-scoped meshplane objects.
 pub const FINALIZER: &str = "meshplane.io/cleanup";
 /// Label the API server sets on every namespace to its own name (immutable): webhooks and

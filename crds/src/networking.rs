@@ -1,6 +1,6 @@
-//! `networking.meshplane.io/v1alpha1`: the common subset of Istio's networking API.
+//! `networking.meshplane.io/v1alpha1`: Istio's networking API as meshplane supports it.
 //!
-//! Field names and JSON shapes follow Istio's `networking.istio.io` so a manifest ports by
+//! Field names and JSON shapes follow Istio's `networking.istio.io/v1` so a manifest ports by
 //! changing `apiVersion`. Supported fields:
 //!
 //! | kind | fields |
@@ -8,10 +8,49 @@
 //! | `ServiceEntry` | `hosts`, `addresses`, `ports[].{number,protocol,name,targetPort}`, `location`, `resolution` (`NONE`, `STATIC`, `DNS`, `DNS_ROUND_ROBIN`), `endpoints[].{address,ports,labels,network,locality,weight}`, `workloadSelector.labels`, `exportTo`, `subjectAltNames` |
 //! | `Sidecar` | `workloadSelector.labels`, `ingress[].{port,bind,captureMode,defaultEndpoint}`, `egress[].{port,bind,captureMode,hosts}`, `outboundTrafficPolicy.mode` |
 //! | `EnvoyFilter` | `workloadSelector.labels`, `priority`, `configPatches[].{applyTo,match,patch}`; `match.{context,listener,routeConfiguration,cluster}`; `patch.{operation,value}` |
+//! | `VirtualService` | `hosts`, `gateways`, `exportTo`; `http[].{name,match,route,redirect,directResponse,rewrite,timeout,retries,fault,mirror,mirrorPercentage,mirrors,corsPolicy,headers}`; `match[].{name,uri,scheme,method,authority,headers,port,sourceLabels,gateways,queryParams,ignoreUriCase,withoutHeaders,sourceNamespace,statPrefix}`; `tls[].{match.{sniHosts,destinationSubnets,port,sourceLabels,gateways,sourceNamespace},route}`; `tcp[].{match.{destinationSubnets,port,sourceLabels,gateways,sourceNamespace},route}` |
+//! | `DestinationRule` | `host`, `exportTo`, `subsets[].{name,labels,trafficPolicy}`, `trafficPolicy.{loadBalancer,connectionPool,outlierDetection,tls,portLevelSettings}`; `loadBalancer.{simple,consistentHash,warmupDurationSecs}`; `connectionPool.{tcp,http}`; `tls.mode` `DISABLE`/`SIMPLE`/`MUTUAL`/`ISTIO_MUTUAL` |
+//! | `Gateway` | `selector`, `servers[].{port,bind,hosts,tls,name}`; `tls.{httpsRedirect,mode,serverCertificate,privateKey,caCertificates,credentialName,subjectAltNames,minProtocolVersion,maxProtocolVersion,cipherSuites}` |
 //!
-//! Not supported (rejected by the schema as unknown fields): Istio's `DestinationRule`,
-//! `VirtualService`, `Gateway`; `Sidecar.inboundConnectionPool`; `EnvoyFilter.targetRefs`,
-//! `match.proxy`; `ServiceEntry.workloadSelector` selecting WorkloadEntries.
+//! Not supported (rejected by the schema as unknown fields): `Sidecar.inboundConnectionPool`;
+//! `EnvoyFilter.targetRefs`, `match.proxy`; `ServiceEntry.workloadSelector` selecting
+//! WorkloadEntries; `VirtualService` `http[].delegate` and the deprecated `mirrorPercent`;
+//! `DestinationRule` `workloadSelector`, `trafficPolicy.{tunnel,proxyProtocol}` and
+//! `loadBalancer.localityLbSetting`; `Gateway.servers[].defaultEndpoint`. Values the schema
+//! accepts but meshplane cannot apply (`AUTO_PASSTHROUGH`, `ISTIO_MUTUAL` before the tenant's
+//! identity exists, `credentialName` outside gateways) are refused by the validating webhook.
+
+pub mod destination_rule;
+pub mod gateway;
+pub mod status;
+pub mod virtual_service;
+
+pub use destination_rule::{DestinationRule, DestinationRuleSpec};
+pub use gateway::{Gateway, GatewaySpec};
+pub use status::ConfigStatus;
+pub use virtual_service::{VirtualService, VirtualServiceSpec};
+
+/// DNS suffix of Kubernetes Service hosts.
+pub const DOMAIN_SUFFIX: &str = "svc.cluster.local";
+
+/// Resolves a host of networking config written in `namespace`: a short name (no dot, not a
+/// wildcard) is `<name>.<namespace>.svc.cluster.local`, as Istio reads it; anything else is
+/// kept (lowercased).
+pub fn resolve_host(host: &str, namespace: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    if host.contains('.') || host.contains('*') || host.is_empty() {
+        host
+    } else {
+        format!("{host}.{namespace}.{DOMAIN_SUFFIX}")
+    }
+}
+
+/// The namespace of a Kubernetes Service host `<name>.<namespace>.svc.cluster.local`.
+pub fn service_host_namespace(host: &str) -> Option<&str> {
+    let rest = host.strip_suffix(DOMAIN_SUFFIX)?.strip_suffix('.')?;
+    let (_, namespace) = rest.rsplit_once('.')?;
+    (!namespace.is_empty() && !namespace.contains('*')).then_some(namespace)
+}
 
 use std::collections::BTreeMap;
 

@@ -14,6 +14,10 @@ use crate::networking::{
 };
 use crate::selector::Selector;
 
+pub mod traffic;
+
+pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};
+
 /// One violated rule, with the field it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
@@ -73,6 +77,9 @@ pub enum ValidationError {
     /// An EnvoyFilter patch is inconsistent.
     #[error("{field}: invalid patch: {reason}")]
     InvalidPatch { field: String, reason: String },
+    /// A value breaks a rule of its kind (routes, policies, gateway servers).
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
 }
 
 impl ValidationError {
@@ -88,7 +95,8 @@ impl ValidationError {
             | ValidationError::InvalidLabel { field, .. }
             | ValidationError::InvalidPort { field, .. }
             | ValidationError::InvalidAddress { field, .. }
-            | ValidationError::InvalidPatch { field, .. } => field,
+            | ValidationError::InvalidPatch { field, .. }
+            | ValidationError::Invalid { field, .. } => field,
         }
     }
 }
@@ -332,7 +340,7 @@ pub fn validate_sidecar_host(entry: &str, field: &str) -> Result<(), ValidationE
     validate_host(host, field, true)
 }
 
-fn validate_port(port: &Port, field: &str) -> Result<(), ValidationError> {
+pub(crate) fn validate_port(port: &Port, field: &str) -> Result<(), ValidationError> {
     if port.number == 0 || port.number > 65535 {
         return Err(ValidationError::InvalidPort {
             field: field.into(),
@@ -642,7 +650,7 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
     errs.into_result()
 }
 
-fn validate_ip(value: &str, field: &str) -> Result<(), ValidationError> {
+pub(crate) fn validate_ip(value: &str, field: &str) -> Result<(), ValidationError> {
     value
         .parse::<IpAddr>()
         .map(|_| ())
@@ -653,7 +661,7 @@ fn validate_ip(value: &str, field: &str) -> Result<(), ValidationError> {
         })
 }
 
-fn validate_ip_or_cidr(value: &str, field: &str) -> Result<(), ValidationError> {
+pub(crate) fn validate_ip_or_cidr(value: &str, field: &str) -> Result<(), ValidationError> {
     let invalid = |reason: &str| ValidationError::InvalidAddress {
         field: field.into(),
         value: value.into(),

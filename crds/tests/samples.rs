@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use meshplane_crds::manifest::{parse_objects, Object};
 use meshplane_crds::validation::{
-    validate_envoy_filter, validate_mesh_control_plane, validate_revision_tag,
-    validate_service_entry, validate_sidecar,
+    validate_destination_rule, validate_envoy_filter, validate_gateway,
+    validate_mesh_control_plane, validate_revision_tag, validate_service_entry, validate_sidecar,
+    validate_virtual_service,
 };
 
 fn samples_dir() -> PathBuf {
@@ -43,6 +44,11 @@ fn every_sample_deserializes_and_validates() {
                         });
                     ("MeshRevisionMigration", Ok(()))
                 }
+                Object::VirtualService(o) => ("VirtualService", validate_virtual_service(&o.spec)),
+                Object::DestinationRule(o) => {
+                    ("DestinationRule", validate_destination_rule(&o.spec))
+                }
+                Object::Gateway(o) => ("Gateway", validate_gateway(&o.spec)),
                 Object::Other(v) => {
                     panic!("{}: unexpected non-meshplane object {v}", path.display())
                 }
@@ -58,6 +64,9 @@ fn every_sample_deserializes_and_validates() {
         "ServiceEntry",
         "Sidecar",
         "EnvoyFilter",
+        "VirtualService",
+        "DestinationRule",
+        "Gateway",
     ] {
         assert!(kinds.contains(&kind), "no sample of {kind}");
     }

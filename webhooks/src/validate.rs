@@ -11,10 +11,20 @@
 //!   `targetRef`, `configPatches[].match.proxy`) in every namespace, and patches that match a
 //!   Kubernetes service (`<svc>.<ns>.svc...`) of a namespace outside the tenant.
 //!
+//! - `VirtualService`, `DestinationRule` and `Gateway` may reference only the tenant: `exportTo`,
+//!   hosts and destinations of Kubernetes services (`<svc>.<ns>.svc...`), gateways
+//!   (`<ns>/<gateway>`), `sourceNamespace`, and a Gateway server's `<ns>/<host>` must name
+//!   tenant namespaces. `tls.mode: ISTIO_MUTUAL` is refused while the tenant has no workload
+//!   identity.
+//!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
 
-use meshplane_crds::networking::{EnvoyFilterSpec, ServiceEntrySpec, SidecarSpec};
+use meshplane_crds::networking::virtual_service::Destination;
+use meshplane_crds::networking::{
+    DestinationRuleSpec, EnvoyFilterSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec,
+    VirtualServiceSpec,
+};
 use meshplane_crds::validation::{self, ValidationError};
 use serde_json::Value;
 
@@ -32,6 +42,12 @@ pub enum ConfigKind {
     EnvoyFilter,
     /// `Sidecar`.
     Sidecar,
+    /// `VirtualService`.
+    VirtualService,
+    /// `DestinationRule`.
+    DestinationRule,
+    /// `Gateway`.
+    Gateway,
 }
 
 impl ConfigKind {
@@ -44,6 +60,9 @@ impl ConfigKind {
             "ServiceEntry" => Some(ConfigKind::ServiceEntry),
             "EnvoyFilter" => Some(ConfigKind::EnvoyFilter),
             "Sidecar" => Some(ConfigKind::Sidecar),
+            "VirtualService" => Some(ConfigKind::VirtualService),
+            "DestinationRule" => Some(ConfigKind::DestinationRule),
+            "Gateway" => Some(ConfigKind::Gateway),
             _ => None,
         }
     }
@@ -54,6 +73,9 @@ impl ConfigKind {
             ConfigKind::ServiceEntry => "ServiceEntry",
             ConfigKind::EnvoyFilter => "EnvoyFilter",
             ConfigKind::Sidecar => "Sidecar",
+            ConfigKind::VirtualService => "VirtualService",
+            ConfigKind::DestinationRule => "DestinationRule",
+            ConfigKind::Gateway => "Gateway",
         }
     }
 }
@@ -78,6 +100,9 @@ pub enum ConfigViolation {
         field: String,
         control_namespace: String,
     },
+    /// A value meshplane cannot apply yet.
+    #[error("{field}: {reason}")]
+    Unavailable { field: String, reason: &'static str },
     /// The object does not decode into its type.
     #[error("{field}: cannot be decoded as a {kind} spec: {reason}")]
     Malformed {
@@ -90,6 +115,12 @@ pub enum ConfigViolation {
 const EXPORT_TO_RULE: &str = "exportTo may only name namespaces of the tenant";
 const EGRESS_RULE: &str = "Sidecar egress hosts may only name namespaces of the tenant";
 const PATCH_MATCH_RULE: &str = "EnvoyFilter patches may only match services of the tenant";
+const HOST_RULE: &str = "traffic config may only name hosts of the tenant";
+const GATEWAY_RULE: &str = "VirtualServices may only bind to gateways of the tenant";
+const SOURCE_RULE: &str = "sourceNamespace may only name namespaces of the tenant";
+const SERVER_HOST_RULE: &str = "Gateway servers may only take hosts from namespaces of the tenant";
+/// Why ISTIO_MUTUAL is refused until the tenant has workload identity.
+pub const ISTIO_MUTUAL_UNAVAILABLE: &str = "tls.mode ISTIO_MUTUAL needs the tenant's workload identity (certificates and mutual TLS), which this meshplane revision does not issue; use DISABLE, SIMPLE or MUTUAL";
 
 /// Validates `object` (the full resource as JSON) of `kind` against the shared
 /// rules and the tenant-boundary rules; all violations are returned, not just the first.
@@ -130,6 +161,56 @@ pub fn validate_config(
                                 EGRESS_RULE,
                             );
                         }
+                    }
+                }
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::VirtualService => match decode::<VirtualServiceSpec>(spec, kind) {
+            Ok(vs) => {
+                push_semantic(&mut violations, validation::validate_virtual_service(&vs));
+                check_virtual_service(&mut violations, &vs, view);
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::DestinationRule => match decode::<DestinationRuleSpec>(spec, kind) {
+            Ok(dr) => {
+                push_semantic(&mut violations, validation::validate_destination_rule(&dr));
+                check_host(&mut violations, view, &dr.host, || "spec.host".into());
+                check_export_to(&mut violations, view, &dr.export_to);
+                if !view.mutual_tls() {
+                    for field in validation::traffic::istio_mutual_fields(&dr) {
+                        violations.push(ConfigViolation::Unavailable {
+                            field,
+                            reason: ISTIO_MUTUAL_UNAVAILABLE,
+                        });
+                    }
+                }
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::Gateway => match decode::<GatewaySpec>(spec, kind) {
+            Ok(gw) => {
+                push_semantic(&mut violations, validation::validate_gateway(&gw));
+                for (i, server) in gw.servers.iter().enumerate() {
+                    for (j, host) in server.hosts.iter().enumerate() {
+                        if let Some((ns, _)) = host.split_once('/') {
+                            check_namespace_ref(
+                                &mut violations,
+                                view,
+                                ns,
+                                || format!("spec.servers[{i}].hosts[{j}]"),
+                                SERVER_HOST_RULE,
+                            );
+                        }
+                    }
+                }
+                if !view.mutual_tls() {
+                    for field in validation::traffic::gateway_istio_mutual_fields(&gw) {
+                        violations.push(ConfigViolation::Unavailable {
+                            field,
+                            reason: ISTIO_MUTUAL_UNAVAILABLE,
+                        });
                     }
                 }
             }
@@ -197,6 +278,142 @@ fn check_namespace_ref(
         tenant: view.tenant().to_owned(),
         rule,
     });
+}
+
+fn check_export_to(
+    violations: &mut Vec<ConfigViolation>,
+    view: &dyn TenantView,
+    export_to: &[String],
+) {
+    for (i, entry) in export_to.iter().enumerate() {
+        check_namespace_ref(
+            violations,
+            view,
+            entry,
+            || format!("spec.exportTo[{i}]"),
+            EXPORT_TO_RULE,
+        );
+    }
+}
+
+/// A host naming a Kubernetes service must name one of the tenant's namespaces.
+fn check_host(
+    violations: &mut Vec<ConfigViolation>,
+    view: &dyn TenantView,
+    host: &str,
+    field: impl FnOnce() -> String,
+) {
+    if let Some(ns) = service_namespace(host) {
+        check_namespace_ref(violations, view, ns, field, HOST_RULE);
+    }
+}
+
+fn check_virtual_service(
+    violations: &mut Vec<ConfigViolation>,
+    vs: &VirtualServiceSpec,
+    view: &dyn TenantView,
+) {
+    for (i, host) in vs.hosts.iter().enumerate() {
+        check_host(violations, view, host, || format!("spec.hosts[{i}]"));
+    }
+    let gateway_ns = |g: &str| g.split_once('/').map(|(ns, _)| ns.to_string());
+    for (i, g) in vs.gateways.iter().enumerate() {
+        if let Some(ns) = gateway_ns(g) {
+            check_namespace_ref(
+                violations,
+                view,
+                &ns,
+                || format!("spec.gateways[{i}]"),
+                GATEWAY_RULE,
+            );
+        }
+    }
+    check_export_to(violations, view, &vs.export_to);
+    let mut dest = |d: &Destination, field: String| {
+        check_host(violations, view, &d.host, || format!("{field}.host"));
+    };
+    for (i, r) in vs.http.iter().enumerate() {
+        for (j, d) in r.route.iter().enumerate() {
+            dest(
+                &d.destination,
+                format!("spec.http[{i}].route[{j}].destination"),
+            );
+        }
+        if let Some(m) = &r.mirror {
+            dest(m, format!("spec.http[{i}].mirror"));
+        }
+        for (j, m) in r.mirrors.iter().enumerate() {
+            dest(
+                &m.destination,
+                format!("spec.http[{i}].mirrors[{j}].destination"),
+            );
+        }
+    }
+    for (i, r) in vs.tcp.iter().enumerate() {
+        for (j, d) in r.route.iter().enumerate() {
+            dest(
+                &d.destination,
+                format!("spec.tcp[{i}].route[{j}].destination"),
+            );
+        }
+    }
+    for (i, r) in vs.tls.iter().enumerate() {
+        for (j, d) in r.route.iter().enumerate() {
+            dest(
+                &d.destination,
+                format!("spec.tls[{i}].route[{j}].destination"),
+            );
+        }
+    }
+    let mut source = |ns: &str, gateways: &[String], field: String| {
+        if !ns.is_empty() {
+            check_namespace_ref(
+                violations,
+                view,
+                ns,
+                || format!("{field}.sourceNamespace"),
+                SOURCE_RULE,
+            );
+        }
+        for (k, g) in gateways.iter().enumerate() {
+            if let Some(gns) = gateway_ns(g) {
+                check_namespace_ref(
+                    violations,
+                    view,
+                    &gns,
+                    || format!("{field}.gateways[{k}]"),
+                    GATEWAY_RULE,
+                );
+            }
+        }
+    };
+    for (i, r) in vs.http.iter().enumerate() {
+        for (j, m) in r.match_.iter().enumerate() {
+            source(
+                &m.source_namespace,
+                &m.gateways,
+                format!("spec.http[{i}].match[{j}]"),
+            );
+        }
+    }
+    for (i, r) in vs.tcp.iter().enumerate() {
+        for (j, m) in r.match_.iter().enumerate() {
+            source(
+                &m.source_namespace,
+                &m.gateways,
+                format!("spec.tcp[{i}].match[{j}]"),
+            );
+        }
+    }
+    for (i, r) in vs.tls.iter().enumerate() {
+        for (j, m) in r.match_.iter().enumerate() {
+            source(
+                &m.source_namespace,
+                &m.gateways,
+                format!("spec.tls[{i}].match[{j}]"),
+            );
+        }
+    }
 }
 
 /// Istio's ways to pick proxies other than by namespace and workload selector. The CRD schema
@@ -390,6 +607,79 @@ mod tests {
         assert_eq!(
             msgs,
             vec!["spec: cannot be decoded as a Sidecar spec: spec is missing"]
+        );
+    }
+
+    #[test]
+    fn traffic_config_may_not_reach_another_tenant() {
+        let vs = json!({"spec": {
+            "hosts": ["reviews", "ui.green.svc.cluster.local"],
+            "gateways": ["mesh", "green/public", "meshplane-blue/ingress"],
+            "exportTo": ["shop", "green"],
+            "http": [{
+                "match": [{"sourceNamespace": "green"}, {"gateways": ["green/public"]}],
+                "route": [
+                    {"destination": {"host": "reviews.shop.svc.cluster.local"}, "weight": 50},
+                    {"destination": {"host": "pay.green.svc.cluster.local"}, "weight": 50}
+                ],
+                "mirror": {"host": "audit.green.svc.cluster.local"}
+            }],
+            "tcp": [{"route": [{"destination": {"host": "db.green.svc.cluster.local"}}]}]
+        }});
+        let msgs = messages(validate_config(ConfigKind::VirtualService, &vs, &blue()));
+        let fields: Vec<&str> = msgs
+            .iter()
+            .map(|m| m.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.hosts[1]",
+                "spec.gateways[1]",
+                "spec.exportTo[1]",
+                "spec.http[0].route[1].destination.host",
+                "spec.http[0].mirror.host",
+                "spec.tcp[0].route[0].destination.host",
+                "spec.http[0].match[0].sourceNamespace",
+                "spec.http[0].match[1].gateways[0]",
+            ],
+            "{msgs:#?}"
+        );
+        assert!(
+            msgs.iter()
+                .all(|m| m.contains(r#"namespace "green" is not a member of tenant "blue""#)),
+            "{msgs:#?}"
+        );
+
+        let dr = json!({"spec": {"host": "pay.green.svc.cluster.local", "exportTo": ["green"]}});
+        assert_eq!(
+            messages(validate_config(ConfigKind::DestinationRule, &dr, &blue())).len(),
+            2
+        );
+        let gw = json!({"spec": {"servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"},
+            "hosts": ["shop/a.example.com", "green/b.example.com", "*/c.example.com"]}]}});
+        let msgs = messages(validate_config(ConfigKind::Gateway, &gw, &blue()));
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with("spec.servers[0].hosts[1]: namespace \"green\""),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn istio_mutual_is_refused_until_the_tenant_has_identity() {
+        let dr = json!({"spec": {"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}});
+        let msgs = messages(validate_config(ConfigKind::DestinationRule, &dr, &blue()));
+        assert_eq!(
+            msgs,
+            vec![format!(
+                "spec.trafficPolicy.tls.mode: {ISTIO_MUTUAL_UNAVAILABLE}"
+            )]
+        );
+        let with_identity = blue().with_mutual_tls(true);
+        assert_eq!(
+            validate_config(ConfigKind::DestinationRule, &dr, &with_identity),
+            Ok(())
         );
     }
 

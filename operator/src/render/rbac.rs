@@ -32,6 +32,16 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "envoyfilters"),
     ("networking.meshplane.io", "sidecars"),
     ("security.meshplane.io", "peerauthentications"),
+    ("networking.meshplane.io", "virtualservices"),
+    ("networking.meshplane.io", "destinationrules"),
+    ("networking.meshplane.io", "gateways"),
+];
+
+/// Status subresources the instance writes (the `Accepted` condition of traffic config).
+pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
+    "virtualservices/status",
+    "destinationrules/status",
+    "gateways/status",
 ];
 
 /// Read verbs: the instance watches, never writes, registry sources.
@@ -52,6 +62,13 @@ pub fn member_reader_rules() -> Vec<Value> {
             json!({"apiGroups": [g], "resources": resources, "verbs": READ})
         })
         .collect()
+}
+
+/// The status writes of [`INSTANCE_STATUS_RESOURCES`], granted per namespace of the tenant
+/// (never cluster-wide, also in Shared isolation).
+pub fn member_status_rule() -> Value {
+    json!({"apiGroups": ["networking.meshplane.io"],
+           "resources": INSTANCE_STATUS_RESOURCES, "verbs": ["get", "patch"]})
 }
 
 fn binding(
@@ -90,6 +107,7 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
     ];
     // The control namespace is part of the registry and holds tenant-wide config.
     control_rules.extend(member_reader_rules());
+    control_rules.push(member_status_rule());
     let mut out = vec![
         rev.object(Kind::Role, Some(ns), &name, json!({"rules": control_rules})),
         binding(rev, Kind::RoleBinding, Some(ns), &name, "Role"),
@@ -107,12 +125,9 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
                 .iter()
                 .filter(|m| **m != rev.control_namespace)
             {
-                out.push(rev.object(
-                    Kind::Role,
-                    Some(member),
-                    &reader,
-                    json!({"rules": member_reader_rules()}),
-                ));
+                let mut rules = member_reader_rules();
+                rules.push(member_status_rule());
+                out.push(rev.object(Kind::Role, Some(member), &reader, json!({"rules": rules})));
                 out.push(binding(
                     rev,
                     Kind::RoleBinding,

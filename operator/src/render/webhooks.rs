@@ -77,7 +77,7 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
     }
     let config_rules = json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": ["serviceentries", "envoyfilters", "sidecars"], "scope": "Namespaced"}]);
+            "resources": ["serviceentries", "envoyfilters", "sidecars", "virtualservices", "destinationrules", "gateways"], "scope": "Namespaced"}]);
     let validate = common(
         format!("{}.validate.meshplane.io", rev.revision),
         VALIDATE_PATH,
