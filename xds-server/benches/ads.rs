@@ -99,6 +99,7 @@ fn config_bytes(scoped: bool) -> usize {
     index.apply(SourceEvent::Synced);
     let node = ProxyNode {
         id: "sidecar~198.18.200.1~client.ns0~ns0.svc.cluster.local".into(),
+        kind: Default::default(),
         namespace: "ns0".into(),
         pod_name: Some("client".into()),
         ip: Some("198.18.200.1".into()),

@@ -76,6 +76,7 @@ fn tenant(scoped: bool) -> TenantIndex {
 fn node() -> ProxyNode {
     ProxyNode {
         id: "sidecar~198.18.250.1~svc0-x.ns0~ns0.svc.cluster.local".into(),
+        kind: Default::default(),
         namespace: "ns0".into(),
         pod_name: Some("svc0-x".into()),
         ip: Some("198.18.250.1".into()),
@@ -180,6 +181,7 @@ fn proxy(ns: usize, i: usize) -> ProxyNode {
             "sidecar~198.18.{}.{i}~p{i}.ns{ns}~ns{ns}.svc.cluster.local",
             200 + ns
         ),
+        kind: Default::default(),
         namespace: format!("ns{ns}"),
         pod_name: Some(format!("p{i}")),
         ip: Some(format!("198.18.{}.{i}", 200 + ns)),

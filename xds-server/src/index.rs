@@ -51,6 +51,9 @@ struct ScopeKey {
     /// Whether the proxy has its SDS secrets, and the PeerAuthentication modes of its workload.
     sds: bool,
     peer_mtls: WorkloadMtls,
+    /// What else of the proxy its traffic config depends on (kind, gateway selection,
+    /// `sourceLabels` conditions).
+    traffic: translate::TrafficKey,
 }
 
 /// Most rendered configurations kept; the oldest goes first. The key is built only from the
@@ -85,6 +88,9 @@ pub struct TenantIndex {
     mesh_config: MeshConfig,
     /// Tags pointing at this revision given on the command line (directory mode).
     tags: BTreeSet<String>,
+    /// Gateways the operator runs for the tenant, as told by the source (Kubernetes mode);
+    /// none: from the tenant's MeshControlPlanes (directory mode).
+    gateway_deployments: Option<Vec<meshplane_crds::controlplane::GatewayDeployment>>,
     /// Members as told by the source (Kubernetes mode); none: derived from Namespaces.
     explicit_members: Option<BTreeSet<String>>,
     objects: BTreeMap<ObjectKey, Object>,
@@ -93,6 +99,10 @@ pub struct TenantIndex {
     registry: Arc<Registry>,
     /// What per-key updates of the registry need beside it.
     keys: keyed::Keys,
+    /// The verdict on the traffic config of `registry`.
+    diagnostics: Arc<translate::diagnostics::Diagnostics>,
+    /// Whether the tenant has workload identity (ISTIO_MUTUAL can apply).
+    mutual_tls: bool,
     cache: Mutex<RenderCache>,
     /// Most configurations `cache` keeps ([`MAX_CACHED_SCOPES`]).
     cache_limit: usize,
@@ -117,12 +127,15 @@ impl TenantIndex {
             control_namespace: control_namespace.to_string(),
             mesh_config,
             tags: BTreeSet::new(),
+            gateway_deployments: None,
             explicit_members: None,
             objects: BTreeMap::new(),
             resync: Vec::new(),
             members: BTreeSet::new(),
             registry: Arc::new(registry),
             keys: keyed::Keys::default(),
+            diagnostics: Arc::default(),
+            mutual_tls: false,
             cache: Mutex::new(RenderCache::default()),
             cache_limit: MAX_CACHED_SCOPES,
         }
@@ -132,6 +145,11 @@ impl TenantIndex {
     pub fn with_cache_limit(mut self, limit: usize) -> Self {
         self.cache_limit = limit.max(1);
         self
+    }
+
+    /// The verdict on the tenant's VirtualServices, DestinationRules and Gateways.
+    pub fn diagnostics(&self) -> Arc<translate::diagnostics::Diagnostics> {
+        Arc::clone(&self.diagnostics)
     }
 
     /// Adds tags that resolve to this revision (directory mode's `--tags`).
@@ -214,6 +232,10 @@ impl TenantIndex {
             SourceEvent::MeshConfig(mesh_config) => {
                 self.mesh_config = *mesh_config;
             }
+            SourceEvent::GatewayDeployments(mut gateways) => {
+                gateways.sort();
+                self.gateway_deployments = Some(gateways);
+            }
             SourceEvent::Resync { namespace, kinds } => {
                 self.resync.push(PendingResync {
                     namespace,
@@ -285,7 +307,14 @@ impl TenantIndex {
                     reg.pod_ports.insert(id, ports);
                     config = true;
                 }
-                self.keys.pod_selecting_hosts(reg, &namespace)
+                let mut hosts = self.keys.pod_selecting_hosts(reg, &namespace);
+                // Slice endpoints carry their pod's labels (what subsets select): a pod whose
+                // labels or addresses changed moves between the subsets of its namespace's
+                // Services.
+                if keyed::labels_or_addresses_changed(before, after) {
+                    hosts.extend(self.keys.hosts_with_pod(&self.objects, &namespace, before, after));
+                }
+                hosts
             }
             _ => BTreeSet::new(),
         };
@@ -304,6 +333,8 @@ impl TenantIndex {
         };
         if config {
             change.kind = ChangeKind::Config;
+            // Which hosts exist decides verdicts (HostNotFound).
+            self.diagnostics = Arc::new(translate::diagnostics::diagnose(reg, self.mutual_tls));
             self.lock_cache().configs.clear();
         } else if !clusters.is_empty() {
             change.kind = ChangeKind::Endpoints;
@@ -335,7 +366,8 @@ impl TenantIndex {
             )
             || prev.pod_ports != next.pod_ports
             || prev.meshed_addresses != next.meshed_addresses
-            || !same_objects_list(&prev.peer_authentications, &next.peer_authentications);
+            || !same_objects_list(&prev.peer_authentications, &next.peer_authentications)
+            || !prev.same_traffic_config(&next);
         let mut change = Change {
             members_changed,
             ..Change::default()
@@ -359,6 +391,8 @@ impl TenantIndex {
                 self.patch_endpoints(&change.clusters);
             }
             ChangeKind::Config => {
+                self.diagnostics =
+                    Arc::new(translate::diagnostics::diagnose(&next, self.mutual_tls));
                 self.registry = Arc::new(next);
                 let mut cache = self.lock_cache();
                 cache.configs.clear();
@@ -436,6 +470,28 @@ impl TenantIndex {
             .unwrap_or_else(|| self.mesh_config.clone())
     }
 
+    /// The tenant's gateways: from the operator (Kubernetes mode), else from the tenant's
+    /// MeshControlPlanes in the directory.
+    fn effective_gateway_deployments(
+        &self,
+    ) -> Vec<meshplane_crds::controlplane::GatewayDeployment> {
+        if let Some(told) = &self.gateway_deployments {
+            return told.clone();
+        }
+        let mut out: Vec<_> = self
+            .objects
+            .values()
+            .filter_map(|obj| match obj {
+                Object::MeshControlPlane(mcp) if mcp.spec.tenant == self.tenant => {
+                    mcp.gateway_deployment()
+                }
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The registry from every object, with what per-key updates need beside it.
     fn build_registry(&self) -> (Registry, keyed::Keys) {
         let mut reg = Registry {
@@ -477,6 +533,14 @@ impl TenantIndex {
                     reg.envoy_filters.entry(ns).or_default().push((**f).clone())
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
+                Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
+                Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
+                Object::Gateway(g) => reg.gateways.push((**g).clone()),
+                Object::Secret(secret) => {
+                    if let Some(tls) = registry::tls_secret(secret) {
+                        reg.tls_secrets.insert((ns, key.name.clone()), tls);
+                    }
+                }
                 Object::Pod(p) => {
                     if let Some(ip) = registry::meshed_pod_address(p) {
                         reg.meshed_addresses.insert(ip);
@@ -490,6 +554,7 @@ impl TenantIndex {
                 _ => {}
             }
         }
+        let pod_labels = registry::PodLabels::new(pods.iter().copied());
         for obj in self
             .objects
             .iter()
@@ -497,7 +562,12 @@ impl TenantIndex {
             .map(|(_, o)| o)
         {
             if let Object::EndpointSlice(slice) = obj {
-                registry::add_slice_endpoints(slice, &keys.services, &mut reg.endpoints);
+                registry::add_slice_endpoints(
+                    slice,
+                    &keys.services,
+                    &pod_labels,
+                    &mut reg.endpoints,
+                );
             }
         }
         for (_, svc) in &models {
@@ -507,6 +577,10 @@ impl TenantIndex {
             models.push((keyed::Origin::service(m, name), m.clone()));
         }
         reg.services = keys.order(models);
+        registry::sort_oldest_first(&mut reg.virtual_services);
+        registry::sort_oldest_first(&mut reg.destination_rules);
+        registry::sort_oldest_first(&mut reg.gateways);
+        reg.gateway_deployments = self.effective_gateway_deployments();
         for list in reg.sidecars.values_mut() {
             list.sort_by(|a, b| {
                 (&a.metadata.creation_timestamp, &a.metadata.name)
@@ -535,6 +609,7 @@ impl TenantIndex {
             loopback: node.loopback.clone(),
             sds: node.sds,
             peer_mtls: translate::peer_mtls(&self.registry, node),
+            traffic: translate::traffic_key(&self.registry, node),
         }
     }
 
@@ -554,18 +629,52 @@ impl TenantIndex {
                 (name.as_str(), r)
             })
             .collect();
-        for config in cache.configs.values_mut() {
-            if !config
-                .endpoints
-                .iter()
-                .any(|r| fresh.contains_key(r.name.as_str()))
-            {
+        // Subset clusters (`outbound|port|subset|host`) follow their host's cluster; their
+        // subsets depend on the proxy's namespace (its DestinationRule), so they are
+        // re-rendered per namespace.
+        let mut subsets: HashMap<(String, String), Arc<Resource>> = HashMap::new();
+        let RenderCache {
+            configs,
+            interned,
+            prune_at,
+            ..
+        } = &mut *cache;
+        let mut interning = InternCache { interned, prune_at };
+        for (key, config) in configs.iter_mut() {
+            let changed = |name: &str| -> bool {
+                fresh.contains_key(name)
+                    || translate::registry::parse_outbound_cluster_name(name).is_some_and(
+                        |(port, subset, host)| {
+                            !subset.is_empty()
+                                && clusters.contains(&translate::registry::outbound_cluster_name(
+                                    port, host,
+                                ))
+                        },
+                    )
+            };
+            if !config.endpoints.iter().any(|r| changed(&r.name)) {
                 continue;
             }
             let mut next = ProxyConfig::clone(config);
             for r in &mut next.endpoints {
                 if let Some(f) = fresh.get(r.name.as_str()) {
                     *r = Arc::clone(f);
+                } else if changed(&r.name) {
+                    let subset_key = (key.namespace.clone(), r.name.clone());
+                    let patched = match subsets.get(&subset_key) {
+                        Some(p) => Arc::clone(p),
+                        None => {
+                            let cla = translate::endpoints::outbound_load_assignment(
+                                &registry,
+                                &key.namespace,
+                                &r.name,
+                            );
+                            let p = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
+                            subsets.insert(subset_key, Arc::clone(&p));
+                            p
+                        }
+                    };
+                    *r = patched;
                 }
             }
             *config = Arc::new(next);
@@ -666,6 +775,9 @@ impl ConfigGenerator for TenantIndex {
     fn members(&self) -> BTreeSet<String> {
         self.members.clone()
     }
+    fn diagnostics(&self) -> Arc<translate::diagnostics::Diagnostics> {
+        TenantIndex::diagnostics(self)
+    }
 }
 
 /// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).
@@ -744,25 +856,46 @@ fn intern<M: Message + Name>(
     name: String,
     msg: &M,
 ) -> Arc<Resource> {
-    let encoded = msg.encode_to_vec();
-    let version = content_version(&encoded);
-    let key = (type_url, name, version);
-    if let Some(existing) = cache.interned.get(&key).and_then(Weak::upgrade) {
-        return existing;
+    InternCache {
+        interned: &mut cache.interned,
+        prune_at: &mut cache.prune_at,
     }
-    let resource = Arc::new(Resource {
-        name: key.1.clone(),
-        type_url,
-        encoded: bytes::Bytes::from(encoded),
-        version: key.2.clone(),
-    });
-    // Drop entries of resources nobody holds any more each time the map doubles.
-    if cache.interned.len() >= cache.prune_at {
-        cache.interned.retain(|_, w| w.strong_count() > 0);
-        cache.prune_at = (cache.interned.len() * 2).max(4096);
+    .intern(type_url, name, msg)
+}
+
+/// The interning part of the render cache, borrowable beside the configurations.
+struct InternCache<'a> {
+    interned: &'a mut HashMap<(&'static str, String, String), Weak<Resource>>,
+    prune_at: &'a mut usize,
+}
+
+impl InternCache<'_> {
+    fn intern<M: Message + Name>(
+        &mut self,
+        type_url: &'static str,
+        name: String,
+        msg: &M,
+    ) -> Arc<Resource> {
+        let encoded = msg.encode_to_vec();
+        let version = content_version(&encoded);
+        let key = (type_url, name, version);
+        if let Some(existing) = self.interned.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        let resource = Arc::new(Resource {
+            name: key.1.clone(),
+            type_url,
+            encoded: bytes::Bytes::from(encoded),
+            version: key.2.clone(),
+        });
+        // Drop entries of resources nobody holds any more each time the map doubles.
+        if self.interned.len() >= *self.prune_at {
+            self.interned.retain(|_, w| w.strong_count() > 0);
+            *self.prune_at = (self.interned.len() * 2).max(4096);
+        }
+        self.interned.insert(key, Arc::downgrade(&resource));
+        resource
     }
-    cache.interned.insert(key, Arc::downgrade(&resource));
-    resource
 }
 
 fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {

@@ -109,6 +109,12 @@ async fn main() -> anyhow::Result<()> {
                 hub.connected_count(),
                 shutdown_rx.clone(),
             ));
+            // The Accepted condition of VirtualServices, DestinationRules and Gateways.
+            tokio::spawn(meshplane_xds::config_status::run(
+                client.clone(),
+                args.revision.clone(),
+                hub.diagnostics(),
+            ));
             Some(TokenReviewer::with_rate(
                 client,
                 audience,

@@ -7,11 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::{
-    EnvoyFilter, MeshControlPlane, MeshRevisionTag, PeerAuthentication, ServiceEntry, Sidecar,
+    DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag, PeerAuthentication,
+    ServiceEntry, Sidecar, VirtualService,
 };
 
 /// A Kubernetes object a source delivers.
@@ -33,6 +35,14 @@ pub enum Object {
     EnvoyFilter(Box<EnvoyFilter>),
     /// A PeerAuthentication (how workloads accept their peers: mutual TLS modes).
     PeerAuthentication(Box<PeerAuthentication>),
+    /// A VirtualService.
+    VirtualService(Box<VirtualService>),
+    /// A DestinationRule.
+    DestinationRule(Box<DestinationRule>),
+    /// A Gateway.
+    Gateway(Box<Gateway>),
+    /// A TLS Secret of a gateway's namespace (what Gateway servers' `credentialName` name).
+    Secret(Box<Secret>),
     /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
     MeshControlPlane(Box<MeshControlPlane>),
     /// A MeshRevisionTag (directory mode: tags resolving to the tenant's revisions).
@@ -51,6 +61,10 @@ impl Object {
             Object::Sidecar(o) => (Kind::Sidecar, &o.metadata),
             Object::EnvoyFilter(o) => (Kind::EnvoyFilter, &o.metadata),
             Object::PeerAuthentication(o) => (Kind::PeerAuthentication, &o.metadata),
+            Object::VirtualService(o) => (Kind::VirtualService, &o.metadata),
+            Object::DestinationRule(o) => (Kind::DestinationRule, &o.metadata),
+            Object::Gateway(o) => (Kind::Gateway, &o.metadata),
+            Object::Secret(o) => (Kind::Secret, &o.metadata),
             Object::MeshControlPlane(o) => (Kind::MeshControlPlane, &o.metadata),
             Object::MeshRevisionTag(o) => (Kind::MeshRevisionTag, &o.metadata),
         };
@@ -73,6 +87,10 @@ pub enum Kind {
     Sidecar,
     EnvoyFilter,
     PeerAuthentication,
+    VirtualService,
+    DestinationRule,
+    Gateway,
+    Secret,
     MeshControlPlane,
     MeshRevisionTag,
 }
@@ -102,18 +120,36 @@ pub enum SourceEvent {
     },
     /// The revision's mesh config (Kubernetes mode: from the members ConfigMap).
     MeshConfig(Box<meshplane_crds::MeshConfig>),
+    /// The tenant's operator-run gateways (Kubernetes mode: the members ConfigMap's
+    /// `gateways`).
+    GatewayDeployments(Vec<GatewayDeployment>),
     /// The relist announced by the last `Resync` is complete.
     Synced,
     /// The source has delivered its initial state: proxies may be answered (readiness).
     Ready,
 }
 
+/// What kind of xDS client a proxy is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProxyKind {
+    /// An Envoy sidecar (node id `sidecar~...`).
+    #[default]
+    Sidecar,
+    /// An Envoy gateway (node id `router~...`): listeners from the Gateways selecting it.
+    Router,
+    /// A proxyless gRPC client (node metadata `GENERATOR=grpc`, as Istio's gRPC agent writes
+    /// it): API listeners named `host:port`.
+    Grpc,
+}
+
 /// A proxy as it identifies itself on the ADS stream (node id and metadata), after tenancy
 /// checks.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ProxyNode {
     /// Envoy `node.id`.
     pub id: String,
+    /// Sidecar, gateway or proxyless gRPC client.
+    pub kind: ProxyKind,
     /// Namespace of the proxy's workload.
     pub namespace: String,
     /// Pod name, when known.

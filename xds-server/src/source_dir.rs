@@ -42,7 +42,7 @@ fn changes_content(kind: &notify::EventKind) -> bool {
 }
 
 /// Every kind the directory source delivers (the scope of its resyncs).
-pub const KINDS: [Kind; 10] = [
+pub const KINDS: [Kind; 14] = [
     Kind::Namespace,
     Kind::Service,
     Kind::EndpointSlice,
@@ -51,6 +51,10 @@ pub const KINDS: [Kind; 10] = [
     Kind::Sidecar,
     Kind::EnvoyFilter,
     Kind::PeerAuthentication,
+    Kind::VirtualService,
+    Kind::DestinationRule,
+    Kind::Gateway,
+    Kind::Secret,
     Kind::MeshControlPlane,
     Kind::MeshRevisionTag,
 ];
@@ -367,6 +371,7 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
         ("v1", "Namespace") => Object::Namespace(Box::new(typed(&doc)?)),
         ("v1", "Service") => Object::Service(Box::new(typed(&doc)?)),
         ("v1", "Pod") => Object::Pod(Box::new(typed(&doc)?)),
+        ("v1", "Secret") => Object::Secret(Box::new(typed(&doc)?)),
         ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(Box::new(typed(&doc)?)),
         ("networking.meshplane.io/v1alpha1", "ServiceEntry") => {
             let se: meshplane_crds::ServiceEntry = typed(&doc)?;
@@ -385,6 +390,21 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
         }
         ("security.meshplane.io/v1alpha1", "PeerAuthentication") => {
             Object::PeerAuthentication(Box::new(typed(&doc)?))
+        }
+        ("networking.meshplane.io/v1alpha1", "VirtualService") => {
+            let v: meshplane_crds::VirtualService = typed(&doc)?;
+            let r = validation::validate_virtual_service(&v.spec);
+            Object::VirtualService(Box::new(checked(&doc, r, v)?))
+        }
+        ("networking.meshplane.io/v1alpha1", "DestinationRule") => {
+            let d: meshplane_crds::DestinationRule = typed(&doc)?;
+            let r = validation::validate_destination_rule(&d.spec);
+            Object::DestinationRule(Box::new(checked(&doc, r, d)?))
+        }
+        ("networking.meshplane.io/v1alpha1", "Gateway") => {
+            let g: meshplane_crds::Gateway = typed(&doc)?;
+            let r = validation::validate_gateway(&g.spec);
+            Object::Gateway(Box::new(checked(&doc, r, g)?))
         }
         ("meshplane.io/v1alpha1", "MeshControlPlane") => {
             let m: meshplane_crds::MeshControlPlane = typed(&doc)?;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Patch, PatchParams};
@@ -22,7 +23,10 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use meshplane_contracts::members::{self, MembersData};
 use meshplane_contracts::{proxies, ContractError};
-use meshplane_crds::{EnvoyFilter, PeerAuthentication, ServiceEntry, Sidecar};
+use meshplane_crds::controlplane::GatewayDeployment;
+use meshplane_crds::{
+    DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -139,6 +143,17 @@ pub fn parse_mesh_config(cm: &ConfigMap) -> Option<meshplane_crds::MeshConfig> {
         .ok()
 }
 
+/// The tenant's operator-run gateways from the members ConfigMap (key `gateways`, JSON written
+/// by the operator); `None` when unreadable, so the instance keeps what it has.
+pub fn parse_gateways(cm: &ConfigMap) -> Option<Vec<GatewayDeployment>> {
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get("gateways")) else {
+        return Some(Vec::new());
+    };
+    serde_json::from_str(text)
+        .map_err(|e| tracing::warn!(error = %e, "gateways in the members ConfigMap are unreadable"))
+        .ok()
+}
+
 type Batch = Vec<SourceEvent>;
 
 /// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
@@ -179,8 +194,50 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
     let mut follower = MembersFollower::default();
     let mut members: Option<BTreeSet<String>> = None;
     let mut mesh_config: Option<meshplane_crds::MeshConfig> = None;
+    let mut gateways: Option<Vec<GatewayDeployment>> = None;
+    // TLS Secrets are read only where a gateway of the tenant runs (credentialName).
+    let mut secret_watchers: HashMap<String, JoinHandle<()>> = HashMap::new();
     let mut ready_spawned = false;
     while let Some(event) = stream.next().await {
+        let seen_gateways = match &event {
+            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_gateways(cm),
+            _ => None,
+        };
+        if let Some(gws) = seen_gateways.filter(|g| gateways.as_ref() != Some(g)) {
+            tracing::info!(gateways = gws.len(), "tenant gateways changed");
+            let namespaces: BTreeSet<String> = gws.iter().map(|g| g.namespace.clone()).collect();
+            secret_watchers.retain(|ns, handle| {
+                let keep = namespaces.contains(ns);
+                if !keep {
+                    handle.abort();
+                }
+                keep
+            });
+            for ns in namespaces {
+                if let std::collections::hash_map::Entry::Vacant(slot) = secret_watchers.entry(ns) {
+                    let ns = slot.key().clone();
+                    let (done_tx, _) = oneshot::channel();
+                    let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                    slot.insert(tokio::spawn(watch_kind::<Secret>(
+                        api,
+                        Some(ns),
+                        Kind::Secret,
+                        |o| Object::Secret(Box::new(o)),
+                        batch_tx.clone(),
+                        done_tx,
+                        None,
+                    )));
+                }
+            }
+            gateways = Some(gws.clone());
+            if batch_tx
+                .send(vec![SourceEvent::GatewayDeployments(gws)])
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
         let seen_mesh = match &event {
             Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_mesh_config(cm),
             _ => None,
@@ -263,6 +320,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
         initial.clear();
     }
     watchers.values().flatten().for_each(JoinHandle::abort);
+    secret_watchers.values().for_each(JoinHandle::abort);
     funnel.abort();
 }
 
@@ -311,6 +369,9 @@ fn spawn_kind_watchers(
         Kind::PeerAuthentication,
         PeerAuthentication
     );
+    kind!(VirtualService, Kind::VirtualService, VirtualService);
+    kind!(DestinationRule, Kind::DestinationRule, DestinationRule);
+    kind!(Gateway, Kind::Gateway, Gateway);
     handles
 }
 

@@ -10,12 +10,12 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
-use meshplane_contracts::node::{meta, NodeId};
+use meshplane_contracts::node::{meta, NodeId, NodeKind};
 use meshplane_crds::networking::CaptureMode;
 use tonic::metadata::MetadataMap;
 
 use crate::bounds;
-use crate::model::ProxyNode;
+use crate::model::{ProxyKind, ProxyNode};
 use prost::Message;
 
 /// Why a proxy is refused.
@@ -173,8 +173,18 @@ pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, Admiss
             });
         }
     }
+    // gRPC's own xDS client says so in its metadata (gRFC A27 bootstraps carry `node`).
+    let kind = if metadata_string(md, "GENERATOR").is_some_and(|g| g.eq_ignore_ascii_case("grpc")) {
+        ProxyKind::Grpc
+    } else {
+        match id.kind {
+            NodeKind::Router => ProxyKind::Router,
+            NodeKind::Sidecar => ProxyKind::Sidecar,
+        }
+    };
     Ok(ProxyNode {
         id: node.id.clone(),
+        kind,
         namespace: id.namespace,
         pod_name: Some(id.pod),
         ip: Some(id.ip.to_string()),
@@ -501,6 +511,21 @@ mod tests {
         assert_eq!(
             (p.namespace.as_str(), p.pod_name.as_deref()),
             ("shop", Some("web-1"))
+        );
+    }
+
+    #[test]
+    fn tells_gateways_and_proxyless_grpc_clients_from_sidecars() {
+        let gw = node("router~198.18.0.8~ingress-1.edge~edge.svc.cluster.local", &[]);
+        let p = parse_node(Some(&gw), "blue").expect("valid node");
+        assert_eq!((p.kind, p.namespace.as_str()), (ProxyKind::Router, "edge"));
+        let grpc = node(
+            "sidecar~198.18.0.9~client-1.shop~shop.svc.cluster.local",
+            &[("GENERATOR", string("grpc"))],
+        );
+        assert_eq!(
+            parse_node(Some(&grpc), "blue").expect("valid").kind,
+            ProxyKind::Grpc
         );
     }
 

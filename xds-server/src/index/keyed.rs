@@ -183,6 +183,59 @@ impl Keys {
             .collect()
     }
 
+    /// Hosts of the Kubernetes Services of `namespace` whose EndpointSlices hold an endpoint of
+    /// the pod `before`/`after` (by `targetRef`, or by address).
+    pub(super) fn hosts_with_pod(
+        &self,
+        objects: &BTreeMap<ObjectKey, Object>,
+        namespace: &str,
+        before: Option<&Object>,
+        after: Option<&Object>,
+    ) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        let mut addresses = BTreeSet::new();
+        for o in [before, after].into_iter().flatten() {
+            if let Object::Pod(p) = o {
+                names.extend(p.metadata.name.clone());
+                if let Some(status) = &p.status {
+                    addresses.extend(status.pod_ip.clone());
+                    addresses.extend(status.pod_ips.iter().flatten().map(|i| i.ip.clone()));
+                }
+            }
+        }
+        let start = (namespace.to_string(), String::new());
+        let mut hosts = BTreeSet::new();
+        for ((ns, svc), slices) in self.slices.range(start..) {
+            if ns != namespace {
+                break;
+            }
+            let Some(model) = self.services.get(&(ns.clone(), svc.clone())) else {
+                continue;
+            };
+            let holds_pod = slices.iter().any(|name| {
+                let key = ObjectKey {
+                    kind: Kind::EndpointSlice,
+                    namespace: Some(ns.clone()),
+                    name: name.clone(),
+                };
+                let Some(Object::EndpointSlice(slice)) = objects.get(&key) else {
+                    return false;
+                };
+                slice.endpoints.iter().any(|ep| {
+                    ep.target_ref
+                        .as_ref()
+                        .and_then(|t| t.name.as_ref())
+                        .is_some_and(|n| names.contains(n))
+                        || ep.addresses.iter().any(|a| addresses.contains(a))
+                })
+            });
+            if holds_pod {
+                hosts.insert(model.hostname.clone());
+            }
+        }
+        hosts
+    }
+
     /// Recomputes the endpoints of every cluster of `hosts` from the objects, as a full build
     /// would (slices in name order, then ServiceEntries' pods); returns the clusters whose
     /// endpoints changed.
@@ -193,6 +246,7 @@ impl Keys {
         hosts: &BTreeSet<String>,
     ) -> BTreeSet<String> {
         let mut fresh = BTreeMap::new();
+        let mut pod_labels: BTreeMap<&str, registry::PodLabels<'_>> = BTreeMap::new();
         for host in hosts {
             let range = self.host_range(host);
             for o in &self.origins[range.clone()] {
@@ -207,7 +261,10 @@ impl Keys {
                         name: name.clone(),
                     };
                     if let Some(Object::EndpointSlice(slice)) = objects.get(&key) {
-                        registry::add_slice_endpoints(slice, &self.services, &mut fresh);
+                        let pods = pod_labels.entry(o.namespace.as_str()).or_insert_with(|| {
+                            registry::PodLabels::new(pods_of(objects, &o.namespace))
+                        });
+                        registry::add_slice_endpoints(slice, &self.services, pods, &mut fresh);
                     }
                 }
             }
@@ -242,6 +299,18 @@ impl Keys {
         }
         changed
     }
+}
+
+/// Whether a Pod's labels or addresses differ between `before` and `after` (either absent).
+pub(super) fn labels_or_addresses_changed(before: Option<&Object>, after: Option<&Object>) -> bool {
+    let facts = |o: Option<&Object>| match o {
+        Some(Object::Pod(p)) => Some((
+            p.metadata.labels.clone().unwrap_or_default(),
+            p.status.as_ref().map(|s| (s.pod_ip.clone(), s.pod_ips.clone())),
+        )),
+        _ => None,
+    };
+    facts(before) != facts(after)
 }
 
 /// The host a cluster name ends with (`outbound|80||web.shop.svc.cluster.local`).

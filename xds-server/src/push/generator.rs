@@ -15,6 +15,11 @@ pub trait ConfigGenerator: Send + 'static {
     fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig>;
     /// The tenant's member namespaces (asked after a change with `members_changed`).
     fn members(&self) -> BTreeSet<String>;
+    /// The verdict on the tenant's traffic config (what the `Accepted` conditions say); asked
+    /// after a configuration change.
+    fn diagnostics(&self) -> Arc<crate::translate::diagnostics::Diagnostics> {
+        Arc::default()
+    }
 }
 
 /// How far a change reaches.

@@ -43,6 +43,7 @@ pub struct Hub {
     pub(super) connects: Notify,
     ready: watch::Sender<bool>,
     members: watch::Sender<Arc<BTreeSet<String>>>,
+    diagnostics: watch::Sender<Arc<crate::translate::diagnostics::Diagnostics>>,
     connected: watch::Sender<usize>,
     pushes: watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -71,6 +72,7 @@ impl Hub {
             connects: Notify::new(),
             ready: watch::Sender::new(false),
             members: watch::Sender::new(Arc::default()),
+            diagnostics: watch::Sender::new(Arc::default()),
             connected: watch::Sender::new(0),
             pushes: watch::Sender::new(0),
             metrics,
@@ -97,6 +99,25 @@ impl Hub {
 
     pub(super) fn publish_members(&self, members: BTreeSet<String>) {
         self.members.send_replace(Arc::new(members));
+    }
+
+    pub(super) fn publish_diagnostics(
+        &self,
+        verdict: Arc<crate::translate::diagnostics::Diagnostics>,
+    ) {
+        self.diagnostics.send_if_modified(|d| {
+            if **d == *verdict {
+                false
+            } else {
+                *d = verdict;
+                true
+            }
+        });
+    }
+
+    /// The verdict on the tenant's traffic config, as it changes (the status writer's input).
+    pub fn diagnostics(&self) -> watch::Receiver<Arc<crate::translate::diagnostics::Diagnostics>> {
+        self.diagnostics.subscribe()
     }
 
     /// Marks the sources synced: streams start answering.

@@ -116,6 +116,7 @@ impl Pusher {
         }
         if change.kind == ChangeKind::Config {
             self.epoch += 1;
+            self.hub.publish_diagnostics(self.generator.diagnostics());
         }
         if change.members_changed {
             self.hub.publish_members(self.generator.members());
@@ -375,6 +376,7 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
     fn node(ns: &str, pod: &str) -> ProxyNode {
         ProxyNode {
             id: format!("sidecar~198.18.0.1~{pod}.{ns}~{ns}.svc.cluster.local"),
+            kind: crate::model::ProxyKind::Sidecar,
             namespace: ns.into(),
             pod_name: Some(pod.into()),
             ip: None,

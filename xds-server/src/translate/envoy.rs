@@ -17,7 +17,13 @@ use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, Endpoi
 use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfigType;
 use envoy_types::pb::envoy::config::listener::v3::listener_filter::ConfigType as ListenerFilterConfigType;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, ListenerFilter};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::{
+    weighted_cluster::ClusterWeight as TcpClusterWeight, WeightedCluster as TcpWeightedCluster,
+};
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpFilterConfigType;
@@ -44,6 +50,10 @@ pub mod filter_name {
     pub const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
     pub const HTTP_PROTOCOL_OPTIONS: &str =
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+    pub const FAULT: &str = "envoy.filters.http.fault";
+    pub const CORS: &str = "envoy.filters.http.cors";
+    pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+    pub const PREVIOUS_HOSTS: &str = "envoy.retry_host_predicates.previous_hosts";
 }
 
 /// Where EDS and RDS resources come from: the ADS stream.
@@ -67,6 +77,15 @@ pub fn socket_address(address: &str, port: u32) -> Address {
 
 fn timeout(seconds: i64) -> Option<Duration> {
     Some(Duration { seconds, nanos: 0 })
+}
+
+/// A protobuf duration.
+pub fn duration(d: std::time::Duration) -> Duration {
+    Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        // Below 1e9 by definition.
+        nanos: d.subsec_nanos() as i32,
+    }
 }
 
 /// A cluster of the given discovery type with Envoy defaults we always set.
@@ -148,6 +167,9 @@ pub fn load_assignment(cluster_name: &str, endpoints: &[EndpointModel]) -> Clust
             None => groups.push(LocalityLbEndpoints {
                 locality: Some(locality),
                 lb_endpoints: vec![lb],
+                // gRPC clients ignore localities without a weight; Envoy reads it only with
+                // locality-weighted balancing, where equal weights change nothing.
+                load_balancing_weight: Some(UInt32Value { value: 1 }),
                 ..Default::default()
             }),
         }
@@ -185,15 +207,87 @@ pub fn router_filter() -> HttpFilter {
 
 /// An HTTP connection manager network filter with the given route source.
 pub fn http_connection_manager(stat_prefix: &str, route: RouteSpecifier) -> Filter {
+    http_connection_manager_with(stat_prefix, route, vec![router_filter()])
+}
+
+/// An HTTP connection manager with these HTTP filters (the router last).
+pub fn http_connection_manager_with(
+    stat_prefix: &str,
+    route: RouteSpecifier,
+    http_filters: Vec<HttpFilter>,
+) -> Filter {
     let hcm = HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
         route_specifier: Some(route),
-        http_filters: vec![router_filter()],
+        http_filters,
         ..Default::default()
     };
     Filter {
         name: filter_name::HTTP_CONNECTION_MANAGER.to_string(),
         config_type: Some(FilterConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+/// The HTTP filters of routed (outbound and gateway) traffic: fault injection and CORS, which
+/// act only where a route configures them, then the router.
+pub fn routing_http_filters() -> Vec<HttpFilter> {
+    vec![
+        HttpFilter {
+            name: filter_name::FAULT.to_string(),
+            config_type: Some(HttpFilterConfigType::TypedConfig(pack_any(
+                HttpFault::default(),
+            ))),
+            ..Default::default()
+        },
+        HttpFilter {
+            name: filter_name::CORS.to_string(),
+            config_type: Some(HttpFilterConfigType::TypedConfig(pack_any(Cors::default()))),
+            ..Default::default()
+        },
+        router_filter(),
+    ]
+}
+
+/// The listener filter reading the SNI of TLS connections (for routing by server name).
+pub fn tls_inspector_listener_filter() -> ListenerFilter {
+    ListenerFilter {
+        name: filter_name::TLS_INSPECTOR.to_string(),
+        config_type: Some(ListenerFilterConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// A TCP proxy splitting connections between clusters by weight, closing connections idle
+/// for `idle_timeout` (Envoy's default of one hour when `None`).
+pub fn weighted_tcp_proxy_filter(
+    stat_prefix: &str,
+    clusters: &[(String, u32)],
+    idle_timeout: Option<std::time::Duration>,
+) -> Filter {
+    let specifier = match clusters {
+        [(only, _)] => TcpClusterSpecifier::Cluster(only.clone()),
+        many => TcpClusterSpecifier::WeightedClusters(TcpWeightedCluster {
+            clusters: many
+                .iter()
+                .map(|(name, weight)| TcpClusterWeight {
+                    name: name.clone(),
+                    weight: *weight,
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+    };
+    let proxy = TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(specifier),
+        idle_timeout: idle_timeout.map(duration),
+        ..Default::default()
+    };
+    Filter {
+        name: filter_name::TCP_PROXY.to_string(),
+        config_type: Some(FilterConfigType::TypedConfig(pack_any(proxy))),
     }
 }
 

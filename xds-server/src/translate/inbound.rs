@@ -219,10 +219,7 @@ pub(super) fn translate_inbound(
             &[EndpointModel {
                 address: port.target_address.clone(),
                 port: port.target_port,
-                region: String::new(),
-                zone: String::new(),
-                subzone: String::new(),
-                weight: None,
+                ..EndpointModel::default()
             }],
         ));
         if port.protocol == Protocol::Http2 {

@@ -24,13 +24,20 @@
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
 
 pub mod access_log;
+pub mod diagnostics;
+pub mod endpoints;
 pub mod envoy;
+pub mod gateway;
+pub mod grpc;
 mod inbound;
 pub mod mtls;
 mod outbound;
+pub mod policy;
 pub mod protojson;
 pub mod registry;
+pub mod routes;
 pub mod scope;
+pub mod traffic;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -39,7 +46,7 @@ use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::security::WorkloadMtls;
 
-use crate::model::ProxyNode;
+use crate::model::{ProxyKind, ProxyNode};
 pub use inbound::{inbound_ports, InboundPort};
 pub use registry::Registry;
 use scope::ProxyScope;
@@ -90,22 +97,95 @@ pub fn peer_mtls(registry: &Registry, node: &ProxyNode) -> WorkloadMtls {
     )
 }
 
+/// Whether `addr` lies in `cidr` (an IP or `IP/len`).
+pub fn subnet_contains(cidr: &str, addr: std::net::IpAddr) -> bool {
+    let (net, len) = match cidr.split_once('/') {
+        Some((n, l)) => (n, l.parse::<u32>().ok()),
+        None => (cidr, None),
+    };
+    let Ok(net) = net.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    match (net, addr) {
+        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+            let len = len.unwrap_or(32).min(32);
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(n) & mask == u32::from(a) & mask
+        }
+        (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+            let len = len.unwrap_or(128).min(128);
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(n) & mask == u128::from(a) & mask
+        }
+        _ => false,
+    }
+}
+
+/// What a proxy's configuration depends on besides its namespace, Sidecar, EnvoyFilters and
+/// ports: its kind, for gateways their labels (which Gateways select them), and for everyone
+/// which `sourceLabels` conditions of the tenant's VirtualServices it satisfies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TrafficKey {
+    kind: ProxyKind,
+    gateway_labels: Option<std::collections::BTreeMap<String, String>>,
+    source_label_matches: Vec<bool>,
+}
+
+/// The [`TrafficKey`] of a proxy.
+pub fn traffic_key(registry: &Registry, node: &ProxyNode) -> TrafficKey {
+    let mut matches = Vec::new();
+    let mut check = |selector: &std::collections::BTreeMap<String, String>| {
+        if !selector.is_empty() {
+            matches.push(traffic::labels_match(selector, &node.labels));
+        }
+    };
+    for vs in &registry.virtual_services {
+        for m in vs.spec.http.iter().flat_map(|r| r.match_.iter()) {
+            check(&m.source_labels);
+        }
+        for m in vs.spec.tcp.iter().flat_map(|r| r.match_.iter()) {
+            check(&m.source_labels);
+        }
+        for m in vs.spec.tls.iter().flat_map(|r| r.match_.iter()) {
+            check(&m.source_labels);
+        }
+    }
+    TrafficKey {
+        kind: node.kind,
+        gateway_labels: (node.kind == ProxyKind::Router).then(|| node.labels.clone()),
+        source_label_matches: matches,
+    }
+}
+
 /// Translates the registry for one proxy (without EnvoyFilter patches).
 pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
-    let scope: ProxyScope = scope::proxy_scope(registry, &node.namespace, &node.labels);
     let mut out = Translated::default();
-    outbound::translate_outbound(registry, &scope, node, &mut out);
-    let inbound = inbound_ports(registry, node, &scope);
-    let peer_mtls = peer_mtls(registry, node);
-    inbound::translate_inbound(
-        &inbound,
-        node,
-        &peer_mtls,
-        &registry.mesh_config.trust_domain,
-        &mut out,
-    );
-    mtls::apply(registry, node, &mut out);
-    access_log::apply(&registry.mesh_config.access_logging, &mut out);
+    match node.kind {
+        ProxyKind::Sidecar => {
+            let scope: ProxyScope = scope::proxy_scope(registry, &node.namespace, &node.labels);
+            outbound::translate_outbound(registry, &scope, node, &mut out);
+            let inbound = inbound_ports(registry, node, &scope);
+            let peer_mtls = peer_mtls(registry, node);
+            inbound::translate_inbound(
+                &inbound,
+                node,
+                &peer_mtls,
+                &registry.mesh_config.trust_domain,
+                &mut out,
+            );
+        }
+        ProxyKind::Router => gateway::translate_router(registry, node, &mut out),
+        ProxyKind::Grpc => grpc::translate_proxyless(registry, node, &mut out),
+    }
+    if node.kind != ProxyKind::Grpc {
+        // Sidecars and gateways originate mutual TLS to meshed endpoints (auto-mTLS).
+        mtls::apply(registry, node, &mut out);
+        access_log::apply(&registry.mesh_config.access_logging, &mut out);
+    }
     out.sort();
     out
 }

@@ -1,6 +1,7 @@
 //! Outbound side of a proxy: clusters, endpoints, listeners and routes of the imported hosts.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -15,18 +16,35 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::google::protobuf::{BoolValue, Duration, UInt32Value};
 use meshplane_crds::controlplane::OutboundTrafficMode;
 use meshplane_crds::names::ports::VIRTUAL_OUTBOUND;
+use meshplane_crds::networking::virtual_service::{L4MatchAttributes, RouteDestination};
 use meshplane_crds::networking::{CaptureMode, Resolution};
+use meshplane_crds::VirtualService;
 
+use super::endpoints::outbound_load_assignment;
 use super::envoy::{self, socket_address};
 use super::registry::{
-    outbound_cluster_name, split_locality, EndpointModel, Protocol, Registry, ServiceModel,
-    ServicePort, ServiceSource,
+    outbound_cluster_name, split_locality, subset_cluster_name, EndpointModel, Protocol, Registry,
+    ServiceModel, ServicePort, ServiceSource,
 };
+use super::routes::{self, destination_cluster, RouteContext};
 use super::scope::{EgressScope, ProxyScope};
+use super::traffic::{self, labels_match, resolve_gateways, GatewayRef};
 use super::{
     captures, Translated, BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, VIRTUAL_OUTBOUND_LISTENER,
 };
+use super::{policy, subnet_contains};
 use crate::model::ProxyNode;
+
+/// The TCP idle timeout of the first destination's DestinationRule.
+fn idle(
+    registry: &Registry,
+    proxy_namespace: &str,
+    dests: &[(String, u32)],
+) -> Option<std::time::Duration> {
+    dests
+        .first()
+        .and_then(|(c, _)| super::endpoints::tcp_idle_timeout(registry, proxy_namespace, c))
+}
 
 /// Default bind address of listeners without capture.
 pub const DEFAULT_BIND: &str = "127.0.0.1";
@@ -57,18 +75,7 @@ pub(super) fn translate_outbound(
         }
     }
     for svc in all.values() {
-        for sp in &svc.ports {
-            let name = outbound_cluster_name(sp.port, &svc.hostname);
-            out.clusters.push(outbound_cluster(&name, svc, sp));
-            if svc.uses_eds() {
-                let eps = registry
-                    .endpoints
-                    .get(&name)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                out.endpoints.push(envoy::load_assignment(&name, eps));
-            }
-        }
+        outbound_clusters(registry, &scope.namespace, svc, out);
     }
     out.clusters
         .push(envoy::original_dst_cluster(PASSTHROUGH_CLUSTER));
@@ -81,7 +88,7 @@ pub(super) fn translate_outbound(
     };
     for group in port_groups(&per_egress) {
         let bound = !captures(node) || group.egress.capture_mode == CaptureMode::None;
-        listener_for_group(&group, bound, scope, node, fallback, out);
+        listener_for_group(registry, &group, bound, scope, node, fallback, out);
     }
     if captures(node) {
         out.listeners.push(Listener {
@@ -143,7 +150,58 @@ fn port_groups<'a>(
     groups.into_values().collect()
 }
 
-fn outbound_cluster(name: &str, svc: &ServiceModel, sp: &ServicePort) -> Cluster {
+/// The clusters (and EDS assignments) of every port of `svc`, with its subsets and the
+/// DestinationRule policies that apply to proxies of `proxy_namespace`.
+pub(super) fn outbound_clusters(
+    registry: &Registry,
+    proxy_namespace: &str,
+    svc: &ServiceModel,
+    out: &mut Translated,
+) {
+    let rule = traffic::destination_rule(registry, proxy_namespace, &svc.hostname, &svc.namespace);
+    for sp in &svc.ports {
+        let mut variants: Vec<(
+            String,
+            Option<&meshplane_crds::networking::destination_rule::Subset>,
+        )> = vec![(outbound_cluster_name(sp.port, &svc.hostname), None)];
+        for subset in rule.iter().flat_map(|r| r.subsets.iter()) {
+            variants.push((
+                subset_cluster_name(sp.port, &subset.name, &svc.hostname),
+                Some(subset),
+            ));
+        }
+        for (name, subset) in variants {
+            let mut cluster = outbound_cluster(&name, svc, sp, subset.map(|s| &s.labels));
+            let effective = rule
+                .as_ref()
+                .map(|r| traffic::effective_policy(r, sp.port, subset.map(|s| s.name.as_str())))
+                .unwrap_or_default();
+            if !effective.is_empty() {
+                // Issues (ISTIO_MUTUAL before identity) are reported on the rule's status.
+                let _ = policy::apply(&mut cluster, &effective, sp.protocol == Protocol::Http2);
+            }
+            let eds = matches!(
+                cluster.cluster_discovery_type,
+                Some(envoy_types::pb::envoy::config::cluster::v3::cluster::ClusterDiscoveryType::Type(t))
+                    if t == DiscoveryType::Eds as i32
+            );
+            out.clusters.push(cluster);
+            if eds {
+                out.endpoints
+                    .push(outbound_load_assignment(registry, proxy_namespace, &name));
+            }
+        }
+    }
+}
+
+/// One outbound cluster of a host's port; `subset` narrows the endpoints of clusters that carry
+/// them inline (STATIC and DNS ServiceEntries).
+fn outbound_cluster(
+    name: &str,
+    svc: &ServiceModel,
+    sp: &ServicePort,
+    subset: Option<&BTreeMap<String, String>>,
+) -> Cluster {
     let cluster = match &svc.source {
         ServiceSource::Kubernetes { .. } => envoy::eds_cluster(name),
         ServiceSource::Entry {
@@ -161,26 +219,32 @@ fn outbound_cluster(name: &str, svc: &ServiceModel, sp: &ServicePort) -> Cluster
                         super::registry::TargetPort::Named(_) => sp.port,
                     })
             };
-            let models = |eps: &[meshplane_crds::networking::WorkloadEntry]| -> Vec<EndpointModel> {
-                eps.iter()
-                    .map(|ep| {
-                        let (region, zone, subzone) = split_locality(&ep.locality);
-                        EndpointModel {
-                            address: ep.address.clone(),
-                            port: target(ep),
-                            region,
-                            zone,
-                            subzone,
-                            weight: ep.weight,
-                        }
-                    })
-                    .collect()
-            };
+            let selected: Vec<&meshplane_crds::networking::WorkloadEntry> = endpoints
+                .iter()
+                .filter(|ep| subset.is_none_or(|labels| labels_match(labels, &ep.labels)))
+                .collect();
+            let models =
+                |eps: &[&meshplane_crds::networking::WorkloadEntry]| -> Vec<EndpointModel> {
+                    eps.iter()
+                        .map(|ep| {
+                            let (region, zone, subzone) = split_locality(&ep.locality);
+                            EndpointModel {
+                                address: ep.address.clone(),
+                                port: target(ep),
+                                region,
+                                zone,
+                                subzone,
+                                weight: ep.weight,
+                                labels: ep.labels.clone(),
+                            }
+                        })
+                        .collect()
+                };
             match resolution {
                 Resolution::None => envoy::original_dst_cluster(name),
                 Resolution::Static if workload_selector.is_some() => envoy::eds_cluster(name),
                 Resolution::Static => Cluster {
-                    load_assignment: Some(envoy::load_assignment(name, &models(endpoints))),
+                    load_assignment: Some(envoy::load_assignment(name, &models(&selected))),
                     ..envoy::cluster(name, DiscoveryType::Static)
                 },
                 Resolution::Dns | Resolution::DnsRoundRobin => {
@@ -189,13 +253,10 @@ fn outbound_cluster(name: &str, svc: &ServiceModel, sp: &ServicePort) -> Cluster
                         vec![EndpointModel {
                             address: svc.hostname.clone(),
                             port: target(&Default::default()),
-                            region: String::new(),
-                            zone: String::new(),
-                            subzone: String::new(),
-                            weight: None,
+                            ..EndpointModel::default()
                         }]
                     } else {
-                        models(endpoints)
+                        models(&selected)
                     };
                     let ty = if *resolution == Resolution::Dns {
                         DiscoveryType::StrictDns
@@ -217,7 +278,161 @@ fn outbound_cluster(name: &str, svc: &ServiceModel, sp: &ServicePort) -> Cluster
     }
 }
 
+/// The route context of a sidecar for one port.
+fn sidecar_context<'a>(
+    registry: &'a Registry,
+    scope: &'a ProxyScope,
+    node: &'a ProxyNode,
+    port: u32,
+) -> RouteContext<'a> {
+    RouteContext {
+        registry,
+        proxy_namespace: &scope.namespace,
+        proxy_labels: &node.labels,
+        gateway: &GatewayRef::Mesh,
+        port,
+    }
+}
+
+/// Whether an L4 match block applies to a sidecar sending to `svc` on `port`.
+fn l4_applies(
+    m: &L4MatchAttributes,
+    vs: &VirtualService,
+    svc: &ServiceModel,
+    port: u32,
+    scope: &ProxyScope,
+    node: &ProxyNode,
+) -> bool {
+    let ns = vs.metadata.namespace.as_deref().unwrap_or_default();
+    m.port.is_none_or(|p| p == port)
+        && labels_match(&m.source_labels, &node.labels)
+        && (m.source_namespace.is_empty() || m.source_namespace == scope.namespace)
+        && (m.gateways.is_empty() || resolve_gateways(&m.gateways, ns).contains(&GatewayRef::Mesh))
+        && (m.destination_subnets.is_empty()
+            || m.destination_subnets.iter().any(|net| {
+                svc.addresses
+                    .iter()
+                    .filter_map(|a| a.parse::<IpAddr>().ok())
+                    .any(|a| subnet_contains(net, a))
+            }))
+}
+
+/// Weighted clusters of L4 route destinations.
+pub(super) fn weighted_l4(
+    registry: &Registry,
+    route: &[RouteDestination],
+    vs_namespace: &str,
+    port: u32,
+) -> Vec<(String, u32)> {
+    let many = route.len() > 1;
+    route
+        .iter()
+        .map(|d| {
+            let w = if many {
+                u32::try_from(d.weight.unwrap_or(0)).unwrap_or(0)
+            } else {
+                100
+            };
+            (
+                destination_cluster(registry, &d.destination, vs_namespace, port),
+                w,
+            )
+        })
+        .filter(|(_, w)| *w > 0)
+        .collect()
+}
+
+/// Where a sidecar sends TCP connections to `svc` on `port`: the first applying `tcp` rule of
+/// its VirtualService, else the host's own cluster.
+fn tcp_destinations(
+    registry: &Registry,
+    svc: &ServiceModel,
+    sp: &ServicePort,
+    scope: &ProxyScope,
+    node: &ProxyNode,
+) -> Vec<(String, u32)> {
+    let own = vec![(outbound_cluster_name(sp.port, &svc.hostname), 100)];
+    let Some(vs) = traffic::mesh_virtual_service(registry, &scope.namespace, &svc.hostname) else {
+        return own;
+    };
+    let ns = vs.metadata.namespace.as_deref().unwrap_or_default();
+    vs.spec
+        .tcp
+        .iter()
+        .find(|r| {
+            r.match_.is_empty()
+                || r.match_
+                    .iter()
+                    .any(|m| l4_applies(m, vs, svc, sp.port, scope, node))
+        })
+        .map(|r| weighted_l4(registry, &r.route, ns, sp.port))
+        .filter(|d| !d.is_empty())
+        .unwrap_or(own)
+}
+
+/// SNI hosts and the weighted clusters connections with them go to.
+type SniRoute = (Vec<String>, Vec<(String, u32)>);
+
+/// The SNI-routed chains of a TLS service's VirtualService `tls` rules, in rule order.
+fn tls_routes(
+    registry: &Registry,
+    svc: &ServiceModel,
+    sp: &ServicePort,
+    scope: &ProxyScope,
+    node: &ProxyNode,
+) -> Vec<SniRoute> {
+    let Some(vs) = traffic::mesh_virtual_service(registry, &scope.namespace, &svc.hostname) else {
+        return Vec::new();
+    };
+    let ns = vs.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out = Vec::new();
+    for rule in &vs.spec.tls {
+        let dests = weighted_l4(registry, &rule.route, ns, sp.port);
+        if dests.is_empty() {
+            continue;
+        }
+        for m in &rule.match_ {
+            let l4 = L4MatchAttributes {
+                destination_subnets: m.destination_subnets.clone(),
+                port: m.port,
+                source_labels: m.source_labels.clone(),
+                gateways: m.gateways.clone(),
+                source_namespace: m.source_namespace.clone(),
+            };
+            if l4_applies(&l4, vs, svc, sp.port, scope, node) {
+                out.push((m.sni_hosts.clone(), dests.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The routes of one host's port for a sidecar: its VirtualService's, or the default route.
+fn service_routes(
+    registry: &Registry,
+    scope: &ProxyScope,
+    node: &ProxyNode,
+    svc: &ServiceModel,
+    port: u32,
+) -> Vec<Route> {
+    let cluster = outbound_cluster_name(port, &svc.hostname);
+    let ctx = sidecar_context(registry, scope, node, port);
+    match traffic::mesh_virtual_service(registry, &scope.namespace, &svc.hostname) {
+        Some(vs) if !vs.spec.http.is_empty() => {
+            let r = routes::http_routes(vs, &ctx);
+            // A VirtualService whose rules all target other ports leaves this one as it was.
+            if r.is_empty() {
+                vec![routes::default_route(&cluster)]
+            } else {
+                r
+            }
+        }
+        _ => vec![routes::default_route(&cluster)],
+    }
+}
+
 fn listener_for_group(
+    registry: &Registry,
     group: &PortGroup<'_>,
     bound: bool,
     scope: &ProxyScope,
@@ -249,6 +464,7 @@ fn listener_for_group(
         .collect();
     let mut chains: Vec<FilterChain> = Vec::new();
     let mut used_addresses = HashSet::new();
+    let mut inspects_sni = false;
     if !bound {
         // Captured TCP services are told apart by their destination address.
         for (svc, sp) in &tcp {
@@ -267,8 +483,34 @@ fn listener_for_group(
                 continue;
             }
             let cluster = outbound_cluster_name(sp.port, &svc.hostname);
-            let mut chain =
-                envoy::filter_chain(&cluster, envoy::tcp_proxy_filter(&cluster, &cluster));
+            if sp.protocol == Protocol::Tls {
+                for (sni, dests) in tls_routes(registry, svc, sp, scope, node) {
+                    inspects_sni = true;
+                    let mut chain = envoy::filter_chain(
+                        &format!("{cluster}|{}", sni.join(",")),
+                        envoy::weighted_tcp_proxy_filter(
+                            &cluster,
+                            &dests,
+                            idle(registry, &scope.namespace, &dests),
+                        ),
+                    );
+                    chain.filter_chain_match = Some(FilterChainMatch {
+                        prefix_ranges: ranges.clone(),
+                        server_names: sni,
+                        ..Default::default()
+                    });
+                    chains.push(chain);
+                }
+            }
+            let dests = tcp_destinations(registry, svc, sp, scope, node);
+            let mut chain = envoy::filter_chain(
+                &cluster,
+                envoy::weighted_tcp_proxy_filter(
+                    &cluster,
+                    &dests,
+                    idle(registry, &scope.namespace, &dests),
+                ),
+            );
             chain.filter_chain_match = Some(FilterChainMatch {
                 prefix_ranges: ranges,
                 ..Default::default()
@@ -282,29 +524,54 @@ fn listener_for_group(
         .as_ref()
         .is_some_and(|p| Protocol::detect(Some(&p.protocol), &p.name).is_http());
     let default_chain = if !http.is_empty() || (tcp.is_empty() && declared_http) {
-        out.routes
-            .push(route_config(&route_name, port, &http, scope, fallback));
+        out.routes.push(route_config(
+            &route_name,
+            port,
+            &http,
+            registry,
+            scope,
+            node,
+            fallback,
+        ));
         envoy::filter_chain(
             &route_name,
-            envoy::http_connection_manager(
+            envoy::http_connection_manager_with(
                 &format!("outbound_{route_name}"),
                 envoy::rds(&route_name),
+                envoy::routing_http_filters(),
             ),
         )
     } else {
         // A TCP port: the service without an address (or, bound, the first one) takes the rest.
         let only = tcp
             .iter()
-            .find(|(svc, _)| bound || svc.addresses.is_empty())
-            .map(|(svc, sp)| outbound_cluster_name(sp.port, &svc.hostname));
-        let cluster = only.as_deref().unwrap_or(fallback);
-        envoy::filter_chain(cluster, envoy::tcp_proxy_filter(cluster, cluster))
+            .find(|(svc, _)| bound || svc.addresses.is_empty());
+        match only {
+            Some((svc, sp)) => {
+                let cluster = outbound_cluster_name(sp.port, &svc.hostname);
+                let dests = tcp_destinations(registry, svc, sp, scope, node);
+                envoy::filter_chain(
+                    &cluster,
+                    envoy::weighted_tcp_proxy_filter(
+                        &cluster,
+                        &dests,
+                        idle(registry, &scope.namespace, &dests),
+                    ),
+                )
+            }
+            None => envoy::filter_chain(fallback, envoy::tcp_proxy_filter(fallback, fallback)),
+        }
     };
     chains.push(default_chain);
     out.listeners.push(Listener {
         name: format!("{address}_{port}"),
         address: Some(socket_address(&address, port)),
         bind_to_port: (!bound).then_some(BoolValue { value: false }),
+        listener_filters: if inspects_sni {
+            vec![envoy::tls_inspector_listener_filter()]
+        } else {
+            Vec::new()
+        },
         filter_chains: chains,
         ..Default::default()
     });
@@ -331,12 +598,14 @@ fn route_config(
     name: &str,
     port: u32,
     services: &[&(&ServiceModel, &ServicePort)],
+    registry: &Registry,
     scope: &ProxyScope,
+    node: &ProxyNode,
     fallback: &str,
 ) -> RouteConfiguration {
     let mut used = HashSet::new();
     let mut virtual_hosts: Vec<VirtualHost> = Vec::new();
-    for (svc, sp) in services {
+    for (svc, _) in services {
         let domains: Vec<String> = domains(svc, port, &scope.namespace)
             .into_iter()
             .filter(|d| used.insert(d.clone()))
@@ -344,26 +613,25 @@ fn route_config(
         if domains.is_empty() {
             continue;
         }
-        let cluster = outbound_cluster_name(sp.port, &svc.hostname);
         virtual_hosts.push(VirtualHost {
             name: format!("{}:{port}", svc.hostname),
             domains,
-            routes: vec![Route {
-                r#match: Some(prefix_match()),
-                action: Some(Action::Route(RouteAction {
-                    cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
-                    timeout: Some(Duration {
-                        seconds: 0,
-                        nanos: 0,
-                    }),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
+            routes: service_routes(registry, scope, node, svc, port),
             ..Default::default()
         });
     }
-    let fallback_host = if fallback == PASSTHROUGH_CLUSTER {
+    virtual_hosts.push(fallback_virtual_host(fallback));
+    RouteConfiguration {
+        name: name.to_string(),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    }
+}
+
+/// The virtual host for requests to hosts the proxy does not know.
+pub(super) fn fallback_virtual_host(fallback: &str) -> VirtualHost {
+    if fallback == PASSTHROUGH_CLUSTER {
         VirtualHost {
             name: "allow_any".to_string(),
             domains: vec!["*".to_string()],
@@ -397,13 +665,6 @@ fn route_config(
             }],
             ..Default::default()
         }
-    };
-    virtual_hosts.push(fallback_host);
-    RouteConfiguration {
-        name: name.to_string(),
-        virtual_hosts,
-        validate_clusters: Some(BoolValue { value: false }),
-        ..Default::default()
     }
 }
 

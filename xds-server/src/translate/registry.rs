@@ -7,10 +7,12 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_crds::networking::{Location, Resolution, WorkloadEntry};
-use meshplane_crds::{names, EnvoyFilter, MeshConfig, PeerAuthentication, ServiceEntry, Sidecar};
+use meshplane_crds::{
+    names, DestinationRule, EnvoyFilter, Gateway, MeshConfig, PeerAuthentication, ServiceEntry,
+    Sidecar, VirtualService,
+};
 
-/// DNS suffix of Kubernetes Service hosts.
-pub const DOMAIN_SUFFIX: &str = "svc.cluster.local";
+pub use meshplane_crds::networking::DOMAIN_SUFFIX;
 
 /// Application protocol of a port, as it decides the listener's filters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -19,6 +21,8 @@ pub enum Protocol {
     Http,
     /// HTTP/2 or gRPC (HTTP connection manager; upstream speaks HTTP/2).
     Http2,
+    /// TLS (or HTTPS) not terminated by the proxy: TCP proxy, routable by SNI.
+    Tls,
     /// Anything else: TCP proxy.
     Tcp,
 }
@@ -30,6 +34,7 @@ impl Protocol {
         let from = |p: &str| match p.to_ascii_lowercase().as_str() {
             "http" => Some(Protocol::Http),
             "http2" | "grpc" | "grpc-web" | "h2c" | "kubernetes.io/h2c" => Some(Protocol::Http2),
+            "tls" | "https" => Some(Protocol::Tls),
             "" => None,
             _ => Some(Protocol::Tcp),
         };
@@ -38,7 +43,7 @@ impl Protocol {
         }
         let prefix = port_name.split('-').next().unwrap_or_default();
         match from(prefix) {
-            Some(p @ (Protocol::Http | Protocol::Http2)) => p,
+            Some(p @ (Protocol::Http | Protocol::Http2 | Protocol::Tls)) => p,
             _ => Protocol::Tcp,
         }
     }
@@ -134,13 +139,31 @@ pub fn outbound_cluster_name(port: u32, hostname: &str) -> String {
     format!("outbound|{port}||{hostname}")
 }
 
+/// Outbound cluster name of a subset of a host's port (`outbound|port|subset|host`); the
+/// host's own cluster when `subset` is empty.
+pub fn subset_cluster_name(port: u32, subset: &str, hostname: &str) -> String {
+    format!("outbound|{port}|{subset}|{hostname}")
+}
+
+/// Port, subset and host of an outbound cluster name.
+pub fn parse_outbound_cluster_name(name: &str) -> Option<(u32, &str, &str)> {
+    let mut parts = name.splitn(4, '|');
+    if parts.next()? != "outbound" {
+        return None;
+    }
+    let port = parts.next()?.parse().ok()?;
+    let subset = parts.next()?;
+    let host = parts.next()?;
+    Some((port, subset, host))
+}
+
 /// Inbound cluster name of a workload's service port.
 pub fn inbound_cluster_name(port: u32) -> String {
     format!("inbound|{port}||")
 }
 
 /// One endpoint of a cluster.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EndpointModel {
     pub address: String,
     pub port: u32,
@@ -149,6 +172,9 @@ pub struct EndpointModel {
     pub zone: String,
     pub subzone: String,
     pub weight: Option<u32>,
+    /// Labels of the workload behind the endpoint (its Pod's, or the ServiceEntry endpoint's):
+    /// what DestinationRule subsets select. Not sent to Envoy.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Everything translation reads, built from the tenant's member-filtered objects.
@@ -171,6 +197,119 @@ pub struct Registry {
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,
+    /// VirtualServices, oldest first (ties by namespace, then name): the order Istio's
+    /// precedence rules read them in.
+    pub virtual_services: Vec<VirtualService>,
+    /// DestinationRules, oldest first.
+    pub destination_rules: Vec<DestinationRule>,
+    /// Gateways, oldest first.
+    pub gateways: Vec<Gateway>,
+    /// Certificates of `kubernetes.io/tls` Secrets in the namespaces of the tenant's gateways,
+    /// by (namespace, name): what a Gateway server's `credentialName` names.
+    pub tls_secrets: BTreeMap<(String, String), TlsSecret>,
+    /// The tenant's gateway proxies and the namespaces each trusts (from the operator).
+    pub gateway_deployments: Vec<meshplane_crds::controlplane::GatewayDeployment>,
+}
+
+/// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsSecret {
+    pub certificate: Vec<u8>,
+    pub private_key: Vec<u8>,
+    pub ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSecret")
+            .field(
+                "certificate",
+                &format_args!("{} bytes", self.certificate.len()),
+            )
+            .field("private_key", &"<redacted>")
+            .field("ca", &self.ca.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// The certificate of a `kubernetes.io/tls` Secret (or any Secret with `tls.crt` and
+/// `tls.key`), with `ca.crt` when present.
+pub fn tls_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Option<TlsSecret> {
+    // `stringData` as written in a manifest (the directory source), `data` as the API serves it.
+    let get = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| b.0.clone())
+            .or_else(|| {
+                secret
+                    .string_data
+                    .as_ref()
+                    .and_then(|d| d.get(k))
+                    .map(|s| s.clone().into_bytes())
+            })
+            .filter(|b| !b.is_empty())
+    };
+    Some(TlsSecret {
+        certificate: get("tls.crt")?,
+        private_key: get("tls.key")?,
+        ca: get("ca.crt"),
+    })
+}
+
+/// Sorts namespaced config objects oldest first, then by namespace and name.
+pub fn sort_oldest_first<K: kube::Resource>(list: &mut [K]) {
+    list.sort_by(|a, b| {
+        let key = |o: &K| {
+            (
+                o.meta().creation_timestamp.clone(),
+                o.meta().namespace.clone(),
+                o.meta().name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+}
+
+/// Whether two lists hold the same objects (identity, creation time and spec).
+pub fn same_config<K: kube::Resource>(
+    a: &[K],
+    b: &[K],
+    same_spec: impl Fn(&K, &K) -> bool,
+) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.meta().name == y.meta().name
+                && x.meta().namespace == y.meta().namespace
+                && x.meta().creation_timestamp == y.meta().creation_timestamp
+                && x.meta().generation == y.meta().generation
+                && same_spec(x, y)
+        })
+}
+
+impl Registry {
+    /// Whether the traffic config (VirtualServices, DestinationRules, Gateways, gateway
+    /// deployments) of two registries is the same.
+    pub fn same_traffic_config(&self, other: &Registry) -> bool {
+        same_config(&self.virtual_services, &other.virtual_services, |a, b| {
+            a.spec == b.spec
+        }) && same_config(&self.destination_rules, &other.destination_rules, |a, b| {
+            a.spec == b.spec
+        }) && same_config(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
+            && self.gateway_deployments == other.gateway_deployments
+            && self.tls_secrets == other.tls_secrets
+    }
+
+    /// Hosts of the registry with this hostname (one per namespace declaring it).
+    pub fn services_named(&self, hostname: &str) -> std::slice::Iter<'_, ServiceModel> {
+        // `services` is sorted by hostname.
+        let start = self
+            .services
+            .partition_point(|s| s.hostname.as_str() < hostname);
+        let len = self.services[start..].partition_point(|s| s.hostname == hostname);
+        self.services[start..start + len].iter()
+    }
 }
 
 /// The address of a pod with a sidecar of the tenant (the injector's revision annotation),
@@ -292,10 +431,56 @@ pub fn service_entry_models(se: &ServiceEntry) -> Vec<ServiceModel> {
         .collect()
 }
 
+/// Labels of the tenant's pods, by (namespace, name) and by (namespace, address), for endpoint
+/// labels. A slice's endpoints are pods of its own namespace.
+#[derive(Default)]
+pub struct PodLabels<'a> {
+    by_name: BTreeMap<(&'a str, &'a str), &'a BTreeMap<String, String>>,
+    by_ip: BTreeMap<(&'a str, &'a str), &'a BTreeMap<String, String>>,
+}
+
+impl<'a> PodLabels<'a> {
+    /// Indexes the labels of `pods`.
+    pub fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
+        let mut out = PodLabels::default();
+        for pod in pods {
+            let Some(labels) = pod.metadata.labels.as_ref() else {
+                continue;
+            };
+            let Some(ns) = pod.metadata.namespace.as_deref() else {
+                continue;
+            };
+            if let Some(name) = &pod.metadata.name {
+                out.by_name.insert((ns, name.as_str()), labels);
+            }
+            for ip in pod.status.iter().flat_map(|s| {
+                s.pod_ips
+                    .iter()
+                    .flatten()
+                    .map(|p| p.ip.as_str())
+                    .chain(s.pod_ip.as_deref())
+            }) {
+                out.by_ip.insert((ns, ip), labels);
+            }
+        }
+        out
+    }
+
+    /// Labels of the pod a slice endpoint targets (by `targetRef`, else by address).
+    fn of(&self, namespace: &str, target: Option<&str>, address: &str) -> BTreeMap<String, String> {
+        target
+            .and_then(|t| self.by_name.get(&(namespace, t)))
+            .or_else(|| self.by_ip.get(&(namespace, address)))
+            .map(|l| (*l).clone())
+            .unwrap_or_default()
+    }
+}
+
 /// Adds the ready endpoints of one EndpointSlice to the clusters of its Service.
 pub fn add_slice_endpoints(
     slice: &EndpointSlice,
     services: &BTreeMap<(String, String), ServiceModel>,
+    pods: &PodLabels<'_>,
     out: &mut BTreeMap<String, Vec<EndpointModel>>,
 ) {
     let Some(namespace) = slice.metadata.namespace.clone() else {
@@ -345,14 +530,18 @@ pub fn add_slice_endpoints(
                         .map(|z| z.name.clone())
                 })
                 .unwrap_or_default();
+            let target = ep
+                .target_ref
+                .as_ref()
+                .filter(|t| t.kind.as_deref().is_none_or(|k| k == "Pod"))
+                .and_then(|t| t.name.as_deref());
             for address in &ep.addresses {
                 out.entry(cluster.clone()).or_default().push(EndpointModel {
                     address: address.clone(),
                     port,
-                    region: String::new(),
                     zone: zone.clone(),
-                    subzone: String::new(),
-                    weight: None,
+                    labels: pods.of(&svc.namespace, target, address),
+                    ..EndpointModel::default()
                 });
             }
         }
@@ -393,10 +582,8 @@ pub fn add_entry_pod_endpoints<'a>(
                 .push(EndpointModel {
                     address: ip.clone(),
                     port,
-                    region: String::new(),
-                    zone: String::new(),
-                    subzone: String::new(),
-                    weight: None,
+                    labels: labels.clone(),
+                    ..EndpointModel::default()
                 });
         }
     }
