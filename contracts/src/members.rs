@@ -21,6 +21,9 @@ pub const ATTACHED: &str = "attached";
 pub const TAGS: &str = "tags";
 /// Key of the revision's mesh config (JSON).
 pub const MESH_CONFIG: &str = "meshConfig";
+/// Key of the ingress gateways the revision runs (JSON list: name, namespace, pod labels,
+/// trusted namespaces); absent means none.
+pub const GATEWAYS: &str = "gateways";
 
 /// Name of the members ConfigMap of `revision`.
 pub fn configmap_name(revision: &str) -> String {
@@ -38,6 +41,8 @@ pub struct MembersData {
     pub tags: BTreeSet<String>,
     /// `spec.meshConfig` as JSON, when the operator wrote one.
     pub mesh_config: Option<String>,
+    /// The revision's gateways as JSON, when it runs any (its type belongs to the API crate).
+    pub gateways: Option<String>,
 }
 
 fn lines(set: &BTreeSet<String>) -> String {
@@ -74,6 +79,9 @@ impl MembersData {
         if let Some(mc) = &self.mesh_config {
             data.insert(MESH_CONFIG.to_string(), mc.clone());
         }
+        if let Some(gw) = &self.gateways {
+            data.insert(GATEWAYS.to_string(), gw.clone());
+        }
         data
     }
 
@@ -91,6 +99,7 @@ impl MembersData {
             attached: parse_lines(data, ATTACHED)?.unwrap_or_default(),
             tags: parse_lines(data, TAGS)?.unwrap_or_default(),
             mesh_config: data.get(MESH_CONFIG).cloned(),
+            gateways: data.get(GATEWAYS).cloned(),
         })
     }
 }
@@ -110,6 +119,7 @@ mod tests {
             attached: set(&["shop"]),
             tags: BTreeSet::new(),
             mesh_config: Some(r#"{"outboundTrafficPolicy":"REGISTRY_ONLY"}"#.into()),
+            gateways: Some(r#"[{"name":"edge","namespace":"shop","labels":{}}]"#.into()),
         };
         let written = data.to_data();
         assert_eq!(written[MEMBERS], "bank\nshop\n");

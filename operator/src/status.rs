@@ -113,6 +113,8 @@ pub struct InstanceFacts {
     pub foreign_objects: Vec<String>,
     /// Why the tenant CA could not be kept as asked (it keeps the CA it has).
     pub ca_problem: Option<String>,
+    /// Why the requested ingress gateway is not run, if it is not.
+    pub gateway_problem: Option<String>,
 }
 
 /// Reason of the Degraded condition when the tenant's plugged-in CA is missing or unusable.
@@ -265,6 +267,13 @@ pub fn active_status(
     ];
     wanted.push(if let Some(problem) = &facts.ca_problem {
         ConditionSpec::new(types::DEGRADED, true, CA_INVALID_REASON, problem.clone())
+    } else if let Some(problem) = &facts.gateway_problem {
+        ConditionSpec::new(
+            types::DEGRADED,
+            true,
+            "GatewayNamespaceNotInTenant",
+            problem.clone(),
+        )
     } else if facts.foreign_objects.is_empty() {
         ConditionSpec::new(types::DEGRADED, false, "AsExpected", "no conflict")
     } else {

@@ -657,3 +657,123 @@ fn restart_rights_are_bound_per_member_namespace_to_the_operator_never_cluster_w
         assert_eq!(bound, expected, "{}", cp.revision());
     }
 }
+
+fn with_gateway(cp: &MeshControlPlane, namespace: Option<&str>) -> MeshControlPlane {
+    let mut cp = cp.clone();
+    let spec = serde_json::json!({
+        "name": "edge",
+        "labels": {"istio": "ingressgateway"},
+        "allowedNamespaces": ["shop"],
+        "service": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+    });
+    let mut spec: meshplane_crds::controlplane::IngressGatewaySpec =
+        serde_json::from_value(spec).expect("gateway spec");
+    spec.namespace = namespace.map(str::to_string);
+    cp.spec.ingress_gateway = Some(spec);
+    cp
+}
+
+#[test]
+fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let blue_v1 = with_gateway(&cps[0], None);
+    let objects = render_of(&blue_v1, &m, &Observed::default());
+    let find = |kind: Kind, ns: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o.key.kind == kind && o.key.namespace.as_deref() == Some(ns) && o.key.name == name
+            })
+            .unwrap_or_else(|| panic!("{kind:?} {ns}/{name} rendered"))
+    };
+    let deployment = find(Kind::Deployment, "meshplane-blue", "edge");
+    let pod = &deployment.body["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["meshplane.io/gateway"], "edge");
+    assert_eq!(pod["metadata"]["labels"]["istio"], "ingressgateway");
+    assert_eq!(pod["metadata"]["labels"][names::INJECT_LABEL], "false");
+    let container = &pod["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let node_id = args
+        .iter()
+        .position(|a| *a == "--node-id")
+        .map(|i| args[i + 1])
+        .expect("--node-id");
+    assert!(node_id.starts_with("router~"), "{node_id}");
+    assert!(args.contains(&"TENANT=blue") && args.contains(&"CAPTURE_MODE=NONE"));
+    assert_eq!(container["securityContext"]["runAsUser"], 1337);
+    assert_eq!(
+        pod["spec"]["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+        names::token_audience("blue")
+    );
+    let service = find(Kind::Service, "meshplane-blue", "edge");
+    assert_eq!(service.body["spec"]["type"], "ClusterIP");
+    assert_eq!(service.body["spec"]["ports"][0]["targetPort"], 8080);
+    assert_eq!(
+        service.body["spec"]["selector"]["meshplane.io/gateway"],
+        "edge"
+    );
+    find(Kind::ServiceAccount, "meshplane-blue", "edge");
+    // The control namespace is no member, but the gateway there needs the bootstrap.
+    find(
+        Kind::ConfigMap,
+        "meshplane-blue",
+        "meshplane-blue-v1-bootstrap",
+    );
+    let members = find(
+        Kind::ConfigMap,
+        "meshplane-blue",
+        "meshplane-blue-v1-members",
+    );
+    let told: Vec<meshplane_crds::controlplane::GatewayDeployment> = serde_json::from_str(
+        members.body["data"]["gateways"]
+            .as_str()
+            .expect("gateways key"),
+    )
+    .expect("gateways JSON");
+    assert_eq!(told.len(), 1);
+    assert_eq!(told[0].namespace, "meshplane-blue");
+    assert_eq!(told[0].allowed_namespaces, vec!["shop".to_string()]);
+    assert_eq!(told[0].labels["istio"], "ingressgateway");
+    let input_members = m.tenant_members("blue");
+    let rev = m.revision_of_control_plane("blue-v1").expect("active");
+    let input = RenderInput {
+        control_plane: &blue_v1,
+        revision: rev,
+        tenant_members: &input_members,
+        tls: &fixed_tls(),
+        observed: &Observed::default(),
+    };
+    assert_eq!(render::misplaced_gateway_of(&input), None);
+
+    // In a member namespace: no extra bootstrap, the gateway runs there.
+    let in_shop = render_of(
+        &with_gateway(&cps[0], Some("shop")),
+        &m,
+        &Observed::default(),
+    );
+    assert!(in_shop
+        .iter()
+        .any(|o| o.key.kind == Kind::Deployment && o.key.namespace.as_deref() == Some("shop")));
+    assert!(!in_shop.iter().any(|o| o.key.kind == Kind::ConfigMap
+        && o.key.namespace.as_deref() == Some("meshplane-blue")
+        && o.key.name == "meshplane-blue-v1-bootstrap"));
+
+    // In another tenant's namespace: nothing is run there, and the status says why.
+    let foreign = with_gateway(&cps[0], Some("bank"));
+    let in_bank = render_of(&foreign, &m, &Observed::default());
+    assert!(!in_bank
+        .iter()
+        .any(|o| o.key.namespace.as_deref() == Some("bank")));
+    let input = RenderInput {
+        control_plane: &foreign,
+        ..input
+    };
+    let problem = render::misplaced_gateway_of(&input).expect("reported");
+    assert!(problem.contains("\"bank\""), "{problem}");
+}

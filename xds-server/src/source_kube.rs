@@ -146,7 +146,7 @@ pub fn parse_mesh_config(cm: &ConfigMap) -> Option<meshplane_crds::MeshConfig> {
 /// The tenant's operator-run gateways from the members ConfigMap (key `gateways`, JSON written
 /// by the operator); `None` when unreadable, so the instance keeps what it has.
 pub fn parse_gateways(cm: &ConfigMap) -> Option<Vec<GatewayDeployment>> {
-    let Some(text) = cm.data.as_ref().and_then(|d| d.get("gateways")) else {
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get(members::GATEWAYS)) else {
         return Some(Vec::new());
     };
     serde_json::from_str(text)

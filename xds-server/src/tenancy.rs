@@ -516,7 +516,10 @@ mod tests {
 
     #[test]
     fn tells_gateways_and_proxyless_grpc_clients_from_sidecars() {
-        let gw = node("router~198.18.0.8~ingress-1.edge~edge.svc.cluster.local", &[]);
+        let gw = node(
+            "router~198.18.0.8~ingress-1.edge~edge.svc.cluster.local",
+            &[],
+        );
         let p = parse_node(Some(&gw), "blue").expect("valid node");
         assert_eq!((p.kind, p.namespace.as_str()), (ProxyKind::Router, "edge"));
         let grpc = node(

@@ -283,6 +283,13 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             .as_ref()
             .and_then(|ca| ca.problem.as_ref())
             .map(ToString::to_string),
+        gateway_problem: render::misplaced_gateway_of(&RenderInput {
+            control_plane: mcp,
+            revision: &rev,
+            tenant_members: &tenant_members,
+            tls: &tls,
+            observed: &Observed::default(),
+        }),
     };
     let new_status = status::active_status(mcp, &rev, &instance, &now);
     warn_rejected(mcp, &rev, ctx).await;

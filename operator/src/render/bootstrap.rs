@@ -123,9 +123,14 @@ pub fn bootstrap_configmaps(rev: &Revision<'_>) -> Vec<DesiredObject> {
         revision: rev.revision.clone(),
     }
     .to_data();
+    // A gateway in the control namespace needs the bootstrap there too.
+    let gateway_home = super::gateway::running_gateway(rev)
+        .map(|g| g.namespace)
+        .filter(|ns| !rev.input.tenant_members.contains(ns));
     rev.input
         .tenant_members
         .iter()
+        .chain(gateway_home.iter())
         .map(|member| rev.object(Kind::ConfigMap, Some(member), &name, json!({"data": data})))
         .collect()
 }

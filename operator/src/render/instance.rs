@@ -73,6 +73,9 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         // The instance applies the revision's meshConfig (outbound policy, default exportTo,
         // access logging) from here; it cannot read MeshControlPlanes.
         mesh_config: serde_json::to_string(&rev.input.control_plane.spec.mesh_config).ok(),
+        // The gateway this revision runs: its pod labels and trusted namespaces.
+        gateways: super::gateway::running_gateway(rev)
+            .and_then(|g| serde_json::to_string(&[g]).ok()),
     };
     let mut out = vec![
         rev.object(Kind::ServiceAccount, ns, &name, json!({})),

@@ -5,6 +5,7 @@
 //! controller decides what to write by comparing these bodies with what it observes.
 
 mod bootstrap;
+mod gateway;
 mod instance;
 mod rbac;
 mod webhooks;
@@ -19,6 +20,7 @@ use serde_json::{json, Value};
 use crate::tls::WebhookTls;
 
 pub use bootstrap::envoy_bootstrap;
+pub use gateway::misplaced_gateway_of;
 pub use instance::{instance_args, proxies_configmap, WEBHOOK_TLS_DIR};
 pub use rbac::{member_reader_rules, INSTANCE_READ_RESOURCES};
 
@@ -332,6 +334,7 @@ pub fn render(input: &RenderInput<'_>) -> Vec<DesiredObject> {
     out.extend(instance::instance(&rev));
     out.extend(rbac::rbac(&rev));
     out.extend(bootstrap::bootstrap_configmaps(&rev));
+    out.extend(gateway::gateway(&rev));
     out.extend(webhooks::webhooks(&rev));
     out.sort_by(|a, b| a.key.cmp(&b.key));
     out
