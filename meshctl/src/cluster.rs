@@ -113,6 +113,28 @@ pub fn api_resource(kind: Kind) -> (ApiResource, bool) {
             "peerauthentications",
             true,
         ),
+        Kind::VirtualService => (
+            "networking.meshplane.io",
+            "v1alpha1",
+            "VirtualService",
+            "virtualservices",
+            true,
+        ),
+        Kind::DestinationRule => (
+            "networking.meshplane.io",
+            "v1alpha1",
+            "DestinationRule",
+            "destinationrules",
+            true,
+        ),
+        Kind::Gateway => (
+            "networking.meshplane.io",
+            "v1alpha1",
+            "Gateway",
+            "gateways",
+            true,
+        ),
+        Kind::Secret => ("", "v1", "Secret", "secrets", true),
         Kind::MeshControlPlane => (
             "meshplane.io",
             "v1alpha1",
@@ -184,7 +206,9 @@ pub enum Scope {
 /// the namespaced kinds in `scope`.
 pub async fn read_state(client: &kube::Client, scope: &Scope) -> anyhow::Result<MeshState> {
     let mut state = MeshState::default();
-    for kind in source_dir::KINDS {
+    // Secrets stay unread: meshctl needs no access to key material, and a Gateway's
+    // `credentialName` check is the instance's (its Accepted condition).
+    for kind in source_dir::KINDS.into_iter().filter(|k| *k != Kind::Secret) {
         let (resource, namespaced) = api_resource(kind);
         match (namespaced, scope) {
             (false, _) | (true, Scope::All) => {

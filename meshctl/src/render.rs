@@ -99,6 +99,7 @@ impl Workload {
         let name = self.name.clone().unwrap_or_else(|| "workload".to_string());
         let ip = self.ip.clone().unwrap_or_else(|| "0.0.0.0".to_string());
         ProxyNode {
+            kind: meshplane_xds::model::ProxyKind::Sidecar,
             id: format!(
                 "sidecar~{ip}~{name}.{ns}~{ns}.svc.cluster.local",
                 ns = self.namespace

@@ -312,7 +312,12 @@ impl TenantIndex {
                 // labels or addresses changed moves between the subsets of its namespace's
                 // Services.
                 if keyed::labels_or_addresses_changed(before, after) {
-                    hosts.extend(self.keys.hosts_with_pod(&self.objects, &namespace, before, after));
+                    hosts.extend(self.keys.hosts_with_pod(
+                        &self.objects,
+                        &namespace,
+                        before,
+                        after,
+                    ));
                 }
                 hosts
             }

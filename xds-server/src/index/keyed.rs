@@ -221,7 +221,7 @@ impl Keys {
                 let Some(Object::EndpointSlice(slice)) = objects.get(&key) else {
                     return false;
                 };
-                slice.endpoints.iter().any(|ep| {
+                slice.endpoints.iter().flatten().any(|ep| {
                     ep.target_ref
                         .as_ref()
                         .and_then(|t| t.name.as_ref())
@@ -306,7 +306,9 @@ pub(super) fn labels_or_addresses_changed(before: Option<&Object>, after: Option
     let facts = |o: Option<&Object>| match o {
         Some(Object::Pod(p)) => Some((
             p.metadata.labels.clone().unwrap_or_default(),
-            p.status.as_ref().map(|s| (s.pod_ip.clone(), s.pod_ips.clone())),
+            p.status
+                .as_ref()
+                .map(|s| (s.pod_ip.clone(), s.pod_ips.clone())),
         )),
         _ => None,
     };

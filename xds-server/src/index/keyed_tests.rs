@@ -1,7 +1,8 @@
 //! Per-key registry updates against full builds: random Service, EndpointSlice and Pod events
 //! (and now and then a ServiceEntry, which rebuilds), in member and non-member namespaces.
 //! After every event the registry equals a full build of the same objects, and the change
-//! reported is what comparing the registries before and after says.
+//! reported is what comparing the registries before and after says. Pods change labels (what
+//! DestinationRule subsets select) and slices name them by `targetRef` or by address.
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -57,7 +58,16 @@ fn random_event(rng: &mut Rng) -> SourceEvent {
                 ports.push(json!({"name": "tcp-db", "port": 7000}));
             }
             let endpoints: Vec<Value> = (0..=rng.below(2))
-                .map(|_| json!({"addresses": [ip(rng)], "conditions": {"ready": rng.chance(80)}}))
+                .map(|_| {
+                    // Endpoint labels come from the pod: by targetRef, else by address.
+                    let mut ep =
+                        json!({"addresses": [ip(rng)], "conditions": {"ready": rng.chance(80)}});
+                    if rng.chance(50) {
+                        ep["targetRef"] =
+                            json!({"kind": "Pod", "name": format!("p{}", rng.below(4))});
+                    }
+                    ep
+                })
                 .collect();
             SourceEvent::Upsert(Object::EndpointSlice(typed(json!({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -75,7 +85,7 @@ fn random_event(rng: &mut Rng) -> SourceEvent {
             SourceEvent::Upsert(Object::Pod(typed(json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("p{}", rng.below(4)), "namespace": ns,
-                    "labels": {"app": format!("s{}", rng.below(4))}},
+                    "labels": {"app": format!("s{}", rng.below(4)), "version": format!("v{}", rng.below(2))}},
                 "spec": {"containers": [{"name": "app", "ports": ports}]},
                 "status": {"podIP": ip(rng)},
             }))))
