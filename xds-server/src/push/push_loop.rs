@@ -308,7 +308,8 @@ pub async fn run_push_loop(
 }
 
 /// What a source event changed, as the `reason` of `meshplane_xds_push_triggers_total`: the
-/// object's kind in lowercase (as `kubectl get` names it), `members`, `meshconfig` or `resync`.
+/// object's kind in lowercase (as `kubectl get` names it), `members`, `meshconfig`, `gateways`
+/// (the operator's list of the tenant's ingress gateways) or `resync`.
 /// `Resync` and `Ready` change nothing by themselves.
 fn trigger_reason(event: &SourceEvent) -> Option<String> {
     let kind = |k: &crate::model::Kind| format!("{k:?}").to_ascii_lowercase();
@@ -317,6 +318,7 @@ fn trigger_reason(event: &SourceEvent) -> Option<String> {
         SourceEvent::Delete(key) => Some(kind(&key.kind)),
         SourceEvent::Members(_) => Some("members".into()),
         SourceEvent::MeshConfig(_) => Some("meshconfig".into()),
+        SourceEvent::GatewayDeployments(_) => Some("gateways".into()),
         SourceEvent::Synced => Some("resync".into()),
         SourceEvent::Resync { .. } | SourceEvent::Ready => None,
     }
