@@ -748,6 +748,7 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         tenant_members: &input_members,
         tls: &fixed_tls(),
         observed: &Observed::default(),
+        operator: &render::OperatorAccount::default(),
     };
     assert_eq!(render::misplaced_gateway_of(&input), None);
 

@@ -289,6 +289,7 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             tenant_members: &tenant_members,
             tls: &tls,
             observed: &Observed::default(),
+            operator: &ctx.settings.operator_account,
         }),
     };
     let new_status = status::active_status(mcp, &rev, &instance, &now);
