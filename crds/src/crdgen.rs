@@ -5,10 +5,10 @@ use kube::CustomResourceExt;
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
 use crate::migration::MeshRevisionMigration;
-use crate::security::PeerAuthentication;
 use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
+use crate::security::PeerAuthentication;
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {

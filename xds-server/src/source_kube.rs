@@ -25,7 +25,8 @@ use meshplane_contracts::members::{self, MembersData};
 use meshplane_contracts::{proxies, ContractError};
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::{
-    DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry, Sidecar,
+    VirtualService,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};

@@ -49,8 +49,13 @@ const READ: [&str; 3] = ["get", "list", "watch"];
 
 /// Rules granting read on [`INSTANCE_READ_RESOURCES`].
 pub fn member_reader_rules() -> Vec<Value> {
-    let mut groups: Vec<&str> = INSTANCE_READ_RESOURCES.iter().map(|(g, _)| *g).collect();
-    groups.dedup();
+    // One rule per API group, in order of first appearance (a group may appear more than once).
+    let mut groups: Vec<&str> = Vec::new();
+    for (g, _) in INSTANCE_READ_RESOURCES {
+        if !groups.contains(g) {
+            groups.push(g);
+        }
+    }
     groups
         .into_iter()
         .map(|g| {
