@@ -176,7 +176,7 @@ fn sidecar_hosts_need_namespace_slash_host() {
     ));
     validate_sidecar_host("./*", "f").expect("own namespace");
     validate_sidecar_host("*/api.example.com", "f").expect("host in any namespace");
-    let text = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata:\n  name: default\n  namespace: shop\nspec:\n  egress:\n    - hosts: [\"./*\", \"Bad_NS/*\"]\n  ingress:\n    - port: {number: 9080, protocol: HTTP, name: http}\n      defaultEndpoint: 10.0.0.1:9080\n";
+    let text = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata:\n  name: default\n  namespace: shop\nspec:\n  egress:\n    - hosts: [\"./*\", \"Bad_NS/*\"]\n  ingress:\n    - port: {number: 9080, protocol: HTTP, name: http}\n      defaultEndpoint: 198.19.0.1:9080\n";
     let Some(Object::Sidecar(sc)) = parse_objects(text).expect("parses").pop() else {
         panic!("expected Sidecar");
     };

@@ -125,7 +125,7 @@ fn rendered_samples_match_goldens() {
         let name = cp.metadata.name.clone().unwrap_or_default();
         // blue-v1's Service already has its ClusterIP; the others fall back to the DNS name.
         let observed = Observed {
-            service_cluster_ip: (name == "blue-v1").then(|| "10.96.0.10".to_string()),
+            service_cluster_ip: (name == "blue-v1").then(|| "198.19.96.10".to_string()),
             root_cert: None,
         };
         check_golden(

@@ -45,7 +45,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: shop}
 spec:
-  clusterIP: 10.0.0.10
+  clusterIP: 198.19.0.10
   selector: {app: web}
   ports: [{name: http, port: 80, targetPort: 8080}]
 ---
@@ -53,7 +53,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: db, namespace: shop}
 spec:
-  clusterIP: 10.0.0.11
+  clusterIP: 198.19.0.11
   selector: {app: db}
   ports: [{name: tcp-pg, port: 5432}]
 ---
@@ -61,7 +61,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: api, namespace: pay}
 spec:
-  clusterIP: 10.0.0.20
+  clusterIP: 198.19.0.20
   selector: {app: api}
   ports: [{name: grpc, port: 9090, targetPort: 9091}, {name: http-admin, port: 80, targetPort: 8081}]
 ---
@@ -69,7 +69,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: secret, namespace: other}
 spec:
-  clusterIP: 10.0.0.30
+  clusterIP: 198.19.0.30
   ports: [{name: http, port: 80}]
 ---
 apiVersion: discovery.k8s.io/v1
@@ -78,9 +78,9 @@ metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: we
 addressType: IPv4
 ports: [{name: http, port: 8080}]
 endpoints:
-- {addresses: [10.1.0.1], zone: zone-a, conditions: {ready: true}}
-- {addresses: [10.1.0.2], zone: zone-b}
-- {addresses: [10.1.0.3], zone: zone-a, conditions: {ready: false}}
+- {addresses: [198.18.1.1], zone: zone-a, conditions: {ready: true}}
+- {addresses: [198.18.1.2], zone: zone-b}
+- {addresses: [198.18.1.3], zone: zone-a, conditions: {ready: false}}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -88,7 +88,7 @@ metadata: {name: secret-1, namespace: other, labels: {kubernetes.io/service-name
 addressType: IPv4
 ports: [{name: http, port: 80}]
 endpoints:
-- {addresses: [10.9.0.1]}
+- {addresses: [198.18.9.1]}
 "#;
 
 const ENTRIES: &str = r#"
@@ -97,12 +97,12 @@ kind: ServiceEntry
 metadata: {name: static, namespace: pay}
 spec:
   hosts: [static.example.com]
-  addresses: [192.168.1.1]
+  addresses: [198.18.200.1]
   ports: [{number: 443, name: tls, protocol: TLS}]
   resolution: STATIC
   endpoints:
-  - {address: 192.168.10.1, locality: eu/eu-1/a, weight: 3}
-  - {address: 192.168.10.2, ports: {tls: 8443}}
+  - {address: 198.18.210.1, locality: eu/eu-1/a, weight: 3}
+  - {address: 198.18.210.2, ports: {tls: 8443}}
 ---
 apiVersion: networking.meshplane.io/v1alpha1
 kind: ServiceEntry
@@ -165,7 +165,7 @@ fn objects_of_foreign_namespaces_never_reach_a_proxy() {
     let index = index_with(&[BASE]);
     let all = describe(&index.render_proxy(&web_proxy()));
     assert!(!all.contains("secret.other"), "{all}");
-    assert!(!all.contains("10.9.0.1"), "{all}");
+    assert!(!all.contains("198.18.9.1"), "{all}");
 }
 
 #[test]
@@ -191,7 +191,7 @@ metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: we
 addressType: IPv4
 ports: [{name: http, port: 8080}]
 endpoints:
-- {addresses: [10.1.0.7]}
+- {addresses: [198.18.1.7]}
 "#;
     let obj = objects_from_yaml("u.yaml", slice_update).remove(0);
     let change = index.apply(SourceEvent::Upsert(obj.clone()));
@@ -237,8 +237,8 @@ fn endpoint_only_changes_patch_eds_of_the_scopes_that_import_the_cluster() {
         name: "web-1".into(),
     };
     for event in [
-        slice("10.1.0.7"),
-        slice("10.1.0.7, 10.1.0.8"),
+        slice("198.18.1.7"),
+        slice("198.18.1.7, 198.18.1.8"),
         SourceEvent::Delete(web_slice),
     ] {
         let change = index.apply(event);
@@ -675,10 +675,10 @@ fn http_domains_cover_fqdn_short_names_and_cluster_ip() {
         "web.shop.svc.cluster.local",
         "web",
         "web.shop",
-        "10.0.0.10",
+        "198.19.0.10",
         "web:80",
         "web.shop:80",
-        "10.0.0.10:80",
+        "198.19.0.10:80",
     ] {
         assert!(
             web.domains.iter().any(|x| x == d),
@@ -1131,8 +1131,8 @@ fn a_proxys_workload_labels_come_from_its_pod_not_from_its_claim() {
 
 #[test]
 fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_mutual_tls() {
-    // web's pod (10.1.0.1) has a sidecar; 10.1.0.2 has none.
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop, labels: {app: web}, annotations: {sidecar.meshplane.io/revision: blue}}\nspec: {containers: [{name: app}]}\nstatus: {podIP: 10.1.0.1}\n";
+    // web's pod (198.18.1.1) has a sidecar; 198.18.1.2 has none.
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop, labels: {app: web}, annotations: {sidecar.meshplane.io/revision: blue}}\nspec: {containers: [{name: app}]}\nstatus: {podIP: 198.18.1.1}\n";
     let strict = "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: shop}\nspec: {mtls: {mode: STRICT}}\n";
     let web_disable = "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata: {name: web, namespace: shop}\nspec: {selector: {matchLabels: {app: web}}, mtls: {mode: DISABLE}, portLevelMtls: {\"8080\": {mode: STRICT}}}\n";
     let with_sds = |mut node: ProxyNode| {
@@ -1230,8 +1230,8 @@ fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_m
     assert_eq!(
         marked,
         [
-            ("10.1.0.1:8080".to_string(), true),
-            ("10.1.0.2:8080".to_string(), false)
+            ("198.18.1.1:8080".to_string(), true),
+            ("198.18.1.2:8080".to_string(), false)
         ]
     );
     // A proxy without SDS originates no TLS at all.

@@ -64,11 +64,11 @@ pub fn feed(index: &mut TenantIndex, yaml: &[&str]) -> meshplane_xds::index::Cha
 
 pub fn proxy(ns: &str, labels: &[(&str, &str)], capture: CaptureMode) -> ProxyNode {
     ProxyNode {
-        id: format!("sidecar~10.1.0.1~p.{ns}~{ns}.svc.cluster.local"),
+        id: format!("sidecar~198.18.1.1~p.{ns}~{ns}.svc.cluster.local"),
         kind: Default::default(),
         namespace: ns.to_string(),
         pod_name: Some("p".into()),
-        ip: Some("10.1.0.1".into()),
+        ip: Some("198.18.1.1".into()),
         labels: labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
