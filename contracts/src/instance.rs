@@ -25,7 +25,13 @@ pub mod flags {
     pub const WEBHOOK_TLS_DIR: &str = "webhook-tls-dir";
     pub const TOKEN_AUDIENCE: &str = "token-audience";
     pub const PROXY_IMAGE: &str = "proxy-image";
+    pub const LOG_FORMAT: &str = "log-format";
 }
+
+/// `--log-format` of the instances the operator runs: JSON, like the operator's own shipped
+/// Deployment, so one log pipeline parses the tenant, revision and proxy fields of both. Text
+/// stays the instance's default for standalone runs on a workstation.
+pub const LOG_FORMAT_KUBE: &str = "json";
 
 /// Environment of the instance container.
 pub mod env {
@@ -76,7 +82,7 @@ impl InstanceArgs {
     /// The instance's arguments in Kubernetes mode: every address on all interfaces at the
     /// ports of [`crate::ports`], ADS only on the TLS port with the tenant CA at
     /// [`tenant_ca::MOUNT_DIR`] (contract 11; no plaintext ADS), the webhook certificate at
-    /// [`webhook_tls::MOUNT_DIR`], and the tenant's token audience.
+    /// [`webhook_tls::MOUNT_DIR`], the tenant's token audience, and JSON logs.
     pub fn to_args(&self) -> Vec<String> {
         let all = |port: u16| format!("0.0.0.0:{port}");
         let pairs = [
@@ -95,6 +101,7 @@ impl InstanceArgs {
                 flags::TOKEN_AUDIENCE,
                 crate::node::token_audience(&self.tenant),
             ),
+            (flags::LOG_FORMAT, LOG_FORMAT_KUBE.to_string()),
         ];
         pairs
             .into_iter()
@@ -136,6 +143,7 @@ mod tests {
                 ("--monitoring-addr", "0.0.0.0:15014"),
                 ("--webhook-tls-dir", "/var/run/meshplane/webhook-tls"),
                 ("--token-audience", "meshplane-blue"),
+                ("--log-format", "json"),
             ]
         );
     }

@@ -104,7 +104,7 @@ pub struct Args {
     #[arg(long, default_value_t = 300)]
     pub debounce_max_ms: u64,
     /// Log format: `text`, or `json` (one object per line, with tenant, revision and proxy).
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long = flags::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: crate::logging::LogFormat,
     /// Concurrent ADS streams one HTTP/2 connection may open.
     #[arg(long, default_value_t = 16)]
@@ -174,6 +174,7 @@ mod tests {
             );
             assert_eq!(args.webhook_tls_dir, PathBuf::from(webhook_tls::MOUNT_DIR));
             assert_eq!(args.token_audience.as_deref(), Some("meshplane-blue"));
+            assert_eq!(args.log_format, crate::logging::LogFormat::Json);
         }
     }
 }
