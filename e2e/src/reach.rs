@@ -110,6 +110,25 @@ impl InPod {
         .map_err(|e| HarnessError::Network(format!("from {}: {e}", self.describe())))
     }
 
+    /// `GET path` on `address` with `Host: host`, from inside the pod: for a host the pod's
+    /// `/etc/hosts` does not know (a ServiceEntry's), routed by the sidecar on its `Host`.
+    pub async fn http_get_at(
+        &self,
+        address: SocketAddr,
+        host: &str,
+        path: &str,
+    ) -> Result<HttpReply, HarnessError> {
+        http_get(
+            self.net.connect(address),
+            &address.to_string(),
+            host,
+            path,
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map_err(|e| HarnessError::Network(format!("from {}: {e}", self.describe())))
+    }
+
     /// `GET path` on the pod's Envoy admin (`127.0.0.1:15000` inside the pod), e.g.
     /// `/config_dump`, `/clusters?format=json`, `/stats`; an answer other than 200 is an error.
     pub async fn envoy_admin(&self, path: &str) -> Result<String, HarnessError> {

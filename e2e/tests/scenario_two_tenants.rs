@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
+use meshplane_e2e::harness::{app_and_client, pod_ip, wait_for, Cluster, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -25,6 +25,9 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
             .apply_manifest(&app_and_client(namespace))
             .expect("workloads");
     }
+    cluster
+        .apply_manifest(PLAIN_CALLER)
+        .expect("a pod without a sidecar in shop");
     let mut clients = Vec::new();
     let mut sidecars = Vec::new();
     for namespace in ["shop", "garden"] {
@@ -216,5 +219,343 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
             "{revision} issued a certificate to each of its 2 pods: {count}"
         );
     }
-    eprintln!("scenario two-tenants took {:?}", started.elapsed());
+    let identity_started = Instant::now();
+    strict_mutual_tls_refuses_plaintext_and_other_tenants(&cluster, &clients).await;
+    ads_port_refuses_plaintext_and_other_roots(&cluster, &roots).await;
+    eprintln!(
+        "scenario two-tenants took {:?} (STRICT and cross-tenant checks {:?})",
+        started.elapsed(),
+        identity_started.elapsed()
+    );
 }
+
+/// A caller without a sidecar in shop: its plaintext reaches web's sidecar directly.
+const PLAIN_CALLER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: plain
+  namespace: shop
+  labels: {app: plain, sidecar.meshplane.io/inject: "false"}
+spec:
+  containers:
+    - name: app
+      image: example.com/echo:1
+      ports: [{name: http, containerPort: 9080}]
+"#;
+
+/// TLS handshakes that failed on a sidecar's inbound listener.
+const INBOUND_TLS_ERRORS: &str = "listener.0.0.0.0_15006.ssl.connection_error";
+/// Requests a sidecar handed to the app on web's port.
+const INBOUND_REQUESTS: &str = "listener.0.0.0.0_15006.http.inbound|8080||.downstream_rq_completed";
+
+/// The host under which green's ServiceEntry points at blue's web pod.
+const STOLEN_HOST: &str = "blue-web.example.com";
+
+/// `PeerAuthentication` STRICT in shop, on the real pod network:
+/// - under the default PERMISSIVE, the pod without a sidecar reaches web in plaintext;
+/// - under STRICT it is refused (web's sidecar has no chain for plaintext:
+///   `no_filter_chain_match`), while shop's meshed client still reaches web over mutual TLS;
+/// - green's client, pointed at blue's web pod by a ServiceEntry that claims it has a sidecar,
+///   originates mutual TLS with green's certificate and fails the handshake: blue's server
+///   certificate does not chain to green's root (`ssl.fail_verify_error`, and Envoy's 503 names
+///   `CERTIFICATE_VERIFY_FAILED`), and blue's sidecar never hands it to the app.
+async fn strict_mutual_tls_refuses_plaintext_and_other_tenants(
+    cluster: &Cluster,
+    clients: &[(&str, String, String)],
+) {
+    let url = format!("http://web.shop.svc.cluster.local:{WEB_PORT}/");
+    cluster
+        .wait_for_ready_pods("shop", "app=plain", 1, DEADLINE)
+        .await
+        .expect("the plain pod");
+    let plain = cluster.in_pod("shop", "plain").expect("plain pod");
+    let reply = wait_for("plaintext to web under PERMISSIVE", DEADLINE, || async {
+        let reply = plain.http_get(&url).await.map_err(|e| e.to_string())?;
+        (reply.status == 200)
+            .then_some(reply.clone())
+            .map(Some)
+            .ok_or(format!("{reply:?}"))
+    })
+    .await
+    .expect("PERMISSIVE accepts plaintext");
+    let body: serde_json::Value = serde_json::from_str(&reply.body).expect("echo JSON");
+    assert!(
+        body["headers"]["x-forwarded-client-cert"].is_null(),
+        "a plaintext caller has no identity to forward: {body}"
+    );
+
+    let (_, blue_client, blue_web) = clients
+        .iter()
+        .find(|(ns, _, _)| *ns == "shop")
+        .expect("shop's pods");
+    let (_, green_client, _) = clients
+        .iter()
+        .find(|(ns, _, _)| *ns == "garden")
+        .expect("garden's pods");
+    let web = cluster.in_pod("shop", blue_web).expect("web pod");
+    let web_ip = web.ip();
+    cluster
+        .apply_manifest(&format!(
+            r#"
+apiVersion: security.meshplane.io/v1alpha1
+kind: PeerAuthentication
+metadata: {{name: default, namespace: shop}}
+spec:
+  mtls: {{mode: STRICT}}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: ServiceEntry
+metadata: {{name: blue-web, namespace: garden}}
+spec:
+  hosts: [{STOLEN_HOST}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: {WEB_PORT}, name: http, protocol: HTTP}}]
+  endpoints:
+    - address: {web_ip}
+      labels: {{security.meshplane.io/tlsMode: istio}}
+"#
+        ))
+        .expect("STRICT in shop, and green's entry for blue's web");
+
+    // STRICT: the plaintext caller is refused by web's sidecar, which has no chain for it.
+    let refused = wait_for(
+        "plaintext to web refused under STRICT",
+        DEADLINE,
+        || async {
+            match plain.http_get(&url).await {
+                Ok(reply) if reply.status == 200 => Err(format!("still served: {}", reply.status)),
+                Ok(reply) => Ok(Some(format!("answered {}", reply.status))),
+                Err(e) => Ok(Some(e.to_string())),
+            }
+        },
+    )
+    .await
+    .expect("STRICT refuses plaintext");
+    let web_stats = web.envoy_stats().await.expect("web's stats");
+    let unmatched: u64 = web_stats
+        .0
+        .iter()
+        .filter(|(name, _)| {
+            name.starts_with("listener.") && name.ends_with(".no_filter_chain_match")
+        })
+        .map(|(_, v)| *v)
+        .sum();
+    assert!(
+        unmatched >= 1,
+        "web's sidecar refused the plaintext connection for want of a mutual TLS chain ({refused}): {:?}",
+        web_stats.0.iter().filter(|(n, _)| n.contains("filter_chain")).collect::<Vec<_>>()
+    );
+    // The meshed client still gets through, with its identity.
+    let in_client = cluster.in_pod("shop", blue_client).expect("client pod");
+    let reply = in_client
+        .http_get(&url)
+        .await
+        .expect("meshed call under STRICT");
+    assert_eq!(
+        reply.status, 200,
+        "a meshed client passes STRICT: {reply:?}"
+    );
+    assert!(
+        reply
+            .body
+            .contains("URI=spiffe://blue.mesh.local/ns/shop/sa/"),
+        "web sees the meshed client's identity under STRICT: {}",
+        reply.body
+    );
+
+    // Green's sidecar, told that blue's web is a meshed endpoint, cannot complete a handshake.
+    let blue_before = web.envoy_stats().await.expect("web's stats");
+    let green = cluster
+        .in_pod("garden", green_client)
+        .expect("green client");
+    let cluster_stat = format!("cluster.outbound|{WEB_PORT}||{STOLEN_HOST}.ssl.fail_verify_error");
+    let target = std::net::SocketAddr::from((web_ip, WEB_PORT));
+    let reply = wait_for(
+        "green's handshake with blue's STRICT web to fail verification",
+        DEADLINE,
+        || async {
+            let reply = green
+                .http_get_at(target, STOLEN_HOST, "/")
+                .await
+                .map_err(|e| e.to_string())?;
+            let failed = green
+                .envoy_stats()
+                .await
+                .map_err(|e| e.to_string())?
+                .get(&cluster_stat);
+            if failed >= 1 {
+                Ok(Some(reply))
+            } else {
+                Err(format!("{cluster_stat} = 0 after {reply:?}"))
+            }
+        },
+    )
+    .await
+    .expect("the cross-tenant handshake fails");
+    assert_eq!(
+        reply.status, 503,
+        "green gets no answer from blue: {reply:?}"
+    );
+    assert!(
+        reply.body.contains("upstream connect error"),
+        "green's sidecar could not connect to blue: {}",
+        reply.body
+    );
+    let green_stats = green.envoy_stats().await.expect("green's stats");
+    let stat = |name: &str| {
+        green_stats.get(&format!(
+            "cluster.outbound|{WEB_PORT}||{STOLEN_HOST}.{name}"
+        ))
+    };
+    assert!(
+        stat("tlsMode-istio.total_match_count") >= 1
+            && stat("upstream_cx_connect_fail") >= 1
+            && stat("ssl.handshake") == 0,
+        "green's sidecar originated mutual TLS and never completed a handshake: {:?}",
+        green_stats
+            .0
+            .iter()
+            .filter(|(n, v)| n.contains(STOLEN_HOST) && **v > 0)
+            .collect::<Vec<_>>()
+    );
+    let blue_after = web.envoy_stats().await.expect("web's stats");
+    assert!(
+        blue_after.get(INBOUND_TLS_ERRORS) > blue_before.get(INBOUND_TLS_ERRORS),
+        "blue's sidecar saw the failed handshakes ({INBOUND_TLS_ERRORS})"
+    );
+    assert_eq!(
+        blue_after.get(INBOUND_REQUESTS),
+        blue_before.get(INBOUND_REQUESTS),
+        "no request of green's reached blue's app"
+    );
+    assert!(
+        !reply.body.contains("\"pod\""),
+        "blue's app never answered green: {}",
+        reply.body
+    );
+}
+
+/// The instances' ADS port 15012 speaks TLS only, under a certificate of the tenant's own root:
+/// a client trusting green's root cannot verify blue's instance (and the reverse), a client
+/// with the instance's own root can, and plaintext HTTP/2 gets no HTTP/2 answer.
+async fn ads_port_refuses_plaintext_and_other_roots(cluster: &Cluster, roots: &[String]) {
+    let dir = std::env::temp_dir().join(format!("meshplane-two-tenants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the roots");
+    let node = cluster.on_node().expect("the node");
+    for (i, (control, revision, namespace)) in [
+        ("meshplane-blue", "blue-v1", "shop"),
+        ("meshplane-green", "green", "garden"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let own = dir.join(format!("{revision}-own.pem"));
+        let other = dir.join(format!("{revision}-other.pem"));
+        std::fs::write(&own, &roots[i]).expect("own root");
+        std::fs::write(&other, &roots[1 - i]).expect("other root");
+        let bootstrap = Api::<ConfigMap>::namespaced(cluster.client(), namespace)
+            .get(&format!("meshplane-{revision}-bootstrap"))
+            .await
+            .expect("the bootstrap ConfigMap");
+        let envoy = bootstrap
+            .data
+            .as_ref()
+            .and_then(|d| d.get("envoy.yaml"))
+            .cloned()
+            .unwrap_or_default();
+        let server_name = server_name_of(&envoy).expect("the bootstrap names the instance (sni)");
+        let instance = cluster
+            .wait_for_ready_pods(
+                control,
+                &format!("app.kubernetes.io/name=meshplane-xds,meshplane.io/revision={revision}"),
+                1,
+                DEADLINE,
+            )
+            .await
+            .expect("instance pod");
+        let ip = pod_ip(&instance[0]).expect("the instance's address");
+        let output = node
+            .command("python3")
+            .expect("python3 on the node")
+            .args(["-c", ADS_PROBE, &ip.to_string(), "15012", &server_name])
+            .arg(&own)
+            .arg(&other)
+            .output()
+            .await
+            .expect("the ADS probe runs");
+        let report = String::from_utf8_lossy(&output.stdout).into_owned();
+        eprintln!("ADS probe of {revision}'s instance:\n{report}");
+        assert!(
+            output.status.success(),
+            "the ADS probe of {revision}: {report}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            report.contains("own-root: ok h2"),
+            "{revision}'s instance serves TLS (h2) under its own root: {report}"
+        );
+        assert!(
+            report.contains("other-root: verify-failed"),
+            "a client trusting the other tenant's root cannot verify {revision}'s instance: {report}"
+        );
+        assert!(
+            report.contains("plaintext: refused"),
+            "{revision}'s instance gives plaintext ADS no HTTP/2 answer: {report}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `sni` of the bootstrap's ADS cluster: the instance Service's host.
+fn server_name_of(envoy_yaml: &str) -> Option<String> {
+    envoy_yaml.lines().find_map(|line| {
+        let rest = line.trim().trim_start_matches('"').strip_prefix("sni")?;
+        let value = rest
+            .trim_start_matches('"')
+            .trim_start()
+            .strip_prefix(':')?;
+        let value = value
+            .trim()
+            .trim_end_matches(',')
+            .trim_matches('"')
+            .trim_matches('\'');
+        (!value.is_empty()).then(|| value.to_string())
+    })
+}
+
+/// Probes a TLS port: `own-root: ok <alpn>` or `verify-failed`, the same with the other root,
+/// and whether plaintext HTTP/2 (preface and SETTINGS) gets an HTTP/2 frame back. Every socket
+/// has a 5 s timeout.
+const ADS_PROBE: &str = r#"
+import socket, ssl, sys
+ip, port, name, own, other = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+def tls(cafile):
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection((ip, port), timeout=5) as s:
+        try:
+            with ctx.wrap_socket(s, server_hostname=name) as t:
+                return "ok " + (t.selected_alpn_protocol() or "none")
+        except ssl.SSLCertVerificationError as e:
+            return "verify-failed (" + str(e.verify_message) + ")"
+def plaintext():
+    with socket.create_connection((ip, port), timeout=5) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        data = b""
+        try:
+            while len(data) < 64:
+                chunk = s.recv(64)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+    if len(data) >= 9 and data[3] == 4:
+        return "answered with HTTP/2 " + data[:16].hex()
+    return "refused (" + (data[:8].hex() or "closed") + ")"
+print("own-root:", tls(own))
+print("other-root:", tls(other))
+print("plaintext:", plaintext())
+"#;

@@ -59,7 +59,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use meshplane_contracts::tenant_ca::{SDS_CLUSTER, TRUST_BUNDLE_SECRET, WORKLOAD_CERT_SECRET};
 use meshplane_crds::security::MtlsMode;
 
-use super::registry::Registry;
+use super::registry::{parse_outbound_cluster_name, Registry, ServiceSource};
 use super::Translated;
 use crate::model::ProxyNode;
 
@@ -73,6 +73,10 @@ pub const TRANSPORT_SOCKET_MATCH_KEY: &str = "envoy.transport_socket_match";
 /// so Istio-shaped EnvoyFilters and tools read them alike).
 pub const TLS_MODE_KEY: &str = "tlsMode";
 pub const TLS_MODE_MESH: &str = "istio";
+/// Label of a ServiceEntry endpoint that has a sidecar of the tenant (a VM or a workload the
+/// registry does not see as a Pod): `istio` turns on automatic mutual TLS to it, as Istio's
+/// `security.istio.io/tlsMode` does.
+pub const TLS_MODE_LABEL: &str = "security.meshplane.io/tlsMode";
 /// Name of the transport socket match for meshed endpoints.
 pub const MESH_TLS_MATCH: &str = "tlsMode-istio";
 /// ALPN a meshed client offers: tells the server's PERMISSIVE chains that this TLS is the mesh's,
@@ -403,26 +407,114 @@ fn is_eds(cluster: &Cluster) -> bool {
     matches!(cluster.cluster_discovery_type, Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32)
 }
 
+/// The ServiceEntry behind an outbound cluster with inline endpoints (STATIC or DNS), as the
+/// proxy in `namespace` sees it: the addresses of its endpoints labelled
+/// [`TLS_MODE_LABEL`]`: istio`, and its `subjectAltNames`.
+fn inline_entry<'a>(
+    registry: &'a Registry,
+    namespace: &str,
+    cluster_name: &str,
+) -> Option<(BTreeSet<&'a str>, &'a [String])> {
+    let (_, _, host) = parse_outbound_cluster_name(cluster_name)?;
+    let svc = registry
+        .services
+        .iter()
+        .find(|s| s.hostname == host && s.visible_from(namespace, &registry.mesh_config))?;
+    let ServiceSource::Entry {
+        endpoints,
+        subject_alt_names,
+        ..
+    } = &svc.source
+    else {
+        return None;
+    };
+    let meshed = endpoints
+        .iter()
+        .filter(|ep| ep.labels.get(TLS_MODE_LABEL).map(String::as_str) == Some(TLS_MODE_MESH))
+        .map(|ep| ep.address.as_str())
+        .collect();
+    Some((meshed, subject_alt_names.as_slice()))
+}
+
+/// Marks the inline endpoints of `cluster` whose address is in `meshed` (or a meshed pod of
+/// the tenant); whether any was marked.
+fn mark_inline_endpoints(
+    registry: &Registry,
+    meshed: &BTreeSet<&str>,
+    cluster: &mut Cluster,
+) -> bool {
+    let mut marked = false;
+    for group in cluster
+        .load_assignment
+        .iter_mut()
+        .flat_map(|cla| cla.endpoints.iter_mut())
+    {
+        for lb in &mut group.lb_endpoints {
+            let Some(HostIdentifier::Endpoint(ep)) = &lb.host_identifier else {
+                continue;
+            };
+            let Some(AddressKind::SocketAddress(sa)) =
+                ep.address.as_ref().and_then(|a| a.address.as_ref())
+            else {
+                continue;
+            };
+            if meshed.contains(sa.address.as_str())
+                || registry.meshed_addresses.contains(&sa.address)
+            {
+                lb.metadata = Some(meshed_endpoint_metadata());
+                marked = true;
+            }
+        }
+    }
+    marked
+}
+
 /// Automatic mutual TLS for one proxy: meshed endpoints are marked in every assignment, and a
-/// proxy with the agent's SDS secrets originates mutual TLS on its outbound EDS clusters to
-/// the marked endpoints (any identity of the tenant's trust domain; plaintext to the others).
+/// proxy with the agent's SDS secrets originates mutual TLS on its outbound clusters to the
+/// marked endpoints, plaintext to the others:
+/// - EDS clusters (Services, ServiceEntries selecting pods): endpoints that are pods with a
+///   sidecar of the tenant; any identity of the tenant's trust domain is accepted;
+/// - clusters with inline endpoints (STATIC and DNS ServiceEntries): endpoints labelled
+///   [`TLS_MODE_LABEL`]`: istio` (or that are meshed pods); the server must present one of the
+///   entry's `subjectAltNames` when it sets them, else any identity of the trust domain.
 pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
     for cla in &mut out.endpoints {
         mark_meshed_endpoints(registry, cla);
     }
-    if !node.sds {
-        return;
-    }
     let trust_domain = &registry.mesh_config.trust_domain;
     for cluster in out.clusters.iter_mut() {
-        if !is_eds(cluster) || !cluster.name.starts_with("outbound|") {
+        if !cluster.name.starts_with("outbound|") {
             continue;
         }
         let sni = outbound_sni(&cluster.name);
-        originate_mtls_to_meshed_endpoints(
-            cluster,
-            istio_mutual_transport_socket(trust_domain, &[], &sni),
-        );
+        if is_eds(cluster) {
+            if node.sds {
+                originate_mtls_to_meshed_endpoints(
+                    cluster,
+                    istio_mutual_transport_socket(trust_domain, &[], &sni),
+                );
+            }
+            continue;
+        }
+        if cluster.load_assignment.is_none()
+            || cluster.transport_socket.is_some()
+            || !cluster.transport_socket_matches.is_empty()
+        {
+            continue;
+        }
+        let Some((meshed, subject_alt_names)) =
+            inline_entry(registry, &node.namespace, &cluster.name)
+        else {
+            continue;
+        };
+        if mark_inline_endpoints(registry, &meshed, cluster) && node.sds {
+            let identities =
+                expected_server_identities(trust_domain, &BTreeSet::new(), subject_alt_names);
+            originate_mtls_to_meshed_endpoints(
+                cluster,
+                istio_mutual_transport_socket(trust_domain, &identities, &sni),
+            );
+        }
     }
 }
 

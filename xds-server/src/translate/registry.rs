@@ -85,6 +85,8 @@ pub enum ServiceSource {
         endpoints: Vec<WorkloadEntry>,
         /// Pods backing the entry (endpoints over EDS from their addresses).
         workload_selector: Option<BTreeMap<String, String>>,
+        /// `subjectAltNames`: the identities its servers must present under mutual TLS.
+        subject_alt_names: Vec<String>,
     },
 }
 
@@ -426,6 +428,7 @@ pub fn service_entry_models(se: &ServiceEntry) -> Vec<ServiceModel> {
                 location: spec.location,
                 endpoints: spec.endpoints.clone(),
                 workload_selector: spec.workload_selector.as_ref().map(|s| s.labels.clone()),
+                subject_alt_names: spec.subject_alt_names.clone(),
             },
         })
         .collect()
