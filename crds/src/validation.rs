@@ -14,6 +14,7 @@ use crate::networking::{
 };
 use crate::selector::Selector;
 
+pub mod security;
 pub mod traffic;
 
 pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};

@@ -159,6 +159,34 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         message.contains(r#"namespace "garden" is not a member of tenant "blue""#),
         "the control namespace is validated too: {message}"
     );
+    // PeerAuthentications are validated at admission too: settings Istio would silently
+    // ignore are refused, in a member namespace and in the control namespace.
+    let message = refused(
+        &cluster,
+        "a PeerAuthentication with portLevelMtls and no selector",
+        "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata:\n  name: ports\n  namespace: shop\nspec:\n  portLevelMtls:\n    \"8080\": {mode: STRICT}\n",
+    );
+    assert!(
+        message.contains(
+            "spec.portLevelMtls: portLevelMtls applies to the ports of selected workloads only"
+        ),
+        "the denial names the field and the rule: {message}"
+    );
+    let message = refused(
+        &cluster,
+        "a PeerAuthentication with a selector in blue's control namespace",
+        "apiVersion: security.meshplane.io/v1alpha1\nkind: PeerAuthentication\nmetadata:\n  name: web\n  namespace: meshplane-blue\nspec:\n  selector: {matchLabels: {app: web}}\n  mtls: {mode: STRICT}\n",
+    );
+    assert!(
+        message.contains(
+            "spec.selector: a policy in the tenant's control namespace applies to the whole tenant"
+        ),
+        "{message}"
+    );
+    let policies = cluster
+        .kubectl(&["get", "peerauthentications", "-A", "-o", "name"])
+        .expect("peerauthentications");
+    assert!(policies.trim().is_empty(), "nothing created: {policies}");
     // WebhooksReady comes from a real call through the API server (a dry-run probe the
     // revision's validating webhook answers), not from the Deployment's availability.
     let webhooks = wait_for("blue-v1 WebhooksReady=True", DEADLINE, || {

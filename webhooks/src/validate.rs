@@ -17,6 +17,11 @@
 //!   tenant namespaces. `tls.mode: ISTIO_MUTUAL` is refused while the tenant has no workload
 //!   identity.
 //!
+//! - `PeerAuthentication` (`security.meshplane.io`): the modes are the schema's; beyond it,
+//!   `portLevelMtls` needs a `selector`, and a `selector` in the control namespace is refused
+//!   (there the policy is tenant-wide and Istio ignores the selector): both would otherwise be
+//!   silently ignored, which for a STRICT policy means plaintext the admin did not expect.
+//!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
 
@@ -25,6 +30,7 @@ use meshplane_crds::networking::{
     DestinationRuleSpec, EnvoyFilterSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec,
     VirtualServiceSpec,
 };
+use meshplane_crds::security::PeerAuthenticationSpec;
 use meshplane_crds::validation::{self, ValidationError};
 use serde_json::Value;
 
@@ -32,6 +38,9 @@ use crate::tenant::TenantView;
 
 /// API group of the networking config.
 pub const NETWORKING_GROUP: &str = "networking.meshplane.io";
+
+/// API group of the security config.
+pub const SECURITY_GROUP: &str = "security.meshplane.io";
 
 /// The config kinds this webhook validates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,11 +57,16 @@ pub enum ConfigKind {
     DestinationRule,
     /// `Gateway`.
     Gateway,
+    /// `PeerAuthentication` (group `security.meshplane.io`).
+    PeerAuthentication,
 }
 
 impl ConfigKind {
     /// The kind for an API group and kind name, if this webhook validates it.
     pub fn from_group_kind(group: &str, kind: &str) -> Option<Self> {
+        if group == SECURITY_GROUP {
+            return (kind == "PeerAuthentication").then_some(ConfigKind::PeerAuthentication);
+        }
         if group != NETWORKING_GROUP {
             return None;
         }
@@ -76,6 +90,7 @@ impl ConfigKind {
             ConfigKind::VirtualService => "VirtualService",
             ConfigKind::DestinationRule => "DestinationRule",
             ConfigKind::Gateway => "Gateway",
+            ConfigKind::PeerAuthentication => "PeerAuthentication",
         }
     }
 }
@@ -213,6 +228,22 @@ pub fn validate_config(
                         });
                     }
                 }
+            }
+            Err(e) => violations.push(e),
+        },
+        ConfigKind::PeerAuthentication => match decode::<PeerAuthenticationSpec>(spec, kind) {
+            Ok(pa) => {
+                let namespace = object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                push_semantic(
+                    &mut violations,
+                    validation::security::validate_peer_authentication(
+                        &pa,
+                        namespace == view.control_namespace(),
+                    ),
+                );
             }
             Err(e) => violations.push(e),
         },

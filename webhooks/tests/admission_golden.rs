@@ -443,3 +443,71 @@ fn validate_answers_the_operators_probe_of_its_own_revision_only() {
     assert_eq!(probe("blue-v1", false)["response"]["allowed"], true);
     assert_eq!(probe("blue-v2", true)["response"]["allowed"], true);
 }
+
+fn peer_authentication_review(uid: &str, namespace: &str, spec: Value) -> Vec<u8> {
+    review(
+        uid,
+        ("security.meshplane.io", "v1alpha1", "PeerAuthentication"),
+        "peerauthentications",
+        namespace,
+        "CREATE",
+        json!({"apiVersion": "security.meshplane.io/v1alpha1", "kind": "PeerAuthentication",
+               "metadata": {"name": "default", "namespace": namespace}, "spec": spec}),
+    )
+}
+
+#[test]
+fn validate_peer_authentications_as_istio_does() {
+    let answer = |name: &str, uid: &str, namespace: &str, spec: Value| {
+        let reply = webhooks().validate(&peer_authentication_review(uid, namespace, spec));
+        assert_golden(name, &reply);
+        reply.body["response"]["allowed"].as_bool()
+    };
+    // A namespace-wide STRICT, a tenant-wide PERMISSIVE and a workload policy with ports pass.
+    assert_eq!(
+        answer(
+            "validate_peer_authentication_allowed",
+            "u-pa-1",
+            "shop",
+            json!({"selector": {"matchLabels": {"app": "web"}}, "mtls": {"mode": "STRICT"},
+                   "portLevelMtls": {"9090": {"mode": "DISABLE"}}}),
+        ),
+        Some(true)
+    );
+    let tenant_wide = webhooks().validate(&peer_authentication_review(
+        "u-pa-2",
+        "meshplane-blue",
+        json!({"mtls": {"mode": "STRICT"}}),
+    ));
+    assert_eq!(tenant_wide.body["response"]["allowed"], true);
+    // portLevelMtls without a selector would be ignored.
+    assert_eq!(
+        answer(
+            "validate_peer_authentication_port_level_without_selector",
+            "u-pa-3",
+            "shop",
+            json!({"mtls": {"mode": "PERMISSIVE"}, "portLevelMtls": {"8080": {"mode": "STRICT"}}}),
+        ),
+        Some(false)
+    );
+    // A selector in the control namespace would be ignored (the policy is tenant-wide).
+    assert_eq!(
+        answer(
+            "validate_peer_authentication_selector_in_control_namespace",
+            "u-pa-4",
+            "meshplane-blue",
+            json!({"selector": {"matchLabels": {"app": "web"}}, "mtls": {"mode": "STRICT"}}),
+        ),
+        Some(false)
+    );
+    // A mode that does not exist.
+    assert_eq!(
+        answer(
+            "validate_peer_authentication_unknown_mode",
+            "u-pa-5",
+            "shop",
+            json!({"mtls": {"mode": "STRICTER"}}),
+        ),
+        Some(false)
+    );
+}

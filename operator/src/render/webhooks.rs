@@ -77,7 +77,10 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
     }
     let config_rules = json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": ["serviceentries", "envoyfilters", "sidecars", "virtualservices", "destinationrules", "gateways"], "scope": "Namespaced"}]);
+            "resources": ["serviceentries", "envoyfilters", "sidecars", "virtualservices", "destinationrules", "gateways"], "scope": "Namespaced"},
+        {"apiGroups": ["security.meshplane.io"], "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["peerauthentications"], "scope": "Namespaced"}]);
     let validate = common(
         format!("{}.validate.meshplane.io", rev.revision),
         VALIDATE_PATH,
