@@ -41,6 +41,10 @@ pub struct TypeSync {
     pub awaiting_ack: bool,
     #[serde(alias = "last_nack")]
     pub last_nack: Option<NackInfo>,
+    /// The proxy rejected the latest content offered and runs on older config (or none); the
+    /// instance rolls `sent_version` back to what the proxy holds, so `last_nack` alone may be
+    /// history.
+    pub rejected: bool,
 }
 
 /// The state of a type, in the words `proxy-status` prints.
@@ -77,11 +81,7 @@ impl TypeSync {
         if !self.subscribed {
             return SyncState::Unsubscribed;
         }
-        let nacked_current = self
-            .last_nack
-            .as_ref()
-            .is_some_and(|n| self.sent_version.as_deref() == Some(n.version.as_str()));
-        if nacked_current && self.acked_version != self.sent_version {
+        if self.rejected {
             return SyncState::Nacked;
         }
         match (&self.sent_version, &self.acked_version) {
@@ -234,6 +234,7 @@ mod tests {
                 message: "bad".into(),
                 at: 0,
             }),
+            rejected: false,
         }
     }
 
@@ -247,10 +248,18 @@ mod tests {
             sync(Some("b"), Some("a"), true, None).state(),
             SyncState::Stale
         );
-        assert_eq!(
-            sync(Some("b"), Some("a"), false, Some("b")).state(),
-            SyncState::Nacked
-        );
+        // Rejected b: the instance rolls sent back to the acknowledged a and says so.
+        let rejected = TypeSync {
+            rejected: true,
+            ..sync(Some("a"), Some("a"), false, Some("b"))
+        };
+        assert_eq!(rejected.state(), SyncState::Nacked);
+        // Rejected the very first response: nothing held.
+        let first = TypeSync {
+            rejected: true,
+            ..sync(None, None, false, Some("b"))
+        };
+        assert_eq!(first.state(), SyncState::Nacked);
         // A NACK of an older version, since superseded and acknowledged, is history.
         assert_eq!(
             sync(Some("c"), Some("c"), false, Some("b")).state(),

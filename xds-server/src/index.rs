@@ -86,7 +86,8 @@ pub struct TenantIndex {
     revision: String,
     control_namespace: String,
     mesh_config: MeshConfig,
-    /// Tags pointing at this revision given on the command line (directory mode).
+    /// Tags pointing at this revision: given on the command line (directory mode), or told by
+    /// the source (Kubernetes mode, [`SourceEvent::Tags`]).
     tags: BTreeSet<String>,
     /// Gateways the operator runs for the tenant, as told by the source (Kubernetes mode);
     /// none: from the tenant's MeshControlPlanes (directory mode).
@@ -235,6 +236,9 @@ impl TenantIndex {
             SourceEvent::GatewayDeployments(mut gateways) => {
                 gateways.sort();
                 self.gateway_deployments = Some(gateways);
+            }
+            SourceEvent::Tags(tags) => {
+                self.tags = tags;
             }
             SourceEvent::Resync { namespace, kinds } => {
                 self.resync.push(PendingResync {
@@ -453,6 +457,23 @@ impl TenantIndex {
         membership::compute(&namespaces, &control_planes, &tags).tenant_members(&self.tenant)
     }
 
+    /// The names that select this revision: its own and its tags' (directory mode: also the
+    /// directory's tags that point at it).
+    fn revision_names(&self) -> BTreeSet<&str> {
+        let mut names: BTreeSet<&str> = self.tags.iter().map(String::as_str).collect();
+        names.insert(&self.revision);
+        for obj in self.objects.values() {
+            if let Object::MeshRevisionTag(tag) = obj {
+                if tag.spec.revision == self.revision {
+                    if let Some(name) = tag.metadata.name.as_deref() {
+                        names.insert(name);
+                    }
+                }
+            }
+        }
+        names
+    }
+
     fn in_tenant(&self, key: &ObjectKey) -> bool {
         key.namespace
             .as_ref()
@@ -507,7 +528,12 @@ impl TenantIndex {
         let mut keys = keyed::Keys::default();
         let mut models: Vec<(keyed::Origin, ServiceModel)> = Vec::new();
         let mut pods: Vec<&Pod> = Vec::new();
-        for (key, obj) in self.objects.iter().filter(|(k, _)| self.in_tenant(k)) {
+        let names = self.revision_names();
+        for (key, obj) in self
+            .objects
+            .iter()
+            .filter(|(k, o)| self.in_tenant(k) && config_in_revision(o, &names))
+        {
             let ns = key.namespace.clone().unwrap_or_default();
             match obj {
                 Object::Service(svc) => {
@@ -786,6 +812,32 @@ impl ConfigGenerator for TenantIndex {
 }
 
 /// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).
+/// Revision-scoped config, as Istio's `istio.io/rev` label on config: networking and security
+/// config labelled `meshplane.io/rev` is used only by the revision it names, directly or
+/// through a tag (`names`: the revision's own name and its tags'); unlabelled config is every
+/// revision's of the tenant. This is how config meant for a canary reaches only the canary.
+/// Other objects (Services, Pods, …) are facts, never scoped.
+pub fn config_in_revision(obj: &Object, names: &BTreeSet<&str>) -> bool {
+    let is_config = matches!(
+        obj,
+        Object::ServiceEntry(_)
+            | Object::Sidecar(_)
+            | Object::EnvoyFilter(_)
+            | Object::PeerAuthentication(_)
+            | Object::VirtualService(_)
+            | Object::DestinationRule(_)
+            | Object::Gateway(_)
+    );
+    if !is_config {
+        return true;
+    }
+    obj.metadata()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(meshplane_crds::names::REV_LABEL))
+        .is_none_or(|rev| names.contains(rev.as_str()))
+}
+
 fn same_objects_list(a: &[PeerAuthentication], b: &[PeerAuthentication]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {

@@ -50,9 +50,28 @@ pub enum Object {
 }
 
 impl Object {
+    /// The object's metadata.
+    pub fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        self.kind_and_metadata().1
+    }
+
     /// Kind, namespace and name of the object.
     pub fn key(&self) -> ObjectKey {
-        let (kind, meta) = match self {
+        let (kind, meta) = self.kind_and_metadata();
+        ObjectKey {
+            kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    fn kind_and_metadata(
+        &self,
+    ) -> (
+        Kind,
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) {
+        match self {
             Object::Namespace(o) => (Kind::Namespace, &o.metadata),
             Object::Service(o) => (Kind::Service, &o.metadata),
             Object::EndpointSlice(o) => (Kind::EndpointSlice, &o.metadata),
@@ -67,11 +86,6 @@ impl Object {
             Object::Secret(o) => (Kind::Secret, &o.metadata),
             Object::MeshControlPlane(o) => (Kind::MeshControlPlane, &o.metadata),
             Object::MeshRevisionTag(o) => (Kind::MeshRevisionTag, &o.metadata),
-        };
-        ObjectKey {
-            kind,
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone().unwrap_or_default(),
         }
     }
 }
@@ -123,6 +137,9 @@ pub enum SourceEvent {
     /// The tenant's operator-run gateways (Kubernetes mode: the members ConfigMap's
     /// `gateways`).
     GatewayDeployments(Vec<GatewayDeployment>),
+    /// The tags pointing at this revision (Kubernetes mode: the members ConfigMap's `tags`);
+    /// config labelled with one of them is this revision's (revision-scoped config).
+    Tags(BTreeSet<String>),
     /// The relist announced by the last `Resync` is complete.
     Synced,
     /// The source has delivered its initial state: proxies may be answered (readiness).

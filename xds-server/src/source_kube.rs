@@ -198,6 +198,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
     let mut gateways: Option<Vec<GatewayDeployment>> = None;
     // TLS Secrets are read only where a gateway of the tenant runs (credentialName).
     let mut secret_watchers: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut tags: Option<BTreeSet<String>> = None;
     let mut ready_spawned = false;
     while let Some(event) = stream.next().await {
         let seen_gateways = match &event {
@@ -251,6 +252,19 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
                 .await
                 .is_err()
             {
+                break;
+            }
+        }
+        let seen_tags = match &event {
+            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => {
+                read_members(cm).ok().map(|m| m.tags)
+            }
+            _ => None,
+        };
+        if let Some(t) = seen_tags.filter(|t| tags.as_ref() != Some(t)) {
+            tracing::info!(tags = ?t, "tags of the revision changed");
+            tags = Some(t.clone());
+            if batch_tx.send(vec![SourceEvent::Tags(t)]).await.is_err() {
                 break;
             }
         }

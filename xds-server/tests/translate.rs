@@ -1241,3 +1241,49 @@ fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_m
         .iter()
         .all(|c| c.transport_socket_matches.is_empty()));
 }
+
+#[test]
+fn config_labelled_for_a_revision_reaches_only_that_revision_and_its_tags() {
+    let filter = |name: &str, label: Option<&str>, seconds: u32| {
+        let labels = label
+            .map(|l| format!(", labels: {{meshplane.io/rev: {l}}}"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {{name: {name}, namespace: shop{labels}}}\nspec:\n  configPatches:\n  - applyTo: CLUSTER\n    match: {{cluster: {{name: BlackHoleCluster}}}}\n    patch: {{operation: MERGE, value: {{connectTimeout: {seconds}s}}}}\n---\n"
+        )
+    };
+    // Applied in creation order, then by name: a, b, c, d; the last that applies wins.
+    let filters = [
+        filter("a-everyone", None, 1),
+        filter("b-this-revision", Some(REVISION), 2),
+        filter("c-through-the-tag", Some("acme-stable"), 3),
+        filter("d-the-canary", Some("blue-v2"), 4),
+    ]
+    .concat();
+    let mut index = index_with(&[BASE, &filters]);
+    let timeout = |index: &TenantIndex| {
+        decode_all::<Cluster>(&index.render_proxy(&web_proxy()).clusters)
+            .into_iter()
+            .find(|c| c.name == "BlackHoleCluster")
+            .and_then(|c| c.connect_timeout)
+            .map(|d| d.seconds)
+    };
+    // Without tags: the unlabelled filter and this revision's; never another revision's.
+    assert_eq!(timeout(&index), Some(2));
+    // A tag pointing here brings the config labelled with the tag.
+    let change = index.apply(SourceEvent::Tags(BTreeSet::from([
+        "acme-stable".to_string()
+    ])));
+    assert_eq!(change.kind, ChangeKind::Config);
+    assert_eq!(timeout(&index), Some(3));
+    // The tag moved away: its config goes with it.
+    let change = index.apply(SourceEvent::Tags(BTreeSet::new()));
+    assert_eq!(change.kind, ChangeKind::Config);
+    assert_eq!(timeout(&index), Some(2));
+    // The canary's own view: only its filter and the unlabelled one.
+    let mut canary = TenantIndex::new(TENANT, "blue-v2", CONTROL_NS, MeshConfig::default());
+    feed(&mut canary, &[BASE, &filters]);
+    // Members as the Kubernetes source tells them (shop is labelled for revision blue).
+    canary.apply(SourceEvent::Members(BTreeSet::from(["shop".to_string()])));
+    assert_eq!(timeout(&canary), Some(4));
+}

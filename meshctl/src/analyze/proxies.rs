@@ -19,11 +19,11 @@ pub fn check(state: &MeshState, instances: &[Instance]) -> Vec<Finding> {
                 if t.state() != SyncState::Nacked {
                     continue;
                 }
-                let nack = t
+                let (version, nack) = t
                     .last_nack
                     .as_ref()
-                    .map(|n| n.message.as_str())
-                    .unwrap_or_default();
+                    .map(|n| (n.version.as_str(), n.message.as_str()))
+                    .unwrap_or(("?", ""));
                 let object = match &p.pod_name {
                     Some(pod) => format!("Pod {}/{pod}", p.namespace),
                     None => format!("Proxy {}", p.id),
@@ -33,10 +33,7 @@ pub fn check(state: &MeshState, instances: &[Instance]) -> Vec<Finding> {
                     object,
                     format!(
                         "its proxy rejected {} version {} from instance {} (revision {}): {nack}",
-                        t.type_name,
-                        t.sent_version.as_deref().unwrap_or("?"),
-                        i.pod,
-                        i.revision
+                        t.type_name, version, i.pod, i.revision
                     ),
                 ));
             }

@@ -99,7 +99,7 @@ fn health(input: &BatchInput<'_>) -> Result<(), (bool, GateResult)> {
                 .iter()
                 .find_map(|t| t.current_nack().map(|n| (t, n)))
             {
-                let message: String = nack.message.chars().take(300).collect();
+                let message = clip_nack(&nack.message);
                 return Err((
                     true,
                     result(
@@ -234,6 +234,25 @@ fn health(input: &BatchInput<'_>) -> Result<(), (bool, GateResult)> {
         ));
     }
     Ok(())
+}
+
+/// Longest NACK message quoted in a gate result.
+const MAX_NACK_MESSAGE: usize = 300;
+
+/// An Envoy rejection as one line of at most [`MAX_NACK_MESSAGE`] characters. Envoy puts the
+/// offending resource's proto dump first and the reason last, so a long message keeps its
+/// beginning (which resource) and its end (why).
+fn clip_nack(message: &str) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= MAX_NACK_MESSAGE {
+        return line;
+    }
+    let head: String = chars[..80].iter().collect();
+    let tail: String = chars[chars.len() - (MAX_NACK_MESSAGE - 81)..]
+        .iter()
+        .collect();
+    format!("{head}…{tail}")
 }
 
 fn percent(part: i64, whole: i64) -> f64 {
@@ -379,10 +398,59 @@ pub fn evaluate(input: &BatchInput<'_>) -> Verdict {
             failed => failed,
         };
     };
+    // Envoy publishes request durations at its stats flush (every 5 s), counters at once: with
+    // enough requests but no duration yet, the latency is unknown, not fine.
+    let min = input.settings.min_requests;
+    let judged = input
+        .before
+        .is_some_and(|b| b.requests >= min && b.mean_latency_ms.is_some());
+    if judged && after_figures.requests >= min && after_figures.mean_latency_ms.is_none() {
+        let gate = result(
+            gate::LATENCY,
+            false,
+            format!(
+                "{} requests served, their durations not published by the proxies yet",
+                after_figures.requests
+            ),
+        );
+        return match timed_out(gate, after) {
+            Verdict::Waiting { gate, after, .. } => Verdict::Waiting {
+                gate,
+                healthy_since: Some(healthy_since),
+                after,
+            },
+            failed => failed,
+        };
+    }
     let gate = traffic_gates(input.before, &after_figures, input.settings);
     if gate.passed {
         Verdict::Passed { gate, after }
     } else {
         Verdict::Failed { gate, after }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_envoy_rejection_keeps_the_resource_and_the_reason_on_one_line() {
+        let dump = "  lb_endpoints {\n    endpoint { address { socket_address { port_value: 8080 } } }\n  }\n".repeat(20);
+        let message = format!(
+            "goo.gle/debugproto  \nname: \"PassthroughCluster\"\ntype: ORIGINAL_DST\n{dump}: Proto constraint validation failed (ClusterValidationError.ConnectTimeout: value must be greater than 0s)"
+        );
+        let clipped = clip_nack(&message);
+        assert!(clipped.chars().count() <= MAX_NACK_MESSAGE, "{clipped}");
+        assert!(!clipped.contains('\n'));
+        assert!(
+            clipped.contains("name: \"PassthroughCluster\""),
+            "{clipped}"
+        );
+        assert!(
+            clipped.ends_with("ConnectTimeout: value must be greater than 0s)"),
+            "{clipped}"
+        );
+        assert_eq!(clip_nack("short\nreason"), "short reason");
     }
 }

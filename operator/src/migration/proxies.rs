@@ -25,25 +25,28 @@ pub struct TypeSync {
     pub acked_version: Option<String>,
     pub awaiting_ack: bool,
     pub last_nack: Option<Nack>,
+    /// The proxy rejected the latest content it was offered and runs on older config (or
+    /// none); `last_nack` alone may be history.
+    pub rejected: bool,
 }
 
 impl TypeSync {
-    /// The NACK of the version last sent, if the proxy rejected it (a NACK of an older version
-    /// since superseded by an acknowledged one is history).
+    /// The NACK the proxy stands on: it rejected the latest content offered (the instance
+    /// rolls `sent_version` back to what the proxy still holds, so the rejected version is only
+    /// in the NACK). A NACK since superseded by newer content is history.
     pub fn current_nack(&self) -> Option<&Nack> {
-        self.last_nack.as_ref().filter(|n| {
-            self.subscribed
-                && self.sent_version.as_deref() == Some(n.version.as_str())
-                && self.acked_version != self.sent_version
-        })
+        self.last_nack
+            .as_ref()
+            .filter(|_| self.subscribed && self.rejected)
     }
 
-    /// Whether the proxy holds what was last sent (or nothing was sent yet of a type it does
-    /// not subscribe to).
+    /// Whether the proxy holds what was last sent, and did not reject the latest content (or
+    /// does not subscribe to the type).
     pub fn synced(&self) -> bool {
         !self.subscribed
             || (self.sent_version.is_some()
                 && !self.awaiting_ack
+                && !self.rejected
                 && self.sent_version == self.acked_version)
     }
 }
@@ -72,23 +75,32 @@ mod tests {
             "pod_name":"web-1","protocol":"delta","config_bytes":2800,
             "types":[{"type":"cds","subscribed":true,"sent_version":"v1","acked_version":"v1",
                       "awaiting_ack":false,"last_nack":null,"resources":[]},
-                     {"type":"lds","subscribed":true,"sent_version":"v2","acked_version":"v1",
-                      "awaiting_ack":false,"last_nack":{"version":"v2","message":"bad filter","at":1}}]}]"#;
+                     {"type":"lds","subscribed":true,"sent_version":"v1","acked_version":"v1",
+                      "awaiting_ack":false,"last_nack":{"version":"v2","message":"bad filter","at":1},
+                      "rejected":true},
+                     {"type":"rds","subscribed":true,"sent_version":null,"acked_version":null,
+                      "awaiting_ack":false,"last_nack":{"version":"r1","message":"bad route","at":1},
+                      "rejected":true}]}]"#;
         let proxies = parse_debug_proxies(body).expect("decodes");
         assert_eq!(proxies[0].pod_name.as_deref(), Some("web-1"));
-        let [cds, lds] = proxies[0].types.as_slice() else {
-            panic!("two types")
+        let [cds, lds, rds] = proxies[0].types.as_slice() else {
+            panic!("three types")
         };
         assert!(cds.synced() && cds.current_nack().is_none());
+        // Rejected v2 while holding the acknowledged v1: not synced, NACKed.
         assert!(!lds.synced());
         assert_eq!(
             lds.current_nack().map(|n| n.message.as_str()),
             Some("bad filter")
         );
-        // Superseded by an acknowledged version: history, not a current NACK.
+        // Rejected its very first response: nothing held, NACKed.
+        assert!(!rds.synced());
+        assert_eq!(rds.current_nack().map(|n| n.version.as_str()), Some("r1"));
+        // Superseded by newer, acknowledged content: history, not a current NACK.
         let healed = TypeSync {
             sent_version: Some("v3".into()),
             acked_version: Some("v3".into()),
+            rejected: false,
             ..lds.clone()
         };
         assert!(healed.synced() && healed.current_nack().is_none());

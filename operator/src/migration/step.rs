@@ -118,10 +118,18 @@ pub fn namespaces_to_observe(status: &MeshRevisionMigrationStatus) -> Vec<(Strin
 
 fn progress(status: &MeshRevisionMigrationStatus) -> Option<String> {
     let n = status.batches.len();
+    // The running batch, else the one that failed (marked RolledBack once the rollback ends),
+    // else how many passed.
     let current = status
         .batches
         .iter()
         .position(|b| matches!(b.phase, BatchPhase::Gating | BatchPhase::Failed))
+        .or_else(|| {
+            status
+                .batches
+                .iter()
+                .rposition(|b| b.phase == BatchPhase::RolledBack)
+        })
         .map(|i| i + 1)
         .unwrap_or_else(|| {
             status

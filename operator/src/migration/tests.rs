@@ -272,8 +272,10 @@ fn a_nack_fails_the_batch_at_once_and_the_rollback_restarts_it_on_the_old_revisi
     proxy.types.push(TypeSync {
         type_name: "lds".into(),
         subscribed: true,
-        sent_version: Some("v9".into()),
+        // What the instance reports after a first response was rejected: nothing held.
+        sent_version: None,
         acked_version: None,
+        rejected: true,
         last_nack: Some(Nack {
             version: "v9".into(),
             message: "Didn't find a registered implementation for 'envoy.filters.http.nope'".into(),
@@ -326,6 +328,8 @@ fn a_nack_fails_the_batch_at_once_and_the_rollback_restarts_it_on_the_old_revisi
     assert_eq!(s.status.phase, MigrationPhase::RolledBack);
     assert_eq!(s.status.batches[0].phase, BatchPhase::RolledBack);
     assert_eq!(s.status.batches[1].phase, BatchPhase::Pending);
+    // `kubectl get mrm` keeps showing the batch that failed.
+    assert_eq!(s.status.progress.as_deref(), Some("1/2"));
     assert_eq!(s.status.rollback_completed_at, Some(at(8).to_string()));
     assert!(s
         .status
@@ -417,4 +421,48 @@ fn the_traffic_gates_compare_with_before() {
     let thin = traffic_gates(Some(&before), &fig(5, 5, 90.0), &settings);
     assert!(thin.passed && thin.message.contains("too thin"));
     let _ = SignedDuration::ZERO;
+}
+
+#[test]
+fn requests_without_published_durations_wait_on_latency_until_they_appear() {
+    let spec = spec(
+        serde_json::json!({"order": ["shop"], "gates": {"observeSeconds": 2, "minRequests": 10}}),
+    );
+    let status = batch_one_restarted(&spec);
+    let r1 = at(1).to_string();
+    // Counted but not flushed: Envoy publishes request durations only at its stats flush.
+    let unflushed = Some(ProxyTraffic {
+        requests: 40.0,
+        errors: 0.0,
+        time_sum_ms: 0.0,
+        time_count: 0.0,
+    });
+    let mut w = world(
+        3,
+        "blue-v2",
+        vec![web("shop", Some(&r1), "blue-v2", unflushed)],
+    );
+    w.target_proxies = Ok(vec![synced_proxy("shop", "web-blue-v2")]);
+    let s = step(&spec, Some(&status), &w);
+    assert_eq!(
+        s.status.batches[0].gate.as_ref().map(|g| g.gate.as_str()),
+        Some(gate::OBSERVE)
+    );
+    w.now = at(6);
+    let s = step(&spec, Some(&s.status), &w);
+    let waiting = s.status.batches[0].gate.clone().expect("a gate");
+    assert_eq!(s.status.batches[0].phase, BatchPhase::Gating);
+    assert_eq!(waiting.gate, gate::LATENCY, "{waiting:?}");
+    assert!(waiting.message.contains("not published"), "{waiting:?}");
+    // Flushed: judged, and passed.
+    let flushed = vec![web("shop", Some(&r1), "blue-v2", traffic(40.0, 0.0, 2.1))];
+    let mut w = world(8, "blue-v2", flushed);
+    w.target_proxies = Ok(vec![synced_proxy("shop", "web-blue-v2")]);
+    let s = step(&spec, Some(&s.status), &w);
+    assert_eq!(
+        s.status.batches[0].phase,
+        BatchPhase::Passed,
+        "{:?}",
+        s.status.message
+    );
 }

@@ -83,6 +83,8 @@ pub fn unknown_builtin_fields(
         ("events.k8s.io", "v1", "Event") => typed!(api::events::v1::Event),
         ("apps", "v1", "Deployment") => typed!(api::apps::v1::Deployment),
         ("apps", "v1", "ReplicaSet") => typed!(api::apps::v1::ReplicaSet),
+        ("apps", "v1", "StatefulSet") => typed!(api::apps::v1::StatefulSet),
+        ("apps", "v1", "DaemonSet") => typed!(api::apps::v1::DaemonSet),
         ("discovery.k8s.io", "v1", "EndpointSlice") => typed!(api::discovery::v1::EndpointSlice),
         ("policy", "v1", "PodDisruptionBudget") => typed!(api::policy::v1::PodDisruptionBudget),
         ("rbac.authorization.k8s.io", "v1", "Role") => typed!(api::rbac::v1::Role),

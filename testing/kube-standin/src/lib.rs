@@ -50,7 +50,9 @@
 //! - no aggregated discovery (kubectl falls back to `/apis`); OpenAPI v3 documents list
 //!   operations only, without schemas (enough for `kubectl apply` to pick server-side field
 //!   validation; `kubectl explain` shows no fields; `/openapi/v2` is 404);
-//! - `kubectl get all` covers pods, services, deployments and replicasets only;
+//! - `kubectl get all` covers pods, services, deployments, replicasets, statefulsets and
+//!   daemonsets only; StatefulSets and DaemonSets are stored and served, but no controller runs
+//!   them (the pod runner runs Deployments only);
 //! - list semantics of server-side apply: lists of objects that all have a `name` merge by
 //!   name (also in custom resources, where the real server treats unmarked lists as atomic);
 //! - no version conversion: all served versions of a CRD share one stored object;

@@ -131,6 +131,16 @@ const BUILTINS: &[Builtin] = &[
         true,
     ),
     b(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        true,
+        &["sts"],
+        true,
+    ),
+    b("apps", "v1", "DaemonSet", "daemonsets", true, &["ds"], true),
+    b(
         "discovery.k8s.io",
         "v1",
         "EndpointSlice",
@@ -300,7 +310,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             // `kubectl get all` lists the kinds in category "all".
             categories: if matches!(
                 b.plural,
-                "pods" | "services" | "deployments" | "replicasets"
+                "pods" | "services" | "deployments" | "replicasets" | "statefulsets" | "daemonsets"
             ) {
                 vec!["all".into()]
             } else {

@@ -162,6 +162,12 @@ impl TypeTracker {
     pub fn last_nack(&self) -> Option<&Nack> {
         self.last_nack.as_ref()
     }
+    /// Whether the proxy rejected the latest content it was offered of this type and nothing
+    /// newer has been offered since: it runs on older config (or none) until the content
+    /// changes. [`Self::last_nack`] alone is history; this is the current state.
+    pub fn rejected(&self) -> bool {
+        self.nack_block.is_some()
+    }
     /// Whether a response waits for its ACK.
     pub fn awaiting_ack(&self) -> bool {
         self.pending.is_some()

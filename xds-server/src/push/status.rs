@@ -21,6 +21,9 @@ pub struct TypeStatus {
     pub acked_version: Option<String>,
     pub awaiting_ack: bool,
     pub last_nack: Option<Nack>,
+    /// The proxy rejected the latest content offered and holds older config (or none) until
+    /// the content changes ([`TypeTracker::rejected`]); `last_nack` may be history.
+    pub rejected: bool,
     /// Name → version of what the proxy holds.
     pub resources: Vec<(String, String)>,
 }
@@ -45,6 +48,7 @@ pub(super) struct TypeState {
     acked_version: Option<String>,
     awaiting_ack: bool,
     last_nack: Option<Nack>,
+    rejected: bool,
     held: Arc<ResourceMap>,
 }
 
@@ -56,6 +60,7 @@ impl TypeState {
             acked_version: t.acked_version().map(str::to_string),
             awaiting_ack: t.awaiting_ack(),
             last_nack: t.last_nack().cloned(),
+            rejected: t.rejected(),
             held: Arc::clone(t.held_map()),
         }
     }
@@ -68,6 +73,7 @@ impl TypeState {
             acked_version: self.acked_version.clone(),
             awaiting_ack: self.awaiting_ack,
             last_nack: self.last_nack.clone(),
+            rejected: self.rejected,
             resources: if with_resources {
                 self.held
                     .iter()
