@@ -259,8 +259,11 @@ async fn instance_proxies(
             "/api/v1/namespaces/{namespace}/pods/{name}:{}/proxy/debug/proxies",
             ports::HTTP_MONITORING
         );
-        let text = get_text(client, &path)
+        let text = tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path))
             .await
+            .map_err(|_| {
+                format!("instance {namespace}/{name}: no answer within {STATS_READ_TIMEOUT:?}")
+            })?
             .map_err(|e| format!("instance {namespace}/{name}: {e}"))?;
         out.extend(
             parse_debug_proxies(&text)
@@ -273,6 +276,11 @@ async fn instance_proxies(
     Ok(out)
 }
 
+/// How long one read through `pods/proxy` (an instance's proxy list, a proxy's statistics) may
+/// take: the client retries a 503 (a pod that does not answer) with backoff, which must not
+/// hold up the gates of the whole batch.
+const STATS_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A proxy's inbound statistics through the readiness listener (contract 6).
 async fn proxy_traffic(client: &Client, namespace: &str, pod: &str) -> Option<ProxyTraffic> {
     let path = format!(
@@ -280,8 +288,9 @@ async fn proxy_traffic(client: &Client, namespace: &str, pod: &str) -> Option<Pr
         ports::PROXY_READY,
         meshplane_contracts::bootstrap::STATS_PATH
     );
-    get_text(client, &path)
+    tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path))
         .await
+        .ok()?
         .ok()
         .map(|t| parse_prometheus(&t))
 }
@@ -381,7 +390,9 @@ async fn namespace_workloads(
     for (mut w, addresses) in out {
         if with_stats {
             for (pod, (name, ip)) in w.pods.iter_mut().zip(addresses) {
-                if pod.revision.is_some() && ip.is_some() {
+                // A pod not Ready yet has no statistics worth reading (its proxy may not even
+                // listen), and the gates judge traffic only once every pod is Ready.
+                if pod.ready && pod.revision.is_some() && ip.is_some() {
                     pod.traffic = proxy_traffic(client, namespace, &name).await;
                 }
             }
