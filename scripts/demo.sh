@@ -4,6 +4,7 @@
 # pod runner, which gives every pod its own network namespace and address and runs its
 # containers as local processes), installs meshplane with kubectl, then walks through two
 # tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
+# mutual TLS (the caller's SPIFFE id, green's refused handshake under STRICT),
 # a canary and a tag move, and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
 # network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
@@ -156,6 +157,42 @@ k label namespace intruder meshplane.io/rev=green
 k wait --for=jsonpath='{.status.rejected.count}'=1 meshcontrolplane/green --timeout=$WAIT
 show "$KUBECTL" get meshcontrolplane green -o jsonpath='{.status.rejected.namespaces}'
 echo
+
+bold "5b. Mutual TLS: web sees the client's SPIFFE id; under STRICT, green cannot even complete a handshake"
+say "each tenant's CA issued its pods' certificates; web's sidecar forwards the caller's verified identity:"
+in_pod "$client_ns" curl -s http://web.shop.svc.cluster.local:8080/ | grep -o 'URI=spiffe://[^";]*' \
+  || die "web did not see the client's SPIFFE id"
+web_ip=$("$KUBECTL" -n shop get pods -l app=web -o jsonpath='{.items[0].status.podIP}')
+k apply --server-side -f - <<YAML
+apiVersion: security.meshplane.io/v1alpha1
+kind: PeerAuthentication
+metadata: {name: default, namespace: shop}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: ServiceEntry
+metadata: {name: blue-web, namespace: garden}
+spec:
+  hosts: [blue-web.example.com]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: $web_ip, labels: {security.meshplane.io/tlsMode: istio}}]
+YAML
+say "green's client, pointed at blue's web ($web_ip) as if it were a meshed endpoint of green, gets a 503:"
+fail_stat='cluster.outbound|8080||blue-web.example.com.ssl.fail_verify_error'
+failed() { ip netns exec "$green_ns" curl -s http://127.0.0.1:15000/stats | grep -F "$fail_stat: " | awk '{print $2}'; }
+for _ in $(seq 60); do
+  ip netns exec "$green_ns" curl -s -o /dev/null -H 'Host: blue-web.example.com' "http://$web_ip:8080/" || true
+  [ "$(failed)" -ge 1 ] 2>/dev/null && break
+  sleep 1
+done
+in_pod "$green_ns" curl -s -o /dev/null -w 'HTTP %{http_code}\n' -H 'Host: blue-web.example.com' "http://$web_ip:8080/"
+say "because blue's certificate does not chain to green's root (green's sidecar stats):"
+in_pod "$green_ns" curl -s http://127.0.0.1:15000/stats | grep -F "$fail_stat"
+[ "$(failed)" -ge 1 ] 2>/dev/null || die "no failed verification in green's proxy"
+k -n garden delete serviceentry blue-web
+k -n shop delete peerauthentication default
 
 bold "6. Canary blue-v2, move shop to it, then move the tag"
 k apply --server-side -f config/samples/blue-v2.yaml
