@@ -65,12 +65,18 @@ pub enum CertError {
     BadChain(String),
 }
 
-/// When to renew a certificate valid from `not_before` to `not_after`; `jitter` in [-1, 1].
+/// When to renew a certificate valid from `not_before` to `not_after`, received at
+/// `received`; `jitter` in [-1, 1]. The life counts from when the certificate arrived, not
+/// from `not_before`: the CA backdates `not_before` (5 minutes, for clock skew), and counting
+/// from it would put the renewal of a short-lived certificate in the past, re-issuing it in a
+/// loop.
 pub fn renew_at(
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
+    received: OffsetDateTime,
     jitter: f64,
 ) -> OffsetDateTime {
+    let not_before = not_before.max(received.min(not_after));
     let lifetime = not_after - not_before;
     let share = RENEW_FRACTION + RENEW_JITTER * jitter.clamp(-1.0, 1.0);
     not_before + lifetime * share
@@ -159,6 +165,7 @@ pub async fn keep_certificate(
                 let at = renew_at(
                     cert.not_before,
                     cert.not_after,
+                    OffsetDateTime::now_utc(),
                     rand::random_range(-1.0..=1.0),
                 );
                 tracing::info!(identity = %cert.identity, not_after = %cert.not_after, renew_at = %at, "workload certificate issued");
@@ -216,15 +223,45 @@ mod tests {
     fn renewal_is_at_about_half_life() {
         let from = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let to = from + time::Duration::hours(24);
-        assert_eq!(renew_at(from, to, 0.0), from + time::Duration::hours(12));
-        let early = renew_at(from, to, -1.0);
-        let late = renew_at(from, to, 1.0);
+        assert_eq!(
+            renew_at(from, to, from, 0.0),
+            from + time::Duration::hours(12)
+        );
+        let early = renew_at(from, to, from, -1.0);
+        let late = renew_at(from, to, from, 1.0);
         assert!(
             early > from + time::Duration::hours(9) && early < from + time::Duration::hours(11)
         );
         assert!(late > from + time::Duration::hours(13) && late < from + time::Duration::hours(15));
         // Out-of-range jitter is clamped, never past expiry.
-        assert_eq!(renew_at(from, to, 7.0), late);
+        assert_eq!(renew_at(from, to, from, 7.0), late);
+    }
+
+    #[test]
+    fn a_short_lived_backdated_certificate_is_renewed_in_the_future() {
+        // A 60 s certificate whose not_before the CA set 5 minutes back.
+        let received = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let not_before = received - time::Duration::minutes(5);
+        let not_after = received + time::Duration::seconds(60);
+        let at = renew_at(not_before, not_after, received, 0.0);
+        assert_eq!(at, received + time::Duration::seconds(30));
+        for jitter in [-1.0, 1.0] {
+            let at = renew_at(not_before, not_after, received, jitter);
+            assert!(
+                at > received && at < not_after,
+                "{at} in ({received}, {not_after})"
+            );
+        }
+        // Received after expiry (a stalled agent): renew at once, never in a loop of waits.
+        assert_eq!(
+            renew_at(
+                not_before,
+                not_after,
+                not_after + time::Duration::seconds(1),
+                0.0
+            ),
+            not_after
+        );
     }
 
     #[test]
