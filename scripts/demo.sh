@@ -5,7 +5,7 @@
 # containers as local processes), installs meshplane with kubectl, then walks through two
 # tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
 # mutual TLS (the caller's SPIFFE id, green's refused handshake under STRICT),
-# a canary and a tag move, and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
+# a canary migrated by a health-gated MeshRevisionMigration (one rolled back by itself), and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
 # network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -194,15 +194,36 @@ in_pod "$green_ns" curl -s http://127.0.0.1:15000/stats | grep -F "$fail_stat"
 k -n garden delete serviceentry blue-web
 k -n shop delete peerauthentication default
 
-bold "6. Canary blue-v2, move shop to it, then move the tag"
+bold "6. Canary blue-v2, rolled out by a health-gated MeshRevisionMigration (and rolled back by one)"
 k apply --server-side -f config/samples/blue-v2.yaml
 k wait --for=condition=Ready meshcontrolplane/blue-v2 --timeout=$WAIT
-k label namespace shop meshplane.io/rev=blue-v2 --overwrite
-k -n shop rollout restart deployment/web
-k -n shop rollout status deployment/web --timeout=$WAIT
-k -n shop get pods -l app=web -o "jsonpath={range .items[*]}{.metadata.name}{' injected by '}{.metadata.annotations.sidecar\.meshplane\.io/revision}{'\n'}{end}"
-k label namespace shop meshplane.io/rev=blue-stable --overwrite
-k patch meshrevisiontag blue-stable --type merge -p '{"spec":{"revision":"blue-v2"}}'
+say "first with a broken canary config: an EnvoyFilter only blue-v2 uses (label meshplane.io/rev), which Envoy rejects"
+cat >"$WORK/broken-canary.yaml" <<'YAML'
+apiVersion: networking.meshplane.io/v1alpha1
+kind: EnvoyFilter
+metadata: {name: v2-only, namespace: shop, labels: {meshplane.io/rev: blue-v2}}
+spec:
+  configPatches:
+    - applyTo: CLUSTER
+      match: {cluster: {name: PassthroughCluster}}
+      patch: {operation: MERGE, value: {connect_timeout: 0s}}
+---
+apiVersion: meshplane.io/v1alpha1
+kind: MeshRevisionMigration
+metadata: {name: blue-stable-to-v2-broken}
+spec: {tag: blue-stable, revision: blue-v2, order: [shop], gates: {timeoutSeconds: 120}}
+YAML
+k apply --server-side -f "$WORK/broken-canary.yaml"
+k wait --for=jsonpath='{.status.phase}'=RolledBack mrm/blue-stable-to-v2-broken --timeout=$WAIT
+k get mrm
+say "the failed gate, with Envoy's own reason, and how long the way back to blue-v1 took:"
+show "$KUBECTL" get mrm blue-stable-to-v2-broken -o jsonpath='{.status.message}{"\n"}'
+say "fixed: the filter goes, and the sample migration moves the tag and restarts shop on blue-v2, gated on health"
+k -n shop delete envoyfilter v2-only
+k apply --server-side -f config/samples/migration.yaml
+k wait --for=jsonpath='{.status.phase}'=Succeeded mrm/blue-stable-to-v2 --timeout=$WAIT
+k get mrm
+k -n shop get pods -o "jsonpath={range .items[*]}{.metadata.name}{' injected by '}{.metadata.annotations.sidecar\.meshplane\.io/revision}{'\n'}{end}"
 k get meshrevisiontags
 
 bold "7. Where things stand"
@@ -213,8 +234,7 @@ say "every proxy of every revision, with its sync state per xDS type:"
 show "$BIN_DIR/meshctl" proxy-status
 say "where each tag points and which pods run behind it:"
 show "$BIN_DIR/meshctl" tag list
-say "what meshctl analyze finds: shop's client still runs blue-v1's sidecar although the tag moved"
-say "to blue-v2 (until restarted), and intruder asks for green from outside green's selector:"
+say "what meshctl analyze finds: intruder asks for green from outside green's selector:"
 rc=0
 show "$BIN_DIR/meshctl" analyze || rc=$?
 [ "$rc" = 3 ] || die "meshctl analyze exited $rc, expected 3 (findings at error level)"
