@@ -107,6 +107,12 @@ pub fn workload_restarter(revision: &str) -> String {
     format!("meshplane-{revision}-restarter")
 }
 
+/// Role (and RoleBinding) in the namespace of a revision's ingress gateway letting its instance
+/// read the Secrets that Gateways name by `credentialName`.
+pub fn gateway_credential_reader(revision: &str) -> String {
+    format!("meshplane-{revision}-gateway-credentials")
+}
+
 /// Cluster-scoped RBAC objects of a revision (Shared mode reads, webhook self-management).
 pub fn cluster_role(revision: &str) -> String {
     format!("meshplane-{revision}")

@@ -719,6 +719,35 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         "edge"
     );
     find(Kind::ServiceAccount, "meshplane-blue", "edge");
+    // The instance may read Secrets (credentialName) in the gateway's namespace, and only there.
+    let reader = names::gateway_credential_reader("blue-v1");
+    let role = find(Kind::Role, "meshplane-blue", &reader);
+    assert_eq!(
+        role.body["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+    );
+    let binding = find(Kind::RoleBinding, "meshplane-blue", &reader);
+    assert_eq!(binding.body["roleRef"]["name"], reader);
+    assert_eq!(
+        binding.body["subjects"][0]["name"],
+        names::instance_name("blue-v1")
+    );
+    let grants_secrets = |objects: &[render::DesiredObject]| -> Vec<String> {
+        objects
+            .iter()
+            .filter(|o| matches!(o.key.kind, Kind::Role | Kind::ClusterRole))
+            .filter(|o| o.body["rules"].to_string().contains("\"secrets\""))
+            .map(|o| format!("{:?} {:?}/{}", o.key.kind, o.key.namespace, o.key.name))
+            .collect()
+    };
+    assert_eq!(
+        grants_secrets(&objects),
+        [format!("Role Some(\"meshplane-blue\")/{reader}")]
+    );
+    assert!(
+        grants_secrets(&render_of(&cps[0], &m, &Observed::default())).is_empty(),
+        "no gateway, no Secret read"
+    );
     // The control namespace is no member, but the gateway there needs the bootstrap.
     find(
         Kind::ConfigMap,
@@ -764,6 +793,11 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
     assert!(!in_shop.iter().any(|o| o.key.kind == Kind::ConfigMap
         && o.key.namespace.as_deref() == Some("meshplane-blue")
         && o.key.name == "meshplane-blue-v1-bootstrap"));
+    assert_eq!(
+        grants_secrets(&in_shop),
+        [format!("Role Some(\"shop\")/{reader}")],
+        "Secrets are read where the gateway runs"
+    );
 
     // In another tenant's namespace: nothing is run there, and the status says why.
     let foreign = with_gateway(&cps[0], Some("bank"));

@@ -16,11 +16,6 @@ pub trait TenantView: Send + Sync {
     fn contains(&self, namespace: &str) -> bool {
         namespace == self.control_namespace() || self.is_member(namespace)
     }
-
-    /// Whether the tenant has workload identity, so `ISTIO_MUTUAL` can apply.
-    fn mutual_tls(&self) -> bool {
-        false
-    }
 }
 
 /// A fixed membership: for tests and for the standalone (directory) mode.
@@ -32,8 +27,6 @@ pub struct StaticTenant {
     pub control_namespace: String,
     /// The member namespaces.
     pub members: BTreeSet<String>,
-    /// Whether the tenant has workload identity.
-    pub mutual_tls: bool,
 }
 
 impl StaticTenant {
@@ -47,14 +40,7 @@ impl StaticTenant {
             tenant: tenant.into(),
             control_namespace: control_namespace.into(),
             members: members.into_iter().map(Into::into).collect(),
-            mutual_tls: false,
         }
-    }
-
-    /// The same tenant with or without workload identity.
-    pub fn with_mutual_tls(mut self, on: bool) -> Self {
-        self.mutual_tls = on;
-        self
     }
 }
 
@@ -69,9 +55,5 @@ impl TenantView for StaticTenant {
 
     fn is_member(&self, namespace: &str) -> bool {
         self.members.contains(namespace)
-    }
-
-    fn mutual_tls(&self) -> bool {
-        self.mutual_tls
     }
 }

@@ -14,8 +14,9 @@
 //! - `VirtualService`, `DestinationRule` and `Gateway` may reference only the tenant: `exportTo`,
 //!   hosts and destinations of Kubernetes services (`<svc>.<ns>.svc...`), gateways
 //!   (`<ns>/<gateway>`), `sourceNamespace`, and a Gateway server's `<ns>/<host>` must name
-//!   tenant namespaces. `tls.mode: ISTIO_MUTUAL` is refused while the tenant has no workload
-//!   identity.
+//!   tenant namespaces. A DestinationRule's `tls.mode: ISTIO_MUTUAL` is the tenant's mutual
+//!   TLS (every tenant has workload identity, contract 11); on a Gateway server it is refused:
+//!   the ingress gateway does not terminate the tenant's mutual TLS.
 //!
 //! - `PeerAuthentication` (`security.meshplane.io`): the modes are the schema's; beyond it,
 //!   `portLevelMtls` needs a `selector`, and a `selector` in the control namespace is refused
@@ -134,8 +135,9 @@ const HOST_RULE: &str = "traffic config may only name hosts of the tenant";
 const GATEWAY_RULE: &str = "VirtualServices may only bind to gateways of the tenant";
 const SOURCE_RULE: &str = "sourceNamespace may only name namespaces of the tenant";
 const SERVER_HOST_RULE: &str = "Gateway servers may only take hosts from namespaces of the tenant";
-/// Why ISTIO_MUTUAL is refused until the tenant has workload identity.
-pub const ISTIO_MUTUAL_UNAVAILABLE: &str = "tls.mode ISTIO_MUTUAL needs the tenant's workload identity (certificates and mutual TLS), which this meshplane revision does not issue; use DISABLE, SIMPLE or MUTUAL";
+/// Why a Gateway server's ISTIO_MUTUAL is refused: meshplane's ingress gateway serves traffic
+/// entering the tenant and does not terminate the tenant's mutual TLS.
+pub const GATEWAY_ISTIO_MUTUAL_UNAVAILABLE: &str = "tls.mode ISTIO_MUTUAL on a Gateway server (terminating the tenant's mutual TLS at the gateway) is not supported by meshplane's ingress gateway; use SIMPLE or MUTUAL with a credentialName";
 
 /// Validates `object` (the full resource as JSON) of `kind` against the shared
 /// rules and the tenant-boundary rules; all violations are returned, not just the first.
@@ -193,14 +195,6 @@ pub fn validate_config(
                 push_semantic(&mut violations, validation::validate_destination_rule(&dr));
                 check_host(&mut violations, view, &dr.host, || "spec.host".into());
                 check_export_to(&mut violations, view, &dr.export_to);
-                if !view.mutual_tls() {
-                    for field in validation::traffic::istio_mutual_fields(&dr) {
-                        violations.push(ConfigViolation::Unavailable {
-                            field,
-                            reason: ISTIO_MUTUAL_UNAVAILABLE,
-                        });
-                    }
-                }
             }
             Err(e) => violations.push(e),
         },
@@ -220,13 +214,11 @@ pub fn validate_config(
                         }
                     }
                 }
-                if !view.mutual_tls() {
-                    for field in validation::traffic::gateway_istio_mutual_fields(&gw) {
-                        violations.push(ConfigViolation::Unavailable {
-                            field,
-                            reason: ISTIO_MUTUAL_UNAVAILABLE,
-                        });
-                    }
+                for field in validation::traffic::gateway_istio_mutual_fields(&gw) {
+                    violations.push(ConfigViolation::Unavailable {
+                        field,
+                        reason: GATEWAY_ISTIO_MUTUAL_UNAVAILABLE,
+                    });
                 }
             }
             Err(e) => violations.push(e),
@@ -698,19 +690,23 @@ mod tests {
     }
 
     #[test]
-    fn istio_mutual_is_refused_until_the_tenant_has_identity() {
-        let dr = json!({"spec": {"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}});
-        let msgs = messages(validate_config(ConfigKind::DestinationRule, &dr, &blue()));
+    fn istio_mutual_is_admitted_on_destination_rules_and_refused_on_gateway_servers() {
+        // Every tenant has workload identity (contract 11): sidecars originate ISTIO_MUTUAL.
+        let dr = json!({"spec": {"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}},
+            "subsets": [{"name": "v1", "trafficPolicy": {"tls": {"mode": "DISABLE"}}}]}});
+        assert_eq!(
+            validate_config(ConfigKind::DestinationRule, &dr, &blue()),
+            Ok(())
+        );
+        let gw = json!({"spec": {"selector": {"app": "gw"}, "servers": [{
+            "port": {"number": 443, "name": "tls", "protocol": "HTTPS"},
+            "hosts": ["a.example.com"], "tls": {"mode": "ISTIO_MUTUAL"}}]}});
+        let msgs = messages(validate_config(ConfigKind::Gateway, &gw, &blue()));
         assert_eq!(
             msgs,
             vec![format!(
-                "spec.trafficPolicy.tls.mode: {ISTIO_MUTUAL_UNAVAILABLE}"
+                "spec.servers[0].tls.mode: {GATEWAY_ISTIO_MUTUAL_UNAVAILABLE}"
             )]
-        );
-        let with_identity = blue().with_mutual_tls(true);
-        assert_eq!(
-            validate_config(ConfigKind::DestinationRule, &dr, &with_identity),
-            Ok(())
         );
     }
 

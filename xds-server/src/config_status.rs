@@ -65,12 +65,14 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
     )
 }
 
-/// The status body applied for a verdict.
-pub fn status_patch(kind: ConfigKind, v: &Verdict, now: &Time) -> serde_json::Value {
-    let ar = api_resource(kind);
+/// The status body applied for a verdict on `object` (an apply body names its object, or the
+/// API server refuses it).
+pub fn status_patch(object: &ConfigRef, v: &Verdict, now: &Time) -> serde_json::Value {
+    let ar = api_resource(object.kind);
     json!({
         "apiVersion": ar.api_version,
         "kind": ar.kind,
+        "metadata": {"name": object.name, "namespace": object.namespace},
         "status": {
             "observedGeneration": v.generation,
             "conditions": [{
@@ -94,7 +96,7 @@ async fn write(
     let ar = api_resource(object.kind);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &object.namespace, &ar);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let body = status_patch(object.kind, v, &now);
+    let body = status_patch(object, v, &now);
     api.patch_status(
         &object.name,
         &PatchParams::apply(manager).force(),
@@ -172,12 +174,15 @@ mod tests {
             (v.accepted, v.reason.as_str(), v.message.as_str()),
             (false, "HostConflict", "a; b")
         );
-        let body = status_patch(
-            ConfigKind::VirtualService,
-            &v,
-            &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        );
+        let object = ConfigRef {
+            kind: ConfigKind::VirtualService,
+            namespace: "shop".into(),
+            name: "reviews".into(),
+        };
+        let body = status_patch(&object, &v, &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert_eq!(body["kind"], "VirtualService");
+        assert_eq!(body["metadata"]["name"], "reviews");
+        assert_eq!(body["metadata"]["namespace"], "shop");
         assert_eq!(body["status"]["conditions"][0]["status"], "False");
         assert_eq!(body["status"]["observedGeneration"], 3);
     }

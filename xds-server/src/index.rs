@@ -102,8 +102,6 @@ pub struct TenantIndex {
     keys: keyed::Keys,
     /// The verdict on the traffic config of `registry`.
     diagnostics: Arc<translate::diagnostics::Diagnostics>,
-    /// Whether the tenant has workload identity (ISTIO_MUTUAL can apply).
-    mutual_tls: bool,
     cache: Mutex<RenderCache>,
     /// Most configurations `cache` keeps ([`MAX_CACHED_SCOPES`]).
     cache_limit: usize,
@@ -136,7 +134,6 @@ impl TenantIndex {
             registry: Arc::new(registry),
             keys: keyed::Keys::default(),
             diagnostics: Arc::default(),
-            mutual_tls: false,
             cache: Mutex::new(RenderCache::default()),
             cache_limit: MAX_CACHED_SCOPES,
         }
@@ -343,7 +340,7 @@ impl TenantIndex {
         if config {
             change.kind = ChangeKind::Config;
             // Which hosts exist decides verdicts (HostNotFound).
-            self.diagnostics = Arc::new(translate::diagnostics::diagnose(reg, self.mutual_tls));
+            self.diagnostics = Arc::new(translate::diagnostics::diagnose(reg));
             self.lock_cache().configs.clear();
         } else if !clusters.is_empty() {
             change.kind = ChangeKind::Endpoints;
@@ -400,8 +397,7 @@ impl TenantIndex {
                 self.patch_endpoints(&change.clusters);
             }
             ChangeKind::Config => {
-                self.diagnostics =
-                    Arc::new(translate::diagnostics::diagnose(&next, self.mutual_tls));
+                self.diagnostics = Arc::new(translate::diagnostics::diagnose(&next));
                 self.registry = Arc::new(next);
                 let mut cache = self.lock_cache();
                 cache.configs.clear();
@@ -695,11 +691,14 @@ impl TenantIndex {
                     let patched = match subsets.get(&subset_key) {
                         Some(p) => Arc::clone(p),
                         None => {
-                            let cla = translate::endpoints::outbound_load_assignment(
+                            let mut cla = translate::endpoints::outbound_load_assignment(
                                 &registry,
                                 &key.namespace,
                                 &r.name,
                             );
+                            // As the full render does: clients originate mutual TLS to the
+                            // subset's meshed endpoints too.
+                            translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
                             let p = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
                             subsets.insert(subset_key, Arc::clone(&p));
                             p

@@ -939,10 +939,8 @@ spec:
             name: "mtls".into(),
         })
         .expect("verdict");
-    assert_eq!(
-        mtls.iter().map(|f| f.reason).collect::<Vec<_>>(),
-        ["MutualTlsUnavailable"]
-    );
+    // Every tenant has workload identity (contract 11): ISTIO_MUTUAL applies.
+    assert!(mtls.is_empty(), "{mtls:?}");
 }
 
 // ---------- proxyless gRPC ----------

@@ -13,6 +13,8 @@ use super::{DesiredObject, Kind, Revision};
 
 const BOOTSTRAP_VOLUME: &str = "meshplane-bootstrap";
 const BOOTSTRAP_DIR: &str = "/etc/meshplane/bootstrap";
+/// The tenant's trust bundle in the bootstrap ConfigMap (contract 6).
+const ROOT_CERT: &str = meshplane_contracts::bootstrap::ROOT_CERT;
 const RUNTIME_VOLUME: &str = "meshplane-runtime";
 const RUNTIME_DIR: &str = "/var/run/meshplane";
 const TOKEN_VOLUME: &str = "meshplane-token";
@@ -99,6 +101,11 @@ fn deployment_spec(
         format!("{BOOTSTRAP_DIR}/envoy.yaml"),
         "--token-file".into(),
         format!("{TOKEN_DIR}/{TOKEN_FILE}"),
+        // The node agent (contract 11), as in every sidecar: ADS carried to the instance over
+        // TLS verified against the tenant's bundle with the token re-read at every connect, and
+        // a workload certificate over SDS, so the gateway originates the tenant's mutual TLS.
+        "--root-cert".into(),
+        format!("{BOOTSTRAP_DIR}/{ROOT_CERT}"),
         "--out".into(),
         format!("{RUNTIME_DIR}/envoy.yaml"),
         // `router~` makes the instance program it as a gateway (contract 7).

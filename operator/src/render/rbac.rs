@@ -10,6 +10,11 @@
 //!   restart workloads (and read their proxies' statistics) where a migration may need it,
 //!   granted as the namespace joins and pruned as it leaves, never cluster-wide (also in the
 //!   control namespace, where the gates read the instances' `/debug/proxies`);
+//! - when the revision runs an ingress gateway, in the gateway's namespace only (the control
+//!   namespace or a member), a Role `meshplane-<rev>-gateway-credentials` to read Secrets: a
+//!   Gateway's TLS server names its certificate by `credentialName`, a Secret of that
+//!   namespace that only the Gateway (tenant config the operator does not read) knows, so
+//!   the Role cannot list names; Secrets of every other namespace stay unreadable;
 //! - in both modes, a ClusterRole with `tokenreviews create`, the one cluster-scoped right the
 //!   instance provably needs: contract 7 verifies each proxy's projected token by TokenReview,
 //!   and TokenReview has no namespaced form.
@@ -143,6 +148,23 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
             }
         }
         IsolationMode::Shared => cluster_rules.extend(member_reader_rules()),
+    }
+    if let Some(gateway) = super::gateway::running_gateway(rev) {
+        let reader = names::gateway_credential_reader(&rev.revision);
+        let rules = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": READ}]);
+        out.push(rev.object(
+            Kind::Role,
+            Some(&gateway.namespace),
+            &reader,
+            json!({ "rules": rules }),
+        ));
+        out.push(binding(
+            rev,
+            Kind::RoleBinding,
+            Some(&gateway.namespace),
+            &reader,
+            "Role",
+        ));
     }
     let restarter = names::workload_restarter(&rev.revision);
     // The control namespace too: the gates read the instances' `/debug/proxies` there.

@@ -5,11 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use meshplane_crds::networking::destination_rule::ClientTlsMode;
 use meshplane_crds::networking::gateway::ServerTlsMode;
 use meshplane_crds::networking::resolve_host;
-use meshplane_crds::validation::traffic::{gateway_istio_mutual_fields, istio_mutual_fields};
-use meshplane_crds::{DestinationRule, Gateway, VirtualService};
+use meshplane_crds::validation::traffic::gateway_istio_mutual_fields;
+use meshplane_crds::{Gateway, VirtualService};
 
 use super::endpoints::subset_labels;
 use super::gateway::served_hosts_for;
@@ -80,9 +79,8 @@ fn tenant_namespaces(registry: &Registry) -> BTreeSet<String> {
     out
 }
 
-/// Judges every object of the registry. `mutual_tls`: whether the tenant has workload
-/// identity (ISTIO_MUTUAL can apply).
-pub fn diagnose(registry: &Registry, mutual_tls: bool) -> Diagnostics {
+/// Judges every object of the registry.
+pub fn diagnose(registry: &Registry) -> Diagnostics {
     let mut out = Diagnostics::default();
     let namespaces = tenant_namespaces(registry);
     for vs in &registry.virtual_services {
@@ -97,6 +95,8 @@ pub fn diagnose(registry: &Registry, mutual_tls: bool) -> Diagnostics {
             (generation, findings),
         );
     }
+    // Every DestinationRule applies as written (a subset without endpoints is not an error:
+    // its pods may come later); listed so that each carries its Accepted condition.
     for dr in &registry.destination_rules {
         let (ns, name, generation) = meta(dr);
         out.objects.insert(
@@ -105,7 +105,7 @@ pub fn diagnose(registry: &Registry, mutual_tls: bool) -> Diagnostics {
                 namespace: ns.into(),
                 name: name.into(),
             },
-            (generation, destination_rule(dr, mutual_tls)),
+            (generation, Vec::new()),
         );
     }
     for gw in &registry.gateways {
@@ -116,7 +116,7 @@ pub fn diagnose(registry: &Registry, mutual_tls: bool) -> Diagnostics {
                 namespace: ns.into(),
                 name: name.into(),
             },
-            (generation, gateway(registry, gw, mutual_tls)),
+            (generation, gateway(registry, gw)),
         );
     }
     gateway_host_claims(registry, &mut out);
@@ -255,23 +255,7 @@ fn virtual_service(
     findings
 }
 
-fn destination_rule(dr: &DestinationRule, mutual_tls: bool) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    if !mutual_tls {
-        for field in istio_mutual_fields(&dr.spec) {
-            findings.push(Finding {
-                reason: "MutualTlsUnavailable",
-                message: format!(
-                    "{field}: ISTIO_MUTUAL needs the tenant's workload identity, which this revision does not have yet; traffic stays plain text"
-                ),
-            });
-        }
-    }
-    let _ = ClientTlsMode::IstioMutual;
-    findings
-}
-
-fn gateway(registry: &Registry, gw: &Gateway, mutual_tls: bool) -> Vec<Finding> {
+fn gateway(registry: &Registry, gw: &Gateway) -> Vec<Finding> {
     let (ns, _, _) = meta(gw);
     let mut findings = Vec::new();
     let selected: Vec<_> = registry
@@ -310,15 +294,13 @@ fn gateway(registry: &Registry, gw: &Gateway, mutual_tls: bool) -> Vec<Finding> 
             }
         }
     }
-    if !mutual_tls {
-        for field in gateway_istio_mutual_fields(&gw.spec) {
-            findings.push(Finding {
-                reason: "MutualTlsUnavailable",
-                message: format!(
-                    "{field}: ISTIO_MUTUAL needs the tenant's workload identity, which this revision does not have yet; the server is not served"
-                ),
-            });
-        }
+    for field in gateway_istio_mutual_fields(&gw.spec) {
+        findings.push(Finding {
+            reason: "MutualTlsUnavailable",
+            message: format!(
+                "{field}: ISTIO_MUTUAL on a Gateway server (terminating the tenant's mutual TLS at the gateway) is not supported by meshplane's ingress gateway; the server is not served (use SIMPLE or MUTUAL with a credentialName)"
+            ),
+        });
     }
     findings
 }

@@ -562,7 +562,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
         }
     }
     for svc in hosts {
-        outbound_clusters(registry, &node.namespace, svc, out);
+        outbound_clusters(registry, &node.namespace, node.sds, svc, out);
     }
     out.clusters.push(envoy::cluster(
         BLACKHOLE_CLUSTER,

@@ -64,7 +64,8 @@ fn grpc_http_filters() -> Vec<HttpFilter> {
 pub fn translate_proxyless(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
     for svc in visible_hosts(registry, &node.namespace) {
         let mut clusters = Translated::default();
-        outbound_clusters(registry, &node.namespace, svc, &mut clusters);
+        // gRPC takes no TLS settings from here (it would refuse them): no workload identity.
+        outbound_clusters(registry, &node.namespace, false, svc, &mut clusters);
         for mut c in clusters.clusters {
             let eds = c.cluster_discovery_type
                 == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));

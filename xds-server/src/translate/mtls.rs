@@ -519,7 +519,7 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
 }
 
 /// Istio's SNI for an outbound cluster name `outbound|<port>|<subset>|<host>`.
-fn outbound_sni(cluster_name: &str) -> String {
+pub fn outbound_sni(cluster_name: &str) -> String {
     let mut parts = cluster_name.splitn(4, '|').skip(1);
     match (parts.next(), parts.next(), parts.next()) {
         (Some(port), Some(subset), Some(host)) => format!("outbound_.{port}_.{subset}_.{host}"),

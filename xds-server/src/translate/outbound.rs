@@ -75,7 +75,7 @@ pub(super) fn translate_outbound(
         }
     }
     for svc in all.values() {
-        outbound_clusters(registry, &scope.namespace, svc, out);
+        outbound_clusters(registry, &scope.namespace, node.sds, svc, out);
     }
     out.clusters
         .push(envoy::original_dst_cluster(PASSTHROUGH_CLUSTER));
@@ -151,13 +151,18 @@ fn port_groups<'a>(
 }
 
 /// The clusters (and EDS assignments) of every port of `svc`, with its subsets and the
-/// DestinationRule policies that apply to proxies of `proxy_namespace`.
+/// DestinationRule policies that apply to proxies of `proxy_namespace`; `sds`: whether the
+/// proxy holds a workload certificate (what `tls.mode: ISTIO_MUTUAL` needs).
 pub(super) fn outbound_clusters(
     registry: &Registry,
     proxy_namespace: &str,
+    sds: bool,
     svc: &ServiceModel,
     out: &mut Translated,
 ) {
+    let mesh = sds.then_some(policy::MeshTls {
+        trust_domain: &registry.mesh_config.trust_domain,
+    });
     let rule = traffic::destination_rule(registry, proxy_namespace, &svc.hostname, &svc.namespace);
     for sp in &svc.ports {
         let mut variants: Vec<(
@@ -177,8 +182,15 @@ pub(super) fn outbound_clusters(
                 .map(|r| traffic::effective_policy(r, sp.port, subset.map(|s| s.name.as_str())))
                 .unwrap_or_default();
             if !effective.is_empty() {
-                // Issues (ISTIO_MUTUAL before identity) are reported on the rule's status.
-                let _ = policy::apply(&mut cluster, &effective, sp.protocol == Protocol::Http2);
+                // The one issue (ISTIO_MUTUAL without a workload certificate) concerns proxies
+                // without the node agent, which docs/traffic.md lists; the cluster stays
+                // plaintext, which a STRICT server refuses.
+                let _ = policy::apply(
+                    &mut cluster,
+                    &effective,
+                    sp.protocol == Protocol::Http2,
+                    mesh,
+                );
             }
             let eds = matches!(
                 cluster.cluster_discovery_type,

@@ -33,6 +33,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
     ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
 };
+use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
@@ -53,15 +54,32 @@ pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Name of the TLS transport socket.
 pub const TLS_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.tls";
 
-/// What a policy could not apply to a cluster (reported by the instance, never a crash).
+/// Name of the plaintext transport socket.
+pub const RAW_BUFFER_TRANSPORT_SOCKET: &str = "envoy.transport_sockets.raw_buffer";
+
+/// What a policy could not apply to a cluster (never a crash).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyIssue {
-    /// `ISTIO_MUTUAL` before the tenant has workload identity.
-    IstioMutualUnavailable,
+    /// `ISTIO_MUTUAL` for a proxy that holds no workload certificate (a proxyless gRPC client):
+    /// its cluster stays plaintext, which a `STRICT` server refuses.
+    NoWorkloadCertificate,
 }
 
-/// Applies the effective policy to a cluster, given whether its port speaks HTTP/2 upstream.
-pub fn apply(cluster: &mut Cluster, policy: &EffectivePolicy, http2: bool) -> Vec<PolicyIssue> {
+/// The tenant's mutual TLS as a proxy can originate it: the trust domain, when the proxy holds
+/// a workload certificate (node metadata `SDS=true`, contract 11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeshTls<'a> {
+    pub trust_domain: &'a str,
+}
+
+/// Applies the effective policy to a cluster, given whether its port speaks HTTP/2 upstream and
+/// the proxy's mutual TLS (`None`: it holds no workload certificate).
+pub fn apply(
+    cluster: &mut Cluster,
+    policy: &EffectivePolicy,
+    http2: bool,
+    mesh: Option<MeshTls<'_>>,
+) -> Vec<PolicyIssue> {
     let mut issues = Vec::new();
     if let Some(lb) = &policy.load_balancer {
         load_balancer(cluster, lb);
@@ -74,7 +92,7 @@ pub fn apply(cluster: &mut Cluster, policy: &EffectivePolicy, http2: bool) -> Ve
         outlier_detection(cluster, od);
     }
     if let Some(tls) = &policy.tls {
-        if let Err(issue) = upstream_tls(cluster, tls) {
+        if let Err(issue) = upstream_tls(cluster, tls, mesh) {
             issues.push(issue);
         }
     }
@@ -343,13 +361,44 @@ pub fn san_matchers(sans: &[String]) -> Vec<SubjectAltNameMatcher> {
         .collect()
 }
 
-fn upstream_tls(cluster: &mut Cluster, tls: &ClientTlsSettings) -> Result<(), PolicyIssue> {
+/// An explicit plaintext transport: what `tls.mode: DISABLE` means. Unlike no transport at all,
+/// it tells automatic mutual TLS to leave the cluster alone (Istio: DISABLE is never TLS).
+pub fn plaintext_transport_socket() -> TransportSocket {
+    TransportSocket {
+        name: RAW_BUFFER_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(SocketConfig::TypedConfig(pack_any(RawBuffer::default()))),
+    }
+}
+
+fn upstream_tls(
+    cluster: &mut Cluster,
+    tls: &ClientTlsSettings,
+    mesh: Option<MeshTls<'_>>,
+) -> Result<(), PolicyIssue> {
     match tls.mode {
         ClientTlsMode::Disable => {
-            cluster.transport_socket = None;
+            cluster.transport_socket = Some(plaintext_transport_socket());
             return Ok(());
         }
-        ClientTlsMode::IstioMutual => return Err(PolicyIssue::IstioMutualUnavailable),
+        ClientTlsMode::IstioMutual => {
+            let Some(mesh) = mesh else {
+                cluster.transport_socket = None;
+                return Err(PolicyIssue::NoWorkloadCertificate);
+            };
+            // `sni` and `subjectAltNames` of the rule narrow what the tenant's mutual TLS
+            // sends and accepts (Istio's ISTIO_MUTUAL honours both).
+            let sni = if tls.sni.is_empty() {
+                super::mtls::outbound_sni(&cluster.name)
+            } else {
+                tls.sni.clone()
+            };
+            cluster.transport_socket = Some(super::mtls::istio_mutual_transport_socket(
+                mesh.trust_domain,
+                &tls.subject_alt_names,
+                &sni,
+            ));
+            return Ok(());
+        }
         ClientTlsMode::Simple | ClientTlsMode::Mutual => {}
     }
     let validation = (tls.insecure_skip_verify != Some(true)).then(|| {

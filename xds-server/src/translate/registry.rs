@@ -235,8 +235,19 @@ impl std::fmt::Debug for TlsSecret {
 }
 
 /// The certificate of a `kubernetes.io/tls` Secret (or any Secret with `tls.crt` and
-/// `tls.key`), with `ca.crt` when present.
+/// `tls.key`), with `ca.crt` when present. Secrets meshplane keeps itself (contract 8: the
+/// webhook serving certificate, the tenant CA) are never a gateway's credential, whatever a
+/// Gateway names.
 pub fn tls_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Option<TlsSecret> {
+    let managed = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(meshplane_contracts::ownership::MANAGED_BY_LABEL))
+        .is_some_and(|v| v == meshplane_contracts::ownership::MANAGED_BY_VALUE);
+    if managed {
+        return None;
+    }
     // `stringData` as written in a manifest (the directory source), `data` as the API serves it.
     let get = |k: &str| {
         secret
