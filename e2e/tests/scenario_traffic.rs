@@ -727,8 +727,10 @@ async fn virtual_services_destination_rules_and_the_ingress_gateway_steer_real_t
     let reply = get(&client, "web", "/slow").await.expect("/slow");
     let took = sent.elapsed();
     assert_eq!(version_of(&reply), Ok("v1"), "{reply:?}");
+    // Envoy's timers may fire a few milliseconds early against this process's clock (seen:
+    // 999.8 ms); an undelayed request takes a few milliseconds here.
     assert!(
-        took >= Duration::from_secs(1),
+        took >= Duration::from_millis(950),
         "the delay fault held the request only {took:?}"
     );
 
