@@ -8,6 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::envoyfilter_policy::EnvoyFilterPolicy;
 use crate::names;
 
 /// Desired state of one revision of a tenant's control plane.
@@ -314,6 +315,11 @@ pub struct MeshConfig {
     /// Access logging of the tenant's proxies.
     #[serde(default)]
     pub access_logging: AccessLogging,
+    /// What the tenant's EnvoyFilters may do, enforced at admission and again when the instance
+    /// translates them. Absent: the safe defaults — no Lua, no added or redirected clusters,
+    /// only filters that neither run code nor send request data elsewhere.
+    #[serde(default, skip_serializing_if = "EnvoyFilterPolicy::is_default")]
+    pub envoy_filter_policy: EnvoyFilterPolicy,
 }
 
 impl Default for MeshConfig {
@@ -323,6 +329,7 @@ impl Default for MeshConfig {
             default_export_to: default_export_to(),
             outbound_traffic_policy: OutboundTrafficPolicy::default(),
             access_logging: AccessLogging::default(),
+            envoy_filter_policy: EnvoyFilterPolicy::default(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod capture;
 pub mod controlplane;
 pub mod crdgen;
 pub mod duration;
+pub mod envoyfilter_policy;
 pub mod manifest;
 pub mod membership;
 pub mod migration;

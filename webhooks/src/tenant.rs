@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
+
 /// Read access to the tenant's current membership.
 pub trait TenantView: Send + Sync {
     /// The tenant name.
@@ -16,6 +18,12 @@ pub trait TenantView: Send + Sync {
     fn contains(&self, namespace: &str) -> bool {
         namespace == self.control_namespace() || self.is_member(namespace)
     }
+
+    /// What the tenant's EnvoyFilters may do (`spec.meshConfig.envoyFilterPolicy` of the
+    /// revision); the safe defaults until the instance has read it.
+    fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
+        EnvoyFilterPolicy::default()
+    }
 }
 
 /// A fixed membership: for tests and for the standalone (directory) mode.
@@ -27,6 +35,8 @@ pub struct StaticTenant {
     pub control_namespace: String,
     /// The member namespaces.
     pub members: BTreeSet<String>,
+    /// What the tenant's EnvoyFilters may do.
+    pub envoy_filter_policy: EnvoyFilterPolicy,
 }
 
 impl StaticTenant {
@@ -40,7 +50,14 @@ impl StaticTenant {
             tenant: tenant.into(),
             control_namespace: control_namespace.into(),
             members: members.into_iter().map(Into::into).collect(),
+            envoy_filter_policy: EnvoyFilterPolicy::default(),
         }
+    }
+
+    /// The same tenant with another EnvoyFilter policy.
+    pub fn with_envoy_filter_policy(mut self, policy: EnvoyFilterPolicy) -> Self {
+        self.envoy_filter_policy = policy;
+        self
     }
 }
 
@@ -55,5 +72,9 @@ impl TenantView for StaticTenant {
 
     fn is_member(&self, namespace: &str) -> bool {
         self.members.contains(namespace)
+    }
+
+    fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
+        self.envoy_filter_policy.clone()
     }
 }

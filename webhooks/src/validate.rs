@@ -10,6 +10,10 @@
 //!   therefore rejects the Istio fields that select proxies by anything else (`targetRefs`,
 //!   `targetRef`, `configPatches[].match.proxy`) in every namespace, and patches that match a
 //!   Kubernetes service (`<svc>.<ns>.svc...`) of a namespace outside the tenant.
+//! - An `EnvoyFilter` must also stay within the tenant's EnvoyFilter policy
+//!   (`spec.meshConfig.envoyFilterPolicy`: namespaces, contexts, targets, operations, filter
+//!   types, Lua, added clusters; `meshplane_crds::envoyfilter_policy`), the same check the
+//!   instance applies again when it translates.
 //!
 //! - `VirtualService`, `DestinationRule` and `Gateway` may reference only the tenant: `exportTo`,
 //!   hosts and destinations of Kubernetes services (`<svc>.<ns>.svc...`), gateways
@@ -26,6 +30,7 @@
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
 
+use meshplane_crds::envoyfilter_policy::{self, PolicyViolation};
 use meshplane_crds::networking::virtual_service::Destination;
 use meshplane_crds::networking::{
     DestinationRuleSpec, EnvoyFilterSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec,
@@ -119,6 +124,9 @@ pub enum ConfigViolation {
     /// A value meshplane cannot apply yet.
     #[error("{field}: {reason}")]
     Unavailable { field: String, reason: &'static str },
+    /// An EnvoyFilter doing what the tenant's EnvoyFilter policy does not allow.
+    #[error(transparent)]
+    Policy(#[from] PolicyViolation),
     /// The object does not decode into its type.
     #[error("{field}: cannot be decoded as a {kind} spec: {reason}")]
     Malformed {
@@ -245,6 +253,20 @@ pub fn validate_config(
                 Ok(ef) => {
                     push_semantic(&mut violations, validation::validate_envoy_filter(&ef));
                     check_patch_matches(&mut violations, &ef, view);
+                    let namespace = object
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    violations.extend(
+                        envoyfilter_policy::check(
+                            &view.envoy_filter_policy(),
+                            namespace,
+                            view.control_namespace(),
+                            &ef,
+                        )
+                        .into_iter()
+                        .map(ConfigViolation::Policy),
+                    );
                 }
                 Err(e) => violations.push(e),
             }

@@ -8,21 +8,25 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine;
+use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 use meshplane_webhooks::inject::{CaptureMode, InjectionConfig};
 use meshplane_webhooks::tenant::StaticTenant;
 use meshplane_webhooks::{Reply, Webhooks};
 use serde_json::{json, Value};
 
-fn webhooks() -> Webhooks {
-    let injection = InjectionConfig {
+fn webhooks_injection() -> InjectionConfig {
+    InjectionConfig {
         tenant: "blue".into(),
         revision: "blue-v1".into(),
         proxy_image: "ghcr.io/meshplane/proxy:1.40.0".into(),
         trust_domain: "blue.example".into(),
         default_capture_mode: CaptureMode::Default,
-    };
+    }
+}
+
+fn webhooks() -> Webhooks {
     Webhooks::new(
-        injection,
+        webhooks_injection(),
         Arc::new(StaticTenant::new(
             "blue",
             "meshplane-blue",
@@ -304,11 +308,12 @@ fn validate_allows_tenant_config() {
     );
     let ef = json!({
         "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "EnvoyFilter",
-        "metadata": {"name": "tenant-wide-lua", "namespace": "meshplane-blue"},
+        "metadata": {"name": "tenant-wide-buffer", "namespace": "meshplane-blue"},
         "spec": {"configPatches": [{
             "applyTo": "HTTP_FILTER",
             "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
-            "patch": {"operation": "INSERT_FIRST", "value": {"name": "envoy.filters.http.lua"}}
+            "patch": {"operation": "INSERT_FIRST", "value": {"name": "envoy.filters.http.buffer", "typedConfig": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer", "maxRequestBytes": 4096}}}
         }]}
     });
     assert_golden(
@@ -321,6 +326,37 @@ fn validate_allows_tenant_config() {
             ef,
         )),
     );
+}
+
+/// The tenant's EnvoyFilter policy at admission: by default a Lua filter (even one named
+/// without a typed config) and an added cluster are refused, each with the field and the
+/// policy setting that would allow it; a tenant whose policy allows them admits the same object.
+#[test]
+fn validate_holds_envoy_filters_to_the_tenant_policy() {
+    let ef = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "EnvoyFilter",
+        "metadata": {"name": "exfil", "namespace": "shop"},
+        "spec": {"configPatches": [
+            {"applyTo": "CLUSTER", "patch": {"operation": "ADD", "value": {"name": "metadata", "type": "STATIC"}}},
+            {"applyTo": "HTTP_FILTER",
+             "match": {"listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+             "patch": {"operation": "INSERT_FIRST", "value": {"name": "envoy.filters.http.lua"}}}
+        ]}
+    });
+    let request = config_review("u-val-policy", "EnvoyFilter", "envoyfilters", "shop", ef);
+    assert_golden(
+        "validate_envoy_filter_beyond_policy",
+        &webhooks().validate(&request),
+    );
+    let trusting = Webhooks::new(
+        webhooks_injection(),
+        Arc::new(
+            StaticTenant::new("blue", "meshplane-blue", ["shop", "payments"])
+                .with_envoy_filter_policy(EnvoyFilterPolicy::permissive()),
+        ),
+    );
+    let reply = trusting.validate(&request);
+    assert_eq!(reply.body["response"]["allowed"], true, "{}", reply.body);
 }
 
 #[test]

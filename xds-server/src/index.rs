@@ -557,7 +557,24 @@ impl TenantIndex {
                 }
                 Object::Sidecar(s) => reg.sidecars.entry(ns).or_default().push((**s).clone()),
                 Object::EnvoyFilter(f) => {
-                    reg.envoy_filters.entry(ns).or_default().push((**f).clone())
+                    // The policy holds again here: an EnvoyFilter admitted before the policy
+                    // narrowed, while the webhook was down, or read from a directory.
+                    let violations = meshplane_crds::envoyfilter_policy::check(
+                        &reg.mesh_config.envoy_filter_policy,
+                        &ns,
+                        &self.control_namespace,
+                        &f.spec,
+                    );
+                    if violations.is_empty() {
+                        reg.envoy_filters.entry(ns).or_default().push((**f).clone())
+                    } else {
+                        let why: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                        tracing::warn!(
+                            envoyfilter = %format!("{ns}/{}", key.name),
+                            violations = %why.join("; "),
+                            "EnvoyFilter not applied: the tenant's EnvoyFilter policy does not allow it"
+                        );
+                    }
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
@@ -807,6 +824,9 @@ impl ConfigGenerator for TenantIndex {
     }
     fn diagnostics(&self) -> Arc<translate::diagnostics::Diagnostics> {
         TenantIndex::diagnostics(self)
+    }
+    fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
+        self.registry.mesh_config.envoy_filter_policy.clone()
     }
 }
 

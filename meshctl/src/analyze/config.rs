@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 use meshplane_crds::membership::TenantMembership;
 use meshplane_crds::Sidecar;
 use meshplane_webhooks::validate::{validate_config, ConfigKind, ConfigViolation};
@@ -25,6 +26,33 @@ fn tenant_of<'a>(
         .tenants
         .iter()
         .find(|(_, t)| t.control_namespace == namespace || t.members.contains(namespace))
+}
+
+/// The EnvoyFilter policies of the revisions that read config in `namespace`: the revisions
+/// attached to it, or every revision of the tenant for its control namespace; the safe default
+/// when no MeshControlPlane of the tenant is known.
+fn revision_policies(
+    cx: &Context<'_>,
+    tenant: &str,
+    namespace: &str,
+) -> Vec<(String, EnvoyFilterPolicy)> {
+    let mut out: Vec<(String, EnvoyFilterPolicy)> =
+        cx.state
+            .control_planes()
+            .into_iter()
+            .filter(|m| m.spec.tenant == tenant)
+            .filter(|m| {
+                cx.membership.revisions.get(&m.revision()).is_some_and(|r| {
+                    r.control_namespace == namespace || r.attached.contains(namespace)
+                })
+            })
+            .map(|m| (m.revision(), m.spec.mesh_config.envoy_filter_policy.clone()))
+            .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    if out.is_empty() {
+        out.push((String::new(), EnvoyFilterPolicy::default()));
+    }
+    out
 }
 
 fn api_group(entry: &Entry) -> &str {
@@ -81,19 +109,38 @@ pub(super) fn check(cx: &Context<'_>, out: &mut Vec<Finding>) {
             t.control_namespace.clone(),
             t.members.iter().cloned(),
         );
-        let Err(violations) = validate_config(kind, &entry.raw, &view) else {
-            continue;
-        };
-        let already_invalid = matches!(entry.decoded, Decoded::Invalid(_));
-        for v in violations {
-            let code = match &v {
-                ConfigViolation::ForeignNamespace { .. } => codes::CROSS_TENANT_REFERENCE,
-                ConfigViolation::ProxySelection { .. } => codes::UNSUPPORTED_PROXY_SELECTION,
-                // The same cause as the decode failure reported above.
-                _ if already_invalid => continue,
-                _ => codes::INVALID_CONFIG,
+        // Each revision reading the object holds it to its own EnvoyFilter policy: a member
+        // namespace's revisions, or every revision of the tenant for the control namespace.
+        let policies = revision_policies(cx, tenant, namespace);
+        let mut reported = std::collections::BTreeSet::new();
+        for (revision, policy) in &policies {
+            let view = view.clone().with_envoy_filter_policy(policy.clone());
+            let Err(violations) = validate_config(kind, &entry.raw, &view) else {
+                continue;
             };
-            out.push(Finding::new(code, entry.describe(), v.to_string()).at(entry.origin.clone()));
+            let already_invalid = matches!(entry.decoded, Decoded::Invalid(_));
+            for v in violations {
+                let (code, message) = match &v {
+                    ConfigViolation::ForeignNamespace { .. } => {
+                        (codes::CROSS_TENANT_REFERENCE, v.to_string())
+                    }
+                    ConfigViolation::ProxySelection { .. } => {
+                        (codes::UNSUPPORTED_PROXY_SELECTION, v.to_string())
+                    }
+                    ConfigViolation::Policy(p) => (
+                        codes::ENVOY_FILTER_BEYOND_POLICY,
+                        format!("revision {revision:?}: {p}"),
+                    ),
+                    // The same cause as the decode failure reported above.
+                    _ if already_invalid => continue,
+                    _ => (codes::INVALID_CONFIG, v.to_string()),
+                };
+                if reported.insert((code.id, message.clone())) {
+                    out.push(
+                        Finding::new(code, entry.describe(), message).at(entry.origin.clone()),
+                    );
+                }
+            }
         }
     }
     conflicting_sidecars(cx, out);

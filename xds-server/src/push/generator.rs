@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
+
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 
 /// What the push loop needs from the tenant's state: fold source events, render a proxy.
@@ -19,6 +21,11 @@ pub trait ConfigGenerator: Send + 'static {
     /// after a configuration change.
     fn diagnostics(&self) -> Arc<crate::translate::diagnostics::Diagnostics> {
         Arc::default()
+    }
+    /// What the tenant's EnvoyFilters may do, for the validating webhook; asked after a
+    /// configuration change.
+    fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
+        EnvoyFilterPolicy::default()
     }
 }
 

@@ -14,6 +14,7 @@ use crate::ads::snapshot::Snapshot;
 use crate::ads::tracker::{Protocol, StreamState};
 use crate::metrics::Metrics;
 use crate::model::ProxyNode;
+use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 
 pub(super) struct ProxyEntry {
     pub(super) node: Arc<ProxyNode>,
@@ -44,6 +45,7 @@ pub struct Hub {
     ready: watch::Sender<bool>,
     members: watch::Sender<Arc<BTreeSet<String>>>,
     diagnostics: watch::Sender<Arc<crate::translate::diagnostics::Diagnostics>>,
+    envoy_filter_policy: watch::Sender<Arc<EnvoyFilterPolicy>>,
     connected: watch::Sender<usize>,
     pushes: watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -73,6 +75,7 @@ impl Hub {
             ready: watch::Sender::new(false),
             members: watch::Sender::new(Arc::default()),
             diagnostics: watch::Sender::new(Arc::default()),
+            envoy_filter_policy: watch::Sender::new(Arc::default()),
             connected: watch::Sender::new(0),
             pushes: watch::Sender::new(0),
             metrics,
@@ -99,6 +102,21 @@ impl Hub {
 
     pub(super) fn publish_members(&self, members: BTreeSet<String>) {
         self.members.send_replace(Arc::new(members));
+    }
+
+    /// What the tenant's EnvoyFilters may do now (the validating webhook checks against it).
+    pub fn envoy_filter_policy(&self) -> Arc<EnvoyFilterPolicy> {
+        Arc::clone(&self.envoy_filter_policy.borrow())
+    }
+
+    pub(super) fn publish_envoy_filter_policy(&self, policy: EnvoyFilterPolicy) {
+        self.envoy_filter_policy.send_if_modified(|p| {
+            let changed = **p != policy;
+            if changed {
+                *p = Arc::new(policy);
+            }
+            changed
+        });
     }
 
     pub(super) fn publish_diagnostics(

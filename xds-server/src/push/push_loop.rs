@@ -92,6 +92,7 @@ impl Pusher {
     /// A pusher for `hub` over `generator`; publishes the generator's members at once.
     pub fn new(hub: Arc<Hub>, generator: Box<dyn ConfigGenerator>) -> Self {
         hub.publish_members(generator.members());
+        hub.publish_envoy_filter_policy(generator.envoy_filter_policy());
         Pusher {
             hub,
             generator,
@@ -117,6 +118,8 @@ impl Pusher {
         if change.kind == ChangeKind::Config {
             self.epoch += 1;
             self.hub.publish_diagnostics(self.generator.diagnostics());
+            self.hub
+                .publish_envoy_filter_policy(self.generator.envoy_filter_policy());
         }
         if change.members_changed {
             self.hub.publish_members(self.generator.members());
