@@ -8,7 +8,7 @@ use crate::migration::MeshRevisionMigration;
 use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-use crate::security::PeerAuthentication;
+use crate::security::{AuthorizationPolicy, PeerAuthentication};
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -20,6 +20,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         EnvoyFilter::crd(),
         Sidecar::crd(),
         PeerAuthentication::crd(),
+        AuthorizationPolicy::crd(),
         VirtualService::crd(),
         DestinationRule::crd(),
         Gateway::crd(),

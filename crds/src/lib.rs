@@ -10,8 +10,8 @@
 //! - [`networking`]: `networking.meshplane.io/v1alpha1` `ServiceEntry`, `EnvoyFilter`,
 //!   `Sidecar`, `VirtualService`, `DestinationRule` and `Gateway`, Istio's networking API as
 //!   meshplane supports it (see that module for the supported fields).
-//! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` (Istio's fields) and
-//!   which policy applies to a workload.
+//! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` and
+//!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`names`]: labels, annotations and the names of every object derived from a revision.
@@ -45,4 +45,4 @@ pub use migration::{
 pub use networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-pub use security::PeerAuthentication;
+pub use security::{AuthorizationPolicy, PeerAuthentication};

@@ -4,15 +4,21 @@
 //! | kind | fields |
 //! |---|---|
 //! | `PeerAuthentication` | `selector.matchLabels`, `mtls.mode`, `portLevelMtls.<port>.mode` (`UNSET`, `DISABLE`, `PERMISSIVE`, `STRICT`) |
+//! | `AuthorizationPolicy` ([`authorization`]) | `selector.matchLabels`, `action` (`ALLOW`, `DENY`, `AUDIT`; `CUSTOM` refused), `rules[].from[].source`, `rules[].to[].operation`, `rules[].when[]` |
 //!
-//! Which policy applies to a workload, and how `UNSET` inherits, is decided in one place:
-//! [`effective_mtls`].
+//! Which PeerAuthentication applies to a workload, and how `UNSET` inherits, is decided in one
+//! place: [`effective_mtls`]; which AuthorizationPolicies apply, in
+//! [`authorization::applicable_policies`].
 
 use std::collections::BTreeMap;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub mod authorization;
+
+pub use authorization::{AuthorizationAction, AuthorizationPolicy, AuthorizationPolicySpec};
 
 /// How a workload's proxy accepts inbound connections.
 #[derive(

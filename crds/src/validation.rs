@@ -14,9 +14,11 @@ use crate::networking::{
 };
 use crate::selector::Selector;
 
+pub mod authorization;
 pub mod security;
 pub mod traffic;
 
+pub use authorization::validate_authorization_policy;
 pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};
 
 /// One violated rule, with the field it concerns.

@@ -113,6 +113,13 @@ pub fn api_resource(kind: Kind) -> (ApiResource, bool) {
             "peerauthentications",
             true,
         ),
+        Kind::AuthorizationPolicy => (
+            "security.meshplane.io",
+            "v1alpha1",
+            "AuthorizationPolicy",
+            "authorizationpolicies",
+            true,
+        ),
         Kind::VirtualService => (
             "networking.meshplane.io",
             "v1alpha1",

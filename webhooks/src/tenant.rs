@@ -24,6 +24,11 @@ pub trait TenantView: Send + Sync {
     fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
         EnvoyFilterPolicy::default()
     }
+
+    /// The tenant's trust domain, when known (principals are then checked against it).
+    fn trust_domain(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A fixed membership: for tests and for the standalone (directory) mode.
@@ -37,6 +42,8 @@ pub struct StaticTenant {
     pub members: BTreeSet<String>,
     /// What the tenant's EnvoyFilters may do.
     pub envoy_filter_policy: EnvoyFilterPolicy,
+    /// The tenant's trust domain, when known.
+    pub trust_domain: Option<String>,
 }
 
 impl StaticTenant {
@@ -51,12 +58,19 @@ impl StaticTenant {
             control_namespace: control_namespace.into(),
             members: members.into_iter().map(Into::into).collect(),
             envoy_filter_policy: EnvoyFilterPolicy::default(),
+            trust_domain: None,
         }
     }
 
     /// The same tenant with another EnvoyFilter policy.
     pub fn with_envoy_filter_policy(mut self, policy: EnvoyFilterPolicy) -> Self {
         self.envoy_filter_policy = policy;
+        self
+    }
+
+    /// The same tenant with a trust domain.
+    pub fn with_trust_domain(mut self, trust_domain: impl Into<String>) -> Self {
+        self.trust_domain = Some(trust_domain.into());
         self
     }
 }
@@ -76,5 +90,9 @@ impl TenantView for StaticTenant {
 
     fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
         self.envoy_filter_policy.clone()
+    }
+
+    fn trust_domain(&self) -> Option<&str> {
+        self.trust_domain.as_deref()
     }
 }

@@ -26,6 +26,10 @@
 //!   `portLevelMtls` needs a `selector`, and a `selector` in the control namespace is refused
 //!   (there the policy is tenant-wide and Istio ignores the selector): both would otherwise be
 //!   silently ignored, which for a STRICT policy means plaintext the admin did not expect.
+//! - `AuthorizationPolicy` (group `security.meshplane.io`) may name only peers that could
+//!   authenticate to the tenant: principals of its trust domain and namespaces of the tenant
+//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM and
+//!   `targetRef` are refused.
 //!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
@@ -44,7 +48,6 @@ use crate::tenant::TenantView;
 
 /// API group of the networking config.
 pub const NETWORKING_GROUP: &str = "networking.meshplane.io";
-
 /// API group of the security config.
 pub const SECURITY_GROUP: &str = "security.meshplane.io";
 
@@ -65,13 +68,19 @@ pub enum ConfigKind {
     Gateway,
     /// `PeerAuthentication` (group `security.meshplane.io`).
     PeerAuthentication,
+    /// `AuthorizationPolicy` (security group).
+    AuthorizationPolicy,
 }
 
 impl ConfigKind {
     /// The kind for an API group and kind name, if this webhook validates it.
     pub fn from_group_kind(group: &str, kind: &str) -> Option<Self> {
         if group == SECURITY_GROUP {
-            return (kind == "PeerAuthentication").then_some(ConfigKind::PeerAuthentication);
+            return match kind {
+                "PeerAuthentication" => Some(ConfigKind::PeerAuthentication),
+                "AuthorizationPolicy" => Some(ConfigKind::AuthorizationPolicy),
+                _ => None,
+            };
         }
         if group != NETWORKING_GROUP {
             return None;
@@ -97,6 +106,7 @@ impl ConfigKind {
             ConfigKind::DestinationRule => "DestinationRule",
             ConfigKind::Gateway => "Gateway",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
+            ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
 }
@@ -121,6 +131,9 @@ pub enum ConfigViolation {
         field: String,
         control_namespace: String,
     },
+    /// A principal or namespace no peer of the tenant can have.
+    #[error("{0}")]
+    NeverAuthenticates(meshplane_crds::validation::authorization::ForeignReference),
     /// A value meshplane cannot apply yet.
     #[error("{field}: {reason}")]
     Unavailable { field: String, reason: &'static str },
@@ -247,6 +260,27 @@ pub fn validate_config(
             }
             Err(e) => violations.push(e),
         },
+        ConfigKind::AuthorizationPolicy => {
+            match decode::<meshplane_crds::security::AuthorizationPolicySpec>(spec, kind) {
+                Ok(ap) => {
+                    push_semantic(
+                        &mut violations,
+                        validation::validate_authorization_policy(&ap),
+                    );
+                    let in_tenant = |ns: &str| view.contains(ns);
+                    violations.extend(
+                        validation::authorization::foreign_references(
+                            &ap,
+                            view.trust_domain(),
+                            &in_tenant,
+                        )
+                        .into_iter()
+                        .map(ConfigViolation::NeverAuthenticates),
+                    );
+                }
+                Err(e) => violations.push(e),
+            }
+        }
         ConfigKind::EnvoyFilter => {
             check_proxy_selection(&mut violations, object, view);
             match decode::<EnvoyFilterSpec>(spec, kind) {
@@ -729,6 +763,54 @@ mod tests {
             vec![format!(
                 "spec.servers[0].tls.mode: {GATEWAY_ISTIO_MUTUAL_UNAVAILABLE}"
             )]
+        );
+    }
+
+    #[test]
+    fn authorization_policies_may_name_only_peers_of_the_tenant() {
+        let tenant = blue().with_trust_domain("blue.example");
+        let ap = serde_json::json!({"metadata": {"namespace": "shop"}, "spec": {"rules": [{
+            "from": [{"source": {"principals": ["blue.example/ns/shop/sa/web", "green.example/ns/shop/sa/web"],
+                                 "namespaces": ["payments", "bank"]}}]}]}});
+        let msgs = messages(validate_config(
+            ConfigKind::AuthorizationPolicy,
+            &ap,
+            &tenant,
+        ));
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs[0].contains("principals[1]") && msgs[0].contains("trust domain \"green.example\""),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].contains("namespaces[1]")
+                && msgs[1].contains("namespace \"bank\"")
+                && msgs[1].contains("could ever authenticate"),
+            "{msgs:?}"
+        );
+        let custom = serde_json::json!({"spec": {"action": "CUSTOM", "provider": {"name": "opa"}}});
+        let msgs = messages(validate_config(
+            ConfigKind::AuthorizationPolicy,
+            &custom,
+            &tenant,
+        ));
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("CUSTOM") && m.contains("not supported")),
+            "{msgs:?}"
+        );
+        let fine = serde_json::json!({"spec": {"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin*"]}}]}]}});
+        assert_eq!(
+            validate_config(ConfigKind::AuthorizationPolicy, &fine, &tenant),
+            Ok(())
+        );
+        assert_eq!(
+            ConfigKind::from_group_kind("security.meshplane.io", "AuthorizationPolicy"),
+            Some(ConfigKind::AuthorizationPolicy)
+        );
+        assert_eq!(
+            ConfigKind::from_group_kind("security.meshplane.io", "PeerAuthentication"),
+            None
         );
     }
 

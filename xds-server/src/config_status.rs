@@ -1,5 +1,5 @@
-//! Writes the `Accepted` condition of the tenant's VirtualServices, DestinationRules and
-//! Gateways (Kubernetes mode) from the index's verdict ([`Diagnostics`]).
+//! Writes the `Accepted` condition of the tenant's VirtualServices, DestinationRules,
+//! Gateways and AuthorizationPolicies (Kubernetes mode) from the index's verdict ([`Diagnostics`]).
 //!
 //! Server-side apply on the status subresource under field manager `meshplane-xds/<revision>`,
 //! only when the verdict on an object changes (a steady state writes nothing). Every revision
@@ -54,15 +54,25 @@ pub fn verdict(generation: Option<i64>, findings: &[Finding]) -> Verdict {
 }
 
 fn api_resource(kind: ConfigKind) -> ApiResource {
-    let (kind, plural) = match kind {
-        ConfigKind::VirtualService => ("VirtualService", "virtualservices"),
-        ConfigKind::DestinationRule => ("DestinationRule", "destinationrules"),
-        ConfigKind::Gateway => ("Gateway", "gateways"),
+    let (group, kind, plural) = match kind {
+        ConfigKind::VirtualService => (
+            "networking.meshplane.io",
+            "VirtualService",
+            "virtualservices",
+        ),
+        ConfigKind::DestinationRule => (
+            "networking.meshplane.io",
+            "DestinationRule",
+            "destinationrules",
+        ),
+        ConfigKind::Gateway => ("networking.meshplane.io", "Gateway", "gateways"),
+        ConfigKind::AuthorizationPolicy => (
+            "security.meshplane.io",
+            "AuthorizationPolicy",
+            "authorizationpolicies",
+        ),
     };
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("networking.meshplane.io", "v1alpha1", kind),
-        plural,
-    )
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
 }
 
 /// The status body applied for a verdict on `object` (an apply body names its object, or the

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::security::WorkloadMtls;
-use meshplane_crds::{EnvoyFilter, MeshConfig, PeerAuthentication, Sidecar};
+use meshplane_crds::{AuthorizationPolicy, EnvoyFilter, MeshConfig, PeerAuthentication, Sidecar};
 use prost::{Message, Name};
 use sha2::{Digest, Sha256};
 
@@ -51,6 +51,9 @@ struct ScopeKey {
     /// Whether the proxy has its SDS secrets, and the PeerAuthentication modes of its workload.
     sds: bool,
     peer_mtls: WorkloadMtls,
+    /// The AuthorizationPolicies of its workload (namespace/name; their specs are part of the
+    /// registry, whose changes empty the cache).
+    authz: Vec<(Option<String>, Option<String>)>,
     /// What else of the proxy its traffic config depends on (kind, gateway selection,
     /// `sourceLabels` conditions).
     traffic: translate::TrafficKey,
@@ -373,6 +376,7 @@ impl TenantIndex {
             || prev.pod_ports != next.pod_ports
             || prev.meshed_addresses != next.meshed_addresses
             || !same_objects_list(&prev.peer_authentications, &next.peer_authentications)
+            || !same_policies(&prev.authorization_policies, &next.authorization_policies)
             || !prev.same_traffic_config(&next);
         let mut change = Change {
             members_changed,
@@ -577,6 +581,7 @@ impl TenantIndex {
                     }
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
+                Object::AuthorizationPolicy(ap) => reg.authorization_policies.push((**ap).clone()),
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
@@ -653,6 +658,10 @@ impl TenantIndex {
             loopback: node.loopback.clone(),
             sds: node.sds,
             peer_mtls: translate::peer_mtls(&self.registry, node),
+            authz: translate::authorization_policies(&self.registry, node)
+                .into_iter()
+                .map(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()))
+                .collect(),
             traffic: translate::traffic_key(&self.registry, node),
         }
     }
@@ -863,6 +872,16 @@ fn same_objects_list(a: &[PeerAuthentication], b: &[PeerAuthentication]) -> bool
             x.metadata.namespace == y.metadata.namespace
                 && x.metadata.name == y.metadata.name
                 && x.metadata.creation_timestamp == y.metadata.creation_timestamp
+                && x.spec == y.spec
+        })
+}
+
+/// Whether two lists of AuthorizationPolicies are the same policies (key and spec, in order).
+fn same_policies(a: &[AuthorizationPolicy], b: &[AuthorizationPolicy]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.metadata.namespace == y.metadata.namespace
+                && x.metadata.name == y.metadata.name
                 && x.spec == y.spec
         })
 }

@@ -275,8 +275,9 @@ fn spawn_secure(
     )))
 }
 
-/// The tenant membership the validating webhook checks against, from the hub's index.
-struct HubTenant(Arc<Hub>);
+/// The tenant membership the validating webhook checks against, from the hub's index, and the
+/// tenant's trust domain.
+struct HubTenant(Arc<Hub>, String);
 
 impl meshplane_webhooks::TenantView for HubTenant {
     fn tenant(&self) -> &str {
@@ -290,6 +291,9 @@ impl meshplane_webhooks::TenantView for HubTenant {
     }
     fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
         (*self.0.envoy_filter_policy()).clone()
+    }
+    fn trust_domain(&self) -> Option<&str> {
+        Some(&self.1)
     }
 }
 
@@ -317,7 +321,7 @@ fn spawn_webhooks(
     };
     let handlers = Arc::new(meshplane_webhooks::Webhooks::new(
         injection,
-        Arc::new(HubTenant(hub)),
+        Arc::new(HubTenant(hub, args.trust_domain.clone())),
     ));
     let (addr, tls_dir) = (args.webhook_addr, args.webhook_tls_dir.clone());
     let fatal = matches!(args.source, Source::Kube);

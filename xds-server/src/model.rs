@@ -12,8 +12,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::{
-    DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag, PeerAuthentication,
-    ServiceEntry, Sidecar, VirtualService,
+    AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,
+    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 
 /// A Kubernetes object a source delivers.
@@ -35,6 +35,8 @@ pub enum Object {
     EnvoyFilter(Box<EnvoyFilter>),
     /// A PeerAuthentication (how workloads accept their peers: mutual TLS modes).
     PeerAuthentication(Box<PeerAuthentication>),
+    /// An AuthorizationPolicy (who may call which workloads).
+    AuthorizationPolicy(Box<AuthorizationPolicy>),
     /// A VirtualService.
     VirtualService(Box<VirtualService>),
     /// A DestinationRule.
@@ -80,6 +82,7 @@ impl Object {
             Object::Sidecar(o) => (Kind::Sidecar, &o.metadata),
             Object::EnvoyFilter(o) => (Kind::EnvoyFilter, &o.metadata),
             Object::PeerAuthentication(o) => (Kind::PeerAuthentication, &o.metadata),
+            Object::AuthorizationPolicy(o) => (Kind::AuthorizationPolicy, &o.metadata),
             Object::VirtualService(o) => (Kind::VirtualService, &o.metadata),
             Object::DestinationRule(o) => (Kind::DestinationRule, &o.metadata),
             Object::Gateway(o) => (Kind::Gateway, &o.metadata),
@@ -101,6 +104,7 @@ pub enum Kind {
     Sidecar,
     EnvoyFilter,
     PeerAuthentication,
+    AuthorizationPolicy,
     VirtualService,
     DestinationRule,
     Gateway,

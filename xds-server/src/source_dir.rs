@@ -42,7 +42,7 @@ fn changes_content(kind: &notify::EventKind) -> bool {
 }
 
 /// Every kind the directory source delivers (the scope of its resyncs).
-pub const KINDS: [Kind; 14] = [
+pub const KINDS: [Kind; 15] = [
     Kind::Namespace,
     Kind::Service,
     Kind::EndpointSlice,
@@ -51,6 +51,7 @@ pub const KINDS: [Kind; 14] = [
     Kind::Sidecar,
     Kind::EnvoyFilter,
     Kind::PeerAuthentication,
+    Kind::AuthorizationPolicy,
     Kind::VirtualService,
     Kind::DestinationRule,
     Kind::Gateway,
@@ -390,6 +391,11 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
         }
         ("security.meshplane.io/v1alpha1", "PeerAuthentication") => {
             Object::PeerAuthentication(Box::new(typed(&doc)?))
+        }
+        ("security.meshplane.io/v1alpha1", "AuthorizationPolicy") => {
+            // Not dropped when invalid: an invalid policy denies what it selects (fails
+            // closed, translate::authz::unenforceable) and its status says why.
+            Object::AuthorizationPolicy(Box::new(typed(&doc)?))
         }
         ("networking.meshplane.io/v1alpha1", "VirtualService") => {
             let v: meshplane_crds::VirtualService = typed(&doc)?;

@@ -25,8 +25,8 @@ use meshplane_contracts::members::{self, MembersData};
 use meshplane_contracts::{proxies, ContractError};
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::{
-    DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry, Sidecar,
-    VirtualService,
+    AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry,
+    Sidecar, VirtualService,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -383,6 +383,11 @@ fn spawn_kind_watchers(
         PeerAuthentication,
         Kind::PeerAuthentication,
         PeerAuthentication
+    );
+    kind!(
+        AuthorizationPolicy,
+        Kind::AuthorizationPolicy,
+        AuthorizationPolicy
     );
     kind!(VirtualService, Kind::VirtualService, VirtualService);
     kind!(DestinationRule, Kind::DestinationRule, DestinationRule);

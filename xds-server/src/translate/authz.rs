@@ -1,0 +1,703 @@
+//! Authorization on the inbound side of a workload: the AuthorizationPolicies that apply to it
+//! ([`meshplane_crds::security::authorization::applicable_policies`]) as Envoy RBAC filters,
+//! pure functions over Envoy messages (docs/authorization.md).
+//!
+//! Istio's evaluation order, one RBAC filter per action, in this order on every inbound chain
+//! of a workload with policies:
+//! 1. AUDIT: an RBAC filter with action LOG (marks matching requests for the access log,
+//!    never denies);
+//! 2. DENY: a request matching any rule of any DENY policy is denied;
+//! 3. ALLOW: present when at least one ALLOW policy applies; a request matching no rule of any
+//!    ALLOW policy is denied (an ALLOW policy without rules allows nothing).
+//!
+//! No policy: no filter, everything is allowed. HTTP chains get the HTTP filters before the
+//! router; TCP chains (and the opaque passthrough-TLS chains) get the network filters before
+//! the TCP proxy.
+//!
+//! What a chain cannot know fails closed. A rule's condition that the chain cannot evaluate
+//! (the peer's identity on a chain without mutual TLS; hosts, methods, paths and headers on a
+//! TCP chain; JWT attributes anywhere, as meshplane validates no JWT) is taken as *not matching*
+//! in ALLOW and AUDIT rules and as *matching* in DENY rules. So a plaintext caller never passes
+//! an ALLOW rule on principals or namespaces, and never escapes a DENY rule on them.
+//!
+//! Principals match the SPIFFE URI SAN of the peer's certificate
+//! (`authenticated.principal_name`): `td/ns/N/sa/S` is `spiffe://td/ns/N/sa/S`; `*` is any
+//! authenticated peer, `prefix*` and `*suffix` match by prefix and suffix. A namespace `N` is the
+//! prefix `spiffe://<tenant trust domain>/ns/N/sa/`. Policy names in the filters read
+//! `ns[<namespace>]-policy[<name>]-rule[<index>]`, so a denial's response code details say
+//! `rbac_access_denied_matched_policy[ns[shop]-policy[deny-admin]-rule[0]]`; denied HTTP
+//! requests get that reason in the 403 body too ([`explain_denials`]).
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::accesslog::v3::access_log_filter::FilterSpecifier;
+use envoy_types::pb::envoy::config::accesslog::v3::comparison_filter::Op;
+use envoy_types::pb::envoy::config::accesslog::v3::{
+    AccessLogFilter, ComparisonFilter, StatusCodeFilter,
+};
+use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
+use envoy_types::pb::envoy::config::core::v3::{
+    data_source::Specifier as DataSpecifier, CidrRange, DataSource, RuntimeUInt32,
+    SubstitutionFormatString,
+};
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+use envoy_types::pb::envoy::config::listener::v3::Filter;
+use envoy_types::pb::envoy::config::rbac::v3::permission::{Rule as PermRule, Set as PermSet};
+use envoy_types::pb::envoy::config::rbac::v3::principal::{
+    Authenticated, Identifier, Set as PrincipalSet,
+};
+use envoy_types::pb::envoy::config::rbac::v3::rbac::Action as RbacAction;
+use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, Rbac};
+use envoy_types::pb::envoy::config::route::v3::header_matcher::HeaderMatchSpecifier;
+use envoy_types::pb::envoy::config::route::v3::HeaderMatcher;
+use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpFilterConfig;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, LocalReplyConfig, ResponseMapper,
+};
+use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
+use envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule as PathRule;
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::{PathMatcher, RegexMatcher, StringMatcher};
+use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_types::util::pack_any;
+use meshplane_crds::security::authorization::{
+    AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition, Operation, Source,
+};
+use meshplane_crds::validation::authorization::{header_key, validate_authorization_policy};
+use prost::Message;
+
+/// Name of Envoy's RBAC HTTP filter.
+pub const HTTP_RBAC_FILTER: &str = "envoy.filters.http.rbac";
+/// Name of Envoy's RBAC network filter.
+pub const NETWORK_RBAC_FILTER: &str = "envoy.filters.network.rbac";
+/// Stat prefix of the network filters (`tcp.rbac.denied`, ...); the HTTP filters count under
+/// their connection manager's prefix (`http.inbound|8080||.rbac.denied`).
+pub const NETWORK_STAT_PREFIX: &str = "tcp.";
+/// Body of a denied HTTP request: Envoy's text, then the policy that decided it.
+pub const DENIAL_BODY: &str = "RBAC: access denied (%RESPONSE_CODE_DETAILS%)\n";
+
+/// What one inbound filter chain knows about a connection, which decides how conditions
+/// evaluate on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainFacts {
+    /// The chain terminates mutual TLS: the peer's SPIFFE ID is known.
+    pub identity: bool,
+    /// The chain runs an HTTP connection manager (hosts, methods, paths, headers are known).
+    pub http: bool,
+    /// The workload port every connection of the chain reaches, when the chain matches one
+    /// (`ports` conditions then evaluate here, not in Envoy); `None` for the passthrough chain
+    /// of ports no Service names.
+    pub port: Option<u32>,
+}
+
+/// A boolean condition tree with constants folded away as it is built.
+#[derive(Clone, Debug, PartialEq)]
+enum Expr<L> {
+    Const(bool),
+    Leaf(L),
+    All(Vec<Expr<L>>),
+    Any(Vec<Expr<L>>),
+    Not(Box<Expr<L>>),
+}
+
+impl<L> Expr<L> {
+    fn all(items: impl IntoIterator<Item = Expr<L>>) -> Self {
+        let mut kept = Vec::new();
+        for e in items {
+            match e {
+                Expr::Const(true) => {}
+                Expr::Const(false) => return Expr::Const(false),
+                e => kept.push(e),
+            }
+        }
+        match kept.len() {
+            0 => Expr::Const(true),
+            1 => kept.pop().unwrap_or(Expr::Const(true)),
+            _ => Expr::All(kept),
+        }
+    }
+
+    fn any(items: impl IntoIterator<Item = Expr<L>>) -> Self {
+        let mut kept = Vec::new();
+        for e in items {
+            match e {
+                Expr::Const(false) => {}
+                Expr::Const(true) => return Expr::Const(true),
+                e => kept.push(e),
+            }
+        }
+        match kept.len() {
+            0 => Expr::Const(false),
+            1 => kept.pop().unwrap_or(Expr::Const(false)),
+            _ => Expr::Any(kept),
+        }
+    }
+
+    fn not(e: Expr<L>) -> Self {
+        match e {
+            Expr::Const(b) => Expr::Const(!b),
+            Expr::Not(inner) => *inner,
+            e => Expr::Not(Box::new(e)),
+        }
+    }
+}
+
+type PrincipalExpr = Expr<Principal>;
+type PermissionExpr = Expr<Permission>;
+
+/// Where a `when` condition goes in an Envoy policy.
+enum Side {
+    Principal(PrincipalExpr),
+    Permission(PermissionExpr),
+}
+
+fn lower_principal(e: PrincipalExpr) -> Principal {
+    let identifier = match e {
+        Expr::Const(true) => Identifier::Any(true),
+        Expr::Const(false) => Identifier::NotId(Box::new(Principal {
+            identifier: Some(Identifier::Any(true)),
+        })),
+        Expr::Leaf(p) => return p,
+        Expr::All(v) => Identifier::AndIds(PrincipalSet {
+            ids: v.into_iter().map(lower_principal).collect(),
+        }),
+        Expr::Any(v) => Identifier::OrIds(PrincipalSet {
+            ids: v.into_iter().map(lower_principal).collect(),
+        }),
+        Expr::Not(e) => Identifier::NotId(Box::new(lower_principal(*e))),
+    };
+    Principal {
+        identifier: Some(identifier),
+    }
+}
+
+fn lower_permission(e: PermissionExpr) -> Permission {
+    let rule = match e {
+        Expr::Const(true) => PermRule::Any(true),
+        Expr::Const(false) => PermRule::NotRule(Box::new(Permission {
+            rule: Some(PermRule::Any(true)),
+        })),
+        Expr::Leaf(p) => return p,
+        Expr::All(v) => PermRule::AndRules(PermSet {
+            rules: v.into_iter().map(lower_permission).collect(),
+        }),
+        Expr::Any(v) => PermRule::OrRules(PermSet {
+            rules: v.into_iter().map(lower_permission).collect(),
+        }),
+        Expr::Not(e) => PermRule::NotRule(Box::new(lower_permission(*e))),
+    };
+    Permission { rule: Some(rule) }
+}
+
+/// How one rule is evaluated: the chain's facts, the policy's action (which decides what an
+/// unknown condition means) and the tenant's trust domain.
+struct RuleContext<'a> {
+    facts: ChainFacts,
+    action: AuthorizationAction,
+    trust_domain: &'a str,
+}
+
+impl RuleContext<'_> {
+    /// The value of a condition this chain cannot evaluate: fail closed.
+    fn unknown<L>(&self) -> Expr<L> {
+        Expr::Const(self.action == AuthorizationAction::Deny)
+    }
+
+    /// `values` (any) and `not_values` (none) of one attribute, each value through `leaf`.
+    fn field<L>(
+        &self,
+        values: &[String],
+        not_values: &[String],
+        leaf: impl Fn(&str) -> Expr<L>,
+    ) -> Expr<L> {
+        let mut parts = Vec::new();
+        if !values.is_empty() {
+            parts.push(Expr::any(values.iter().map(|v| leaf(v))));
+        }
+        if !not_values.is_empty() {
+            parts.push(Expr::not(Expr::any(not_values.iter().map(|v| leaf(v)))));
+        }
+        Expr::all(parts)
+    }
+
+    /// Like [`Self::field`] for an attribute the chain may not know: unknown when it does not
+    /// and the field is used.
+    fn known_field<L>(
+        &self,
+        known: bool,
+        values: &[String],
+        not_values: &[String],
+        leaf: impl Fn(&str) -> Expr<L>,
+    ) -> Expr<L> {
+        if values.is_empty() && not_values.is_empty() {
+            Expr::Const(true)
+        } else if !known {
+            self.unknown()
+        } else {
+            self.field(values, not_values, leaf)
+        }
+    }
+
+    fn principal(&self, value: &str) -> PrincipalExpr {
+        let name = if value == "*" {
+            None
+        } else if let Some(prefix) = value.strip_suffix('*') {
+            Some(MatchPattern::Prefix(format!("spiffe://{prefix}")))
+        } else if let Some(suffix) = value.strip_prefix('*') {
+            Some(MatchPattern::Suffix(suffix.to_string()))
+        } else {
+            Some(MatchPattern::Exact(format!("spiffe://{value}")))
+        };
+        Expr::Leaf(Principal {
+            identifier: Some(Identifier::Authenticated(Authenticated {
+                principal_name: name.map(string_matcher),
+            })),
+        })
+    }
+
+    fn namespace(&self, value: &str) -> PrincipalExpr {
+        let td = self.trust_domain;
+        let pattern = if value == "*" {
+            MatchPattern::Prefix(format!("spiffe://{td}/ns/"))
+        } else if let Some(prefix) = value.strip_suffix('*') {
+            MatchPattern::Prefix(format!("spiffe://{td}/ns/{prefix}"))
+        } else if let Some(suffix) = value.strip_prefix('*') {
+            MatchPattern::SafeRegex(RegexMatcher {
+                regex: format!(
+                    "spiffe://{}/ns/[^/]*{}/sa/.*",
+                    regex_escape(td),
+                    regex_escape(suffix)
+                ),
+                ..Default::default()
+            })
+        } else {
+            MatchPattern::Prefix(format!("spiffe://{td}/ns/{value}/sa/"))
+        };
+        Expr::Leaf(Principal {
+            identifier: Some(Identifier::Authenticated(Authenticated {
+                principal_name: Some(string_matcher(pattern)),
+            })),
+        })
+    }
+
+    fn port(&self, value: &str) -> PermissionExpr {
+        let Ok(port) = value.parse::<u32>() else {
+            // Refused at admission; an unparsable port matches no connection.
+            return Expr::Const(false);
+        };
+        match self.facts.port {
+            Some(p) => Expr::Const(p == port),
+            None => Expr::Leaf(Permission {
+                rule: Some(PermRule::DestinationPort(port)),
+            }),
+        }
+    }
+
+    fn source(&self, s: &Source) -> PrincipalExpr {
+        let identity = self.facts.identity;
+        let http = self.facts.http;
+        Expr::all([
+            self.known_field(identity, &s.principals, &s.not_principals, |v| {
+                self.principal(v)
+            }),
+            self.known_field(identity, &s.namespaces, &s.not_namespaces, |v| {
+                self.namespace(v)
+            }),
+            // No JWT is ever validated: request principals are never known.
+            self.known_field(
+                false,
+                &s.request_principals,
+                &s.not_request_principals,
+                |_| Expr::Const(false),
+            ),
+            self.field(&s.ip_blocks, &s.not_ip_blocks, |v| {
+                cidr(v).map_or(Expr::Const(false), |c| {
+                    Expr::Leaf(Principal {
+                        identifier: Some(Identifier::DirectRemoteIp(c)),
+                    })
+                })
+            }),
+            self.known_field(http, &s.remote_ip_blocks, &s.not_remote_ip_blocks, |v| {
+                cidr(v).map_or(Expr::Const(false), |c| {
+                    Expr::Leaf(Principal {
+                        identifier: Some(Identifier::RemoteIp(c)),
+                    })
+                })
+            }),
+        ])
+    }
+
+    fn operation(&self, o: &Operation) -> PermissionExpr {
+        let http = self.facts.http;
+        Expr::all([
+            self.known_field(http, &o.hosts, &o.not_hosts, |v| {
+                header_permission(":authority", v, true)
+            }),
+            self.field(&o.ports, &o.not_ports, |v| self.port(v)),
+            self.known_field(http, &o.methods, &o.not_methods, |v| {
+                header_permission(":method", v, false)
+            }),
+            self.known_field(http, &o.paths, &o.not_paths, |v| {
+                Expr::Leaf(Permission {
+                    rule: Some(PermRule::UrlPath(PathMatcher {
+                        rule: Some(PathRule::Path(string_matcher(glob(v)))),
+                    })),
+                })
+            }),
+        ])
+    }
+
+    /// A `when` condition, on the principal side or the permission side.
+    fn condition(&self, c: &Condition) -> Side {
+        let f = &self.facts;
+        let key = c.key.as_str();
+        match key {
+            "source.principal" => {
+                Side::Principal(
+                    self.known_field(f.identity, &c.values, &c.not_values, |v| self.principal(v)),
+                )
+            }
+            "source.namespace" => {
+                Side::Principal(
+                    self.known_field(f.identity, &c.values, &c.not_values, |v| self.namespace(v)),
+                )
+            }
+            "source.ip" => Side::Principal(self.field(&c.values, &c.not_values, |v| {
+                cidr(v).map_or(Expr::Const(false), |c| {
+                    Expr::Leaf(Principal {
+                        identifier: Some(Identifier::DirectRemoteIp(c)),
+                    })
+                })
+            })),
+            "remote.ip" => {
+                Side::Principal(self.known_field(f.http, &c.values, &c.not_values, |v| {
+                    cidr(v).map_or(Expr::Const(false), |c| {
+                        Expr::Leaf(Principal {
+                            identifier: Some(Identifier::RemoteIp(c)),
+                        })
+                    })
+                }))
+            }
+            "destination.ip" => Side::Permission(self.field(&c.values, &c.not_values, |v| {
+                cidr(v).map_or(Expr::Const(false), |c| {
+                    Expr::Leaf(Permission {
+                        rule: Some(PermRule::DestinationIp(c)),
+                    })
+                })
+            })),
+            "destination.port" => {
+                Side::Permission(self.field(&c.values, &c.not_values, |v| self.port(v)))
+            }
+            "connection.sni" => Side::Permission(self.field(&c.values, &c.not_values, |v| {
+                Expr::Leaf(Permission {
+                    rule: Some(PermRule::RequestedServerName(string_matcher(glob(v)))),
+                })
+            })),
+            _ => {
+                if let Some(name) = header_key(key) {
+                    return Side::Principal(self.known_field(
+                        f.http,
+                        &c.values,
+                        &c.not_values,
+                        |v| {
+                            Expr::Leaf(Principal {
+                                identifier: Some(Identifier::Header(header_matcher(
+                                    name, v, false,
+                                ))),
+                            })
+                        },
+                    ));
+                }
+                // JWT attributes are never known; any other key is refused at admission and
+                // fails closed here.
+                Side::Principal(self.unknown())
+            }
+        }
+    }
+
+    /// The rule as an Envoy policy, or `None` when it can never match on this chain.
+    fn rule(&self, rule: &AuthorizationRule) -> Option<Policy> {
+        let mut principals = vec![if rule.from.is_empty() {
+            Expr::Const(true)
+        } else {
+            Expr::any(rule.from.iter().map(|f| self.source(&f.source)))
+        }];
+        let mut permissions = vec![if rule.to.is_empty() {
+            Expr::Const(true)
+        } else {
+            Expr::any(rule.to.iter().map(|t| self.operation(&t.operation)))
+        }];
+        for c in &rule.when {
+            match self.condition(c) {
+                Side::Principal(p) => principals.push(p),
+                Side::Permission(p) => permissions.push(p),
+            }
+        }
+        let principals = Expr::all(principals);
+        let permissions = Expr::all(permissions);
+        if principals == Expr::Const(false) || permissions == Expr::Const(false) {
+            return None;
+        }
+        Some(Policy {
+            permissions: vec![lower_permission(permissions)],
+            principals: vec![lower_principal(principals)],
+            ..Default::default()
+        })
+    }
+}
+
+fn string_matcher(pattern: MatchPattern) -> StringMatcher {
+    StringMatcher {
+        match_pattern: Some(pattern),
+        ignore_case: false,
+    }
+}
+
+/// `*` (any non-empty value), `prefix*`, `*suffix` or an exact value.
+fn glob(value: &str) -> MatchPattern {
+    if value == "*" {
+        MatchPattern::SafeRegex(RegexMatcher {
+            regex: ".+".to_string(),
+            ..Default::default()
+        })
+    } else if let Some(prefix) = value.strip_suffix('*') {
+        MatchPattern::Prefix(prefix.to_string())
+    } else if let Some(suffix) = value.strip_prefix('*') {
+        MatchPattern::Suffix(suffix.to_string())
+    } else {
+        MatchPattern::Exact(value.to_string())
+    }
+}
+
+fn header_matcher(name: &str, value: &str, ignore_case: bool) -> HeaderMatcher {
+    let specifier = if value == "*" {
+        HeaderMatchSpecifier::PresentMatch(true)
+    } else {
+        HeaderMatchSpecifier::StringMatch(StringMatcher {
+            match_pattern: Some(glob(value)),
+            ignore_case,
+        })
+    };
+    HeaderMatcher {
+        name: name.to_string(),
+        header_match_specifier: Some(specifier),
+        ..Default::default()
+    }
+}
+
+fn header_permission(name: &str, value: &str, ignore_case: bool) -> PermissionExpr {
+    Expr::Leaf(Permission {
+        rule: Some(PermRule::Header(header_matcher(name, value, ignore_case))),
+    })
+}
+
+fn cidr(value: &str) -> Option<CidrRange> {
+    let (ip, len) = match value.split_once('/') {
+        Some((ip, len)) => (ip, Some(len.parse::<u32>().ok()?)),
+        None => (value, None),
+    };
+    let addr: std::net::IpAddr = ip.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = len.unwrap_or(max);
+    (len <= max).then(|| CidrRange {
+        address_prefix: addr.to_string(),
+        prefix_len: Some(UInt32Value { value: len }),
+    })
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$-".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The name of rule `index` of `policy` in the RBAC filters (Istio's spelling).
+pub fn rule_name(policy: &AuthorizationPolicy, index: usize) -> String {
+    format!(
+        "ns[{}]-policy[{}]-rule[{index}]",
+        policy.metadata.namespace.as_deref().unwrap_or_default(),
+        policy.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Why a policy cannot be applied as written, if it cannot: CUSTOM, or values the admission
+/// webhook refuses (a policy stored while it was down). Such a policy denies every request of
+/// the workloads it selects, as dropping it could open what it was meant to close.
+pub fn unenforceable(policy: &AuthorizationPolicy) -> Option<&'static str> {
+    if policy.spec.action == AuthorizationAction::Custom {
+        Some("custom-unsupported")
+    } else if validate_authorization_policy(&policy.spec).is_err() {
+        Some("invalid")
+    } else {
+        None
+    }
+}
+
+/// The RBAC rules of one action for a chain, or `None` when the chain needs no filter for it:
+/// no policy of that action applies, or (DENY, AUDIT) none of their rules can match here.
+/// [`unenforceable`] policies are DENY rules matching every request, named
+/// `ns[<ns>]-policy[<name>]-custom-unsupported` or `...-invalid`.
+pub fn rbac_rules(
+    policies: &[&AuthorizationPolicy],
+    action: AuthorizationAction,
+    facts: ChainFacts,
+    trust_domain: &str,
+) -> Option<Rbac> {
+    let of_action: Vec<(&AuthorizationPolicy, Option<&'static str>)> = policies
+        .iter()
+        .map(|p| (*p, unenforceable(p)))
+        .filter(|(p, broken)| match broken {
+            Some(_) => action == AuthorizationAction::Deny,
+            None => p.spec.action == action,
+        })
+        .collect();
+    if of_action.is_empty() {
+        return None;
+    }
+    let mut rules: HashMap<String, Policy> = HashMap::new();
+    for (policy, broken) in of_action {
+        if let Some(why) = broken {
+            rules.insert(
+                format!(
+                    "ns[{}]-policy[{}]-{why}",
+                    policy.metadata.namespace.as_deref().unwrap_or_default(),
+                    policy.metadata.name.as_deref().unwrap_or_default()
+                ),
+                Policy {
+                    permissions: vec![lower_permission(Expr::Const(true))],
+                    principals: vec![lower_principal(Expr::Const(true))],
+                    ..Default::default()
+                },
+            );
+            continue;
+        }
+        let ctx = RuleContext {
+            facts,
+            action,
+            trust_domain,
+        };
+        for (i, rule) in policy.spec.rules.iter().enumerate() {
+            if let Some(p) = ctx.rule(rule) {
+                rules.insert(rule_name(policy, i), p);
+            }
+        }
+    }
+    // An empty DENY or LOG filter does nothing; an empty ALLOW filter denies everything.
+    if rules.is_empty() && action != AuthorizationAction::Allow {
+        return None;
+    }
+    let rbac_action = match action {
+        AuthorizationAction::Deny => RbacAction::Deny,
+        AuthorizationAction::Audit => RbacAction::Log,
+        AuthorizationAction::Allow | AuthorizationAction::Custom => RbacAction::Allow,
+    };
+    Some(Rbac {
+        action: rbac_action as i32,
+        policies: rules,
+        ..Default::default()
+    })
+}
+
+/// The actions in the order their filters run.
+const ORDER: [AuthorizationAction; 3] = [
+    AuthorizationAction::Audit,
+    AuthorizationAction::Deny,
+    AuthorizationAction::Allow,
+];
+
+/// The RBAC HTTP filters of a chain (to go before the router), in evaluation order.
+pub fn http_filters(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+) -> Vec<HttpFilter> {
+    ORDER
+        .iter()
+        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
+        .map(|rules| HttpFilter {
+            name: HTTP_RBAC_FILTER.to_string(),
+            config_type: Some(HttpFilterConfig::TypedConfig(pack_any(HttpRbac {
+                rules: Some(rules),
+                ..Default::default()
+            }))),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order.
+pub fn network_filters(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+) -> Vec<Filter> {
+    ORDER
+        .iter()
+        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
+        .map(|rules| Filter {
+            name: NETWORK_RBAC_FILTER.to_string(),
+            config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
+                rules: Some(rules),
+                stat_prefix: NETWORK_STAT_PREFIX.to_string(),
+                ..Default::default()
+            }))),
+        })
+        .collect()
+}
+
+/// Makes the connection manager's locally generated 403s (the RBAC filter's denials) say which
+/// policy decided: Envoy's body, then its response code details.
+pub fn explain_denials(hcm: &mut HttpConnectionManager) {
+    let mapper = ResponseMapper {
+        filter: Some(AccessLogFilter {
+            filter_specifier: Some(FilterSpecifier::StatusCodeFilter(StatusCodeFilter {
+                comparison: Some(ComparisonFilter {
+                    op: Op::Eq as i32,
+                    value: Some(RuntimeUInt32 {
+                        default_value: 403,
+                        runtime_key: "meshplane.authz.denied_status".to_string(),
+                    }),
+                }),
+            })),
+        }),
+        body_format_override: Some(SubstitutionFormatString {
+            format: Some(Format::TextFormatSource(DataSource {
+                specifier: Some(DataSpecifier::InlineString(DENIAL_BODY.to_string())),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    hcm.local_reply_config
+        .get_or_insert_with(LocalReplyConfig::default)
+        .mappers
+        .push(mapper);
+}
+
+/// Inserts `filters` before the last HTTP filter (the router) of the connection manager
+/// `filter`, with [`explain_denials`]; other filters, or no RBAC filters, leave it unchanged.
+pub fn with_http_rbac(filter: Filter, filters: Vec<HttpFilter>) -> Filter {
+    if filters.is_empty() {
+        return filter;
+    }
+    let Some(FilterConfig::TypedConfig(any)) = &filter.config_type else {
+        return filter;
+    };
+    let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+        return filter;
+    };
+    let at = hcm.http_filters.len().saturating_sub(1);
+    hcm.http_filters.splice(at..at, filters);
+    explain_denials(&mut hcm);
+    Filter {
+        name: filter.name,
+        config_type: Some(FilterConfig::TypedConfig(pack_any(hcm))),
+    }
+}
