@@ -76,12 +76,16 @@ pub struct ExtensionProvider {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyTargetReference {
+    /// API group of the target (refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
+    /// Kind of the target (refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
+    /// Name of the target (refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// Namespace of the target (refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
 }
@@ -165,28 +169,33 @@ pub struct Source {
     /// `*` (any authenticated peer), `prefix*` and `*suffix` match as in Istio.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub principals: Vec<String>,
+    /// Identities that must not match (same forms as `principals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_principals: Vec<String>,
     /// JWT principals (`iss/sub`). meshplane validates no JWT, so a request never has one:
     /// `requestPrincipals` never match and `notRequestPrincipals` always do.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub request_principals: Vec<String>,
+    /// JWT principals that must not match (always true: no request has one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_request_principals: Vec<String>,
     /// Namespaces of the peer, from its mutual TLS identity.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// Namespaces the peer must not be in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_namespaces: Vec<String>,
     /// The peer's address (the connection's source), IPs or CIDRs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ip_blocks: Vec<String>,
+    /// Peer addresses that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_ip_blocks: Vec<String>,
     /// The original client's address (`X-Forwarded-For`, as trusted by the proxy), IPs or
     /// CIDRs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remote_ip_blocks: Vec<String>,
+    /// Original client addresses that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_remote_ip_blocks: Vec<String>,
 }
@@ -209,23 +218,27 @@ pub struct Operation {
     /// `Host` header values (case-insensitive; `*`, `prefix*`, `*suffix`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
+    /// `Host` values that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_hosts: Vec<String>,
     /// Workload ports (the port the application listens on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.all(p, p.matches('^[0-9]+$') && int(p) >= 1 && int(p) <= 65535)", "message": "ports must be port numbers (1-65535)"}]))]
     pub ports: Vec<String>,
+    /// Workload ports that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.all(p, p.matches('^[0-9]+$') && int(p) >= 1 && int(p) <= 65535)", "message": "notPorts must be port numbers (1-65535)"}]))]
     pub not_ports: Vec<String>,
     /// HTTP methods (`GET`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<String>,
+    /// HTTP methods that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_methods: Vec<String>,
     /// Request paths without the query (`*`, `prefix*`, `*suffix`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// Paths that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_paths: Vec<String>,
 }
