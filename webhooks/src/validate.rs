@@ -809,7 +809,7 @@ mod tests {
             Some(ConfigKind::AuthorizationPolicy)
         );
         assert_eq!(
-            ConfigKind::from_group_kind("security.meshplane.io", "PeerAuthentication"),
+            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
             None
         );
     }
