@@ -4,7 +4,8 @@
 # pod runner, which gives every pod its own network namespace and address and runs its
 # containers as local processes), installs meshplane with kubectl, then walks through two
 # tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
-# mutual TLS (the caller's SPIFFE id, green's refused handshake under STRICT),
+# mutual TLS (the caller's SPIFFE id, green's refused handshake under STRICT), who may call
+# whom (AuthorizationPolicy: an allowed call, a denied one with its rule),
 # a canary migrated by a health-gated MeshRevisionMigration (one rolled back by itself), and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
 # network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
@@ -193,6 +194,39 @@ in_pod "$green_ns" curl -s http://127.0.0.1:15000/stats | grep -F "$fail_stat"
 [ "$(failed)" -ge 1 ] 2>/dev/null || die "no failed verification in green's proxy"
 k -n garden delete serviceentry blue-web
 k -n shop delete peerauthentication default
+
+bold "5c. Who may call web: AuthorizationPolicies on the identities mutual TLS proves"
+k apply --server-side -f - <<'YAML'
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: web-from-shop, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  rules: [{from: [{source: {namespaces: [shop]}}]}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  action: DENY
+  rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
+YAML
+say "shop's client may call web, except /admin; the 403 names the rule that decided:"
+admin_code() { ip netns exec "$client_ns" curl -s -o /dev/null -w '%{http_code}' http://web.shop.svc.cluster.local:8080/admin; }
+for _ in $(seq 60); do [ "$(admin_code)" = 403 ] && break; sleep 1; done
+root_code=$(in_pod "$client_ns" curl -s -o /dev/null -w '%{http_code}' http://web.shop.svc.cluster.local:8080/)
+echo "GET / -> HTTP $root_code"
+[ "$root_code" = 200 ] || die "the allowed call was not served"
+denial=$(in_pod "$client_ns" curl -s -w ' (HTTP %{http_code})' http://web.shop.svc.cluster.local:8080/admin)
+echo "GET /admin -> $denial"
+grep -qF 'policy[deny-admin]' <<<"$denial" || die "the denial does not name deny-admin"
+say "a policy naming green's namespace is refused at admission: no peer from it could ever authenticate to blue"
+foreign='{"apiVersion": "security.meshplane.io/v1alpha1", "kind": "AuthorizationPolicy", "metadata": {"name": "from-garden", "namespace": "shop"}, "spec": {"rules": [{"from": [{"source": {"namespaces": ["garden"]}}]}]}}'
+if refusal=$("$KUBECTL" apply --server-side -f - <<<"$foreign" 2>&1); then die "a policy naming garden was admitted"; fi
+echo "$refusal"
+grep -qF 'could ever authenticate' <<<"$refusal" || die "the refusal does not say why"
+k -n shop delete authorizationpolicy web-from-shop deny-admin
 
 bold "6. Canary blue-v2, rolled out by a health-gated MeshRevisionMigration (and rolled back by one)"
 k apply --server-side -f config/samples/blue-v2.yaml
