@@ -62,6 +62,10 @@ fn args() -> Result<Args> {
         match a.as_str() {
             "--requests" => out.requests = usize::try_from(value()?)?,
             "--seconds" => out.seconds = value()?,
+            "--help" | "-h" => {
+                println!("usage: meshplane-rbac-bench [--requests N (5000)] [--seconds S (60)]");
+                std::process::exit(0);
+            }
             other => bail!("unknown argument {other:?} (use --requests N, --seconds S)"),
         }
     }
