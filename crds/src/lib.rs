@@ -14,12 +14,15 @@
 //!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
+//! - [`agent`]: the grammar of the pod annotations that configure the node agent (certificate
+//!   lifetime).
 //! - [`names`]: labels, annotations and the names of every object derived from a revision.
 //! - [`validation`]: semantic checks returning typed [`validation::ValidationError`]s.
 //! - [`manifest`]: parsing multi-document YAML into typed objects (samples, directory source).
 //! - [`crdgen`]: the CustomResourceDefinitions as YAML, written to `config/crd/` by `crdgen`.
 //! - [`api_reference`]: the API reference page rendered from those CRDs (`crdgen` writes it).
 
+pub mod agent;
 pub mod api_reference;
 pub mod capture;
 pub mod controlplane;

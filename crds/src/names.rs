@@ -46,6 +46,10 @@ pub const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
 /// Pod annotation: outbound destinations never intercepted (CIDRs).
 pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
     "sidecar.meshplane.io/excludeOutboundIPRanges";
+/// Pod annotation: lifetime of the workload certificates the pod's node agent asks for (a Go
+/// duration such as `1h` or `90s`; default the instance's 24 hours). Short lifetimes limit
+/// what a stolen key is worth; the agent renews at about half of it.
+pub const CERT_TTL_ANNOTATION: &str = "sidecar.meshplane.io/certTTL";
 /// Annotation on a `MeshControlPlane` that lets deletion proceed while injected pods still run.
 pub const FORCE_DELETE_ANNOTATION: &str = "meshplane.io/force-delete";
 /// Annotation on a Service narrowing its visibility, like Istio's `networking.istio.io/exportTo`.

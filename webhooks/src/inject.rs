@@ -5,7 +5,9 @@
 //! `meshplane-proxy capture` from the same image with arguments rendered from the pod's capture
 //! annotations ([`meshplane_crds::capture`]), the bootstrap ConfigMap
 //! (contract 6), a scratch `emptyDir` for the generated bootstrap, the projected ServiceAccount
-//! token with the tenant's audience, and the `sidecar.meshplane.io/revision` annotation.
+//! token with the tenant's audience, and the `sidecar.meshplane.io/revision` annotation. The
+//! node agent's certificate lifetime comes from `sidecar.meshplane.io/certTTL`
+//! ([`meshplane_crds::agent`]).
 //! Every `add` creates the array or map it appends to when the pod lacks it.
 
 use std::collections::BTreeMap;
@@ -20,6 +22,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_contracts::bootstrap;
 use meshplane_contracts::node::{env, meta, NodeId};
+use meshplane_crds::agent::{cert_ttl_from_annotations, CertTtlError};
 use meshplane_crds::capture::{init_container_args, CaptureAnnotationError, CaptureScope};
 use meshplane_crds::names::{self, ports, PROXY_UID};
 use serde_json::Value;
@@ -139,6 +142,9 @@ pub enum InjectError {
     /// A capture annotation (ports, CIDRs) is malformed.
     #[error(transparent)]
     InvalidCaptureAnnotation(#[from] CaptureAnnotationError),
+    /// The certificate lifetime annotation is malformed or out of bounds.
+    #[error(transparent)]
+    InvalidCertTtl(#[from] CertTtlError),
     /// The pod has no spec to add containers to.
     #[error("spec: missing; a Pod needs a spec")]
     MissingSpec,
@@ -198,6 +204,7 @@ pub fn inject(
     };
     // Validated in every mode: a malformed annotation is an error even where it has no effect yet.
     let scope = CaptureScope::from_annotations(annotations)?;
+    let cert_ttl = cert_ttl_from_annotations(annotations)?;
     for name in [BOOTSTRAP_VOLUME, RUNTIME_VOLUME, TOKEN_VOLUME] {
         if volumes.iter().any(|v| v.name == name) {
             return Err(InjectError::NameTaken {
@@ -239,7 +246,9 @@ pub fn inject(
         &mut ops,
         &["spec", "containers"],
         true,
-        vec![to_value(proxy_container(config, capture, &cluster))],
+        vec![to_value(proxy_container(
+            config, capture, &cluster, cert_ttl,
+        ))],
     );
     push_appends(
         &mut ops,
@@ -335,7 +344,12 @@ fn field_env(name: &str, field_path: &str) -> EnvVar {
     }
 }
 
-fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str) -> Container {
+fn proxy_container(
+    config: &InjectionConfig,
+    capture: CaptureMode,
+    cluster: &str,
+    cert_ttl: Option<std::time::Duration>,
+) -> Container {
     let mut args: Vec<String> = vec![
         "--bootstrap".into(),
         format!("{BOOTSTRAP_DIR}/{}", bootstrap::ENVOY_YAML),
@@ -370,6 +384,10 @@ fn proxy_container(config: &InjectionConfig, capture: CaptureMode, cluster: &str
     }
     args.push("--cluster".into());
     args.push(cluster.into());
+    if let Some(ttl) = cert_ttl {
+        args.push("--cert-ttl-seconds".into());
+        args.push(ttl.as_secs().to_string());
+    }
 
     Container {
         name: PROXY_CONTAINER.into(),
@@ -693,6 +711,36 @@ mod tests {
         let args = doc["spec"]["initContainers"][0]["args"].as_array().unwrap();
         assert!(args.contains(&json!("--exclude-inbound-ports=9090")));
         assert!(args.contains(&json!("--exclude-outbound-ip-ranges=198.18.9.0/24")));
+    }
+
+    #[test]
+    fn the_cert_ttl_annotation_becomes_the_agents_lifetime_flag() {
+        let p = pod(json!({
+            "metadata": {"annotations": {names::CERT_TTL_ANNOTATION: "1m30s"}},
+            "spec": {"containers": [{"name": "app"}]}
+        }));
+        let doc = patched(&p, "shop");
+        let args = doc["spec"]["containers"][1]["args"].as_array().unwrap();
+        let at = args
+            .iter()
+            .position(|a| a == "--cert-ttl-seconds")
+            .expect("the flag is rendered");
+        assert_eq!(args[at + 1], "90");
+        let default = patched(&pod(json!({"spec": {"containers": []}})), "shop");
+        let args = default["spec"]["containers"][0]["args"].as_array().unwrap();
+        assert!(
+            !args.contains(&json!("--cert-ttl-seconds")),
+            "without the annotation the instance's default applies"
+        );
+        let bad = pod(json!({
+            "metadata": {"annotations": {names::CERT_TTL_ANNOTATION: "5s"}},
+            "spec": {"containers": [{"name": "app"}]}
+        }));
+        let err = inject(&bad, "shop", &config()).unwrap_err().to_string();
+        assert!(
+            err.contains(names::CERT_TTL_ANNOTATION) && err.contains("\"5s\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -273,6 +273,37 @@ fn inject_denies_a_malformed_capture_annotation() {
 }
 
 #[test]
+fn inject_renders_the_cert_ttl_annotation_and_refuses_a_bad_one() {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "payments",
+            "labels": {"app": "payments"},
+            "annotations": {"sidecar.meshplane.io/certTTL": "1h30m"}
+        },
+        "spec": {"containers": [{"name": "payments", "image": "payments:1"}]}
+    });
+    let reply = webhooks().inject(&pod_review("u-inject-9", "shop", pod.clone()));
+    assert_golden("inject_cert_ttl", &reply);
+    let patched = apply_patch(&reply, &pod);
+    let args = patched["spec"]["containers"][1]["args"]
+        .as_array()
+        .expect("proxy args");
+    let tail: Vec<&Value> = args.iter().rev().take(2).rev().collect();
+    assert_eq!(tail, [&json!("--cert-ttl-seconds"), &json!("5400")]);
+
+    let short = json!({"metadata": {"name": "f", "annotations": {"sidecar.meshplane.io/certTTL": "2s"}}, "spec": {"containers": [{"name": "f"}]}});
+    let reply = webhooks().inject(&pod_review("u-inject-10", "shop", short));
+    assert_eq!(reply.body["response"]["allowed"], false);
+    assert_eq!(
+        reply.body["response"]["status"]["message"],
+        r#"metadata.annotations["sidecar.meshplane.io/certTTL"]: "2s" is not a certificate lifetime: shorter than 10s, which would renew more often than every 5s; write a Go duration of whole seconds between 10s and 2160h, e.g. "1h" or "90s""#
+    );
+    assert_golden("inject_invalid_cert_ttl", &reply);
+}
+
+#[test]
 fn malformed_reviews_get_clear_errors() {
     assert_golden("malformed_not_json", &webhooks().inject(b"{not json"));
     let missing_fields = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-bad"}}"#;
