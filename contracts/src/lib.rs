@@ -18,10 +18,12 @@
 //! | 8 | ownership labels | [`ownership`] |
 //! | 9 | the operator's own admission certificate | [`operator_tls`] |
 //! | 11 | tenant CA, SDS names | [`tenant_ca`] |
+//! | 12 | who may read `/debug/*` | [`debug`] |
 //!
 //! No dependency beyond `thiserror`: the proxy image's launcher links this crate too.
 
 pub mod bootstrap;
+pub mod debug;
 pub mod instance;
 pub mod members;
 pub mod node;

@@ -7,6 +7,7 @@
 
 pub use meshplane_contracts::bootstrap::configmap_name as bootstrap_configmap;
 pub use meshplane_contracts::bootstrap::MOUNT_DIR as BOOTSTRAP_DIR;
+pub use meshplane_contracts::debug;
 pub use meshplane_contracts::members::configmap_name as members_configmap;
 pub use meshplane_contracts::node::token_audience;
 pub use meshplane_contracts::ownership::{

@@ -109,7 +109,9 @@ fn samples_describe_two_tenants_and_a_tag() {
 
 /// The ClusterRole shipped for tenant admins writes tenant config but can neither create nor
 /// change control planes or tags (creating a `MeshControlPlane` is a cluster-admin power), nor
-/// touch namespaces, RBAC or anything outside meshplane's config groups.
+/// touch namespaces, RBAC or anything outside meshplane's config groups. In the core group it
+/// only reads pods (and through `pods/proxy`) and mints tokens of the one debug ServiceAccount
+/// (contract 12), never of any other ServiceAccount.
 #[test]
 fn the_tenant_admin_role_cannot_create_or_change_control_planes() {
     let path =
@@ -135,10 +137,24 @@ fn the_tenant_admin_role_cannot_create_or_change_control_planes() {
         let groups = strings(&rule["apiGroups"]);
         let resources = strings(&rule["resources"]);
         let verbs = strings(&rule["verbs"]);
-        assert!(
-            !groups.iter().any(|g| g == "*" || g.is_empty()),
-            "no wildcard or core group: {rule}"
-        );
+        assert!(!groups.iter().any(|g| g == "*"), "no wildcard: {rule}");
+        if groups.iter().any(|g| g.is_empty()) {
+            assert_eq!(groups, [""], "{rule}");
+            let names = strings(&rule["resourceNames"]);
+            let allowed = match resources.as_slice() {
+                [r] if r == "pods" => verbs.iter().all(|v| v == "get" || v == "list"),
+                [r] if r == "pods/proxy" => verbs == ["get"],
+                [r] if r == "serviceaccounts/token" => {
+                    verbs == ["create"] && names == [meshplane_crds::names::debug::SERVICE_ACCOUNT]
+                }
+                _ => false,
+            };
+            assert!(
+                allowed,
+                "core group: only pod reads and the debug account's tokens: {rule}"
+            );
+            continue;
+        }
         assert!(rule.get("nonResourceURLs").is_none(), "{rule}");
         if groups.iter().any(|g| g == "meshplane.io") {
             let writes = [

@@ -178,6 +178,85 @@ async fn meshctl_reads_and_changes_the_mesh_with_the_callers_credentials() {
         assert!(refused.stderr.contains("forbidden"), "{}", refused.stderr);
     }
 
+    // /debug on the instances (contract 12): through pods/proxy, a caller that may reach the
+    // pod still needs a token of the control namespace's meshplane-debug ServiceAccount for
+    // the tenant's debug audience; metrics stay open. (Above, meshctl requested one itself.)
+    let instance_pod = status["proxies"][0]["instance"]
+        .as_str()
+        .and_then(|i| i.strip_suffix(".meshplane-blue"))
+        .expect("blue's instance pod")
+        .to_string();
+    let raw = |path: &str| {
+        format!("/api/v1/namespaces/meshplane-blue/pods/{instance_pod}:15014/proxy{path}")
+    };
+    let metrics = cluster
+        .kubectl(&["get", "--raw", &raw("/metrics")])
+        .expect("metrics stay open");
+    assert!(metrics.contains("meshplane_xds"), "{metrics}");
+    let open = cluster
+        .kubectl_output(&["get", "--raw", &raw("/debug/proxies")])
+        .expect("kubectl runs");
+    assert!(
+        !open.success && !open.stdout.contains("shop"),
+        "no token, no proxy list: {} {}",
+        open.stdout,
+        open.stderr
+    );
+    let unreachable = |run: &Run| -> String {
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let v: Value = serde_json::from_str(&run.stdout).expect("JSON");
+        assert_eq!(
+            v["proxies"].as_array().map(Vec::len),
+            Some(0),
+            "nothing read: {v}"
+        );
+        v["unreachable"][0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let wrong = unreachable(&meshctl(
+        &kubeconfig,
+        &[
+            "proxy-status",
+            "--tenant",
+            "blue",
+            "--debug-token",
+            "not-a-token",
+            "-o",
+            "json",
+        ],
+    ));
+    assert!(wrong.contains("401"), "{wrong}");
+    // Green's debug token does not open blue's instance.
+    let green_token = cluster
+        .kubectl(&[
+            "create",
+            "token",
+            "meshplane-debug",
+            "-n",
+            "meshplane-green",
+            "--audience",
+            "meshplane-green-debug",
+        ])
+        .expect("green's debug token");
+    let across = unreachable(&meshctl(
+        &kubeconfig,
+        &[
+            "proxy-status",
+            "--tenant",
+            "blue",
+            "--debug-token",
+            green_token.trim(),
+            "-o",
+            "json",
+        ],
+    ));
+    assert!(
+        across.contains("401") || across.contains("403"),
+        "another tenant's debug token is refused: {across}"
+    );
+
     // tag list: blue-stable points at blue-v1, shop carries it, shop's pods are behind it.
     let tags = json(&meshctl(&kubeconfig, &["tag", "list", "-o", "json"]));
     let stable = tags["tags"]

@@ -114,7 +114,11 @@ async fn analyze_command(args: &AnalyzeArgs, cli: &Cli) -> anyhow::Result<ExitCo
             let state = cluster::read_state(&client, &Scope::All).await?;
             let mut findings = analyze::analyze(&state);
             let mut skipped = Vec::new();
-            match instances::read(&client, &instances::Filter::default()).await {
+            let filter = instances::Filter {
+                debug_token: cli.cluster.debug_token.clone(),
+                ..instances::Filter::default()
+            };
+            match instances::read(&client, &filter).await {
                 Ok(read) => {
                     findings.extend(analyze::proxies::check(&state, &read));
                     for i in read.iter().filter(|i| i.error.is_some()) {

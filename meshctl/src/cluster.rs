@@ -35,6 +35,18 @@ pub struct ClusterArgs {
     /// The kubeconfig context to use.
     #[arg(long, global = true)]
     pub context: Option<String>,
+    /// Token sent to the instances' `/debug` endpoints (a token of the tenant's
+    /// `meshplane-debug` ServiceAccount, audience `meshplane-<tenant>-debug`). Without it,
+    /// meshctl requests a 10-minute token per control namespace (TokenRequest), which needs
+    /// `create` on `serviceaccounts/token` named `meshplane-debug` there.
+    #[arg(
+        long,
+        global = true,
+        env = "MESHCTL_DEBUG_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub debug_token: Option<String>,
 }
 
 impl ClusterArgs {

@@ -1,11 +1,16 @@
 //! The revisions' running instances and what their debug endpoint says about connected
 //! proxies, read through the API server's `pods/proxy` subresource with the caller's own
 //! credentials (RBAC: `list pods` and `get pods/proxy` in the tenant's control namespace). The
-//! instance's monitoring port is never exposed outside the cluster for this.
+//! instance's monitoring port is never exposed outside the cluster for this. `/debug` wants a
+//! token of the control namespace's `meshplane-debug` ServiceAccount (contract 12), which
+//! meshctl requests with the caller's credentials (`create serviceaccounts/token` on that name)
+//! unless `--debug-token` gives one.
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use meshplane_crds::names::debug as debug_contract;
 use meshplane_crds::names::{self, ports};
 use meshplane_crds::MeshControlPlane;
 use serde::{Deserialize, Serialize};
@@ -129,6 +134,8 @@ pub struct Instance {
 pub struct Filter {
     pub tenant: Option<String>,
     pub revision: Option<String>,
+    /// Sent to every instance's `/debug` instead of a requested token.
+    pub debug_token: Option<String>,
 }
 
 impl Filter {
@@ -138,17 +145,61 @@ impl Filter {
     }
 }
 
-/// `GET /debug/proxies` of instance pod `namespace/pod`, through the API server.
+/// A short-lived token of `control_namespace`'s debug ServiceAccount for `tenant`'s debug
+/// audience (contract 12), requested with the caller's credentials.
+pub async fn request_debug_token(
+    client: &kube::Client,
+    tenant: &str,
+    control_namespace: &str,
+) -> anyhow::Result<String> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), control_namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![debug_contract::audience(tenant)]),
+            expiration_seconds: Some(debug_contract::TOKEN_LIFETIME_SECONDS),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let issued = accounts
+        .create_token_request(
+            debug_contract::SERVICE_ACCOUNT,
+            &PostParams::default(),
+            &request,
+        )
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.code),
+            other => anyhow::Error::new(other),
+        })
+        .with_context(|| {
+            format!(
+                "requesting a debug token of {control_namespace}/{} (needs create on serviceaccounts/token named {} there, or --debug-token)",
+                debug_contract::SERVICE_ACCOUNT,
+                debug_contract::SERVICE_ACCOUNT
+            )
+        })?;
+    issued
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .context("the TokenRequest answer carries no token")
+}
+
+/// `GET /debug/proxies` of instance pod `namespace/pod`, through the API server, with `token`
+/// in the debug header.
 async fn debug_proxies(
     client: &kube::Client,
     namespace: &str,
     pod: &str,
+    token: &str,
 ) -> anyhow::Result<Vec<ConnectedProxy>> {
     let path = format!(
         "/api/v1/namespaces/{namespace}/pods/{pod}:{}/proxy/debug/proxies",
         ports::HTTP_MONITORING
     );
     let request = http::Request::get(&path)
+        .header(debug_contract::TOKEN_HEADER, token)
         .body(Vec::new())
         .context("building the request")?;
     let text = client.request_text(request).await.map_err(|e| match e {
@@ -172,6 +223,8 @@ pub async fn read(client: &kube::Client, filter: &Filter) -> anyhow::Result<Vec<
     control_planes.retain(|m| filter.admits(m));
     control_planes.sort_by_key(|m| (m.spec.tenant.clone(), m.revision()));
     let mut out = Vec::new();
+    // One debug token per control namespace (the tenant's revisions share it).
+    let mut tokens = std::collections::BTreeMap::<String, String>::new();
     for mcp in &control_planes {
         let revision = mcp.revision();
         let namespace = mcp.control_namespace();
@@ -193,11 +246,27 @@ pub async fn read(client: &kube::Client, filter: &Filter) -> anyhow::Result<Vec<
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .collect();
         running.sort_by_key(|p| p.metadata.name.clone());
+        let token = match &filter.debug_token {
+            Some(t) => Ok(t.clone()),
+            None if running.is_empty() => Ok(String::new()),
+            None => match tokens.get(&namespace) {
+                Some(t) => Ok(t.clone()),
+                None => request_debug_token(client, &mcp.spec.tenant, &namespace)
+                    .await
+                    .inspect(|t| {
+                        tokens.insert(namespace.clone(), t.clone());
+                    })
+                    .map_err(|e| format!("{e:#}")),
+            },
+        };
         for pod in running {
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let (proxies, error) = match debug_proxies(client, &namespace, &name).await {
-                Ok(p) => (p, None),
-                Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+            let (proxies, error) = match &token {
+                Ok(token) => match debug_proxies(client, &namespace, &name, token).await {
+                    Ok(p) => (p, None),
+                    Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+                },
+                Err(e) => (Vec::new(), Some(e.clone())),
             };
             out.push(Instance {
                 tenant: mcp.spec.tenant.clone(),

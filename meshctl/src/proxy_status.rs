@@ -232,6 +232,7 @@ pub async fn run(
     let filter = Filter {
         tenant: args.tenant.clone(),
         revision: args.revision.clone(),
+        debug_token: cluster.debug_token.clone(),
     };
     let instances = instances::read(&client, &filter).await?;
     output::print(&report(&instances, args.namespace.as_deref()), format)

@@ -135,6 +135,66 @@ fn rendered_samples_match_goldens() {
     }
 }
 
+/// The objects the tenant's revisions share in the control namespace: the namespace itself and
+/// the debug ServiceAccount (contract 12). Tenant labels only, no revision label, no owner.
+fn is_tenant_wide(o: &DesiredObject) -> bool {
+    o.key.kind == Kind::Namespace
+        || (o.key.kind == Kind::ServiceAccount && o.key.name == names::debug::SERVICE_ACCOUNT)
+}
+
+/// Contract 12: every revision of a tenant renders the same debug ServiceAccount in the
+/// control namespace (so none fights another over it and none prunes it), and it has no RBAC.
+#[test]
+fn the_debug_account_is_shared_by_the_tenants_revisions_and_has_no_rbac() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let debug_account = |objects: &[DesiredObject]| {
+        let found: Vec<_> = objects
+            .iter()
+            .filter(|o| o.key.kind == Kind::ServiceAccount && o.key.name == "meshplane-debug")
+            .cloned()
+            .collect();
+        assert_eq!(found.len(), 1, "one debug account per revision's render");
+        found[0].clone()
+    };
+    let blue_v1 = render_of(&cps[0], &m, &Observed::default());
+    let blue_v2 = render_of(&cps[1], &m, &Observed::default());
+    let green = render_of(&cps[2], &m, &Observed::default());
+    let v1 = debug_account(&blue_v1);
+    assert_eq!(
+        v1,
+        debug_account(&blue_v2),
+        "the same object from both revisions"
+    );
+    assert_eq!(v1.key.namespace.as_deref(), Some("meshplane-blue"));
+    assert_eq!(
+        debug_account(&green).key.namespace.as_deref(),
+        Some("meshplane-green")
+    );
+    let meta = &v1.body["metadata"];
+    assert_eq!(meta["labels"][names::TENANT_LABEL], "blue");
+    assert_eq!(
+        meta["labels"][names::MANAGED_BY_LABEL],
+        names::MANAGED_BY_VALUE
+    );
+    assert!(
+        meta["labels"].get(names::REVISION_LABEL).is_none(),
+        "{meta}"
+    );
+    assert!(meta.get("ownerReferences").is_none(), "{meta}");
+    for o in blue_v1
+        .iter()
+        .filter(|o| o.key.kind == Kind::RoleBinding || o.key.kind == Kind::ClusterRoleBinding)
+    {
+        let subjects = o.body["subjects"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !subjects.iter().any(|s| s["name"] == "meshplane-debug"),
+            "the debug account is bound to nothing: {}",
+            o.key
+        );
+    }
+}
+
 #[test]
 fn bootstrap_and_webhooks_land_exactly_where_the_product_says() {
     let (cps, tags) = samples();
@@ -162,7 +222,7 @@ fn bootstrap_and_webhooks_land_exactly_where_the_product_says() {
     // The tenant's own selector is ANDed in, so the rejected namespace gets no injection.
     assert_eq!(selector[1]["key"], "team");
     for o in &blue_v1 {
-        if o.key.kind == Kind::Namespace {
+        if is_tenant_wide(o) {
             continue;
         }
         let labels = &o.body["metadata"]["labels"];
@@ -547,7 +607,7 @@ fn rendered_objects_satisfy_the_contracts() {
         "Bearer token"
     );
 
-    for o in blue_v1.iter().filter(|o| o.key.kind != Kind::Namespace) {
+    for o in blue_v1.iter().filter(|o| !is_tenant_wide(o)) {
         let labels: std::collections::BTreeMap<String, String> =
             serde_json::from_value(o.body["metadata"]["labels"].clone()).expect("labels");
         assert!(

@@ -1,25 +1,170 @@
-//! The monitoring HTTP server: `/metrics`, `/healthz`, `/readyz`, `/debug/proxies` and
-//! `/debug/config_dump?proxy=<id>`.
+//! The monitoring HTTP server: `/metrics`, `/healthz`, `/readyz` for anyone (scrapers and
+//! probes), and `/debug/proxies` and `/debug/config_dump?proxy=<id>` only for a loopback peer
+//! or a caller with a debug token (contract 12, [`DebugAccess`]).
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use meshplane_contracts::debug as contract;
 use serde::Deserialize;
 
 use crate::push::Hub;
+use crate::tenancy::{AdmissionError, TokenReviewer};
+
+/// Who may read `/debug/*` (contract 12): a peer on the instance's loopback (the accepted
+/// socket's address, never a forwarded-for header), or a caller whose token TokenReview
+/// accepts for the tenant's debug audience as the control namespace's debug ServiceAccount.
+#[derive(Clone, Debug)]
+pub struct DebugAccess {
+    /// Reviews tokens for the debug audience; `None` (directory mode, no API server to ask):
+    /// loopback only.
+    reviewer: Option<TokenReviewer>,
+    /// The one username accepted.
+    username: String,
+}
+
+/// Why a `/debug` request is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DebugDenied {
+    #[error("/debug needs a token of ServiceAccount {account} (header {header} or Authorization: Bearer), or a loopback peer")]
+    NoToken {
+        account: String,
+        header: &'static str,
+    },
+    #[error("debug token rejected: {0}")]
+    InvalidToken(String),
+    #[error("debug token belongs to {got:?}; only {want:?} may read /debug")]
+    WrongAccount { got: String, want: String },
+    #[error("this instance checks debug tokens with the Kubernetes API, which it has no access to in directory mode; call from the instance's loopback")]
+    NoReviewer,
+    #[error("the debug token could not be checked now: {0}")]
+    Unavailable(String),
+}
+
+impl IntoResponse for DebugDenied {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            DebugDenied::NoToken { .. } | DebugDenied::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            DebugDenied::WrongAccount { .. } | DebugDenied::NoReviewer => StatusCode::FORBIDDEN,
+            DebugDenied::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let mut response = (status, format!("{self}\n")).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+/// The debug token of a request: [`contract::TOKEN_HEADER`] first, else `Authorization: Bearer`.
+pub fn debug_token(headers: &HeaderMap) -> Option<&str> {
+    let custom = headers
+        .get(contract::TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let bearer = || {
+        let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+        value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+    };
+    custom
+        .or_else(bearer)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `ip` is a loopback address (IPv4-mapped IPv6 included).
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+impl DebugAccess {
+    /// Access for the instance of a tenant whose control namespace is `control_namespace`:
+    /// `reviewer` must review for [`contract::audience`] of the tenant.
+    pub fn new(reviewer: Option<TokenReviewer>, control_namespace: &str) -> Self {
+        Self {
+            reviewer,
+            username: contract::username(control_namespace),
+        }
+    }
+
+    /// Loopback peers only.
+    pub fn loopback_only(control_namespace: &str) -> Self {
+        Self::new(None, control_namespace)
+    }
+
+    /// Decides one request from its peer address and headers.
+    pub async fn check(
+        &self,
+        peer: Option<IpAddr>,
+        headers: &HeaderMap,
+    ) -> Result<(), DebugDenied> {
+        if peer.is_some_and(is_loopback) {
+            return Ok(());
+        }
+        let Some(token) = debug_token(headers) else {
+            return Err(DebugDenied::NoToken {
+                account: self.username.clone(),
+                header: contract::TOKEN_HEADER,
+            });
+        };
+        let reviewer = self.reviewer.as_ref().ok_or(DebugDenied::NoReviewer)?;
+        let reviewed = reviewer.review(token).await.map_err(|e| match e {
+            AdmissionError::ReviewFailed(why) => DebugDenied::Unavailable(why),
+            AdmissionError::InvalidToken(why) => DebugDenied::InvalidToken(why),
+            other => DebugDenied::InvalidToken(other.to_string()),
+        })?;
+        if reviewed.username != self.username {
+            return Err(DebugDenied::WrongAccount {
+                got: crate::bounds::echo(&reviewed.username),
+                want: self.username.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+async fn require_debug_access(
+    State(access): State<Arc<DebugAccess>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    match access.check(peer, request.headers()).await {
+        Ok(()) => next.run(request).await,
+        Err(denied) => {
+            tracing::info!(peer = ?peer, path = %request.uri().path(), reason = %denied, "refused a /debug request");
+            denied.into_response()
+        }
+    }
+}
 
 /// The routes of the monitoring server.
-pub fn router(hub: Arc<Hub>) -> Router {
+pub fn router(hub: Arc<Hub>, access: DebugAccess) -> Router {
+    let debug = Router::new()
+        .route("/debug/proxies", get(proxies))
+        .route("/debug/config_dump", get(config_dump))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::new(access),
+            require_debug_access,
+        ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/debug/proxies", get(proxies))
-        .route("/debug/config_dump", get(config_dump))
+        .merge(debug)
         .with_state(hub)
 }
 
@@ -27,13 +172,15 @@ pub fn router(hub: Arc<Hub>) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     hub: Arc<Hub>,
+    access: DebugAccess,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(hub))
-        .with_graceful_shutdown(
-            async move { crate::ads::stream::shutting_down(&mut shutdown).await },
-        )
-        .await
+    axum::serve(
+        listener,
+        router(hub, access).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { crate::ads::stream::shutting_down(&mut shutdown).await })
+    .await
 }
 
 /// Sets `unsynced_proxies` from the streams' current state, so that a scrape sees it as of now.

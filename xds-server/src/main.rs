@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use meshplane_crds::MeshConfig;
+use meshplane_xds::admin::DebugAccess;
 use meshplane_xds::ads::{AdsLimits, AdsServer};
 use meshplane_xds::cli::{Args, Isolation, Source};
 use meshplane_xds::index::TenantIndex;
@@ -85,10 +86,10 @@ async fn main() -> anyhow::Result<()> {
     let shutdown_rx_main = shutdown_rx.clone();
     let (events_tx, events_rx) = mpsc::channel::<SourceEvent>(1024);
 
-    let reviewer = match &args.source {
+    let (reviewer, debug_access) = match &args.source {
         Source::Dir(path) => {
             spawn_dir_source(path.clone(), events_tx, shutdown_tx.clone());
-            None
+            (None, DebugAccess::loopback_only(&control_namespace))
         }
         Source::Kube => {
             let client = kube::Client::try_default()
@@ -115,12 +116,23 @@ async fn main() -> anyhow::Result<()> {
                 args.revision.clone(),
                 hub.diagnostics(),
             ));
-            Some(TokenReviewer::with_rate(
-                client,
-                audience,
+            // Debug tokens (contract 12) have their own audience and their own cache, so a
+            // debug token never opens an ADS stream and a proxy's token never reads /debug.
+            let debug_reviewer = TokenReviewer::with_rate(
+                client.clone(),
+                meshplane_contracts::debug::audience(&args.tenant),
                 args.token_review_qps,
                 args.token_review_burst,
-            ))
+            );
+            (
+                Some(TokenReviewer::with_rate(
+                    client,
+                    audience,
+                    args.token_review_qps,
+                    args.token_review_burst,
+                )),
+                DebugAccess::new(Some(debug_reviewer), &control_namespace),
+            )
         }
     };
 
@@ -200,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
     let admin = tokio::spawn(meshplane_xds::admin::serve(
         monitoring_listener,
         hub,
+        debug_access,
         shutdown_rx,
     ));
 

@@ -220,19 +220,61 @@ async fn perform(ctx: &Context, tag: &str, effect: &Effect) -> Result<(), Error>
     Ok(())
 }
 
-/// `GET path` through the API server, as text.
-async fn get_text(client: &Client, path: &str) -> Result<String, String> {
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
+/// `GET path` through the API server, as text, with `debug_token` in the header the
+/// instances' `/debug` endpoints read (contract 12).
+async fn get_text(
+    client: &Client,
+    path: &str,
+    debug_token: Option<&str>,
+) -> Result<String, String> {
+    let mut request = http::Request::get(path);
+    if let Some(token) = debug_token {
+        request = request.header(names::debug::TOKEN_HEADER, token);
+    }
+    let request = request.body(Vec::new()).map_err(|e| e.to_string())?;
     client.request_text(request).await.map_err(|e| match e {
         kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
         other => other.to_string(),
     })
 }
 
+/// A short-lived token of the control namespace's debug ServiceAccount (contract 12), requested
+/// with the operator's rights there (the per-namespace RoleBinding of
+/// [`names::WORKLOAD_RESTARTER_ROLE`]).
+async fn debug_token(client: &Client, cp: &MeshControlPlane) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let namespace = cp.control_namespace();
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![names::debug::audience(&cp.spec.tenant)]),
+            expiration_seconds: Some(names::debug::TOKEN_LIFETIME_SECONDS),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let issued = Api::<ServiceAccount>::namespaced(client.clone(), &namespace)
+        .create_token_request(
+            names::debug::SERVICE_ACCOUNT,
+            &kube::api::PostParams::default(),
+            &request,
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "requesting a token of {namespace}/{}: {e}",
+                names::debug::SERVICE_ACCOUNT
+            )
+        })?;
+    issued
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| format!("the TokenRequest in {namespace} answered no token"))
+}
+
 /// Every proxy connected to a running instance pod of `cp` (contract: `/debug/proxies` on the
-/// monitoring port).
+/// monitoring port, contract 12 for the token).
 async fn instance_proxies(
     client: &Client,
     cp: &MeshControlPlane,
@@ -247,19 +289,28 @@ async fn instance_proxies(
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|e| format!("listing the instance pods in {namespace}: {e}"))?;
+    let running_pods: Vec<&Pod> = pods
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .collect();
+    if running_pods.is_empty() {
+        return Err(format!("no running instance pod in {namespace}"));
+    }
+    let token = tokio::time::timeout(STATS_READ_TIMEOUT, debug_token(client, cp))
+        .await
+        .map_err(|_| format!("no debug token from {namespace} within {STATS_READ_TIMEOUT:?}"))??;
     let mut out = Vec::new();
-    let mut running = 0;
-    for pod in pods.items.iter().filter(|p| {
-        p.metadata.deletion_timestamp.is_none()
-            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    }) {
-        running += 1;
+    for pod in running_pods {
         let name = pod.name_any();
         let path = format!(
             "/api/v1/namespaces/{namespace}/pods/{name}:{}/proxy/debug/proxies",
             ports::HTTP_MONITORING
         );
-        let text = tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path))
+        let text = tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path, Some(&token)))
             .await
             .map_err(|_| {
                 format!("instance {namespace}/{name}: no answer within {STATS_READ_TIMEOUT:?}")
@@ -269,9 +320,6 @@ async fn instance_proxies(
             parse_debug_proxies(&text)
                 .map_err(|e| format!("instance {namespace}/{name} answered no proxy list: {e}"))?,
         );
-    }
-    if running == 0 {
-        return Err(format!("no running instance pod in {namespace}"));
     }
     Ok(out)
 }
@@ -288,7 +336,7 @@ async fn proxy_traffic(client: &Client, namespace: &str, pod: &str) -> Option<Pr
         ports::PROXY_READY,
         meshplane_contracts::bootstrap::STATS_PATH
     );
-    tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path))
+    tokio::time::timeout(STATS_READ_TIMEOUT, get_text(client, &path, None))
         .await
         .ok()?
         .ok()

@@ -41,6 +41,36 @@ pub fn control_namespace(rev: &Revision<'_>) -> DesiredObject {
     }
 }
 
+/// Contract 12: the control namespace's `meshplane-debug` ServiceAccount, whose short-lived
+/// tokens (TokenRequest, audience `meshplane-<tenant>-debug`) open the instances' `/debug`
+/// endpoints. It has no RBAC: a token of it can read nothing from the API server. Shared by the
+/// tenant's revisions, so it carries the tenant's labels but no revision label and no owner:
+/// every revision renders the same body, none prunes it, and it stays with the control
+/// namespace (which is never deleted either).
+pub fn debug_service_account(rev: &Revision<'_>) -> DesiredObject {
+    let name = names::debug::SERVICE_ACCOUNT;
+    DesiredObject {
+        key: ObjectKey {
+            kind: Kind::ServiceAccount,
+            namespace: Some(rev.control_namespace.clone()),
+            name: name.to_string(),
+        },
+        body: json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": name,
+                "namespace": rev.control_namespace,
+                "labels": {
+                    names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE,
+                    names::TENANT_LABEL: rev.tenant,
+                },
+            },
+            "automountServiceAccountToken": false,
+        }),
+    }
+}
+
 /// Contract 1: the instance command line. ADS and the certificate service listen only on the
 /// TLS port (contract 11); there is no plaintext ADS port.
 pub fn instance_args(

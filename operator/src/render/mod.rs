@@ -330,7 +330,10 @@ pub fn ownership_selector(tenant: &str, revision: &str) -> String {
 /// The full desired object set of one revision, in apply order.
 pub fn render(input: &RenderInput<'_>) -> Vec<DesiredObject> {
     let rev = Revision::new(input);
-    let mut out = vec![instance::control_namespace(&rev)];
+    let mut out = vec![
+        instance::control_namespace(&rev),
+        instance::debug_service_account(&rev),
+    ];
     out.extend(instance::instance(&rev));
     out.extend(rbac::rbac(&rev));
     out.extend(bootstrap::bootstrap_configmaps(&rev));

@@ -2,8 +2,9 @@
 //! forwards one HTTP request to the pod's `status.podIP` and answers with the pod's response,
 //! as the real API server does for `kubectl get --raw .../proxy/...` and clients such as
 //! `meshctl proxy-status`. Authorized as verb `get` on `pods/proxy` in the pod's namespace,
-//! with the caller's credentials; the caller's `Authorization` never reaches the pod (the real
-//! API server drops it after authenticating).
+//! with the caller's credentials; the caller's `Authorization` and `Impersonate-*` headers never
+//! reach the pod (the real API server drops them after authenticating), the other end-to-end
+//! headers do (a custom header is how a caller authenticates to the pod itself).
 //!
 //! Pod addresses are reached the way admission webhooks are ([`crate::admission::Dialer`],
 //! `StandInOptions::webhook_dialer`): from the pod runner's node network namespace when the
@@ -82,6 +83,7 @@ pub async fn forward(
     pod: &serde_json::Value,
     target: &ProxyTarget,
     method: &Method,
+    headers: &http::HeaderMap,
 ) -> Result<Response, ApiError> {
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::method_not_allowed(format!(
@@ -94,21 +96,50 @@ pub async fn forward(
         .and_then(|s| s.parse::<IpAddr>().ok())
         .ok_or_else(|| unavailable(format!("pod {:?} has no IP address yet", target.pod)))?;
     let addr = SocketAddr::new(ip, target.port);
-    let reply = tokio::time::timeout(PROXY_TIMEOUT, request(dialer, addr, target, method))
-        .await
-        .map_err(|_| {
-            unavailable(format!(
-                "error trying to reach pod {:?} at {addr}: timed out after {PROXY_TIMEOUT:?}",
-                target.pod
-            ))
-        })?
-        .map_err(|e| {
-            unavailable(format!(
-                "error trying to reach pod {:?} at {addr}: {e}",
-                target.pod
-            ))
-        })?;
+    let reply = tokio::time::timeout(
+        PROXY_TIMEOUT,
+        request(dialer, addr, target, method, forwarded(headers)),
+    )
+    .await
+    .map_err(|_| {
+        unavailable(format!(
+            "error trying to reach pod {:?} at {addr}: timed out after {PROXY_TIMEOUT:?}",
+            target.pod
+        ))
+    })?
+    .map_err(|e| {
+        unavailable(format!(
+            "error trying to reach pod {:?} at {addr}: {e}",
+            target.pod
+        ))
+    })?;
     Ok(reply)
+}
+
+/// The caller's headers that travel on to the pod: not the credentials the API server consumed
+/// (`Authorization`, `Impersonate-*`), not hop-by-hop headers, not `Host`.
+pub fn forwarded(headers: &http::HeaderMap) -> http::HeaderMap {
+    const DROPPED: [&str; 11] = [
+        "authorization",
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ];
+    let mut out = http::HeaderMap::new();
+    for (name, value) in headers {
+        let n = name.as_str();
+        if !DROPPED.contains(&n) && !n.starts_with("impersonate-") && n != "content-length" {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 async fn request(
@@ -116,18 +147,23 @@ async fn request(
     addr: SocketAddr,
     target: &ProxyTarget,
     method: &Method,
+    headers: http::HeaderMap,
 ) -> Result<Response, String> {
     let stream = dialer.connect(addr).await.map_err(|e| e.to_string())?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
     let connection = tokio::spawn(connection);
-    let req = http::Request::builder()
+    let mut req = http::Request::builder()
         .method(method.clone())
         .uri(&target.path_and_query)
-        .header(header::HOST, addr.to_string())
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
+    *req.headers_mut() = headers;
+    req.headers_mut().insert(
+        header::HOST,
+        header::HeaderValue::from_str(&addr.to_string()).map_err(|e| e.to_string())?,
+    );
     let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
@@ -183,5 +219,23 @@ mod tests {
         assert!(parse(&["web-1:metrics", "proxy"], None)
             .expect("proxy")
             .is_err());
+    }
+
+    #[test]
+    fn credentials_and_hop_by_hop_headers_stay_with_the_api_server() {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer user-token"),
+            ("impersonate-user", "alice"),
+            ("connection", "keep-alive"),
+            ("host", "127.0.0.1:6443"),
+            ("x-meshplane-debug-token", "debug"),
+            ("accept", "application/json"),
+        ] {
+            h.insert(k, v.parse().expect("ascii"));
+        }
+        let out = forwarded(&h);
+        let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-meshplane-debug-token", "accept"]);
     }
 }

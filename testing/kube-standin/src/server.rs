@@ -171,7 +171,7 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
     }
     if let ["api", "v1", "namespaces", ns, "pods", rest @ ..] = segments.as_slice() {
         if let Some(target) = pod_proxy::parse(rest, req.uri().query()) {
-            return proxy_to_pod(state, user, ns, &target?, req.method()).await;
+            return proxy_to_pod(state, user, ns, &target?, req.method(), req.headers()).await;
         }
     }
     let target = match segments.as_slice() {
@@ -232,6 +232,7 @@ async fn proxy_to_pod(
     namespace: &str,
     target: &pod_proxy::ProxyTarget,
     method: &Method,
+    headers: &http::HeaderMap,
 ) -> Result<Response, ApiError> {
     let attrs = RequestAttributes {
         user,
@@ -248,7 +249,7 @@ async fn proxy_to_pod(
         .find_type("", "v1", "pods")
         .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
     let pod = state.store.get(&pods, namespace, &target.pod)?;
-    pod_proxy::forward(&state.webhook_dialer, &pod, target, method).await
+    pod_proxy::forward(&state.webhook_dialer, &pod, target, method, headers).await
 }
 
 /// Records a resource request in the request counter, whatever its outcome.

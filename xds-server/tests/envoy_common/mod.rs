@@ -208,7 +208,12 @@ impl Server {
             .await
             .expect("bind monitoring");
         let monitoring = mon_listener.local_addr().expect("addr");
-        tokio::spawn(admin::serve(mon_listener, Arc::clone(&hub), shutdown_rx));
+        tokio::spawn(admin::serve(
+            mon_listener,
+            Arc::clone(&hub),
+            admin::DebugAccess::loopback_only("meshplane-blue"),
+            shutdown_rx,
+        ));
         let server = Server {
             hub,
             xds,
