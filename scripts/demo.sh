@@ -6,7 +6,8 @@
 # tenants, a namespace joining, transparent traffic between blue's sidecars, green's isolation,
 # mutual TLS (the caller's SPIFFE id, green's refused handshake under STRICT), who may call
 # whom (AuthorizationPolicy: an allowed call, a denied one with its rule),
-# a canary migrated by a health-gated MeshRevisionMigration (one rolled back by itself), and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
+# a canary migrated by a health-gated MeshRevisionMigration (one rolled back by itself), a
+# traffic-shifting canary by VirtualService and a request through the tenant's ingress gateway, and ends with day-2 checks by meshctl. Needs root (network namespaces). Leaves nothing running, and no
 # network namespace behind, when it ends or on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -259,6 +260,93 @@ k wait --for=jsonpath='{.status.phase}'=Succeeded mrm/blue-stable-to-v2 --timeou
 k get mrm
 k -n shop get pods -o "jsonpath={range .items[*]}{.metadata.name}{' injected by '}{.metadata.annotations.sidecar\.meshplane\.io/revision}{'\n'}{end}"
 k get meshrevisiontags
+
+bold "6b. Traffic shifting: a VirtualService moves checkout from 90/10 to 0/100; a request enters through blue's ingress gateway"
+cat >"$WORK/checkout.yaml" <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: checkout, namespace: shop}
+spec:
+  selector: {app: checkout}
+  ports: [{name: http, port: 8080, targetPort: http}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: checkout-v1, namespace: shop}
+spec:
+  selector: {matchLabels: {app: checkout, version: v1}}
+  template:
+    metadata: {labels: {app: checkout, version: v1}}
+    spec:
+      containers: [{name: checkout, image: example.com/echo:1, ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: checkout-v2, namespace: shop}
+spec:
+  selector: {matchLabels: {app: checkout, version: v2}}
+  template:
+    metadata: {labels: {app: checkout, version: v2}}
+    spec:
+      containers: [{name: checkout, image: example.com/echo:1, ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: DestinationRule
+metadata: {name: checkout, namespace: shop}
+spec:
+  host: checkout
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+YAML
+split() {
+  cat >"$WORK/checkout-$1-$2.yaml" <<YAML
+apiVersion: networking.meshplane.io/v1alpha1
+kind: VirtualService
+metadata: {name: checkout, namespace: shop}
+spec:
+  hosts: [checkout]
+  http: [{route: [{destination: {host: checkout, subset: v1}, weight: $1}, {destination: {host: checkout, subset: v2}, weight: $2}]}]
+YAML
+  k apply --server-side -f "$WORK/checkout-$1-$2.yaml"
+}
+# Which version answered each of $1 calls from the client pod, counted ("failed" for anything else).
+calls() {
+  for _ in $(seq "$1"); do
+    ip netns exec "$client_ns" curl -s --max-time 5 http://checkout.shop.svc.cluster.local:8080/ \
+      | grep -o '"pod":"checkout-v[12]' | cut -d'"' -f4 | cut -d- -f2 || echo failed
+  done | sort | uniq -c | awk '{printf "%s %s  ", $1, $2}'
+}
+k apply --server-side -f "$WORK/checkout.yaml"
+k -n shop wait --for=condition=Available deployment/checkout-v1 deployment/checkout-v2 --timeout=$WAIT
+client_ns=$(pod_netns shop app=client)  # the migration restarted the client
+split 90 10
+k -n shop wait --for=jsonpath='{.status.conditions[?(@.type=="Accepted")].status}'=True virtualservice/checkout --timeout=$WAIT
+# Ready when the client's sidecar holds the 90/10 route and a healthy endpoint in each subset.
+split_ready() {
+  [ "$(ip netns exec "$client_ns" curl -s http://127.0.0.1:15000/clusters \
+    | grep -cE '^outbound\|8080\|v[12]\|checkout\.shop\.svc\.cluster\.local::.*::health_flags::healthy$')" = 2 ] \
+    && ip netns exec "$client_ns" curl -s http://127.0.0.1:15000/config_dump | grep -q '"weight": 90'
+}
+for _ in $(seq 150); do split_ready && break; sleep 0.2; done
+split_ready || die "the client's sidecar did not get the 90/10 route"
+say "200 calls at 90/10 (Envoy draws each call's version by weight): $(calls 200)"
+split 0 100
+for _ in $(seq 100); do [[ "$(calls 10)" == "10 v2  " ]] && break; sleep 0.2; done
+say "200 calls after the edit to 0/100: $(calls 200)"
+[[ "$(calls 20)" == "20 v2  " ]] || die "checkout did not follow the edit to 0/100"
+say "blue's ingress gateway (spec.ingressGateway) in meshplane-blue, routed by config/samples/gateway.yaml:"
+k patch meshcontrolplane blue-v2 --type merge -p '{"spec":{"ingressGateway":{"name":"ingress","service":{"type":"ClusterIP"}}}}'
+for _ in $(seq 100); do "$KUBECTL" -n meshplane-blue get deployment/ingress >/dev/null 2>&1 && break; sleep 0.5; done
+k -n meshplane-blue wait --for=condition=Available deployment/ingress --timeout=$WAIT
+k apply --server-side -f config/samples/gateway.yaml
+gateway_ip=$("$KUBECTL" -n meshplane-blue get service ingress -o jsonpath='{.spec.clusterIP}')
+say "from the node (outside every pod and sidecar), Host shop.example.com to the gateway's ClusterIP:"
+for _ in $(seq 150); do
+  ip netns exec "$NET-node" curl -sf --max-time 5 -H 'Host: shop.example.com' "http://$gateway_ip/" >/dev/null && break
+  sleep 0.2
+done
+in_pod "$NET-node" curl -s --max-time 5 -H 'Host: shop.example.com' "http://$gateway_ip/" | grep -o '"pod":"web-[^"]*"' \
+  || die "the ingress gateway did not route shop.example.com to web"
+k -n shop delete virtualservice checkout
 
 bold "7. Where things stand"
 k get meshcontrolplanes
