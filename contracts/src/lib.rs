@@ -19,11 +19,13 @@
 //! | 9 | the operator's own admission certificate | [`operator_tls`] |
 //! | 11 | tenant CA, SDS names | [`tenant_ca`] |
 //! | 12 | who may read `/debug/*` | [`debug`] |
+//! | 13 | proxyless gRPC clients' ADS through the node agent | [`grpc_agent`] |
 //!
 //! No dependency beyond `thiserror`: the proxy image's launcher links this crate too.
 
 pub mod bootstrap;
 pub mod debug;
+pub mod grpc_agent;
 pub mod instance;
 pub mod members;
 pub mod node;

@@ -51,6 +51,10 @@ pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
 /// duration such as `1h` or `90s`; default the instance's 24 hours). Short lifetimes limit
 /// what a stolen key is worth; the agent renews at about half of it.
 pub const CERT_TTL_ANNOTATION: &str = "sidecar.meshplane.io/certTTL";
+/// Pod annotation (`"true"`) for pods whose apps are proxyless gRPC clients: the node agent
+/// serves them ADS and their containers get gRPC's xDS bootstrap (contract 13); capture
+/// defaults to `NONE`. Istio's counterpart is `inject.istio.io/templates: grpc-agent`.
+pub const PROXYLESS_GRPC_ANNOTATION: &str = "sidecar.meshplane.io/proxylessGrpc";
 /// Annotation on a `MeshControlPlane` that lets deletion proceed while injected pods still run.
 pub const FORCE_DELETE_ANNOTATION: &str = "meshplane.io/force-delete";
 /// Annotation on a Service narrowing its visibility, like Istio's `networking.istio.io/exportTo`.

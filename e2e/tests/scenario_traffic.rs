@@ -19,9 +19,14 @@
 //!   reported `NamespaceNotAllowed`; a SIMPLE TLS server presents the certificate of the
 //!   Secret its Gateway names, and a Gateway naming another tenant's Secret gets nothing
 //!   (`CredentialNotFound`): the instance reads Secrets only where its gateway runs;
+//! - a proxyless gRPC client (Python grpcio, `xds:///` target, its pod annotated
+//!   `sidecar.meshplane.io/proxylessGrpc: "true"`, so its xDS stream goes through its pod's node
+//!   agent) follows weight changes on one channel: 100/0, 50/50 within bounds, 0/100;
 //! - no Envoy involved rejected any update.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -120,6 +125,114 @@ spec:
     - {name: v1, labels: {version: v1}}
     - {name: v2, labels: {version: v2}}
 "#;
+
+/// The gRPC target the proxyless client dials, and the port of its control endpoint.
+const GRPC_TARGET: &str = "xds:///grpc-echo.shop.svc.cluster.local:50051";
+const GRPC_CLIENT_PORT: u16 = 9090;
+/// The 50/50 sample of the gRPC client: v1's count is binomial(200, 0.5), σ ≈ 7.1, so
+/// [70, 130] is ±4.2 σ (a correct split fails about once in 40,000 runs).
+const GRPC_SPLIT_SAMPLE: u64 = 200;
+
+/// grpc-echo: two versions of a gRPC server (`e2e/python/grpc_echo.py serve`, not meshed: a
+/// proxyless client balances for itself), and a proxyless client whose pod asks for the node
+/// agent's gRPC socket; the injector gives the client's container gRPC's xDS bootstrap.
+fn grpc_workloads() -> String {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = e2e.join("../.venv/bin/python");
+    let python = std::path::absolute(&python).unwrap_or(python);
+    let script = e2e.join("python/grpc_echo.py");
+    let (python, script) = (python.display(), script.display());
+    let server = |version: &str| {
+        format!(
+            r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: grpc-{version}, namespace: shop, labels: {{app: grpc-echo, version: {version}, sidecar.meshplane.io/inject: "false"}}}}
+spec:
+  containers:
+    - name: app
+      image: example.com/echo:1
+      command: ["{python}", "{script}", "serve", "--port", "50051", "--name", "{version}"]
+      ports: [{{name: grpc, containerPort: 50051}}]
+"#
+        )
+    };
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: grpc-echo, namespace: shop}}
+spec:
+  selector: {{app: grpc-echo}}
+  ports: [{{name: grpc, port: 50051, targetPort: 50051}}]
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: DestinationRule
+metadata: {{name: grpc-echo, namespace: shop}}
+spec:
+  host: grpc-echo
+  subsets:
+    - {{name: v1, labels: {{version: v1}}}}
+    - {{name: v2, labels: {{version: v2}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: grpc-client
+  namespace: shop
+  labels: {{app: grpc-client}}
+  annotations: {{sidecar.meshplane.io/proxylessGrpc: "true"}}
+spec:
+  containers:
+    - name: app
+      image: example.com/echo:1
+      command: ["{python}", "{script}", "client", "--target", "{GRPC_TARGET}", "--listen", "{GRPC_CLIENT_PORT}"]
+      ports: [{{name: http, containerPort: {GRPC_CLIENT_PORT}}}]
+{}{}"#,
+        server("v1"),
+        server("v2")
+    )
+}
+
+/// The VirtualService of `grpc-echo`, split `v1`/`v2`.
+fn grpc_routes(v1: u32, v2: u32) -> String {
+    format!(
+        r#"
+apiVersion: networking.meshplane.io/v1alpha1
+kind: VirtualService
+metadata: {{name: grpc-echo, namespace: shop}}
+spec:
+  hosts: [grpc-echo]
+  http:
+    - route:
+        - {{destination: {{host: grpc-echo, subset: v1}}, weight: {v1}}}
+        - {{destination: {{host: grpc-echo, subset: v2}}, weight: {v2}}}
+"#
+    )
+}
+
+/// Which server answered each of `count` calls the proxyless client made on its one channel.
+async fn grpc_calls(client: &InPod, count: u64) -> Result<BTreeMap<String, u64>, String> {
+    let reply = client
+        .http_get_at(
+            SocketAddr::from((client.ip(), GRPC_CLIENT_PORT)),
+            "localhost",
+            &format!("/calls?count={count}"),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if reply.status != 200 {
+        return Err(format!("the gRPC client answered {reply:?}"));
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&reply.body).map_err(|e| format!("{e}: {:?}", reply.body))?;
+    match report["errors"].as_array() {
+        Some(errors) if errors.is_empty() => {}
+        _ => return Err(format!("gRPC calls failed: {}", report["errors"])),
+    }
+    serde_json::from_value(report["answers"].clone()).map_err(|e| e.to_string())
+}
 
 /// The DestinationRule of `web` (subsets v1 and v2) with `trafficPolicy.tls.mode: <mode>`.
 fn web_rule(mode: &str) -> String {
@@ -644,6 +757,12 @@ async fn virtual_services_destination_rules_and_the_ingress_gateway_steer_real_t
     )
     .await;
     apply(&cluster, TLS_ROUTES);
+    // Its servers and client run this workspace's Python: only on the local pod runner.
+    let local = cluster.network().is_some();
+    if local {
+        apply(&cluster, &grpc_routes(100, 0));
+        apply(&cluster, &grpc_workloads());
+    }
     for (selector, count) in [("app=web", 2), ("app=flaky", 2)] {
         cluster
             .wait_for_ready_pods("shop", selector, count, DEADLINE)
@@ -958,6 +1077,52 @@ spec:
         slow.1 >= Duration::from_millis(500) && slow.1 < Duration::from_secs(3),
         "the timeout fired after 500 ms, before the gateway's 3 s delay: {slow:?}"
     );
+
+    // Proxyless gRPC: grpcio's own xDS client gets listeners, routes, clusters and endpoints
+    // from the instance through its pod's node agent, and its one channel follows the routes.
+    cluster
+        .wait_for_ready_pods("shop", "app=grpc-echo", 2, DEADLINE)
+        .await
+        .expect("gRPC servers ready");
+    let grpc_client = cluster
+        .in_pod(
+            "shop",
+            &ready_pod(&cluster, "shop", "app=grpc-client").await,
+        )
+        .expect("gRPC client pod");
+    let only = |want: &'static str| {
+        let grpc_client = &grpc_client;
+        move || async move {
+            let answers = grpc_calls(grpc_client, 20).await?;
+            Ok((answers.get(want) == Some(&20)).then_some(()))
+        }
+    };
+    wait_for("every gRPC call to reach v1 at 100/0", DEADLINE, only("v1"))
+        .await
+        .expect("the proxyless client uses the route");
+    let edited = Instant::now();
+    apply(&cluster, &grpc_routes(50, 50));
+    wait_for("a gRPC call to reach v2 at 50/50", DEADLINE, || async {
+        let answers = grpc_calls(&grpc_client, 20).await?;
+        Ok(answers.contains_key("v2").then_some(()))
+    })
+    .await
+    .expect("the proxyless client follows 50/50");
+    eprintln!("gRPC client on 50/50 after {:?}", edited.elapsed());
+    let answers = grpc_calls(&grpc_client, GRPC_SPLIT_SAMPLE)
+        .await
+        .expect("the 50/50 sample");
+    let v1 = answers.get("v1").copied().unwrap_or(0);
+    assert!(
+        (70..=130).contains(&v1) && answers.values().sum::<u64>() == GRPC_SPLIT_SAMPLE,
+        "50/50 for the gRPC client observed as {answers:?}"
+    );
+    let edited = Instant::now();
+    apply(&cluster, &grpc_routes(0, 100));
+    wait_for("every gRPC call to reach v2 at 0/100", DEADLINE, only("v2"))
+        .await
+        .expect("the proxyless client follows 0/100");
+    eprintln!("gRPC client on 0/100 after {:?}", edited.elapsed());
 
     // Every proxy involved accepted every update it got.
     for (namespace, pod) in [

@@ -72,6 +72,11 @@ pub struct LaunchArgs {
     /// Envoy node cluster (the workload's service cluster).
     #[arg(long)]
     pub cluster: String,
+    /// Also serve ADS to the pod's proxyless gRPC clients on this abstract Unix socket (in the
+    /// pod's network namespace; contract 13), carried to the instance like Envoy's. Needs
+    /// `--root-cert` (the node agent).
+    #[arg(long = "grpc-xds-socket")]
+    pub grpc_xds_socket: Option<String>,
     /// Node metadata entry `KEY=VALUE`; repeatable.
     #[arg(long = "meta", value_parser = parse_meta)]
     pub meta: Vec<(String, String)>,

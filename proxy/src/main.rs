@@ -63,6 +63,10 @@ fn main() -> ExitCode {
     if launch_args.root_cert.is_some() {
         return run_agent(launch_args);
     }
+    if launch_args.grpc_xds_socket.is_some() {
+        tracing::error!("meshplane-proxy: --grpc-xds-socket needs the node agent (--root-cert)");
+        return ExitCode::FAILURE;
+    }
     // `launch` only returns on failure: on success the process is Envoy.
     let err = launch(launch_args);
     tracing::error!("meshplane-proxy: {err}");
@@ -193,6 +197,7 @@ fn prepare_agent(cli: &LaunchArgs) -> Result<agent::AgentConfig, LaunchError> {
         },
         run_dir,
         sockets,
+        grpc_xds_socket: cli.grpc_xds_socket.clone(),
         cert_ttl: std::time::Duration::from_secs(cli.cert_ttl_seconds),
         envoy: agent::envoy::EnvoyCommand {
             bin: cli.envoy_bin(),

@@ -27,6 +27,8 @@ use meshplane_crds::capture::{init_container_args, CaptureAnnotationError, Captu
 use meshplane_crds::names::{self, ports, PROXY_UID};
 use serde_json::Value;
 
+use crate::grpc_agent;
+
 /// Name of the injected proxy container.
 pub const PROXY_CONTAINER: &str = "meshplane-proxy";
 /// Name of the injected traffic-capture init container.
@@ -139,6 +141,9 @@ pub enum InjectError {
     /// The capture-mode annotation has an unknown value.
     #[error("metadata.annotations[\"{annotation}\"]: {value:?} is not a capture mode; use DEFAULT or NONE", annotation = names::CAPTURE_MODE_ANNOTATION)]
     InvalidCaptureMode { value: String },
+    /// The proxyless gRPC annotation is neither true nor false.
+    #[error("metadata.annotations[\"{annotation}\"]: {value:?} is not a boolean; use \"true\" or \"false\"", annotation = names::PROXYLESS_GRPC_ANNOTATION)]
+    InvalidProxylessGrpc { value: String },
     /// A capture annotation (ports, CIDRs) is malformed.
     #[error(transparent)]
     InvalidCaptureAnnotation(#[from] CaptureAnnotationError),
@@ -194,12 +199,16 @@ pub fn inject(
         return Ok(Injection::Skip(SkipReason::HostNetwork));
     }
 
+    let proxyless_grpc = grpc_agent::requested(annotations)
+        .map_err(|value| InjectError::InvalidProxylessGrpc { value })?;
     let capture = match annotations.and_then(|a| a.get(names::CAPTURE_MODE_ANNOTATION)) {
         Some(value) => {
             CaptureMode::parse(value).ok_or_else(|| InjectError::InvalidCaptureMode {
                 value: value.clone(),
             })?
         }
+        // Proxyless clients balance for themselves: capturing their calls would route twice.
+        None if proxyless_grpc => CaptureMode::None,
         None => config.default_capture_mode,
     };
     // Validated in every mode: a malformed annotation is an error even where it has no effect yet.
@@ -242,13 +251,30 @@ pub fn inject(
             vec![to_value(capture_container(config, &scope))],
         );
     }
+    let mut proxy = proxy_container(config, capture, &cluster, cert_ttl);
+    if proxyless_grpc {
+        proxy
+            .args
+            .get_or_insert_with(Vec::new)
+            .extend(grpc_agent::agent_args());
+        for (i, container) in containers.iter().enumerate() {
+            let env = grpc_agent::app_env(container, config, &cluster);
+            if !env.is_empty() {
+                let index = i.to_string();
+                push_appends(
+                    &mut ops,
+                    &["spec", "containers", &index, "env"],
+                    container.env.is_some(),
+                    env.into_iter().map(to_value).collect(),
+                );
+            }
+        }
+    }
     push_appends(
         &mut ops,
         &["spec", "containers"],
         true,
-        vec![to_value(proxy_container(
-            config, capture, &cluster, cert_ttl,
-        ))],
+        vec![to_value(proxy)],
     );
     push_appends(
         &mut ops,
@@ -330,7 +356,7 @@ fn to_value(v: impl serde::Serialize) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-fn field_env(name: &str, field_path: &str) -> EnvVar {
+pub(crate) fn field_env(name: &str, field_path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {

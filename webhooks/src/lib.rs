@@ -1,6 +1,7 @@
 //! Admission webhooks of a meshplane instance (contracts 4 and 5 of `docs/architecture.md`).
 //!
-//! - [`inject`]: the pure sidecar-injection decision and JSON patch for a Pod.
+//! - [`inject`]: the pure sidecar-injection decision and JSON patch for a Pod;
+//!   [`grpc_agent`]: what proxyless gRPC pods get besides (contract 13).
 //! - [`validate`]: the pure validation of `ServiceEntry`, `EnvoyFilter` and `Sidecar`, shared
 //!   semantic rules plus the tenant-boundary rules, against a [`tenant::TenantView`].
 //! - [`review`]: the AdmissionReview v1 wire format.
@@ -10,6 +11,7 @@
 //!
 //! `docs/webhooks.md` explains the failure policy and the tenant-boundary rules.
 
+pub mod grpc_agent;
 pub mod handlers;
 pub mod inject;
 pub mod review;

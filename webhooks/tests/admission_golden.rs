@@ -578,3 +578,109 @@ fn validate_peer_authentications_as_istio_does() {
         Some(false)
     );
 }
+
+#[test]
+fn inject_gives_proxyless_grpc_pods_the_agent_socket_and_a_bootstrap() {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "frontend",
+            "labels": {"app": "frontend"},
+            "annotations": {"sidecar.meshplane.io/proxylessGrpc": "true"}
+        },
+        "spec": {"containers": [
+            {"name": "app", "image": "frontend:1", "env": [{"name": "MODE", "value": "prod"}]},
+            {"name": "tools", "image": "tools:1", "env": [{"name": "GRPC_XDS_BOOTSTRAP", "value": "/etc/own.json"}]},
+            {"name": "plain", "image": "plain:1"}
+        ]}
+    });
+    let reply = webhooks().inject(&pod_review("u-inject-grpc-1", "shop", pod.clone()));
+    assert_golden("inject_proxyless_grpc", &reply);
+    let patched = apply_patch(&reply, &pod);
+    assert!(
+        patched["spec"].get("initContainers").is_none(),
+        "capture defaults to NONE for proxyless clients"
+    );
+    let proxy = &patched["spec"]["containers"][3];
+    assert_eq!(proxy["name"], "meshplane-proxy");
+    let args: Vec<&str> = proxy["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--grpc-xds-socket", "meshplane-grpc-xds"]),
+        "{args:?}"
+    );
+    assert!(args.contains(&"CAPTURE_MODE=NONE"), "{args:?}");
+    // The app keeps its own variables and gets the bootstrap after the downward API values it
+    // refers to (the kubelet expands only variables defined earlier).
+    let env = patched["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    let names: Vec<&str> = env.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "MODE",
+            "MESHPLANE_POD_NAME",
+            "MESHPLANE_POD_NAMESPACE",
+            "MESHPLANE_POD_IP",
+            "GRPC_XDS_BOOTSTRAP_CONFIG"
+        ]
+    );
+    let expanded = env[4]["value"]
+        .as_str()
+        .expect("bootstrap")
+        .replace("$(MESHPLANE_POD_NAME)", "frontend")
+        .replace("$(MESHPLANE_POD_NAMESPACE)", "shop")
+        .replace("$(MESHPLANE_POD_IP)", "198.18.0.7");
+    let bootstrap: Value = serde_json::from_str(&expanded).expect("the bootstrap is JSON");
+    assert_eq!(
+        bootstrap["xds_servers"][0]["server_uri"],
+        "unix-abstract:meshplane-grpc-xds"
+    );
+    assert_eq!(
+        bootstrap["node"]["id"],
+        "sidecar~198.18.0.7~frontend.shop~shop.svc.cluster.local"
+    );
+    assert_eq!(bootstrap["node"]["metadata"]["GENERATOR"], "grpc");
+    assert_eq!(bootstrap["node"]["metadata"]["TENANT"], "blue");
+    assert_eq!(bootstrap["node"]["cluster"], "frontend");
+    // A container with its own bootstrap is left alone; one without env gets a new list.
+    assert_eq!(
+        patched["spec"]["containers"][1]["env"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        patched["spec"]["containers"][2]["env"]
+            .as_array()
+            .map(Vec::len),
+        Some(4)
+    );
+
+    // An explicit capture mode still wins.
+    let mut captured = pod.clone();
+    captured["metadata"]["annotations"]["sidecar.meshplane.io/captureMode"] = json!("DEFAULT");
+    let patched = apply_patch(
+        &webhooks().inject(&pod_review("u-inject-grpc-2", "shop", captured.clone())),
+        &captured,
+    );
+    assert_eq!(
+        patched["spec"]["initContainers"][0]["name"],
+        "meshplane-init"
+    );
+}
+
+#[test]
+fn inject_denies_a_proxyless_grpc_annotation_that_is_not_a_boolean() {
+    let pod = json!({"metadata": {"name": "d", "annotations": {"sidecar.meshplane.io/proxylessGrpc": "yes"}}, "spec": {"containers": [{"name": "d"}]}});
+    let reply = webhooks().inject(&pod_review("u-inject-grpc-3", "shop", pod));
+    assert_golden("inject_invalid_proxyless_grpc", &reply);
+    assert_eq!(reply.body["response"]["allowed"], false);
+}

@@ -9,7 +9,8 @@
 //!   trust bundle) to Envoy, pushed again on every renewal or bundle change.
 //! - [`xds_proxy`]: Envoy's ADS, accepted in plaintext on a Unix socket in the pod and carried
 //!   to the instance over TLS, one upstream stream per Envoy stream, so every reconnect of Envoy
-//!   presents the token the kubelet last wrote.
+//!   presents the token the kubelet last wrote. With `--grpc-xds-socket`, the same for the
+//!   pod's proxyless gRPC clients on an abstract socket (contract 13).
 //! - [`envoy`]: Envoy as a child process: signals forwarded, its exit is the agent's.
 
 pub mod certs;
@@ -67,6 +68,9 @@ pub struct AgentConfig {
     /// Directory of the sockets and Envoy's working directory (the runtime `emptyDir`).
     pub run_dir: PathBuf,
     pub sockets: AgentSockets,
+    /// Abstract Unix socket name on which proxyless gRPC clients of the pod get ADS too
+    /// (contract 13).
+    pub grpc_xds_socket: Option<String>,
     /// Certificate lifetime to ask for; zero asks for the instance's default (24 h).
     pub cert_ttl: Duration,
     /// Envoy binary, its bootstrap and extra arguments.
@@ -83,6 +87,21 @@ fn bind(run_dir: &Path, path: &str) -> Result<UnixListener, AgentError> {
     })
 }
 
+/// Binds the abstract Unix socket `name`: it lives in the pod's network namespace, which all
+/// of the pod's containers share, and is gone with it (nothing to remove first).
+fn bind_abstract(name: &str) -> Result<UnixListener, AgentError> {
+    use std::os::linux::net::SocketAddrExt;
+    let error = |source| AgentError::Bind {
+        path: format!("@{name}"),
+        source,
+    };
+    let address =
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(error)?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address).map_err(error)?;
+    listener.set_nonblocking(true).map_err(error)?;
+    UnixListener::from_std(listener).map_err(error)
+}
+
 /// Runs the agent and Envoy until Envoy exits (a termination signal is forwarded to it);
 /// returns Envoy's exit code.
 pub async fn run(config: AgentConfig) -> Result<i32, AgentError> {
@@ -92,12 +111,17 @@ pub async fn run(config: AgentConfig) -> Result<i32, AgentError> {
     })?;
     let sds_listener = bind(&config.run_dir, &config.sockets.sds)?;
     let xds_listener = bind(&config.run_dir, &config.sockets.xds)?;
+    let grpc_listener = config
+        .grpc_xds_socket
+        .as_deref()
+        .map(bind_abstract)
+        .transpose()?;
 
     let (secrets_tx, secrets_rx) = watch::channel(Secrets::default());
     let secrets_tx = Arc::new(secrets_tx);
     let (stop_tx, stop_rx) = watch::channel(false);
 
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(certs::watch_bundle(
             config.instance.clone(),
             Arc::clone(&secrets_tx),
@@ -116,6 +140,14 @@ pub async fn run(config: AgentConfig) -> Result<i32, AgentError> {
             stop_rx.clone(),
         )),
     ];
+    if let Some(listener) = grpc_listener {
+        tracing::info!(socket = ?config.grpc_xds_socket, "serving ADS to proxyless gRPC clients");
+        tasks.push(tokio::spawn(xds_proxy::serve(
+            listener,
+            config.instance.clone(),
+            stop_rx.clone(),
+        )));
+    }
 
     let code = envoy::run(&config.envoy, &config.run_dir).await;
     let _ = stop_tx.send(true);

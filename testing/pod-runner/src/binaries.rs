@@ -19,7 +19,8 @@ pub const PROXY_BINARY: &str = "meshplane-proxy";
 pub enum Program {
     /// One of meshplane's binaries (by file name).
     Binary(&'static str),
-    /// The built-in echo HTTP server, for application images.
+    /// The built-in echo HTTP server, for application images (their command instead, when they
+    /// have one and the host has its program).
     Echo,
 }
 

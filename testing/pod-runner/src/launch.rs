@@ -42,34 +42,35 @@ pub fn build_launch(
 ) -> Result<Launch, String> {
     let command: Vec<String> = container.command.clone().unwrap_or_default();
     let program = match program_for_image(container.image.as_deref().unwrap_or_default()) {
-        Program::Echo if init => match command.first() {
-            // An application image's init step: run the command when the host has it (a
-            // shell, say); without one there is nothing to do.
-            None => return Ok(Launch::Complete),
+        // An application image runs its command when it has one and the host has the program
+        // (a shell for an init step, a test's own server or client); an init container
+        // without one has nothing to do, an app container without one is the echo server.
+        Program::Echo => match command.first() {
+            None if init => return Ok(Launch::Complete),
+            None => {
+                return Ok(Launch::Echo {
+                    net: ctx.net.clone(),
+                    ports: container
+                        .ports
+                        .iter()
+                        .flatten()
+                        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+                        .filter_map(|p| u16::try_from(p.container_port).ok())
+                        .collect(),
+                    identity: EchoIdentity {
+                        pod: ctx.pod.metadata.name.clone().unwrap_or_default(),
+                        namespace: ctx.pod.metadata.namespace.clone().unwrap_or_default(),
+                        container: container.name.clone(),
+                    },
+                })
+            }
             Some(first) => host_program(first).ok_or_else(|| {
                 format!(
-                    "command {first:?} of init container {} is not on this host",
+                    "command {first:?} of container {} is not on this host",
                     container.name
                 )
             })?,
         },
-        Program::Echo => {
-            return Ok(Launch::Echo {
-                net: ctx.net.clone(),
-                ports: container
-                    .ports
-                    .iter()
-                    .flatten()
-                    .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-                    .filter_map(|p| u16::try_from(p.container_port).ok())
-                    .collect(),
-                identity: EchoIdentity {
-                    pod: ctx.pod.metadata.name.clone().unwrap_or_default(),
-                    namespace: ctx.pod.metadata.namespace.clone().unwrap_or_default(),
-                    container: container.name.clone(),
-                },
-            })
-        }
         Program::Binary(image_binary) => match command.first() {
             None => locate_binary(ctx.bin_dir, image_binary).map_err(|e| e.to_string())?,
             Some(first) => {
@@ -371,5 +372,48 @@ mod tests {
             Ok(Launch::Complete)
         ));
         std::fs::remove_dir_all(&bin_dir).unwrap();
+    }
+
+    #[test]
+    fn an_application_image_runs_its_command_or_is_the_echo_server() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "grpc-v1", "namespace": "shop"},
+            "spec": {"containers": [
+                {"name": "server", "image": "example.com/echo:1",
+                 "command": ["/bin/sh", "-c"], "args": ["exec serve --name $(NAME)"],
+                 "env": [{"name": "NAME", "value": "v1"}]},
+                {"name": "echo", "image": "example.com/echo:1", "ports": [{"containerPort": 8080}]},
+                {"name": "missing", "image": "example.com/echo:1", "command": ["no-such-program-here"]}
+            ]}
+        }))
+        .unwrap();
+        let (volume_dirs, runner_env) = (BTreeMap::new(), BTreeMap::new());
+        let net = PodNet::unplugged("shop", "grpc-v1", "198.18.0.11".parse().unwrap());
+        let ctx = LaunchContext {
+            pod: &pod,
+            net: &net,
+            bin_dir: Path::new("/nonexistent"),
+            volume_dirs: &volume_dirs,
+            container_dir: PathBuf::from("/tmp/pod/containers/server"),
+            log_path: PathBuf::from("/tmp/pod/server.log"),
+            kubeconfig: None,
+            api_service: None,
+            objects: &NoObjects,
+            runner_env: &runner_env,
+        };
+        let containers = &pod.spec.as_ref().unwrap().containers;
+        let Launch::Process { program, args, .. } =
+            build_launch(&containers[0], false, &ctx).unwrap()
+        else {
+            panic!("an application image with a command runs it");
+        };
+        assert_eq!(program, PathBuf::from("/bin/sh"));
+        assert_eq!(args, ["-c", "exec serve --name v1"]);
+        let Launch::Echo { ports, .. } = build_launch(&containers[1], false, &ctx).unwrap() else {
+            panic!("an application image without a command is the echo server");
+        };
+        assert_eq!(ports, [8080]);
+        let error = build_launch(&containers[2], false, &ctx).unwrap_err();
+        assert!(error.contains("no-such-program-here"), "{error}");
     }
 }
