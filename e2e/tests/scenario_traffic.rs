@@ -1073,8 +1073,10 @@ spec:
         slow.0.contains("upstream request timeout"),
         "the client's sidecar timed out: {slow:?}"
     );
+    // Envoy's timers may fire a few milliseconds early against this process's clock (seen:
+    // 498.7 ms for the 500 ms timeout, as for the delay fault above).
     assert!(
-        slow.1 >= Duration::from_millis(500) && slow.1 < Duration::from_secs(3),
+        slow.1 >= Duration::from_millis(450) && slow.1 < Duration::from_secs(3),
         "the timeout fired after 500 ms, before the gateway's 3 s delay: {slow:?}"
     );
 
