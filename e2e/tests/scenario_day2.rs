@@ -402,6 +402,83 @@ async fn meshctl_reads_and_changes_the_mesh_with_the_callers_credentials() {
         failing.stdout
     );
 
+    // status.connectedProxies across a rollout of blue's instance (contract 3): the old pod's
+    // key of the proxies ConfigMap goes with the pod, so the count is shop's 2 proxies on the
+    // new pod, never old + new.
+    let rollout_started = std::time::Instant::now();
+    cluster
+        .kubectl(&[
+            "rollout",
+            "restart",
+            "deployment/meshplane-blue-v1",
+            "-n",
+            "meshplane-blue",
+        ])
+        .expect("rollout restart");
+    let settled = wait_for(
+        "blue-v1's count on its new instance pod only",
+        DEADLINE,
+        || {
+            let cluster = &cluster;
+            let old = instance_pod.clone();
+            async move {
+                let pods = cluster
+                    .kubectl(&[
+                        "get",
+                        "pods",
+                        "-n",
+                        "meshplane-blue",
+                        "-l",
+                        "app.kubernetes.io/name=meshplane-xds,meshplane.io/revision=blue-v1",
+                        "-o",
+                        "jsonpath={.items[*].metadata.name}",
+                    ])
+                    .map_err(|e| e.to_string())?;
+                let pods: Vec<&str> = pods.split_whitespace().collect();
+                let counts: Value = serde_json::from_str(
+                    &cluster
+                        .kubectl(&[
+                            "get",
+                            "configmap",
+                            "meshplane-blue-v1-proxies",
+                            "-n",
+                            "meshplane-blue",
+                            "-o",
+                            "json",
+                        ])
+                        .map_err(|e| e.to_string())?,
+                )
+                .map_err(|e| e.to_string())?;
+                let keys: Vec<String> = counts["data"]
+                    .as_object()
+                    .map(|d| d.keys().cloned().collect())
+                    .unwrap_or_default();
+                let connected = cluster
+                    .kubectl(&[
+                        "get",
+                        "meshcontrolplane",
+                        "blue-v1",
+                        "-o",
+                        "jsonpath={.status.connectedProxies}",
+                    ])
+                    .map_err(|e| e.to_string())?;
+                let state = format!("pods {pods:?}, keys {keys:?}, connectedProxies {connected}");
+                match pods.as_slice() {
+                    [new] if *new != old && keys == [new.to_string()] && connected == "2" => {
+                        Ok(Some(state))
+                    }
+                    _ => Err(state),
+                }
+            }
+        },
+    )
+    .await
+    .expect("the count follows the rollout");
+    eprintln!(
+        "day2: instance rollout settled in {:?}: {settled}",
+        rollout_started.elapsed()
+    );
+
     // Monitoring, on the same stack.
     monitoring::check_dashboards_and_alerts(&cluster).await;
 }

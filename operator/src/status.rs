@@ -86,15 +86,35 @@ pub fn bounded(names: &BTreeSet<String>) -> NamespaceList {
     }
 }
 
-/// Sum of the per-pod counts in the proxies ConfigMap's data (contract 3); non-numbers ignored.
-pub fn connected_proxies(proxies_configmap: Option<&Value>) -> Option<i32> {
+/// Sum of the per-pod counts in the proxies ConfigMap's data (contract 3) over the instance
+/// pods that exist (`live`): a key left behind by a pod that is gone (a rollout, a crash) does
+/// not count. Values that are not counts are ignored.
+pub fn connected_proxies(
+    proxies_configmap: Option<&Value>,
+    live: &BTreeSet<String>,
+) -> Option<i32> {
     let data = proxies_configmap?.get("data")?.as_object()?;
     let sum: i64 = data
-        .values()
-        .filter_map(|v| v.as_str()?.trim().parse::<i64>().ok())
+        .iter()
+        .filter(|(pod, _)| live.contains(*pod))
+        .filter_map(|(_, v)| v.as_str()?.trim().parse::<i64>().ok())
         .filter(|n| *n >= 0)
         .sum();
     Some(i32::try_from(sum).unwrap_or(i32::MAX))
+}
+
+/// Keys of the proxies ConfigMap left by instance pods that are gone (not in `live`), which
+/// the reconcile removes.
+pub fn stale_proxy_keys(proxies_configmap: Option<&Value>, live: &BTreeSet<String>) -> Vec<String> {
+    proxies_configmap
+        .and_then(|cm| cm.get("data")?.as_object())
+        .map(|data| {
+            data.keys()
+                .filter(|pod| !live.contains(*pod))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What the reconcile observed about the instance, for the status.
@@ -454,9 +474,16 @@ mod tests {
         let l = bounded(&many);
         assert_eq!(l.count, 120);
         assert_eq!(l.names.len(), STATUS_NAME_LIMIT);
-        let cm = json!({"data": {"pod-a": "3", "pod-b": "4", "junk": "x"}});
-        assert_eq!(connected_proxies(Some(&cm)), Some(7));
-        assert_eq!(connected_proxies(Some(&json!({}))), None);
+        let cm = json!({"data": {"pod-a": "3", "pod-b": "4", "junk": "x", "pod-gone": "9"}});
+        let live: BTreeSet<String> = ["pod-a", "pod-b", "junk"].map(String::from).into();
+        assert_eq!(connected_proxies(Some(&cm), &live), Some(7));
+        assert_eq!(stale_proxy_keys(Some(&cm), &live), ["pod-gone"]);
+        assert_eq!(connected_proxies(Some(&json!({})), &live), None);
+        assert_eq!(
+            connected_proxies(Some(&cm), &BTreeSet::new()),
+            Some(0),
+            "no instance pod, no proxy"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -269,15 +269,24 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
     } else {
         None
     };
+    // Contract 3: only instance pods that exist count. The ConfigMap was read before the pods
+    // are listed, so every key of a running pod is in the list; keys of pods that are gone (a
+    // rollout, a crash) are removed.
+    let proxies_key = key(
+        Kind::ConfigMap,
+        Some(&rev.control_namespace),
+        &render::proxies_configmap(&revision),
+    );
+    let live_instances = instance_pods(ctx, &rev.control_namespace, &revision).await?;
+    let stale = status::stale_proxy_keys(observed.get(&proxies_key), &live_instances);
+    if !stale.is_empty() {
+        forget_proxy_counts(ctx, &proxies_key, &stale).await?;
+    }
     let instance = InstanceFacts {
         deployment_available,
         webhooks_applied,
         webhook_probe: webhook_probe.clone(),
-        connected_proxies: status::connected_proxies(observed.get(&key(
-            Kind::ConfigMap,
-            Some(&rev.control_namespace),
-            &render::proxies_configmap(&revision),
-        ))),
+        connected_proxies: status::connected_proxies(observed.get(&proxies_key), &live_instances),
         foreign_objects: todo.foreign.iter().map(ToString::to_string).collect(),
         ca_problem: tenant_ca
             .as_ref()
@@ -412,6 +421,44 @@ async fn warn_rejected(mcp: &MeshControlPlane, rev: &RevisionMembership, ctx: &C
         )
         .await;
     }
+}
+
+/// Names of the instance pods of `revision` that exist (whatever their phase: a pod shutting
+/// down still serves its proxies until it exits).
+async fn instance_pods(
+    ctx: &Context,
+    control_namespace: &str,
+    revision: &str,
+) -> Result<BTreeSet<String>, Error> {
+    let selector = format!(
+        "app.kubernetes.io/name=meshplane-xds,{}={revision}",
+        names::REVISION_LABEL
+    );
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), control_namespace)
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube("list instance Pods"))?;
+    Ok(pods.items.iter().map(|p| p.name_any()).collect())
+}
+
+/// Removes the proxy counts of instance pods that are gone from the proxies ConfigMap.
+async fn forget_proxy_counts(ctx: &Context, cm: &ObjectKey, pods: &[String]) -> Result<(), Error> {
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    let ops: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"op": "remove", "path": format!("/data/{}", escape(p))}))
+        .collect();
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
+    Api::<ConfigMap>::namespaced(
+        ctx.client.clone(),
+        cm.namespace.as_deref().unwrap_or_default(),
+    )
+    .patch(&cm.name, &PatchParams::default(), &Patch::Json::<()>(patch))
+    .await
+    .map_err(Error::kube("remove stale proxy counts"))?;
+    ctx.metrics.record_write("ConfigMap", "patch");
+    info!(configmap = %cm, pods = ?pods, "removed the proxy counts of instance pods that are gone");
+    Ok(())
 }
 
 /// Pods injected by `revision` still running in `namespaces`.

@@ -19,7 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -431,6 +431,10 @@ pub async fn run(
         Controller::for_stream(control_plane_events.applied_objects(), cp_store.clone());
     let ns_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
     let (store_for_ns, store_for_tags) = (cp_store.clone(), cp_store.clone());
+    let store_for_pods = cp_store.clone();
+    // Instance pods (metadata only): a pod that is gone takes its key of the proxies
+    // ConfigMap out of status.connectedProxies (contract 3).
+    let instance_pods = watcher::Config::default().labels("app.kubernetes.io/name=meshplane-xds");
     let cp_index = ns_index.clone();
     let control_planes = cp_controller
         .trigger_backoff(NoSharedBackoff)
@@ -442,6 +446,9 @@ pub async fn run(
             owning_control_plane,
         )
         .watches_stream(owned::<Deployment>(&client, &managed), owning_control_plane)
+        .watches_stream(owned::<Pod>(&client, &instance_pods), move |pod| {
+            control_plane_of_instance_pod(&pod, &store_for_pods.state())
+        })
         .watches_stream(
             owned::<PodDisruptionBudget>(&client, &managed),
             owning_control_plane,
@@ -585,6 +592,21 @@ where
     )
     .default_backoff()
     .touched_objects()
+}
+
+/// The control plane whose instance runs in `pod` (by its revision label).
+fn control_plane_of_instance_pod(
+    pod: &PartialObjectMeta<Pod>,
+    control_planes: &[Arc<MeshControlPlane>],
+) -> Option<ObjectRef<MeshControlPlane>> {
+    let revision = pod.labels().get(names::REVISION_LABEL)?;
+    control_planes
+        .iter()
+        .find(|m| {
+            m.revision() == *revision
+                && m.control_namespace() == pod.namespace().unwrap_or_default()
+        })
+        .map(|m| ObjectRef::from_obj(m.as_ref()))
 }
 
 /// The control plane that owns an object. `Controller::owns` would key a cluster-scoped owner
