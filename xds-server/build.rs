@@ -23,6 +23,7 @@ fn main() {
 
 fn descriptor_set() -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").map_err(|e| format!("CARGO is not set: {e}"))?;
+    let target = std::env::var("TARGET").map_err(|e| format!("TARGET is not set: {e}"))?;
     let manifest = std::env::var("CARGO_MANIFEST_DIR")
         .map_err(|e| format!("CARGO_MANIFEST_DIR is not set: {e}"))?;
     let out = Command::new(cargo)
@@ -31,6 +32,11 @@ fn descriptor_set() -> Result<PathBuf, String> {
             "--format-version",
             "1",
             "--offline",
+            // Only the packages of the platform being built: those are downloaded by now,
+            // while the lock's packages for other platforms (android_system_properties, ...)
+            // are not on a clean machine, and --offline would fail on them.
+            "--filter-platform",
+            &target,
             "--manifest-path",
         ])
         .arg(PathBuf::from(&manifest).join("Cargo.toml"))
