@@ -116,10 +116,38 @@ pub fn workload_restarter(revision: &str) -> String {
     format!("meshplane-{revision}-restarter")
 }
 
-/// Role (and RoleBinding) in the namespace of a revision's ingress gateway letting its instance
-/// read the Secrets that Gateways name by `credentialName`.
+/// RoleBinding in the namespace of a revision's ingress gateway letting its instance read the
+/// Secrets that Gateways name by `credentialName` (it binds [`GATEWAY_CREDENTIALS_ROLE`]).
 pub fn gateway_credential_reader(revision: &str) -> String {
     format!("meshplane-{revision}-gateway-credentials")
+}
+
+/// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with Secret reads; a
+/// revision binds it to its instance in its ingress gateway's namespace only.
+pub const GATEWAY_CREDENTIALS_ROLE: &str = "meshplane-gateway-credentials";
+
+/// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with the operator's write
+/// powers over the instance's objects (Secrets, Deployments, ServiceAccounts, Services,
+/// PodDisruptionBudgets, NetworkPolicies); each revision binds it to the operator in its control
+/// namespace ([`operator_access`]).
+pub const CONTROL_NAMESPACE_ROLE: &str = "meshplane-control-namespace";
+
+/// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with the operator's write
+/// powers over an ingress gateway's objects (Deployment, Service, ServiceAccount); a revision
+/// binds it to the operator in its gateway's namespace when that is a member namespace
+/// ([`gateway_operator_access`]).
+pub const GATEWAY_NAMESPACE_ROLE: &str = "meshplane-gateway-namespace";
+
+/// RoleBinding granting the operator [`CONTROL_NAMESPACE_ROLE`] in a revision's control
+/// namespace.
+pub fn operator_access(revision: &str) -> String {
+    format!("meshplane-{revision}-operator")
+}
+
+/// RoleBinding granting the operator [`GATEWAY_NAMESPACE_ROLE`] in the member namespace where a
+/// revision runs its ingress gateway.
+pub fn gateway_operator_access(revision: &str) -> String {
+    format!("meshplane-{revision}-gateway-operator")
 }
 
 /// Cluster-scoped RBAC objects of a revision (Shared mode reads, webhook self-management).

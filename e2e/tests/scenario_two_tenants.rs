@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::PostParams;
 use kube::Api;
 use meshplane_e2e::harness::{app_and_client, pod_ip, wait_for, Cluster, WEB_PORT};
 
@@ -93,6 +95,9 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         roots.push(root);
     }
     assert_ne!(roots[0], roots[1], "every tenant has its own root");
+
+    the_operator_holds_secret_and_deployment_rights_only_in_control_namespaces(&cluster).await;
+    a_deleted_webhook_secret_is_recreated(&cluster).await;
 
     if cluster.network().is_none() {
         eprintln!(
@@ -235,6 +240,131 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
         started.elapsed(),
         rotation_started.elapsed()
     );
+}
+
+/// Whether the operator's ServiceAccount may `verb` `resource` (in `namespace`, else
+/// cluster-wide), as the stand-in's RBAC decides (SubjectAccessReview).
+async fn operator_may(
+    cluster: &Cluster,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": "system:serviceaccount:meshplane-system:meshplane-operator",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:meshplane-system",
+                       "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                   "namespace": namespace.unwrap_or_default()},
+        },
+    }))
+    .expect("a SubjectAccessReview");
+    Api::<SubjectAccessReview>::all(cluster.client())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview answered")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// Issue 16 item 8: the operator (which ran everything above as its ServiceAccount, with
+/// `config/rbac` applied and the stand-in enforcing RBAC) holds no cluster-wide right on
+/// Secrets, Deployments, ServiceAccounts, PDBs or NetworkPolicies; it holds them in each control
+/// namespace, through the RoleBinding it gave itself there.
+async fn the_operator_holds_secret_and_deployment_rights_only_in_control_namespaces(
+    cluster: &Cluster,
+) {
+    let operator_pods = cluster
+        .wait_for_ready_pods(
+            "meshplane-system",
+            "app.kubernetes.io/name=meshplane-operator",
+            2,
+            DEADLINE,
+        )
+        .await
+        .expect("the operator's pod");
+    for pod in &operator_pods {
+        assert_eq!(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.as_deref()),
+            Some("meshplane-operator"),
+            "the operator runs as its ServiceAccount"
+        );
+    }
+    for (verb, group, resource) in [
+        ("get", "", "secrets"),
+        ("list", "", "secrets"),
+        ("watch", "", "secrets"),
+        ("list", "apps", "deployments"),
+        ("patch", "apps", "deployments"),
+        ("create", "apps", "deployments"),
+        ("delete", "apps", "deployments"),
+        ("create", "", "serviceaccounts"),
+        ("delete", "policy", "poddisruptionbudgets"),
+        ("patch", "networking.k8s.io", "networkpolicies"),
+        ("patch", "", "services"),
+    ] {
+        for namespace in [None, Some("kube-system"), Some("garden")] {
+            // In a member namespace the operator may read and restart (patch) Deployments:
+            // meshplane-workload-restarter, bound there as the namespace joined (migrations).
+            let restarts = namespace == Some("garden")
+                && resource == "deployments"
+                && ["list", "patch"].contains(&verb);
+            assert_eq!(
+                operator_may(cluster, verb, group, resource, namespace).await,
+                restarts,
+                "the operator's right to {verb} {resource} in {namespace:?}"
+            );
+        }
+    }
+    for control in ["meshplane-blue", "meshplane-green"] {
+        for (verb, group, resource) in [
+            ("get", "", "secrets"),
+            ("watch", "", "secrets"),
+            ("patch", "apps", "deployments"),
+            ("delete", "networking.k8s.io", "networkpolicies"),
+        ] {
+            assert!(
+                operator_may(cluster, verb, group, resource, Some(control)).await,
+                "the operator may {verb} {resource} in {control}"
+            );
+        }
+    }
+}
+
+/// The operator watches its Secrets only in control namespaces, and still re-creates a deleted
+/// one at once (not at the next 5-minute resync).
+async fn a_deleted_webhook_secret_is_recreated(cluster: &Cluster) {
+    let secrets = Api::<Secret>::namespaced(cluster.client(), "meshplane-blue");
+    let name = "meshplane-blue-v1-webhook-tls";
+    let before = secrets
+        .get(name)
+        .await
+        .expect("blue-v1's webhook TLS Secret")
+        .metadata
+        .uid;
+    secrets
+        .delete(name, &Default::default())
+        .await
+        .expect("deleted");
+    wait_for(
+        "the webhook TLS Secret re-created",
+        Duration::from_secs(30),
+        || async {
+            match secrets.get_opt(name).await {
+                Ok(Some(s)) if s.metadata.uid != before => Ok(Some(())),
+                Ok(_) => Err("not yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+    .expect("the Secret came back");
 }
 
 /// A caller without a sidecar in shop: its plaintext reaches web's sidecar directly.

@@ -162,8 +162,19 @@ impl Applier {
         kind: Kind,
         label_selector: &str,
     ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
+        self.list_in(kind, None, label_selector).await
+    }
+
+    /// Every object of `kind` matching `label_selector`, in `namespace` (cluster-wide when
+    /// `None`).
+    pub async fn list_in(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<(ObjectKey, Value)>, ApplyError> {
         let list = self
-            .api(kind, None)
+            .api(kind, namespace)
             .list(&ListParams::default().labels(label_selector))
             .await
             .map_err(|source| ApplyError::Api {

@@ -82,6 +82,8 @@ fn cluster() -> FakeApi {
         "metadata": {"name": "meshplane-green-bootstrap", "namespace": "bank",
                      "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE, names::TENANT_LABEL: "green", names::REVISION_LABEL: "green"},
                      "ownerReferences": [{"uid": "uid-green", "kind": "MeshControlPlane", "name": "green", "apiVersion": "meshplane.io/v1alpha1"}]}}));
+    // The operator's shipped RBAC: no Secret, Deployment, ... rights but where it bound them.
+    api.enforce_operator_rbac();
     api
 }
 
@@ -142,11 +144,27 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
             "cart/meshplane-blue-v1-reader",
             "cart/meshplane-blue-v1-restarter",
             "meshplane-blue/meshplane-blue-v1",
+            "meshplane-blue/meshplane-blue-v1-operator",
             "meshplane-blue/meshplane-blue-v1-restarter",
             "shop/meshplane-blue-v1-reader",
             "shop/meshplane-blue-v1-restarter"
         ]
     );
+    // Issue 16 item 8: every read and write of Secrets, Deployments, ServiceAccounts, PDBs and
+    // NetworkPolicies (and Service writes) stayed in the control namespace, after the
+    // operator bound itself meshplane-control-namespace there (its first write after the
+    // namespace).
+    assert_eq!(api.forbidden(), [], "requests outside the operator's RBAC");
+    let writes = api.writes();
+    let first_bound = writes
+        .iter()
+        .position(|w| ["/secrets", "apps/deployments", "/serviceaccounts"].contains(&w.1.as_str()))
+        .expect("instance objects written");
+    let access = writes
+        .iter()
+        .position(|w| w.3 == "meshplane-blue-v1-operator")
+        .expect("the access binding written");
+    assert!(access < first_bound, "{writes:?}");
     assert_eq!(
         api.names("mutatingwebhookconfigurations"),
         ["meshplane-blue-v1-injector"]
@@ -479,7 +497,18 @@ async fn deletion_waits_while_injected_pods_run_then_removes_webhooks_first() {
         .position(|w| w.contains("shop/meshplane-blue-v1-bootstrap"))
         .unwrap();
     assert!(bootstrap_at < deployment_at, "{writes:?}");
+    // The operator's access binding goes last: it grants the rights to delete the instance.
+    assert_eq!(
+        writes.last().map(String::as_str),
+        Some("delete rbac.authorization.k8s.io/rolebindings meshplane-blue/meshplane-blue-v1-operator"),
+        "{writes:?}"
+    );
+    assert_eq!(api.forbidden(), [], "requests outside the operator's RBAC");
     assert!(api.names("deployments").is_empty());
+    assert!(api
+        .names("secrets")
+        .iter()
+        .all(|s| s.ends_with("/meshplane-ca")));
     assert!(api.names("clusterroles").is_empty());
     // Left alone: the control namespace (user config lives there) and objects not ours.
     assert!(api.get("", "namespaces", None, "meshplane-blue").is_some());

@@ -779,15 +779,15 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         "edge"
     );
     find(Kind::ServiceAccount, "meshplane-blue", "edge");
-    // The instance may read Secrets (credentialName) in the gateway's namespace, and only there.
+    // The instance may read Secrets (credentialName) in the gateway's namespace, and only there:
+    // a binding of the shipped ClusterRole (the operator holds no Secret read to grant).
     let reader = names::gateway_credential_reader("blue-v1");
-    let role = find(Kind::Role, "meshplane-blue", &reader);
-    assert_eq!(
-        role.body["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
-    );
     let binding = find(Kind::RoleBinding, "meshplane-blue", &reader);
-    assert_eq!(binding.body["roleRef"]["name"], reader);
+    assert_eq!(
+        binding.body["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": names::GATEWAY_CREDENTIALS_ROLE})
+    );
     assert_eq!(
         binding.body["subjects"][0]["name"],
         names::instance_name("blue-v1")
@@ -795,15 +795,23 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
     let grants_secrets = |objects: &[render::DesiredObject]| -> Vec<String> {
         objects
             .iter()
-            .filter(|o| matches!(o.key.kind, Kind::Role | Kind::ClusterRole))
-            .filter(|o| o.body["rules"].to_string().contains("\"secrets\""))
+            .filter(|o| {
+                matches!(o.key.kind, Kind::Role | Kind::ClusterRole)
+                    && o.body["rules"].to_string().contains("\"secrets\"")
+                    || o.body["roleRef"]["name"] == names::GATEWAY_CREDENTIALS_ROLE
+            })
             .map(|o| format!("{:?} {:?}/{}", o.key.kind, o.key.namespace, o.key.name))
             .collect()
     };
     assert_eq!(
         grants_secrets(&objects),
-        [format!("Role Some(\"meshplane-blue\")/{reader}")]
+        [format!("RoleBinding Some(\"meshplane-blue\")/{reader}")]
     );
+    // The operator's own write powers: in the control namespace, which here also runs the
+    // gateway; no gateway binding.
+    assert!(!objects
+        .iter()
+        .any(|o| o.key.name == names::gateway_operator_access("blue-v1")));
     assert!(
         grants_secrets(&render_of(&cps[0], &m, &Observed::default())).is_empty(),
         "no gateway, no Secret read"
@@ -855,8 +863,21 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         && o.key.name == "meshplane-blue-v1-bootstrap"));
     assert_eq!(
         grants_secrets(&in_shop),
-        [format!("Role Some(\"shop\")/{reader}")],
+        [format!("RoleBinding Some(\"shop\")/{reader}")],
         "Secrets are read where the gateway runs"
+    );
+    // The operator binds itself the gateway's write powers in shop, and nowhere else.
+    let gateway_access: Vec<String> = in_shop
+        .iter()
+        .filter(|o| o.body["roleRef"]["name"] == names::GATEWAY_NAMESPACE_ROLE)
+        .map(|o| o.key.to_string())
+        .collect();
+    assert_eq!(
+        gateway_access,
+        [format!(
+            "RoleBinding shop/{}",
+            names::gateway_operator_access("blue-v1")
+        )]
     );
 
     // In another tenant's namespace: nothing is run there, and the status says why.

@@ -88,7 +88,9 @@ async fn write_status(
     Ok(())
 }
 
-/// Everything this revision owns, by key: listed by our labels, kind by kind.
+/// Everything this revision owns, by key: listed by our labels, kind by kind; the kinds the
+/// operator may read only where it holds an access binding
+/// ([`Kind::bound_per_namespace`]) in the namespaces of the access bindings found.
 async fn observe(
     ctx: &Context,
     tenant: &str,
@@ -96,10 +98,96 @@ async fn observe(
 ) -> Result<BTreeMap<ObjectKey, Value>, Error> {
     let selector = render::ownership_selector(tenant, revision);
     let mut observed = BTreeMap::new();
-    for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Namespace) {
+    for kind in Kind::ALL
+        .into_iter()
+        .filter(|k| *k != Kind::Namespace && !k.bound_per_namespace())
+    {
         observed.extend(ctx.applier.list(kind, &selector).await?);
     }
+    let namespaces = access_namespaces(&observed, ctx);
+    observe_bound(ctx, &selector, &namespaces, &mut observed).await?;
     Ok(observed)
+}
+
+/// The namespaces where an observed access binding gives the operator its write powers.
+fn access_namespaces(observed: &BTreeMap<ObjectKey, Value>, ctx: &Context) -> BTreeSet<String> {
+    observed
+        .iter()
+        .filter(|(k, _)| k.kind == Kind::RoleBinding)
+        .filter_map(|(_, o)| render::operator_access_namespace(o, &ctx.settings.operator_account))
+        .collect()
+}
+
+/// Lists the per-namespace kinds in `namespaces` into `observed`.
+async fn observe_bound(
+    ctx: &Context,
+    selector: &str,
+    namespaces: &BTreeSet<String>,
+    observed: &mut BTreeMap<ObjectKey, Value>,
+) -> Result<(), Error> {
+    for ns in namespaces {
+        for kind in Kind::ALL.into_iter().filter(|k| k.bound_per_namespace()) {
+            observed.extend(ctx.applier.list_in(kind, Some(ns), selector).await?);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `key` is one of the operator's access bindings: applied before, and removed after,
+/// everything it grants rights on.
+fn is_access_binding(
+    key: &ObjectKey,
+    observed: &BTreeMap<ObjectKey, Value>,
+    ctx: &Context,
+) -> bool {
+    key.kind == Kind::RoleBinding
+        && observed
+            .get(key)
+            .and_then(|o| render::operator_access_namespace(o, &ctx.settings.operator_account))
+            .is_some()
+}
+
+/// Applies the control namespace and the operator's access bindings (missing or changed) before
+/// anything else: until they exist the operator can neither read nor write the instance's
+/// Secrets, Deployments, ServiceAccounts, PDBs and NetworkPolicies. Then lists those kinds in
+/// the namespaces just gained.
+async fn gain_access(
+    ctx: &Context,
+    input: &RenderInput<'_>,
+    uid: &str,
+    observed: &mut BTreeMap<ObjectKey, Value>,
+) -> Result<(), Error> {
+    let operator = &ctx.settings.operator_account;
+    let desired: Vec<render::DesiredObject> = render::render(input)
+        .into_iter()
+        .filter(|d| {
+            d.key.kind == Kind::Namespace
+                || render::operator_access_namespace(&d.body, operator).is_some()
+        })
+        .collect();
+    for d in &desired {
+        if !observed.contains_key(&d.key) {
+            if let Some(found) = ctx.applier.get(&d.key).await? {
+                observed.insert(d.key.clone(), found);
+            }
+        }
+    }
+    let before = access_namespaces(observed, ctx);
+    let by_key: BTreeMap<&ObjectKey, &render::DesiredObject> =
+        desired.iter().map(|d| (&d.key, d)).collect();
+    for k in plan(&desired, observed, uid).apply {
+        if let Some(d) = by_key.get(&k) {
+            let applied = ctx.applier.apply(d).await?;
+            observed.insert(k, applied);
+        }
+    }
+    let gained: BTreeSet<String> = access_namespaces(observed, ctx)
+        .difference(&before)
+        .cloned()
+        .collect();
+    let selector =
+        render::ownership_selector(&input.revision.tenant, &input.control_plane.revision());
+    observe_bound(ctx, &selector, &gained, observed).await
 }
 
 async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
@@ -140,6 +228,21 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
     let revision = mcp.revision();
     let uid = mcp.uid().unwrap_or_default();
     let mut observed = observe(ctx, &rev.tenant, &revision).await?;
+    // The access bindings do not depend on the certificate: render them with none.
+    let no_tls = WebhookTls {
+        ca_bundle_pem: String::new(),
+        cert_pem: String::new(),
+        key_pem: String::new(),
+    };
+    let access_input = RenderInput {
+        control_plane: mcp,
+        revision: &rev,
+        tenant_members: &tenant_members,
+        tls: &no_tls,
+        observed: &Observed::default(),
+        operator: &ctx.settings.operator_account,
+    };
+    gain_access(ctx, &access_input, &uid, &mut observed).await?;
 
     // Webhook TLS: reuse the Secret's material until a third of its validity remains.
     let secret_key = key(
@@ -202,10 +305,23 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             }
         }
         todo = plan(&desired, &observed, &uid);
+        // Access bindings go last: the objects they grant rights on are removed first.
+        todo.prune
+            .sort_by_key(|k| is_access_binding(k, &observed, ctx));
         let by_key: BTreeMap<&ObjectKey, &render::DesiredObject> =
             desired.iter().map(|d| (&d.key, d)).collect();
         for k in &todo.apply {
             if let Some(d) = by_key.get(k) {
+                // A binding's roleRef cannot change: such a binding is replaced.
+                let role_ref = |v: &Value| v.get("roleRef").cloned();
+                if matches!(k.kind, Kind::RoleBinding | Kind::ClusterRoleBinding)
+                    && observed
+                        .get(k)
+                        .and_then(role_ref)
+                        .is_some_and(|r| Some(r) != role_ref(&d.body))
+                {
+                    ctx.applier.delete(k).await?;
+                }
                 let applied = ctx.applier.apply(d).await?;
                 observed.insert(k.clone(), applied);
                 applied_keys.insert(k.clone());
@@ -526,10 +642,12 @@ async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error>
             return Err(Error::InUse { pods });
         }
     }
-    // Webhooks first, then per-namespace objects and RBAC, then the instance.
-    let selector = render::ownership_selector(&tenant, &revision);
+    // Webhooks first, then per-namespace objects and RBAC, then the instance, and the
+    // operator's access bindings last (they grant the rights to delete the instance).
+    let observed = observe(ctx, &tenant, &revision).await?;
+    let mut doomed: Vec<&ObjectKey> = Vec::new();
     for kind in Kind::DELETE_ORDER {
-        for (k, o) in ctx.applier.list(kind, &selector).await? {
+        for (k, o) in observed.iter().filter(|(k, _)| k.kind == kind) {
             let owned = o
                 .pointer("/metadata/ownerReferences")
                 .and_then(Value::as_array)
@@ -538,9 +656,13 @@ async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error>
                         .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
                 });
             if owned {
-                ctx.applier.delete(&k).await?;
+                doomed.push(k);
             }
         }
+    }
+    doomed.sort_by_key(|k| is_access_binding(k, &observed, ctx));
+    for k in doomed {
+        ctx.applier.delete(k).await?;
     }
     info!(revision, "cleaned up");
     Ok(Action::await_change())

@@ -1,6 +1,7 @@
 //! The kube-runtime controllers: one for `MeshControlPlane`, one for `MeshRevisionTag`, one for
 //! `MeshRevisionMigration`, sharing one [`Context`].
 
+mod access;
 mod controlplane;
 mod migration;
 mod tag;
@@ -18,11 +19,8 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -439,29 +437,19 @@ pub async fn run(
     let control_planes = cp_controller
         .trigger_backoff(NoSharedBackoff)
         .watches_stream(owned::<ConfigMap>(&client, &managed), owning_control_plane)
-        .watches_stream(owned::<Secret>(&client, &managed), owning_control_plane)
         .watches_stream(owned::<Service>(&client, &managed), owning_control_plane)
-        .watches_stream(
-            owned::<ServiceAccount>(&client, &managed),
-            owning_control_plane,
-        )
-        .watches_stream(owned::<Deployment>(&client, &managed), owning_control_plane)
+        // RoleBindings cluster-wide; Secrets, ServiceAccounts, Deployments, PDBs and
+        // NetworkPolicies only in the namespaces of the operator's access bindings (it holds
+        // no cluster-wide right on them).
+        .reconcile_on(access::owned_triggers(
+            client.clone(),
+            managed.clone(),
+            ctx.settings.operator_account.clone(),
+        ))
         .watches_stream(owned::<Pod>(&client, &instance_pods), move |pod| {
             control_plane_of_instance_pod(&pod, &store_for_pods.state())
         })
-        .watches_stream(
-            owned::<PodDisruptionBudget>(&client, &managed),
-            owning_control_plane,
-        )
-        .watches_stream(
-            owned::<NetworkPolicy>(&client, &managed),
-            owning_control_plane,
-        )
         .watches_stream(owned::<Role>(&client, &managed), owning_control_plane)
-        .watches_stream(
-            owned::<RoleBinding>(&client, &managed),
-            owning_control_plane,
-        )
         .watches_stream(
             owned::<ClusterRole>(&client, &managed),
             owning_control_plane,
@@ -612,9 +600,7 @@ fn control_plane_of_instance_pod(
 /// The control plane that owns an object. `Controller::owns` would key a cluster-scoped owner
 /// by the namespace of each namespaced child, so one control plane would be reconciled under
 /// many keys at once (racing itself on finalizers and applies).
-fn owning_control_plane<K: Resource>(
-    obj: PartialObjectMeta<K>,
-) -> Option<ObjectRef<MeshControlPlane>> {
+fn owning_control_plane<K: Resource>(obj: K) -> Option<ObjectRef<MeshControlPlane>> {
     obj.owner_references()
         .iter()
         .find(|r| {

@@ -22,7 +22,7 @@ use crate::tls::WebhookTls;
 pub use bootstrap::envoy_bootstrap;
 pub use gateway::misplaced_gateway_of;
 pub use instance::{instance_args, proxies_configmap, WEBHOOK_TLS_DIR};
-pub use rbac::{member_reader_rules, INSTANCE_READ_RESOURCES};
+pub use rbac::{member_reader_rules, operator_access_namespace, INSTANCE_READ_RESOURCES};
 
 /// The kinds of object the operator writes, in the order it applies them (dependencies first:
 /// the namespace before what lives in it, the instance before the webhooks that call it).
@@ -161,6 +161,22 @@ impl Kind {
                 | Kind::ClusterRoleBinding
                 | Kind::MutatingWebhookConfiguration
                 | Kind::ValidatingWebhookConfiguration
+        )
+    }
+
+    /// Kinds the operator holds no cluster-wide right on: it reads, watches and writes them only
+    /// in the namespaces where it bound itself the shipped ClusterRole
+    /// `meshplane-control-namespace` (or `meshplane-gateway-namespace`), see
+    /// [`operator_access_namespace`]. Services are written there too, but read cluster-wide
+    /// (instances are granted Service reads, which the operator must hold to grant).
+    pub fn bound_per_namespace(self) -> bool {
+        matches!(
+            self,
+            Kind::Secret
+                | Kind::ServiceAccount
+                | Kind::Deployment
+                | Kind::PodDisruptionBudget
+                | Kind::NetworkPolicy
         )
     }
 

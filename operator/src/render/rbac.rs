@@ -11,10 +11,17 @@
 //!   granted as the namespace joins and pruned as it leaves, never cluster-wide (also in the
 //!   control namespace, where the gates read the instances' `/debug/proxies`);
 //! - when the revision runs an ingress gateway, in the gateway's namespace only (the control
-//!   namespace or a member), a Role `meshplane-<rev>-gateway-credentials` to read Secrets: a
-//!   Gateway's TLS server names its certificate by `credentialName`, a Secret of that
-//!   namespace that only the Gateway (tenant config the operator does not read) knows, so
-//!   the Role cannot list names; Secrets of every other namespace stay unreadable;
+//!   namespace or a member), a RoleBinding `meshplane-<rev>-gateway-credentials` of the shipped
+//!   ClusterRole [`names::GATEWAY_CREDENTIALS_ROLE`] to read Secrets: a Gateway's TLS server
+//!   names its certificate by `credentialName`, a Secret of that namespace that only the
+//!   Gateway (tenant config the operator does not read) knows, so the role cannot list names;
+//!   Secrets of every other namespace stay unreadable. The operator holds no Secret read
+//!   there: it may bind that one ClusterRole by name;
+//! - for the operator itself, a RoleBinding `meshplane-<rev>-operator` in the control namespace
+//!   of the shipped ClusterRole [`names::CONTROL_NAMESPACE_ROLE`] (its only rights on Secrets,
+//!   Deployments, ServiceAccounts, PodDisruptionBudgets and NetworkPolicies, and its Service
+//!   writes), and `meshplane-<rev>-gateway-operator` of [`names::GATEWAY_NAMESPACE_ROLE`] in a
+//!   member namespace that runs the gateway;
 //! - in both modes, a ClusterRole with `tokenreviews create`, the one cluster-scoped right the
 //!   instance provably needs: contract 7 verifies each proxy's projected token by TokenReview,
 //!   and TokenReview has no namespaced form.
@@ -112,6 +119,53 @@ fn binding(
     )
 }
 
+/// A RoleBinding in `namespace` granting the operator's own ServiceAccount the shipped
+/// ClusterRole `role` (the operator holds `bind` on it by name).
+fn operator_binding(rev: &Revision<'_>, namespace: &str, name: &str, role: &str) -> DesiredObject {
+    rev.object(
+        Kind::RoleBinding,
+        Some(namespace),
+        name,
+        json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": rev.input.operator.name,
+                "namespace": rev.input.operator.namespace,
+            }],
+        }),
+    )
+}
+
+/// The namespace an observed or desired RoleBinding gives the operator its write powers in
+/// (a binding of [`names::CONTROL_NAMESPACE_ROLE`] or [`names::GATEWAY_NAMESPACE_ROLE`] to
+/// `operator`), if it is one. Objects of the kinds [`Kind::bound_per_namespace`] are read,
+/// watched and written only in such namespaces; these bindings are applied first and removed
+/// last.
+pub fn operator_access_namespace(
+    body: &Value,
+    operator: &super::OperatorAccount,
+) -> Option<String> {
+    let role_ref = body.get("roleRef")?;
+    let role = role_ref.get("name")?.as_str()?;
+    let grants = body.get("kind")?.as_str()? == "RoleBinding"
+        && role_ref.get("kind")?.as_str()? == "ClusterRole"
+        && [names::CONTROL_NAMESPACE_ROLE, names::GATEWAY_NAMESPACE_ROLE].contains(&role);
+    let to_operator = body.get("subjects")?.as_array()?.iter().any(|s| {
+        s.get("kind").and_then(Value::as_str) == Some("ServiceAccount")
+            && s.get("name").and_then(Value::as_str) == Some(operator.name.as_str())
+            && s.get("namespace").and_then(Value::as_str) == Some(operator.namespace.as_str())
+    });
+    (grants && to_operator)
+        .then(|| {
+            body.pointer("/metadata/namespace")?
+                .as_str()
+                .map(str::to_string)
+        })
+        .flatten()
+}
+
 pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
     let ns = rev.control_namespace.as_str();
     let name = names::instance_name(&rev.revision);
@@ -158,22 +212,38 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
         }
         IsolationMode::Shared => cluster_rules.extend(member_reader_rules()),
     }
+    // The operator's own write powers over the instance's objects, in the control namespace
+    // only (and in a member namespace that runs the gateway): see `config/rbac/`.
+    out.push(operator_binding(
+        rev,
+        &rev.control_namespace,
+        &names::operator_access(&rev.revision),
+        names::CONTROL_NAMESPACE_ROLE,
+    ));
     if let Some(gateway) = super::gateway::running_gateway(rev) {
         let reader = names::gateway_credential_reader(&rev.revision);
-        let rules = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": READ}]);
         out.push(rev.object(
-            Kind::Role,
-            Some(&gateway.namespace),
-            &reader,
-            json!({ "rules": rules }),
-        ));
-        out.push(binding(
-            rev,
             Kind::RoleBinding,
             Some(&gateway.namespace),
             &reader,
-            "Role",
+            json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": names::GATEWAY_CREDENTIALS_ROLE},
+                "subjects": [{
+                    "kind": "ServiceAccount",
+                    "name": names::instance_name(&rev.revision),
+                    "namespace": rev.control_namespace,
+                }],
+            }),
         ));
+        if gateway.namespace != rev.control_namespace {
+            out.push(operator_binding(
+                rev,
+                &gateway.namespace,
+                &names::gateway_operator_access(&rev.revision),
+                names::GATEWAY_NAMESPACE_ROLE,
+            ));
+        }
     }
     let restarter = names::workload_restarter(&rev.revision);
     // The control namespace too: the gates read the instances' `/debug/proxies` there.
@@ -185,19 +255,11 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
         .chain([rev.control_namespace.as_str()])
         .collect();
     for member in restart_namespaces {
-        out.push(rev.object(
-            Kind::RoleBinding,
-            Some(member),
+        out.push(operator_binding(
+            rev,
+            member,
             &restarter,
-            json!({
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": names::WORKLOAD_RESTARTER_ROLE},
-                "subjects": [{
-                    "kind": "ServiceAccount",
-                    "name": rev.input.operator.name,
-                    "namespace": rev.input.operator.namespace,
-                }],
-            }),
+            names::WORKLOAD_RESTARTER_ROLE,
         ));
     }
     let cluster_name = names::cluster_role(&rev.revision);

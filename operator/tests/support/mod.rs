@@ -27,6 +27,12 @@ pub struct State {
     pub events: Vec<Value>,
     next_uid: u64,
     next_ip: u8,
+    /// The operator's RBAC as `config/rbac/` ships it, when enforced: requests on these kinds
+    /// (`group/plural`; for Services only writes) are refused (403) cluster-wide, and in a
+    /// namespace unless a RoleBinding there binds `meshplane-control-namespace` or
+    /// `meshplane-gateway-namespace`.
+    pub bound_kinds: Option<Vec<String>>,
+    pub forbidden: Vec<(String, String, Option<String>)>,
 }
 
 #[derive(Clone, Default)]
@@ -207,6 +213,27 @@ impl FakeApi {
             .unwrap()
     }
 
+    /// Refuses, from now on, what the operator's shipped RBAC refuses (see
+    /// [`State::bound_kinds`]).
+    pub fn enforce_operator_rbac(&self) {
+        self.state.lock().unwrap().bound_kinds = Some(
+            [
+                "/secrets",
+                "/serviceaccounts",
+                "apps/deployments",
+                "policy/poddisruptionbudgets",
+                "networking.k8s.io/networkpolicies",
+            ]
+            .map(str::to_string)
+            .to_vec(),
+        );
+    }
+
+    /// Requests refused by [`State::bound_kinds`]: `(verb, group/plural, namespace)`.
+    pub fn forbidden(&self) -> Vec<(String, String, Option<String>)> {
+        self.state.lock().unwrap().forbidden.clone()
+    }
+
     fn handle(&self, parts: &http::request::Parts, body: &[u8]) -> (StatusCode, Value) {
         let Some(path) = parse_path(parts.uri.path()) else {
             return (
@@ -216,6 +243,30 @@ impl FakeApi {
         };
         let mut st = self.state.lock().unwrap();
         let group_plural = format!("{}/{}", path.group, path.plural);
+        if let Some(bound) = &st.bound_kinds {
+            let restricted = bound.contains(&group_plural)
+                || (group_plural == "/services" && parts.method != Method::GET);
+            let granted = path.namespace.as_ref().is_some_and(|ns| {
+                st.objects.iter().any(|(k, v)| {
+                    k.1 == "rolebindings"
+                        && k.2.as_ref() == Some(ns)
+                        && ["meshplane-control-namespace", "meshplane-gateway-namespace"]
+                            .contains(&v["roleRef"]["name"].as_str().unwrap_or_default())
+                })
+            });
+            if restricted && !granted {
+                let refused = (
+                    parts.method.to_string(),
+                    group_plural.clone(),
+                    path.namespace.clone(),
+                );
+                st.forbidden.push(refused);
+                return (
+                    StatusCode::FORBIDDEN,
+                    status_json(403, "Forbidden", &format!("{group_plural} is forbidden")),
+                );
+            }
+        }
         match (&parts.method, &path.name) {
             (&Method::GET, None) => {
                 let selector = query_param(parts.uri.query(), "labelSelector")
