@@ -1,10 +1,11 @@
 //! Bad input: each conflict class, and a typo in a spec (strict field validation), is refused
 //! at `kubectl apply` time (CRD schema, field validation or the operator's admission webhook)
-//! and nothing is created or changed.
+//! and nothing is created or changed; config that got past admission (written before its
+//! namespace joined) is not applied and is reported by a Warning Event.
 
 use std::time::{Duration, Instant};
 
-use meshplane_e2e::harness::{mesh_control_planes, wait_for, Cluster};
+use meshplane_e2e::harness::{mesh_control_planes, test_pod, wait_for, Cluster};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -119,6 +120,11 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
     cluster
         .kubectl(&["create", "namespace", "shop"])
         .expect("shop");
+    // Config written before shop joined: no validating webhook selects shop yet, so an invalid
+    // ServiceEntry is admitted. The instance validates what it reads again (issue 16 item 4).
+    cluster
+        .apply_manifest(&format!("{BYPASSED_INVALID}---\n{BYPASSED_VALID}"))
+        .expect("config admitted before shop joined");
     cluster
         .kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])
         .expect("join shop to blue");
@@ -147,7 +153,7 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
     let entries = cluster
         .kubectl(&["get", "serviceentries", "-n", "shop", "-o", "name"])
         .expect("serviceentries");
-    assert!(entries.trim().is_empty(), "nothing created: {entries}");
+    assert!(!entries.contains("/leak"), "nothing created: {entries}");
     // The control namespace carries no revision label, yet its config applies tenant-wide:
     // the same rule holds there (every revision of the tenant validates it).
     let message = refused(
@@ -238,5 +244,106 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         ])
         .expect("pod");
     assert_eq!(containers.trim(), "app", "no sidecar outside every tenant");
+    skipped_config_is_not_applied_and_gets_a_warning_event(&cluster).await;
     eprintln!("scenario bad-input took {:?}", started.elapsed());
+}
+
+/// A ServiceEntry the CRD schema admits and the validation refuses (a wildcard host needs
+/// resolution NONE).
+const BYPASSED_INVALID: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: bypassed\n  namespace: shop\nspec:\n  hosts: [\"*.bypassed.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
+const BYPASSED_VALID: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: written-early\n  namespace: shop\nspec:\n  hosts: [early.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
+
+/// The Warning Events (events.k8s.io) in `namespace` regarding `kind`/`name`, as
+/// `(type, reason, note)`. The stand-in stores core/v1 and events.k8s.io Events apart (a real
+/// API server serves both from one store), so this asks for `events.events.k8s.io`.
+fn events_about(
+    cluster: &Cluster,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<(String, String, String)>, String> {
+    let out = cluster
+        .kubectl(&["get", "events.events.k8s.io", "-n", namespace, "-o", "json"])
+        .map_err(|e| e.to_string())?;
+    let list: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("type"), s("reason"), s("note"))
+        })
+        .collect())
+}
+
+/// Issue 16 item 4: the ServiceEntry admitted before shop joined is not applied to shop's
+/// proxies (the valid one written with it is) and is reported by a Warning Event on it.
+async fn skipped_config_is_not_applied_and_gets_a_warning_event(cluster: &Cluster) {
+    let events = wait_for(
+        "a Warning Event on ServiceEntry shop/bypassed",
+        DEADLINE,
+        || async {
+            let found = events_about(cluster, "shop", "ServiceEntry", "bypassed")?;
+            if found.is_empty() {
+                Err("no Event yet".to_string())
+            } else {
+                Ok(Some(found))
+            }
+        },
+    )
+    .await
+    .expect("Event");
+    assert_eq!(events.len(), 1, "one Event per generation: {events:?}");
+    let (type_, reason, note) = &events[0];
+    assert_eq!(
+        (type_.as_str(), reason.as_str()),
+        ("Warning", "InvalidConfig")
+    );
+    assert!(
+        note.contains("spec.hosts") && note.contains("wildcard hosts need resolution NONE"),
+        "the note names the field and the rule: {note}"
+    );
+    assert!(
+        events_about(cluster, "shop", "ServiceEntry", "written-early")
+            .expect("events")
+            .is_empty(),
+        "no Event on the valid ServiceEntry"
+    );
+    if cluster.network().is_none() {
+        eprintln!("the proxy check needs the local test network; E2E_KUBECONFIG is set");
+        return;
+    }
+    cluster
+        .apply_manifest(&test_pod("shop", "member"))
+        .expect("a pod in shop");
+    cluster
+        .wait_for_ready_pods("shop", "app=member", 1, DEADLINE)
+        .await
+        .expect("member ready");
+    let in_pod = cluster.in_pod("shop", "member").expect("member pod");
+    let dump = wait_for(
+        "shop's proxy to have early.example.com",
+        DEADLINE,
+        || async {
+            let dump = in_pod
+                .envoy_admin("/config_dump")
+                .await
+                .map_err(|e| e.to_string())?;
+            if dump.contains("early.example.com") {
+                Ok(Some(dump))
+            } else {
+                Err("early.example.com not in config_dump yet".to_string())
+            }
+        },
+    )
+    .await
+    .expect("config_dump");
+    assert!(
+        !dump.contains("bypassed.example.com"),
+        "the invalid ServiceEntry must not reach the proxy"
+    );
+    let events = events_about(cluster, "shop", "ServiceEntry", "bypassed").expect("events");
+    assert_eq!(events.len(), 1, "still one Event after pushes: {events:?}");
 }

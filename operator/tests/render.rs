@@ -367,6 +367,7 @@ const NAMESPACED: &[(&str, &str)] = &[
     ("networking.meshplane.io", "destinationrules"),
     ("networking.meshplane.io", "gateways/status"),
     ("rbac.authorization.k8s.io", "roles"),
+    ("events.k8s.io", "events"),
 ];
 
 #[test]
@@ -405,18 +406,30 @@ fn strict_rbac_never_reaches_a_non_member_namespace() {
                                     && *verb == "patch"
                                     && *resource == "configmaps")
                                 // The Accepted condition of the tenant's traffic config.
-                                || (*verb == "patch" && resource.ends_with("/status")),
+                                || (*verb == "patch" && resource.ends_with("/status"))
+                                // Warning Events on config it does not apply.
+                                || (["create", "patch"].contains(verb) && *resource == "events"),
                             "{rev}: write {verb} {resource} in {ns}"
                         );
                         assert_ne!(*resource, "secrets", "{rev}: secrets readable in {ns}");
                     }
                 }
             }
-            // Members can be read.
-            if members.contains(ns) {
+            // Members can be read, and get Events about the config the instance skips.
+            if members.contains(ns) || ns == control_ns {
                 assert!(
                     rbac.can((&sa.0, &sa.1), "watch", "", "services", Some(ns)),
                     "{rev}: {ns}"
+                );
+                assert!(
+                    rbac.can(
+                        (&sa.0, &sa.1),
+                        "create",
+                        "events.k8s.io",
+                        "events",
+                        Some(ns)
+                    ),
+                    "{rev}: Events in {ns}"
                 );
             }
         }

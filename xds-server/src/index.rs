@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 
 mod keyed;
 
+use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
     type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyNode, Resource, SourceEvent,
@@ -108,6 +109,8 @@ pub struct TenantIndex {
     cache: Mutex<RenderCache>,
     /// Most configurations `cache` keeps ([`MAX_CACHED_SCOPES`]).
     cache_limit: usize,
+    /// Where findings about config objects that are not applied go (Kubernetes mode: Events).
+    events: EventSink,
 }
 
 impl TenantIndex {
@@ -139,7 +142,15 @@ impl TenantIndex {
             diagnostics: Arc::default(),
             cache: Mutex::new(RenderCache::default()),
             cache_limit: MAX_CACHED_SCOPES,
+            events: EventSink::default(),
         }
+    }
+
+    /// Reports config objects that are not applied (invalid, beyond the EnvoyFilter policy,
+    /// patches that cannot apply) to `sink`, once per object generation.
+    pub fn with_events(mut self, sink: EventSink) -> Self {
+        self.events = sink;
+        self
     }
 
     /// Keeps at most `limit` rendered configurations (at least one).
@@ -203,6 +214,20 @@ impl TenantIndex {
                 if let Some(ns) = &key.namespace {
                     touched.insert(ns.clone());
                 }
+                if let Err(why) = obj.validate() {
+                    // Admitted without the validating webhook (created before its namespace
+                    // joined, or while the webhook was down): skipped as the directory source
+                    // skips it. Its previous version goes too (what is applied is never older
+                    // than what the user wrote), and a relist does not count it as seen.
+                    self.report_invalid(&obj, &why);
+                    if self.objects.remove(&key).is_none() {
+                        return Change::default();
+                    }
+                    if !self.resync.is_empty() {
+                        return Change::default();
+                    }
+                    return self.rebuild_touched(touched);
+                }
                 for r in self.resync.iter_mut() {
                     r.seen.insert(key.clone());
                 }
@@ -264,11 +289,28 @@ impl TenantIndex {
         if !self.resync.is_empty() {
             return Change::default();
         }
+        self.rebuild_touched(touched)
+    }
+
+    fn rebuild_touched(&mut self, touched: BTreeSet<String>) -> Change {
         let mut change = self.rebuild();
         if change.kind != ChangeKind::None {
             change.namespaces.extend(touched);
         }
         change
+    }
+
+    /// Reports an object of the tenant, used by this revision, that breaks validation.
+    fn report_invalid(&self, obj: &Object, why: &meshplane_crds::validation::ValidationErrors) {
+        let key = obj.key();
+        let names = self.revision_names();
+        if !self.in_tenant(&key) || !config_in_revision(obj, &names) {
+            return;
+        }
+        let note = format!("not applied to the tenant's proxies: {why}");
+        if let Some(ev) = ConfigEvent::about(obj, config_events::INVALID_CONFIG, note) {
+            self.events.report(ev);
+        }
     }
 
     /// Folds the change of one Service, EndpointSlice or Pod (`before` is what it was) into the
@@ -1020,3 +1062,6 @@ fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {
 
 #[cfg(test)]
 mod keyed_tests;
+
+#[cfg(test)]
+mod validation_tests;

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod ads;
 pub mod bounds;
 pub mod cli;
+pub mod config_events;
 pub mod config_status;
 pub mod envoyfilter;
 pub mod identity;

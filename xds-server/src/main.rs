@@ -11,6 +11,7 @@ use meshplane_crds::MeshConfig;
 use meshplane_xds::admin::DebugAccess;
 use meshplane_xds::ads::{AdsLimits, AdsServer};
 use meshplane_xds::cli::{Args, Isolation, Source};
+use meshplane_xds::config_events::EventSink;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
@@ -21,7 +22,7 @@ use meshplane_xds::tenancy::TokenReviewer;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-fn generator(args: &Args, control_namespace: &str) -> Box<dyn ConfigGenerator> {
+fn generator(args: &Args, control_namespace: &str, events: EventSink) -> Box<dyn ConfigGenerator> {
     Box::new(
         TenantIndex::new(
             &args.tenant,
@@ -29,7 +30,8 @@ fn generator(args: &Args, control_namespace: &str) -> Box<dyn ConfigGenerator> {
             control_namespace,
             MeshConfig::default(),
         )
-        .with_tags(args.tags.iter().cloned()),
+        .with_tags(args.tags.iter().cloned())
+        .with_events(events),
     )
 }
 
@@ -81,7 +83,18 @@ async fn main() -> anyhow::Result<()> {
 
     let metrics = Arc::new(Metrics::for_instance(&args.tenant, &args.revision));
     let hub = Hub::new(&args.tenant, &args.revision, &control_namespace, metrics);
-    let pusher = Pusher::new(Arc::clone(&hub), generator(&args, &control_namespace));
+    // Kubernetes mode: config the index does not apply becomes Warning Events on it.
+    let (event_sink, config_events) = match args.source {
+        Source::Kube => {
+            let (sink, rx) = EventSink::channel();
+            (sink, Some(rx))
+        }
+        Source::Dir(_) => (EventSink::default(), None),
+    };
+    let pusher = Pusher::new(
+        Arc::clone(&hub),
+        generator(&args, &control_namespace, event_sink),
+    );
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown_rx_main = shutdown_rx.clone();
     let (events_tx, events_rx) = mpsc::channel::<SourceEvent>(1024);
@@ -116,6 +129,14 @@ async fn main() -> anyhow::Result<()> {
                 args.revision.clone(),
                 hub.diagnostics(),
             ));
+            if let Some(rx) = config_events {
+                tokio::spawn(meshplane_xds::config_events::run(
+                    client.clone(),
+                    args.revision.clone(),
+                    pod_name.clone(),
+                    rx,
+                ));
+            }
             // Debug tokens (contract 12) have their own audience and their own cache, so a
             // debug token never opens an ADS stream and a proxy's token never reads /debug.
             let debug_reviewer = TokenReviewer::with_rate(

@@ -67,6 +67,32 @@ impl Object {
         }
     }
 
+    /// The semantic validation of `meshplane_crds::validation` that the validating webhook
+    /// applies, for the kinds the directory source and the index skip when they break it:
+    /// ServiceEntries, Sidecars, EnvoyFilters, VirtualServices, DestinationRules, Gateways,
+    /// MeshControlPlanes and MeshRevisionTags. Other kinds pass (an invalid
+    /// AuthorizationPolicy is kept: it denies what it selects, failing closed).
+    pub fn validate(&self) -> Result<(), meshplane_crds::validation::ValidationErrors> {
+        use meshplane_crds::validation;
+        match self {
+            Object::ServiceEntry(se) => validation::validate_service_entry(&se.spec),
+            Object::Sidecar(s) => validation::validate_sidecar(&s.spec),
+            Object::EnvoyFilter(f) => validation::validate_envoy_filter(&f.spec),
+            Object::VirtualService(v) => validation::validate_virtual_service(&v.spec),
+            Object::DestinationRule(d) => validation::validate_destination_rule(&d.spec),
+            Object::Gateway(g) => validation::validate_gateway(&g.spec),
+            Object::MeshControlPlane(m) => validation::validate_mesh_control_plane(m),
+            Object::MeshRevisionTag(t) => validation::validate_revision_tag(t),
+            Object::Namespace(_)
+            | Object::Service(_)
+            | Object::EndpointSlice(_)
+            | Object::Pod(_)
+            | Object::PeerAuthentication(_)
+            | Object::AuthorizationPolicy(_)
+            | Object::Secret(_) => Ok(()),
+        }
+    }
+
     fn kind_and_metadata(
         &self,
     ) -> (

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshplane_crds::manifest::{decode, parse_documents};
-use meshplane_crds::validation;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -332,14 +331,6 @@ fn typed<T: DeserializeOwned>(doc: &Value) -> Result<T, (String, String)> {
     decode(doc).map_err(|e| (describe(doc), e.to_string()))
 }
 
-fn checked<T>(
-    doc: &Value,
-    r: Result<(), validation::ValidationErrors>,
-    obj: T,
-) -> Result<T, (String, String)> {
-    r.map(|_| obj).map_err(|e| (describe(doc), e.to_string()))
-}
-
 /// Decodes one document; `Ok(None)` for kinds the xds-server does not read.
 fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)> {
     let api_version = doc
@@ -375,19 +366,11 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
         ("v1", "Secret") => Object::Secret(Box::new(typed(&doc)?)),
         ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(Box::new(typed(&doc)?)),
         ("networking.meshplane.io/v1alpha1", "ServiceEntry") => {
-            let se: meshplane_crds::ServiceEntry = typed(&doc)?;
-            let r = validation::validate_service_entry(&se.spec);
-            Object::ServiceEntry(Box::new(checked(&doc, r, se)?))
+            Object::ServiceEntry(Box::new(typed(&doc)?))
         }
-        ("networking.meshplane.io/v1alpha1", "Sidecar") => {
-            let s: meshplane_crds::Sidecar = typed(&doc)?;
-            let r = validation::validate_sidecar(&s.spec);
-            Object::Sidecar(Box::new(checked(&doc, r, s)?))
-        }
+        ("networking.meshplane.io/v1alpha1", "Sidecar") => Object::Sidecar(Box::new(typed(&doc)?)),
         ("networking.meshplane.io/v1alpha1", "EnvoyFilter") => {
-            let f: meshplane_crds::EnvoyFilter = typed(&doc)?;
-            let r = validation::validate_envoy_filter(&f.spec);
-            Object::EnvoyFilter(Box::new(checked(&doc, r, f)?))
+            Object::EnvoyFilter(Box::new(typed(&doc)?))
         }
         ("security.meshplane.io/v1alpha1", "PeerAuthentication") => {
             Object::PeerAuthentication(Box::new(typed(&doc)?))
@@ -398,35 +381,26 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
             Object::AuthorizationPolicy(Box::new(typed(&doc)?))
         }
         ("networking.meshplane.io/v1alpha1", "VirtualService") => {
-            let v: meshplane_crds::VirtualService = typed(&doc)?;
-            let r = validation::validate_virtual_service(&v.spec);
-            Object::VirtualService(Box::new(checked(&doc, r, v)?))
+            Object::VirtualService(Box::new(typed(&doc)?))
         }
         ("networking.meshplane.io/v1alpha1", "DestinationRule") => {
-            let d: meshplane_crds::DestinationRule = typed(&doc)?;
-            let r = validation::validate_destination_rule(&d.spec);
-            Object::DestinationRule(Box::new(checked(&doc, r, d)?))
+            Object::DestinationRule(Box::new(typed(&doc)?))
         }
-        ("networking.meshplane.io/v1alpha1", "Gateway") => {
-            let g: meshplane_crds::Gateway = typed(&doc)?;
-            let r = validation::validate_gateway(&g.spec);
-            Object::Gateway(Box::new(checked(&doc, r, g)?))
-        }
+        ("networking.meshplane.io/v1alpha1", "Gateway") => Object::Gateway(Box::new(typed(&doc)?)),
         ("meshplane.io/v1alpha1", "MeshControlPlane") => {
-            let m: meshplane_crds::MeshControlPlane = typed(&doc)?;
-            let r = validation::validate_mesh_control_plane(&m);
-            Object::MeshControlPlane(Box::new(checked(&doc, r, m)?))
+            Object::MeshControlPlane(Box::new(typed(&doc)?))
         }
         ("meshplane.io/v1alpha1", "MeshRevisionTag") => {
-            let t: meshplane_crds::MeshRevisionTag = typed(&doc)?;
-            let r = validation::validate_revision_tag(&t);
-            Object::MeshRevisionTag(Box::new(checked(&doc, r, t)?))
+            Object::MeshRevisionTag(Box::new(typed(&doc)?))
         }
         _ => {
             tracing::debug!(object = %describe(&doc), api_version, "kind not read by the xds-server, ignored");
             return Ok(None);
         }
     };
+    // The rules the validating webhook and the index apply (`Object::validate`).
+    obj.validate()
+        .map_err(|e| (describe(&doc), e.to_string()))?;
     Ok(Some(obj))
 }
 

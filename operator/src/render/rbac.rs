@@ -1,8 +1,10 @@
 //! RBAC of a revision's instance. The instance's ServiceAccount gets:
 //! - in its control namespace, a Role to read its members ConfigMap, apply its own key in the
-//!   proxies ConfigMap, and read the registry and tenant-wide config there;
+//!   proxies ConfigMap, read the registry and tenant-wide config there, write the `Accepted`
+//!   status of traffic config and Warning Events on config it does not apply;
 //! - Strict: in each member namespace of the tenant, a Role `meshplane-<rev>-reader` (read-only
-//!   on what the registry is built from), created on join and pruned on leave;
+//!   on what the registry is built from, plus those status writes and Events), created on join
+//!   and pruned on leave;
 //!   Shared: the same reads cluster-wide through one ClusterRoleBinding;
 //! - in both modes, in each member namespace of the tenant, a RoleBinding
 //!   `meshplane-<rev>-restarter` binding the shipped ClusterRole
@@ -86,14 +88,17 @@ pub fn member_reader_rules() -> Vec<Value> {
         .collect()
 }
 
-/// The status writes of [`INSTANCE_STATUS_RESOURCES`], granted per namespace of the tenant
-/// (never cluster-wide, also in Shared isolation).
+/// The status writes of [`INSTANCE_STATUS_RESOURCES`] and the Warning Events on config the
+/// instance does not apply (`events.k8s.io`: a new Event is created, a repeated one patched
+/// into a series), granted per namespace of the tenant (never cluster-wide).
 pub fn member_status_rules() -> Vec<Value> {
     vec![
         json!({"apiGroups": ["networking.meshplane.io"],
                "resources": INSTANCE_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
         json!({"apiGroups": ["security.meshplane.io"],
                "resources": INSTANCE_SECURITY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
+        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
+               "verbs": ["create", "patch"]}),
     ]
 }
 
