@@ -104,6 +104,7 @@ impl Selector {
             } else {
                 Requirement::Exists(part.into())
             };
+            check_query_requirement(&req).map_err(|e| invalid(format!("{part:?}: {e}")))?;
             requirements.push(req);
         }
         Ok(Self { requirements })
@@ -118,6 +119,25 @@ impl Selector {
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
+}
+
+/// What the API server checks in a `?labelSelector=` requirement: a valid key, valid values,
+/// and at least one value for a set.
+fn check_query_requirement(req: &Requirement) -> Result<(), ValidationError> {
+    let (key, values) = match req {
+        Requirement::In(k, vs) | Requirement::NotIn(k, vs) => (k, vs.as_slice()),
+        Requirement::Exists(k) | Requirement::DoesNotExist(k) => (k, &[][..]),
+    };
+    validate_label_key(key, "key")?;
+    if matches!(req, Requirement::In(_, vs) | Requirement::NotIn(_, vs) if vs.is_empty()) {
+        return Err(ValidationError::InvalidSelector {
+            field: "values".into(),
+            reason: "in and notin need at least one value".into(),
+        });
+    }
+    values
+        .iter()
+        .try_for_each(|v| validate_label_value(v, "value"))
 }
 
 /// Splits on commas that are not inside parentheses.
