@@ -488,6 +488,41 @@ async fn certificates_rotate_under_load_without_failed_requests(cluster: &Cluste
     .await
     .expect("ledger answers through both sidecars");
 
+    // The client accepts only the ServiceAccount behind ledger, not any identity of the tenant.
+    let dump: serde_json::Value = serde_json::from_str(
+        &client
+            .envoy_admin("/config_dump?resource=dynamic_active_clusters")
+            .await
+            .expect("client's clusters"),
+    )
+    .expect("config_dump JSON");
+    let accepted: Vec<String> = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["cluster"]["name"] == "outbound|8080||ledger.shop.svc.cluster.local")
+        .flat_map(|c| {
+            c["cluster"]["transport_socket_matches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .flat_map(|m| {
+            m["transport_socket"]["typed_config"]["common_tls_context"]
+                ["combined_validation_context"]["default_validation_context"]
+                ["match_typed_subject_alt_names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .map(|m| m["matcher"].to_string())
+        .collect();
+    assert_eq!(
+        accepted,
+        [r#"{"exact":"spiffe://blue.mesh.local/ns/shop/sa/default"}"#],
+        "ledger's client verifies the ServiceAccount of the pod behind the Service"
+    );
+
     let (client_before, server_before) = (
         client.envoy_stats().await.expect("client stats"),
         server.envoy_stats().await.expect("server stats"),

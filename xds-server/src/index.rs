@@ -378,6 +378,16 @@ impl TenantIndex {
                     .map(|(name, _)| name.clone()),
             );
         }
+        // The identities a host's clusters verify follow the accounts behind its endpoints:
+        // when that set changes, the clusters change (contract 11), not only their endpoints.
+        let touched_hosts: BTreeSet<String> = clusters
+            .iter()
+            .filter_map(|c| registry::parse_outbound_cluster_name(c).map(|(_, _, h)| h.to_string()))
+            .chain(hosts.iter().map(|h| h.to_string()))
+            .collect();
+        if registry::refresh_service_accounts(reg, touched_hosts) {
+            config = true;
+        }
         let mut change = Change {
             namespaces: BTreeSet::from([namespace]),
             ..Change::default()
@@ -417,6 +427,7 @@ impl TenantIndex {
             )
             || prev.pod_ports != next.pod_ports
             || prev.meshed_addresses != next.meshed_addresses
+            || prev.service_accounts != next.service_accounts
             || !same_objects_list(&prev.peer_authentications, &next.peer_authentications)
             || !same_policies(&prev.authorization_policies, &next.authorization_policies)
             || !prev.same_traffic_config(&next);
@@ -634,6 +645,9 @@ impl TenantIndex {
                 }
                 Object::Pod(p) => {
                     if let Some(ip) = registry::meshed_pod_address(p) {
+                        if let Some(account) = registry::meshed_pod_account(p) {
+                            reg.meshed_accounts.insert(ip.clone(), account);
+                        }
                         reg.meshed_addresses.insert(ip);
                     }
                     let ports = registry::pod_named_ports(p);
@@ -668,6 +682,8 @@ impl TenantIndex {
             models.push((keyed::Origin::service(m, name), m.clone()));
         }
         reg.services = keys.order(models);
+        let hosts: BTreeSet<String> = reg.services.iter().map(|s| s.hostname.clone()).collect();
+        registry::refresh_service_accounts(&mut reg, hosts);
         registry::sort_oldest_first(&mut reg.virtual_services);
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
@@ -939,17 +955,25 @@ fn meshed_address_change(
         Some(Object::Pod(p)) => registry::meshed_pod_address(p),
         _ => None,
     };
+    let account = |o: Option<&Object>| match o {
+        Some(Object::Pod(p)) => registry::meshed_pod_account(p),
+        _ => None,
+    };
     let (old, new) = (address(before), address(after));
-    if old == new {
+    if old == new && account(before) == account(after) {
         return BTreeSet::new();
     }
     let mut changed = BTreeSet::new();
     if let Some(old) = old {
         reg.meshed_addresses.remove(&old);
+        reg.meshed_accounts.remove(&old);
         changed.insert(old);
     }
     if let Some(new) = new {
         reg.meshed_addresses.insert(new.clone());
+        if let Some(account) = account(after) {
+            reg.meshed_accounts.insert(new.clone(), account);
+        }
         changed.insert(new);
     }
     changed

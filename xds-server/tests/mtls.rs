@@ -1,6 +1,7 @@
 //! Automatic mutual TLS to ServiceEntry endpoints that have a sidecar
 //! (`security.meshplane.io/tlsMode: istio`), with the entry's `subjectAltNames` as the only
-//! identities the client accepts.
+//! identities the client accepts; to Kubernetes Services, with the ServiceAccounts of the meshed
+//! pods behind them as the only identities, re-rendered when that set changes and only then.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketConfig;
@@ -9,7 +10,9 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_c
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use meshplane_crds::networking::CaptureMode;
-use meshplane_xds::model::ProxyNode;
+use meshplane_xds::index::{ChangeKind, TenantIndex};
+use meshplane_xds::model::{ProxyNode, SourceEvent};
+use meshplane_xds::source_dir::objects_from_yaml;
 use prost::Message;
 
 mod translate_common;
@@ -154,4 +157,146 @@ fn an_entry_without_meshed_endpoints_stays_plaintext_and_without_san_any_tenant_
         [Some(MatchPattern::Prefix("spiffe://cluster.local/".into()))],
         "without subjectAltNames: any identity of the tenant's trust domain"
     );
+}
+
+/// `orders` in shop: two meshed pods of ServiceAccount `orders`, a meshed `admin` pod and a
+/// `legacy` pod without a sidecar; the slice starts with the first pod only.
+const ORDERS: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: orders, namespace: shop}
+spec:
+  clusterIP: 198.19.3.10
+  selector: {app: orders}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orders-a, namespace: shop, labels: {app: orders}, annotations: {sidecar.meshplane.io/revision: blue}}
+spec: {serviceAccountName: orders, containers: [{name: app}]}
+status: {podIP: 198.18.3.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orders-b, namespace: shop, labels: {app: orders}, annotations: {sidecar.meshplane.io/revision: blue}}
+spec: {serviceAccountName: orders, containers: [{name: app}]}
+status: {podIP: 198.18.3.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orders-legacy, namespace: shop, labels: {app: orders}}
+spec: {serviceAccountName: legacy, containers: [{name: app}]}
+status: {podIP: 198.18.3.3}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: orders-admin, namespace: shop, labels: {app: orders}, annotations: {sidecar.meshplane.io/revision: blue}}
+spec: {serviceAccountName: admin, containers: [{name: app}]}
+status: {podIP: 198.18.3.4}
+"#;
+
+fn orders_slice(addresses: &[&str]) -> String {
+    let endpoints: String = addresses
+        .iter()
+        .map(|a| format!("- {{addresses: [{a}]}}\n"))
+        .collect();
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: orders-1, namespace: shop, labels: {{kubernetes.io/service-name: orders}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints:\n{endpoints}"
+    )
+}
+
+/// One watch event per object, as the Kubernetes source delivers a change (no resync).
+fn upsert(index: &mut TenantIndex, yaml: &str) -> ChangeKind {
+    let mut change = meshplane_xds::index::Change::default();
+    for obj in objects_from_yaml("event.yaml", yaml) {
+        change.merge(index.apply(SourceEvent::Upsert(obj)));
+    }
+    change.kind
+}
+
+fn orders_identities(index: &TenantIndex) -> Vec<Option<MatchPattern>> {
+    let clusters: Vec<Cluster> = decode_all(&index.render_proxy(&client(true)).clusters);
+    let cluster = clusters
+        .into_iter()
+        .find(|c| c.name == "outbound|8080||orders.shop.svc.cluster.local")
+        .expect("the Service's cluster");
+    mesh_tls(&cluster).1
+}
+
+fn exact(ids: &[&str]) -> Vec<Option<MatchPattern>> {
+    ids.iter()
+        .map(|id| {
+            Some(MatchPattern::Exact(format!(
+                "spiffe://cluster.local/ns/shop/sa/{id}"
+            )))
+        })
+        .collect()
+}
+
+#[test]
+fn a_service_s_servers_must_prove_the_accounts_behind_it_and_the_list_moves_with_the_set() {
+    let mut index = index_with(&[NAMESPACES, ORDERS, &orders_slice(&["198.18.3.1"])]);
+    assert_eq!(
+        orders_identities(&index),
+        exact(&["orders"]),
+        "only the ServiceAccount of the pod behind the Service, not any identity of the trust domain"
+    );
+
+    // Another pod of the same account, and one without a sidecar: endpoints only.
+    for addresses in [
+        &["198.18.3.1", "198.18.3.2"][..],
+        &["198.18.3.1", "198.18.3.2", "198.18.3.3"][..],
+    ] {
+        assert_eq!(
+            upsert(&mut index, &orders_slice(addresses)),
+            ChangeKind::Endpoints,
+            "{addresses:?}: the set of accounts did not change"
+        );
+        assert_eq!(orders_identities(&index), exact(&["orders"]));
+    }
+
+    // A meshed pod of another account joins: the clusters change, and accept it too.
+    assert_eq!(
+        upsert(
+            &mut index,
+            &orders_slice(&["198.18.3.1", "198.18.3.2", "198.18.3.3", "198.18.3.4"])
+        ),
+        ChangeKind::Config
+    );
+    assert_eq!(orders_identities(&index), exact(&["admin", "orders"]));
+
+    // It leaves: back to the one account, again as a configuration change.
+    assert_eq!(
+        upsert(&mut index, &orders_slice(&["198.18.3.1", "198.18.3.2"])),
+        ChangeKind::Config
+    );
+    assert_eq!(orders_identities(&index), exact(&["orders"]));
+
+    // A full rebuild (a relist) arrives at the same list.
+    let rebuilt = index_with(&[
+        NAMESPACES,
+        ORDERS,
+        &orders_slice(&["198.18.3.1", "198.18.3.2"]),
+    ]);
+    assert_eq!(orders_identities(&rebuilt), exact(&["orders"]));
+}
+
+#[test]
+fn a_pod_that_gains_its_sidecar_adds_its_account() {
+    let unmeshed = ORDERS.replace(
+        "metadata: {name: orders-admin, namespace: shop, labels: {app: orders}, annotations: {sidecar.meshplane.io/revision: blue}}",
+        "metadata: {name: orders-admin, namespace: shop, labels: {app: orders}}",
+    );
+    let mut index = index_with(&[
+        NAMESPACES,
+        &unmeshed,
+        &orders_slice(&["198.18.3.1", "198.18.3.4"]),
+    ]);
+    assert_eq!(orders_identities(&index), exact(&["orders"]));
+    let admin_meshed = ORDERS
+        .split("---")
+        .find(|d| d.contains("orders-admin"))
+        .expect("the admin pod");
+    assert_eq!(upsert(&mut index, admin_meshed), ChangeKind::Config);
+    assert_eq!(orders_identities(&index), exact(&["admin", "orders"]));
 }

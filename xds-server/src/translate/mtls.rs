@@ -489,9 +489,10 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
         let sni = outbound_sni(&cluster.name);
         if is_eds(cluster) {
             if node.sds {
+                let identities = eds_server_identities(registry, &node.namespace, &cluster.name);
                 originate_mtls_to_meshed_endpoints(
                     cluster,
-                    istio_mutual_transport_socket(trust_domain, &[], &sni),
+                    istio_mutual_transport_socket(trust_domain, &identities, &sni),
                 );
             }
             continue;
@@ -516,6 +517,32 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
             );
         }
     }
+}
+
+/// The identities a client accepts from the servers of an EDS cluster: the ServiceAccounts
+/// behind its host ([`Registry::service_accounts`]), or the `subjectAltNames` of a
+/// ServiceEntry for the host that the proxy sees and that sets them. None known: any identity
+/// of the trust domain (no meshed endpoint yet, so nothing is reached over mutual TLS anyway).
+fn eds_server_identities(registry: &Registry, namespace: &str, cluster_name: &str) -> Vec<String> {
+    let Some((_, _, host)) = parse_outbound_cluster_name(cluster_name) else {
+        return Vec::new();
+    };
+    let subject_alt_names = registry
+        .services_named(host)
+        .filter(|s| s.visible_from(namespace, &registry.mesh_config))
+        .find_map(|s| match &s.source {
+            ServiceSource::Entry {
+                subject_alt_names, ..
+            } if !subject_alt_names.is_empty() => Some(subject_alt_names.as_slice()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let accounts = registry.service_accounts.get(host);
+    expected_server_identities(
+        &registry.mesh_config.trust_domain,
+        accounts.unwrap_or(&BTreeSet::new()),
+        subject_alt_names,
+    )
 }
 
 /// Istio's SNI for an outbound cluster name `outbound|<port>|<subset>|<host>`.

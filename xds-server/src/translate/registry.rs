@@ -201,6 +201,14 @@ pub struct Registry {
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,
+    /// ServiceAccount (namespace, name) of each of those pods, by address: the identity its
+    /// sidecar's certificate carries (the certificate service takes it from the pod's token).
+    pub meshed_accounts: BTreeMap<String, (String, String)>,
+    /// The ServiceAccounts of the meshed pods behind each host's endpoints, by hostname (hosts
+    /// without any are absent): the identities clients accept from the host's servers
+    /// (Istio's rule). It changes only when the set of accounts does, not on every endpoint
+    /// change, so most endpoint changes stay EDS-only.
+    pub service_accounts: BTreeMap<String, BTreeSet<(String, String)>>,
     /// VirtualServices, oldest first (ties by namespace, then name): the order Istio's
     /// precedence rules read them in.
     pub virtual_services: Vec<VirtualService>,
@@ -339,6 +347,55 @@ pub fn meshed_pod_address(pod: &Pod) -> Option<String> {
         .pod_ip
         .clone()
         .filter(|ip| !ip.is_empty())
+}
+
+/// The ServiceAccount (namespace, name) of a pod with a sidecar of the tenant: `default` when
+/// the spec names none, as the API server's ServiceAccount admission sets it.
+pub fn meshed_pod_account(pod: &Pod) -> Option<(String, String)> {
+    meshed_pod_address(pod)?;
+    let namespace = pod.metadata.namespace.clone()?;
+    let spec = pod.spec.as_ref();
+    let account = spec
+        .and_then(|s| s.service_account_name.clone())
+        .or_else(|| spec.and_then(|s| s.service_account.clone()))
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    Some((namespace, account))
+}
+
+/// The ServiceAccounts of the meshed pods among `hostname`'s endpoints (every port's cluster).
+pub fn accounts_behind(reg: &Registry, hostname: &str) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for svc in reg.services_named(hostname) {
+        for port in &svc.ports {
+            let cluster = outbound_cluster_name(port.port, hostname);
+            for ep in reg.endpoints.get(&cluster).into_iter().flatten() {
+                if let Some(account) = reg.meshed_accounts.get(&ep.address) {
+                    out.insert(account.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Recomputes [`Registry::service_accounts`] of `hosts`; returns whether any set changed (the
+/// clusters of those hosts then verify other identities: a configuration change).
+pub fn refresh_service_accounts(
+    reg: &mut Registry,
+    hosts: impl IntoIterator<Item = String>,
+) -> bool {
+    let mut changed = false;
+    for host in hosts {
+        let accounts = accounts_behind(reg, &host);
+        let old = if accounts.is_empty() {
+            reg.service_accounts.remove(&host)
+        } else {
+            reg.service_accounts.insert(host, accounts.clone())
+        };
+        changed |= old.unwrap_or_default() != accounts;
+    }
+    changed
 }
 
 /// Model of a Kubernetes Service.
