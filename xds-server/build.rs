@@ -26,22 +26,31 @@ fn descriptor_set() -> Result<PathBuf, String> {
     let target = std::env::var("TARGET").map_err(|e| format!("TARGET is not set: {e}"))?;
     let manifest = std::env::var("CARGO_MANIFEST_DIR")
         .map_err(|e| format!("CARGO_MANIFEST_DIR is not set: {e}"))?;
-    let out = Command::new(cargo)
-        .args([
+    // Only the packages of the platform being built, and from what is downloaded already when
+    // that suffices: a clean machine has none of the lock's packages for other platforms
+    // (android_system_properties, ...), and a `cargo build --bins` may not have fetched the
+    // workspace's dev-dependencies, which metadata resolves too; then ask the registry.
+    let metadata = |offline: bool| {
+        let mut cmd = Command::new(&cargo);
+        cmd.args([
             "metadata",
             "--format-version",
             "1",
-            "--offline",
-            // Only the packages of the platform being built: those are downloaded by now,
-            // while the lock's packages for other platforms (android_system_properties, ...)
-            // are not on a clean machine, and --offline would fail on them.
             "--filter-platform",
             &target,
-            "--manifest-path",
-        ])
-        .arg(PathBuf::from(&manifest).join("Cargo.toml"))
-        .output()
-        .map_err(|e| format!("running cargo metadata: {e}"))?;
+        ]);
+        if offline {
+            cmd.arg("--offline");
+        }
+        cmd.arg("--manifest-path")
+            .arg(PathBuf::from(&manifest).join("Cargo.toml"))
+            .output()
+            .map_err(|e| format!("running cargo metadata: {e}"))
+    };
+    let mut out = metadata(true)?;
+    if !out.status.success() {
+        out = metadata(false)?;
+    }
     if !out.status.success() {
         return Err(format!(
             "cargo metadata failed: {}",

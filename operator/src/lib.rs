@@ -3,7 +3,8 @@
 //!
 //! - [`render`]: pure desired object set of one revision.
 //! - [`apply`]: comparing desired with observed; server-side apply and pruning.
-//! - [`tls`]: webhook CA and serving certificates, rotation.
+//! - [`tls`]: webhook CA and serving certificates, rotation (pure);
+//!   [`admission_tls`]: the operator's own admission certificate shared by its replicas.
 //! - [`ca`]: the tenant CA Secret (self-signed and rotated, or plugged in).
 //! - [`status`]: pure status and conditions.
 //! - [`controller`]: the kube-runtime controllers and their reconcile functions.
@@ -13,6 +14,7 @@
 //! - [`metrics`], [`server`]: Prometheus metrics, health endpoints and HTTPS serving.
 
 pub mod admission;
+pub mod admission_tls;
 pub mod apply;
 pub mod ca;
 pub mod controller;

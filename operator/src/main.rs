@@ -8,16 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
-use meshplane_crds::names;
+use meshplane_operator::admission_tls::{self, SharedTls};
 use meshplane_operator::controller::{self, Context, Settings};
 use meshplane_operator::leader::LeaderElector;
 use meshplane_operator::metrics::Metrics;
 use meshplane_operator::server::{self, Health};
-use meshplane_operator::tls::{self, SharedTlsStep, WebhookTls};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -90,11 +86,6 @@ struct Args {
 /// Default name of the Secret shared by the operator's replicas for admission TLS.
 const WEBHOOK_TLS_SECRET: &str = meshplane_contracts::operator_tls::SECRET_NAME;
 
-/// How often a replica re-reads the shared Secret (reload, rotation, caBundle drift) once it
-/// serves a trusted certificate, and how soon it retries before.
-const TLS_RESYNC: Duration = Duration::from_secs(30);
-const TLS_RETRY: Duration = Duration::from_secs(2);
-
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -137,224 +128,6 @@ fn stopped(
         let mut rx = rx;
         let _ = rx.wait_for(|stop| *stop).await;
     }))
-}
-
-fn is_conflict(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<kube::Error>()
-        .is_some_and(|k| matches!(k, kube::Error::Api(s) if s.code == 409))
-}
-
-/// Reads the shared Secret, then creates it (POST), keeps it, or rotates it (replace guarded by
-/// the resourceVersion read) as [`tls::shared_tls_step`] decides. A 409 means another replica
-/// wrote first: re-read and adopt its material.
-async fn sync_shared_tls(
-    api: &Api<Secret>,
-    name: &str,
-    host: &str,
-    validity: time::Duration,
-) -> anyhow::Result<WebhookTls> {
-    for _ in 0..5 {
-        let current = api
-            .get_opt(name)
-            .await
-            .with_context(|| format!("reading Secret {name}"))?;
-        let observed = match &current {
-            Some(secret) => WebhookTls::from_secret_data(&serde_json::to_value(&secret.data)?),
-            None => None,
-        };
-        let step = tls::shared_tls_step(
-            current.is_some(),
-            observed,
-            host,
-            time::OffsetDateTime::now_utc(),
-            validity,
-        )?;
-        let (tls, resource_version) = match step {
-            SharedTlsStep::Use(tls) => return Ok(tls),
-            SharedTlsStep::Create(tls) => (tls, None),
-            SharedTlsStep::Update(tls) => {
-                let rv = current.and_then(|s| s.metadata.resource_version);
-                (tls, Some(rv.context("the Secret has no resourceVersion")?))
-            }
-        };
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": name,
-                "resourceVersion": resource_version,
-                "labels": {"app.kubernetes.io/managed-by": "meshplane"},
-            },
-            "type": meshplane_contracts::webhook_tls::SECRET_TYPE,
-            "data": tls.secret_data(),
-        }))?;
-        let written = match &resource_version {
-            None => api.create(&PostParams::default(), &secret).await,
-            Some(_) => api.replace(name, &PostParams::default(), &secret).await,
-        };
-        match written.map_err(anyhow::Error::from) {
-            Ok(_) => {
-                info!(
-                    secret = name,
-                    rotated = resource_version.is_some(),
-                    "issued the shared admission certificate"
-                );
-                return Ok(tls);
-            }
-            Err(e) if is_conflict(&e) => {
-                info!(
-                    secret = name,
-                    "another replica wrote the admission certificate first; adopting it"
-                );
-            }
-            Err(e) => return Err(e).with_context(|| format!("writing Secret {name}")),
-        }
-    }
-    anyhow::bail!("Secret {name} kept changing under us")
-}
-
-/// Keeps every caBundle of the operator's webhook configuration equal to the shared Secret's
-/// `ca.crt` (see [`tls::ca_bundle_needs_write`]); returns whether all of them then trust the
-/// CA of the served certificate. Retries when another replica wrote in between.
-async fn publish_ca_bundle(
-    client: &Client,
-    config_name: &str,
-    tls: &WebhookTls,
-) -> anyhow::Result<bool> {
-    let mut attempt = 0;
-    loop {
-        match try_publish_ca_bundle(client, config_name, tls).await {
-            Err(e) if attempt < 5 && is_conflict(&e) => attempt += 1,
-            other => return other,
-        }
-    }
-}
-
-async fn try_publish_ca_bundle(
-    client: &Client,
-    config_name: &str,
-    tls: &WebhookTls,
-) -> anyhow::Result<bool> {
-    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-    let current = api
-        .get(config_name)
-        .await
-        .context("reading the operator's webhook configuration")?;
-    let bundles: Vec<(String, String)> = current
-        .webhooks
-        .iter()
-        .flatten()
-        .map(|hook| {
-            let existing = hook
-                .client_config
-                .ca_bundle
-                .as_ref()
-                .map(|b| String::from_utf8_lossy(&b.0).to_string())
-                .unwrap_or_default();
-            (hook.name.clone(), existing)
-        })
-        .collect();
-    if bundles.is_empty() {
-        warn!(
-            config = config_name,
-            "the operator's webhook configuration has no webhooks"
-        );
-        return Ok(false);
-    }
-    if !bundles
-        .iter()
-        .any(|(_, existing)| tls::ca_bundle_needs_write(existing, tls))
-    {
-        return Ok(bundles
-            .iter()
-            .all(|(_, existing)| tls::ca_bundle_trusts(existing, tls)));
-    }
-    let webhooks: Vec<_> = bundles
-        .iter()
-        .map(|(name, _)| {
-            serde_json::json!({
-                "name": name,
-                "clientConfig": {"caBundle": tls.ca_bundle_base64()},
-            })
-        })
-        .collect();
-    let body = serde_json::json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": config_name, "resourceVersion": current.metadata.resource_version},
-        "webhooks": webhooks,
-    });
-    api.patch(
-        config_name,
-        &PatchParams::apply(names::FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .context("setting caBundle")?;
-    info!(
-        config = config_name,
-        "caBundle set to the shared admission CA"
-    );
-    Ok(true)
-}
-
-/// Serves the shared admission certificate: syncs the Secret, keeps the caBundle equal to its
-/// `ca.crt`, swaps the serving certificate when the Secret changes (only once the caBundle
-/// trusts it, unless nothing is served yet), and reports ready only while the served
-/// certificate's CA is in the caBundle.
-async fn run_shared_tls(
-    client: Client,
-    args: SharedTlsArgs,
-    configs: watch::Sender<Option<Arc<rustls::ServerConfig>>>,
-    health: Health,
-    stop_rx: watch::Receiver<bool>,
-) {
-    let api = Api::<Secret>::namespaced(client.clone(), &args.namespace);
-    let mut served: Option<WebhookTls> = None;
-    let mut stop = stop_rx;
-    loop {
-        let mut ready = false;
-        match sync_shared_tls(&api, &args.secret, &args.host, args.validity).await {
-            Ok(tls) => {
-                let trusted = if args.config_name.is_empty() {
-                    true
-                } else {
-                    publish_ca_bundle(&client, &args.config_name, &tls)
-                        .await
-                        .unwrap_or_else(|e| {
-                            warn!(error = %e, "could not publish the admission CA");
-                            false
-                        })
-                };
-                if served.as_ref() != Some(&tls) && (trusted || served.is_none()) {
-                    match server::rustls_config(&tls.cert_pem, &tls.key_pem) {
-                        Ok(config) => {
-                            configs.send_replace(Some(config));
-                            served = Some(tls.clone());
-                            info!(secret = %args.secret, "serving the shared admission certificate");
-                        }
-                        Err(e) => warn!(error = %e, "the shared admission certificate is unusable"),
-                    }
-                }
-                ready = trusted && served.as_ref() == Some(&tls);
-            }
-            Err(e) => warn!(error = %e, "could not sync the shared admission certificate"),
-        }
-        health.set_ready(ready);
-        let pause = if ready { TLS_RESYNC } else { TLS_RETRY };
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {},
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-struct SharedTlsArgs {
-    namespace: String,
-    secret: String,
-    host: String,
-    config_name: String,
-    validity: time::Duration,
 }
 
 /// How long in-flight reconciles may take to finish after shutdown was requested.
@@ -416,9 +189,9 @@ async fn main() -> anyhow::Result<()> {
             health.set_ready(true);
             None
         }
-        None => Some(tokio::spawn(run_shared_tls(
+        None => Some(tokio::spawn(admission_tls::run(
             client.clone(),
-            SharedTlsArgs {
+            SharedTls {
                 host: args.webhook_host.clone().unwrap_or_else(|| {
                     meshplane_contracts::operator_tls::service_host(&args.namespace)
                 }),
@@ -427,6 +200,7 @@ async fn main() -> anyhow::Result<()> {
                 config_name: args.webhook_config_name.clone(),
                 validity: time::Duration::days(args.tls_validity_days),
             },
+            Arc::new(time::OffsetDateTime::now_utc),
             tls_tx,
             health.clone(),
             stop_rx.clone(),

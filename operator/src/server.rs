@@ -11,15 +11,10 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
 use kube::api::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::Client;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 
@@ -151,55 +146,22 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` completes.
-pub async fn serve_https(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let (_keep, configs) = tokio::sync::watch::channel(Some(tls));
-    serve_https_reloading(listener, configs, router, shutdown).await;
-}
-
-/// Like [`serve_https`], but every new connection uses the latest configuration in `configs`
-/// (certificate reload without a restart); connections are refused while it is `None`.
+/// Serves `router` over HTTPS on `listener` until `shutdown` completes; every new connection
+/// uses the latest configuration in `configs` (certificate swaps without a restart), and
+/// connections are refused while it is `None`. The accept loop is the instance webhooks' own
+/// ([`meshplane_webhooks::https`]): handshake timeout, accept backoff, bounded drain.
 pub async fn serve_https_reloading(
     listener: TcpListener,
     configs: tokio::sync::watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
     router: Router,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
-    tokio::pin!(shutdown);
-    info!(addr = ?listener.local_addr().ok(), "serving admission over HTTPS");
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => { warn!(error = %e, "accept failed"); continue; }
-            },
-        };
-        let Some(tls) = configs.borrow().clone() else {
-            debug!(%peer, "no serving certificate loaded yet; closing the connection");
-            continue;
-        };
-        let acceptor = TlsAcceptor::from(tls);
-        let service = TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let tls_stream = match acceptor.accept(stream).await {
-                Ok(s) => s,
-                Err(e) => {
-                    debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            if let Err(e) = Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls_stream), service)
-                .await
-            {
-                debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
+    meshplane_webhooks::https::serve(
+        listener,
+        configs,
+        router,
+        meshplane_webhooks::https::Limits::default(),
+        shutdown,
+    )
+    .await;
 }

@@ -7,12 +7,14 @@
 //! - [`review`]: the AdmissionReview v1 wire format.
 //! - [`handlers`]: [`Webhooks`], request body in, response body out.
 //! - [`tls`]: the serving certificate, reloaded when the mounted Secret changes.
-//! - [`server`]: HTTPS serving of `/inject`, `/validate` and `/healthz`.
+//! - [`server`]: the routes `/inject`, `/validate` and `/healthz`, served by [`https`], the
+//!   accept loop the operator's own admission check uses too.
 //!
 //! `docs/webhooks.md` explains the failure policy and the tenant-boundary rules.
 
 pub mod grpc_agent;
 pub mod handlers;
+pub mod https;
 pub mod inject;
 pub mod review;
 pub mod server;

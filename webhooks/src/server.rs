@@ -5,33 +5,21 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use meshplane_contracts::webhooks;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 use crate::handlers::Webhooks;
+use crate::https;
 use crate::tls::{ReloadingCertResolver, TlsError};
 
 /// The API server sends the object and the old object; Kubernetes objects are at most ~1.5 MiB.
 const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
-/// A client that does not finish the TLS handshake in this time is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long in-flight requests may take to finish after shutdown is asked (the API server's
-/// webhook timeout is 10 s).
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause after a failed `accept` (e.g. out of file descriptors) so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -98,55 +86,14 @@ pub async fn serve_on(
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let app = router(handlers);
-    let graceful = GracefulShutdown::new();
-    tracing::info!(addr = ?listener.local_addr().ok(), tls_dir = %tls_dir.display(), "serving admission webhooks");
-
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a webhook connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder
-                .serve_connection(TokioIo::new(tls), service)
-                .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
-            }
-        });
-    }
-
-    tracing::info!("webhook server shutting down");
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
-            tracing::warn!("webhook connections still open after the drain timeout; closing");
-        }
-    }
+    tracing::info!(tls_dir = %tls_dir.display(), "serving admission webhooks");
+    https::serve(
+        listener,
+        https::fixed(Arc::new(config)),
+        router(handlers),
+        https::Limits::default(),
+        shutdown,
+    )
+    .await;
     Ok(())
 }

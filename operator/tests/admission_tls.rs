@@ -1,0 +1,261 @@
+//! The operator's shared admission certificate against the API stand-in: replicas racing on an
+//! empty namespace serve one certificate, a Secret near expiry or holding garbage is rotated in
+//! place, every caBundle of the webhook configuration follows the Secret, and the serving loop
+//! reports ready only once the caBundle trusts what it serves. Issue 16 item 11: this was
+//! ~200 untested lines of `main.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, PostParams};
+use kube::Client;
+use meshplane_kube_standin::{Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_operator::admission_tls::{self, SharedTls};
+use meshplane_operator::server::Health;
+use meshplane_operator::tls::{self, WebhookTls};
+use time::OffsetDateTime;
+use tokio::sync::watch;
+
+const NS: &str = "meshplane-system";
+const SECRET: &str = "meshplane-operator-webhook-tls";
+const CONFIG: &str = "meshplane-operator";
+const HOST: &str = "meshplane-operator.meshplane-system.svc";
+
+fn shared() -> SharedTls {
+    SharedTls {
+        namespace: NS.into(),
+        secret: SECRET.into(),
+        host: HOST.into(),
+        config_name: CONFIG.into(),
+        validity: time::Duration::days(90),
+    }
+}
+
+async fn cluster() -> (StandInHandle, Client) {
+    let standin = StandIn::start(StandInOptions::default())
+        .await
+        .expect("stand-in");
+    let client = standin.client(&Identity::Admin).await.expect("client");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    (standin, client)
+}
+
+async fn webhook_configuration(client: &Client, hooks: &[&str]) {
+    let webhooks: Vec<_> = hooks
+        .iter()
+        .map(|name| {
+            serde_json::json!({
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "clientConfig": {"service": {"name": "meshplane-operator", "namespace": NS, "path": "/validate-meshplane"}},
+            })
+        })
+        .collect();
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": CONFIG},
+        "webhooks": webhooks,
+    }))
+    .expect("webhook configuration");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create webhook configuration");
+}
+
+async fn stored(client: &Client) -> (WebhookTls, String) {
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(SECRET)
+        .await
+        .expect("the Secret");
+    let data = serde_json::to_value(&secret.data).expect("data");
+    let tls = WebhookTls::from_secret_data(&data).expect("readable material");
+    (tls, secret.metadata.resource_version.expect("rv"))
+}
+
+async fn bundles(client: &Client) -> Vec<String> {
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(CONFIG)
+        .await
+        .expect("webhook configuration")
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| {
+            h.client_config
+                .ca_bundle
+                .map(|b| String::from_utf8_lossy(&b.0).to_string())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_racing_on_an_empty_namespace_serve_one_certificate() {
+    let (_standin, client) = cluster().await;
+    let api = Api::<Secret>::namespaced(client.clone(), NS);
+    let now = OffsetDateTime::now_utc();
+    let shared = shared();
+    let replicas: Vec<_> = (0..4)
+        .map(|_| {
+            let (api, shared) = (api.clone(), shared.clone());
+            tokio::spawn(async move { admission_tls::sync_secret(&api, &shared, now).await })
+        })
+        .collect();
+    let mut served = Vec::new();
+    for replica in replicas {
+        served.push(replica.await.expect("task").expect("sync"));
+    }
+    let (stored, _) = stored(&client).await;
+    for tls in &served {
+        assert_eq!(tls, &stored, "every replica serves the stored certificate");
+    }
+    let facts = stored.serving_cert_facts().expect("parses");
+    assert_eq!(facts.dns_names, vec![HOST.to_string()]);
+
+    // A later sync keeps it: no write.
+    let (_, rv) = self::stored(&client).await;
+    let again = admission_tls::sync_secret(&api, &shared, now)
+        .await
+        .expect("sync");
+    assert_eq!(again, stored);
+    assert_eq!(self::stored(&client).await.1, rv, "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_near_expiry_or_holding_garbage_is_rotated_in_place() {
+    let (_standin, client) = cluster().await;
+    let api = Api::<Secret>::namespaced(client.clone(), NS);
+    let shared = shared();
+
+    // Garbage under the Secret's name (e.g. a hand edit): replaced, not created.
+    let garbage: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": SECRET, "namespace": NS},
+        "stringData": {"tls.crt": "not a certificate"},
+    }))
+    .expect("secret");
+    api.create(&PostParams::default(), &garbage)
+        .await
+        .expect("create garbage");
+    let now = OffsetDateTime::now_utc();
+    let first = admission_tls::sync_secret(&api, &shared, now)
+        .await
+        .expect("sync");
+    assert!(first.serving_cert_facts().is_some(), "garbage was replaced");
+    assert_eq!(stored(&client).await.0, first);
+
+    // 70 of 90 days later, less than a third remains: a new certificate whose bundle still
+    // carries the old CA, so the API server trusts both during the switch.
+    let later = now + time::Duration::days(70);
+    let rotated = admission_tls::sync_secret(&api, &shared, later)
+        .await
+        .expect("sync");
+    assert_ne!(rotated.cert_pem, first.cert_pem, "rotated");
+    assert!(
+        tls::ca_bundle_trusts(&rotated.ca_bundle_pem, &first),
+        "the new bundle still trusts the old certificate's CA"
+    );
+    assert_eq!(stored(&client).await.0, rotated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_ca_bundle_follows_the_secret_and_is_written_once() {
+    let (_standin, client) = cluster().await;
+    webhook_configuration(
+        &client,
+        &[
+            "meshcontrolplanes.meshplane.io",
+            "meshrevisiontags.meshplane.io",
+        ],
+    )
+    .await;
+    let api = Api::<Secret>::namespaced(client.clone(), NS);
+    let tls = admission_tls::sync_secret(&api, &shared(), OffsetDateTime::now_utc())
+        .await
+        .expect("sync");
+
+    assert!(admission_tls::publish_ca_bundle(&client, CONFIG, &tls)
+        .await
+        .expect("publish"));
+    for bundle in bundles(&client).await {
+        assert_eq!(
+            bundle, tls.ca_bundle_pem,
+            "every webhook trusts the Secret's CA"
+        );
+    }
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let rv = configs
+        .get(CONFIG)
+        .await
+        .expect("get")
+        .metadata
+        .resource_version;
+    assert!(admission_tls::publish_ca_bundle(&client, CONFIG, &tls)
+        .await
+        .expect("publish"));
+    assert_eq!(
+        configs
+            .get(CONFIG)
+            .await
+            .expect("get")
+            .metadata
+            .resource_version,
+        rv,
+        "a caBundle already equal to ca.crt is not written again"
+    );
+
+    // A configuration that does not exist is an error the loop retries, never "trusted".
+    assert!(admission_tls::publish_ca_bundle(&client, "missing", &tls)
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serving_loop_is_ready_only_once_the_ca_bundle_trusts_its_certificate() {
+    let (_standin, client) = cluster().await;
+    let (configs_tx, mut configs) = watch::channel(None);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let health = Health::default();
+    let task = tokio::spawn(admission_tls::run(
+        client.clone(),
+        shared(),
+        Arc::new(OffsetDateTime::now_utc),
+        configs_tx,
+        health.clone(),
+        stop_rx,
+    ));
+
+    // No webhook configuration yet: the certificate is served (nothing else would be), but the
+    // replica is not ready, because the API server could not verify it.
+    tokio::time::timeout(Duration::from_secs(20), configs.wait_for(|c| c.is_some()))
+        .await
+        .expect("a certificate within 20 s")
+        .expect("sender alive");
+    assert!(!health.is_ready(), "not ready while no caBundle trusts it");
+
+    // Once the configuration exists, the next retry publishes the CA and turns ready.
+    webhook_configuration(&client, &["meshcontrolplanes.meshplane.io"]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !health.is_ready() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ready within 20 s of the configuration"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (stored, _) = stored(&client).await;
+    assert_eq!(bundles(&client).await, vec![stored.ca_bundle_pem.clone()]);
+
+    stop_tx.send(true).expect("stop");
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("stops when asked")
+        .expect("task");
+}
