@@ -346,4 +346,64 @@ async fn skipped_config_is_not_applied_and_gets_a_warning_event(cluster: &Cluste
     );
     let events = events_about(cluster, "shop", "ServiceEntry", "bypassed").expect("events");
     assert_eq!(events.len(), 1, "still one Event after pushes: {events:?}");
+    unapplicable_patch_gets_a_warning_event(cluster, &in_pod).await;
+}
+
+/// Issue 16 item 5: an EnvoyFilter patch that passes admission but cannot apply (a duration
+/// that is not one) is reported by one Warning Event on the EnvoyFilter, not only logged; the
+/// rest of the proxy's config is served.
+async fn unapplicable_patch_gets_a_warning_event(
+    cluster: &Cluster,
+    in_pod: &meshplane_e2e::reach::InPod,
+) {
+    cluster
+        .apply_manifest("apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata:\n  name: slow-connect\n  namespace: shop\nspec:\n  configPatches:\n    - applyTo: CLUSTER\n      match: {context: SIDECAR_OUTBOUND, cluster: {service: early.example.com}}\n      patch: {operation: MERGE, value: {connect_timeout: soon}}\n")
+        .expect("the EnvoyFilter is admitted");
+    let events = wait_for(
+        "a Warning Event on EnvoyFilter shop/slow-connect",
+        DEADLINE,
+        || async {
+            let found = events_about(cluster, "shop", "EnvoyFilter", "slow-connect")?;
+            if found.is_empty() {
+                Err("no Event yet".to_string())
+            } else {
+                Ok(Some(found))
+            }
+        },
+    )
+    .await
+    .expect("Event");
+    let (type_, reason, note) = &events[0];
+    assert_eq!(
+        (type_.as_str(), reason.as_str()),
+        ("Warning", "EnvoyFilterPatchNotApplied")
+    );
+    assert!(
+        note.starts_with("spec.configPatches[0]: ") && note.contains("connect_timeout"),
+        "the note names the patch and why: {note}"
+    );
+    // Another change re-renders the proxy's config (with the failing patch again): the proxy
+    // gets it, and the EnvoyFilter still has one Event.
+    cluster
+        .apply_manifest("apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: later\n  namespace: shop\nspec:\n  hosts: [later.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n")
+        .expect("another ServiceEntry");
+    wait_for(
+        "shop's proxy to have later.example.com",
+        DEADLINE,
+        || async {
+            let dump = in_pod
+                .envoy_admin("/config_dump")
+                .await
+                .map_err(|e| e.to_string())?;
+            if dump.contains("later.example.com") && dump.contains("early.example.com") {
+                Ok(Some(()))
+            } else {
+                Err("later.example.com not in config_dump yet".to_string())
+            }
+        },
+    )
+    .await
+    .expect("config_dump");
+    let events = events_about(cluster, "shop", "EnvoyFilter", "slow-connect").expect("events");
+    assert_eq!(events.len(), 1, "one Event per generation: {events:?}");
 }

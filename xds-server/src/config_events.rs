@@ -51,6 +51,31 @@ pub struct Regarding {
 }
 
 impl Regarding {
+    /// An EnvoyFilter.
+    pub fn envoy_filter(f: &meshplane_crds::EnvoyFilter) -> Option<Self> {
+        Self::from_meta(
+            "networking.meshplane.io/v1alpha1",
+            "EnvoyFilter",
+            &f.metadata,
+        )
+    }
+
+    fn from_meta(
+        api_version: &str,
+        kind: &str,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<Self> {
+        Some(Regarding {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: meta.namespace.clone()?,
+            name: meta.name.clone()?,
+            uid: meta.uid.clone(),
+            generation: meta.generation,
+            resource_version: meta.resource_version.clone(),
+        })
+    }
+
     /// The config object `obj`; `None` for kinds that are facts, not config (Services, Pods…).
     pub fn of(obj: &Object) -> Option<Self> {
         let (api_version, kind) = match obj {
@@ -68,16 +93,7 @@ impl Regarding {
             }
             _ => return None,
         };
-        let meta = obj.metadata();
-        Some(Regarding {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: meta.namespace.clone()?,
-            name: meta.name.clone()?,
-            uid: meta.uid.clone(),
-            generation: meta.generation,
-            resource_version: meta.resource_version.clone(),
-        })
+        Self::from_meta(api_version, kind, obj.metadata())
     }
 
     /// The reference an Event carries.
@@ -107,11 +123,16 @@ pub struct ConfigEvent {
 impl ConfigEvent {
     /// A finding about `obj`; `None` for objects Events are not written about.
     pub fn about(obj: &Object, reason: &'static str, note: impl Into<String>) -> Option<Self> {
-        Some(ConfigEvent {
-            regarding: Regarding::of(obj)?,
+        Some(Self::regarding(Regarding::of(obj)?, reason, note))
+    }
+
+    /// A finding about the object `regarding` names.
+    pub fn regarding(regarding: Regarding, reason: &'static str, note: impl Into<String>) -> Self {
+        ConfigEvent {
+            regarding,
             reason,
             note: truncate(note.into(), MAX_NOTE),
-        })
+        }
     }
 }
 

@@ -631,6 +631,13 @@ impl TenantIndex {
                             violations = %why.join("; "),
                             "EnvoyFilter not applied: the tenant's EnvoyFilter policy does not allow it"
                         );
+                        if let Some(r) = config_events::Regarding::envoy_filter(f) {
+                            self.events.report(ConfigEvent::regarding(
+                                r,
+                                config_events::ENVOY_FILTER_BEYOND_POLICY,
+                                format!("not applied to the tenant's proxies: {}", why.join("; ")),
+                            ));
+                        }
                     }
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
@@ -851,10 +858,48 @@ impl TenantIndex {
     /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).
     pub fn render_proxy_uncached(&self, node: &ProxyNode) -> ProxyConfig {
         let (config, errors) = self.render_proxy_checked(node);
-        for e in errors {
-            tracing::warn!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
+        for e in &errors {
+            tracing::debug!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
         }
+        self.report_patch_errors(node, &errors);
         config
+    }
+
+    /// Reports the patches that could not be applied for `node`, one finding per EnvoyFilter
+    /// naming each of its failed patches (once per generation of the filter).
+    fn report_patch_errors(&self, node: &ProxyNode, errors: &[envoyfilter::PatchError]) {
+        let mut by_filter: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for e in errors {
+            by_filter
+                .entry(e.filter.as_str())
+                .or_default()
+                .push(format!("spec.configPatches[{}]: {}", e.index, e.reason));
+        }
+        for (id, patches) in by_filter {
+            let Some((ns, name)) = id.split_once('/') else {
+                continue;
+            };
+            let filter = self
+                .registry
+                .envoy_filters
+                .get(ns)
+                .into_iter()
+                .flatten()
+                .find(|f| f.metadata.name.as_deref() == Some(name));
+            let Some(regarding) = filter.and_then(config_events::Regarding::envoy_filter) else {
+                continue;
+            };
+            let note = format!(
+                "{}; not applied to proxy {} (the filter's other patches are)",
+                patches.join("; "),
+                node.id
+            );
+            self.events.report(ConfigEvent::regarding(
+                regarding,
+                config_events::ENVOY_FILTER_PATCH_NOT_APPLIED,
+                note,
+            ));
+        }
     }
 
     /// Renders a proxy's configuration without the scope cache, with the EnvoyFilter patches

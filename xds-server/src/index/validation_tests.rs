@@ -143,3 +143,85 @@ fn config_of_another_revision_is_skipped_and_not_reported() {
         "only this revision's config is reported"
     );
 }
+
+fn envoy_filter(name: &str, generation: i64, patches: Value) -> SourceEvent {
+    SourceEvent::Upsert(Object::EnvoyFilter(Box::new(
+        serde_json::from_value(json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1",
+            "kind": "EnvoyFilter",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                         "generation": generation},
+            "spec": {"configPatches": patches},
+        }))
+        .expect("envoy filter"),
+    )))
+}
+
+fn proxy(pod: &str) -> ProxyNode {
+    ProxyNode {
+        id: format!("sidecar~198.18.0.10~{pod}.shop~shop.svc.cluster.local"),
+        namespace: "shop".into(),
+        pod_name: Some(pod.into()),
+        ..ProxyNode::default()
+    }
+}
+
+/// A MERGE the validation and the default policy admit, whose value Envoy's Cluster cannot
+/// take (a duration that is not one).
+fn unmergeable(timeout: &str) -> Value {
+    json!([{"applyTo": "CLUSTER",
+            "match": {"context": "SIDECAR_OUTBOUND", "cluster": {"service": "good.example.com"}},
+            "patch": {"operation": "MERGE", "value": {"connect_timeout": timeout}}}])
+}
+
+/// Issue 16 item 5: a patch that cannot apply is reported on its EnvoyFilter, once per
+/// generation of the filter, however many proxies it fails for.
+#[test]
+fn envoy_filter_patches_that_cannot_apply_are_reported_once_per_generation() {
+    let (mut index, mut rx) = index();
+    index.apply(entry("good", 1, good_spec("good.example.com")));
+    index.apply(envoy_filter("slow", 1, unmergeable("soon")));
+    assert!(drain(&mut rx).is_empty(), "valid and allowed: nothing yet");
+    index.render_proxy(&proxy("a"));
+    let reported = drain(&mut rx);
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let (name, generation, reason, note) = &reported[0];
+    assert_eq!(
+        (name.as_str(), *generation, *reason),
+        ("slow", Some(1), "EnvoyFilterPatchNotApplied")
+    );
+    assert!(
+        note.starts_with("spec.configPatches[0]: ") && note.contains("connect_timeout"),
+        "the note names the patch and why: {note}"
+    );
+    // Other proxies, other renders (a config change empties the cache): no second Event.
+    index.apply(entry("other", 1, good_spec("other.example.com")));
+    index.render_proxy(&proxy("a"));
+    index.render_proxy(&proxy("b"));
+    assert!(drain(&mut rx).is_empty());
+    // A new generation (the spec changed) is judged anew.
+    index.apply(envoy_filter("slow", 2, unmergeable("later")));
+    index.render_proxy(&proxy("a"));
+    let reported: Vec<Option<i64>> = drain(&mut rx).into_iter().map(|r| r.1).collect();
+    assert_eq!(reported, [Some(2)]);
+}
+
+/// An EnvoyFilter beyond the tenant's EnvoyFilter policy (admitted before the policy narrowed,
+/// or while the webhook was down) is not applied and reported once per generation.
+#[test]
+fn envoy_filters_beyond_the_policy_are_reported_once_per_generation() {
+    let (mut index, mut rx) = index();
+    let lua = json!([{"applyTo": "HTTP_FILTER",
+        "match": {"context": "SIDECAR_INBOUND"},
+        "patch": {"operation": "INSERT_FIRST", "value": {"name": "envoy.filters.http.lua",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                             "default_source_code": {"inline_string": "-- x"}}}}}]);
+    index.apply(envoy_filter("lua", 1, lua));
+    assert!(index.registry().envoy_filters.is_empty(), "not applied");
+    index.apply(entry("good", 1, good_spec("good.example.com")));
+    let reported = drain(&mut rx);
+    assert_eq!(reported.len(), 1, "one Event across rebuilds: {reported:?}");
+    let (name, _, reason, note) = &reported[0];
+    assert_eq!((name.as_str(), *reason), ("lua", "EnvoyFilterBeyondPolicy"));
+    assert!(note.contains("allowLua"), "{note}");
+}
