@@ -290,6 +290,49 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
     );
 }
 
+/// A binding whose roleRef changed (before this release the gateway's Secret reads were a Role
+/// of the revision, now the shipped ClusterRole) is replaced: the API refuses a roleRef change.
+#[tokio::test]
+async fn a_binding_whose_role_ref_changed_is_deleted_then_applied() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let restarter = ("rbac.authorization.k8s.io", "rolebindings");
+    let mut old = api
+        .get(
+            restarter.0,
+            restarter.1,
+            Some("shop"),
+            "meshplane-blue-v1-restarter",
+        )
+        .expect("the restarter binding");
+    old["roleRef"] = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": "meshplane-blue-v1-restarter"});
+    api.insert(restarter, old);
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        object_writes(&api),
+        [
+            "delete rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-restarter",
+            "apply rbac.authorization.k8s.io/rolebindings shop/meshplane-blue-v1-restarter",
+        ]
+    );
+    let now = api
+        .get(
+            restarter.0,
+            restarter.1,
+            Some("shop"),
+            "meshplane-blue-v1-restarter",
+        )
+        .expect("re-created");
+    assert_eq!(now["roleRef"]["kind"], "ClusterRole");
+}
+
 #[tokio::test]
 async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_and_restarter_rbac() {
     let api = cluster();
