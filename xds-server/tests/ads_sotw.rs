@@ -351,6 +351,43 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     }
 }
 
+/// Issue 16 item 3: when members shrink, the streams of proxies whose namespace left the
+/// tenant end with a clear PERMISSION_DENIED; the streams of members stay and keep receiving.
+#[tokio::test]
+async fn streams_of_a_namespace_that_left_the_tenant_are_closed_and_members_stay() {
+    let h = Harness::start().await;
+    h.set("shop", config("a")).await;
+    h.set("bank", config("a")).await;
+    let mut shop = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
+    let mut bank = SotwClient::open(&h, node("bank", "api-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
+    for c in [&mut shop, &mut bank] {
+        let r = c.recv().await;
+        c.ack(&r).await;
+    }
+    h.set_members(&["shop"]).await;
+    let status = tokio::time::timeout(DEADLINE, bank.rx.message())
+        .await
+        .expect("bank's stream answered before the deadline")
+        .expect_err("bank's stream ends with a status");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("\"bank\" is no longer a member of tenant \"blue\""),
+        "{}",
+        status.message()
+    );
+    // shop is still served: its next config arrives on the same stream.
+    h.set("shop", config("b")).await;
+    let r = shop.recv().await;
+    assert_eq!(r.type_url, type_url::CLUSTER);
+    assert_eq!(sotw_bodies(&r), ["c1:b"]);
+}
+
 #[tokio::test]
 async fn proxy_of_a_non_member_namespace_is_refused() {
     let h = Harness::start().await;

@@ -150,6 +150,7 @@ pub async fn run_stream<W: Wire>(
     let mut state = StreamState::new(W::PROTOCOL);
     note(&handle, &W::fold(&mut state, &first));
     let hub = Arc::clone(handle.hub());
+    let namespace = handle.node().namespace.clone();
     // Nothing is answered before the push loop rendered this proxy's config (it does once the
     // sources synced): an empty config would tear proxies down.
     let mut snapshot: Option<Arc<Snapshot>> = None;
@@ -195,6 +196,18 @@ pub async fn run_stream<W: Wire>(
                 if next.epoch.is_some() {
                     snapshot = Some(next);
                 }
+            }
+            () = hub.namespace_left(&namespace) => {
+                // Its namespace left the tenant: the proxy is not this tenant's any more
+                // (a namespace that moved to another revision of the tenant stays a member).
+                let message = format!(
+                    "namespace {:?} is no longer a member of tenant {:?}; this proxy is not served",
+                    namespace,
+                    hub.tenant()
+                );
+                tracing::info!(proxy = %handle.node().id, "namespace left the tenant: closing the stream");
+                let _ = tx.send(Err(Status::permission_denied(message))).await;
+                break;
             }
             () = shutting_down(&mut shutdown) => {
                 let _ = tx.send(Err(Status::unavailable("xds-server shutting down"))).await;

@@ -100,6 +100,18 @@ impl Hub {
         namespace == self.control_namespace || self.members.borrow().contains(namespace)
     }
 
+    /// Resolves once proxies of `namespace` are no longer admitted: it left the tenant (a
+    /// members ConfigMap that lists fewer namespaces; an unreadable or deleted one keeps the
+    /// last known members, see `source_kube::MembersFollower`).
+    pub async fn namespace_left(&self, namespace: &str) {
+        if namespace == self.control_namespace {
+            return std::future::pending().await;
+        }
+        let mut members = self.members.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = members.wait_for(|m| !m.contains(namespace)).await;
+    }
+
     pub(super) fn publish_members(&self, members: BTreeSet<String>) {
         self.members.send_replace(Arc::new(members));
     }

@@ -42,6 +42,13 @@ impl ConfigGenerator for TestGenerator {
     fn apply(&mut self, event: SourceEvent) -> Change {
         match event {
             SourceEvent::Ready => Change::default(),
+            SourceEvent::Members(members) => {
+                self.members = members;
+                Change {
+                    members_changed: true,
+                    ..Change::config()
+                }
+            }
             _ => Change::config(),
         }
     }
@@ -174,6 +181,23 @@ impl Harness {
         // Any event tells the test generator its configs changed.
         self.events
             .send(SourceEvent::Synced)
+            .await
+            .expect("push loop running");
+        tokio::time::timeout(DEADLINE, pushes.wait_for(|n| *n > before))
+            .await
+            .expect("pushed in time")
+            .expect("push loop running");
+    }
+
+    /// Makes `members` the tenant's member namespaces (as a readable members ConfigMap does);
+    /// returns once the push loop handled it.
+    pub async fn set_members(&self, members: &[&str]) {
+        let mut pushes = self.hub.pushes();
+        let before = *pushes.borrow_and_update();
+        self.events
+            .send(SourceEvent::Members(
+                members.iter().map(|m| m.to_string()).collect(),
+            ))
             .await
             .expect("push loop running");
         tokio::time::timeout(DEADLINE, pushes.wait_for(|n| *n > before))
