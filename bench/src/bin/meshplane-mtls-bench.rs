@@ -97,39 +97,20 @@ const ROUNDS: usize = 5;
 /// How long Envoy (or the instance) may take to come up.
 const STARTUP: Duration = Duration::from_secs(60);
 
+/// Mutual TLS cost between two real Envoys, certificates signed per second by one instance's
+/// certificate service, and failed requests during rotation under steady load.
+#[derive(clap::Parser)]
+#[command(name = "meshplane-mtls-bench")]
 struct Args {
-    requests: usize,
-    seconds: u64,
-    signings: usize,
-}
-
-fn args() -> Result<Args> {
-    let mut out = Args {
-        requests: 3000,
-        seconds: 20,
-        signings: 1000,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = || -> Result<u64> {
-            it.next()
-                .with_context(|| format!("{a} needs a value"))?
-                .parse::<u64>()
-                .with_context(|| format!("{a} needs a number"))
-        };
-        match a.as_str() {
-            "--requests" => out.requests = usize::try_from(value()?)?,
-            "--seconds" => out.seconds = value()?,
-            "--signings" => out.signings = usize::try_from(value()?)?,
-            other => {
-                bail!("unknown argument {other:?} (use --requests N, --seconds S, --signings N)")
-            }
-        }
-    }
-    if out.requests == 0 || out.seconds == 0 || out.signings == 0 {
-        bail!("--requests, --seconds and --signings must be positive");
-    }
-    Ok(out)
+    /// Requests per latency path (split over the rounds).
+    #[arg(long, default_value = "3000")]
+    requests: std::num::NonZeroUsize,
+    /// Upper bound of each phase, in seconds.
+    #[arg(long, default_value = "20")]
+    seconds: std::num::NonZeroU64,
+    /// Certificates to sign per signing phase.
+    #[arg(long, default_value = "1000")]
+    signings: std::num::NonZeroUsize,
 }
 
 /// A fresh key and its certificate for `service_account`, as the node agent holds them.
@@ -388,8 +369,8 @@ async fn latencies(
     let cpu = |s: &[&mut Sidecar]| -> Result<f64> {
         s.iter().map(|s| s.cpu_seconds()).sum::<Result<f64>>()
     };
-    let per_round = (args.requests / ROUNDS).max(1);
-    let round_time = Duration::from_secs(args.seconds) / ROUNDS as u32;
+    let per_round = (args.requests.get() / ROUNDS).max(1);
+    let round_time = Duration::from_secs(args.seconds.get()) / ROUNDS as u32;
     let mut samples: Vec<(Vec<Duration>, f64, u64)> = vec![(Vec::new(), 0.0, 0); paths.len()];
     for _ in 0..ROUNDS {
         for (i, (path, _)) in paths.iter().enumerate() {
@@ -453,14 +434,14 @@ async fn rotation(
     conn.set_nodelay(true)?;
     let mut buf = Vec::new();
     let started = Instant::now();
-    let stop_at = started + Duration::from_secs(args.seconds);
+    let stop_at = started + Duration::from_secs(args.seconds.get());
     let mut pace = tokio::time::interval(ROTATION_PACE);
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rotate =
         tokio::time::interval_at(tokio::time::Instant::now() + ROTATE_EVERY, ROTATE_EVERY);
     let (mut requests, mut failed, mut pushed) = (0usize, 0usize, 0u64);
     let mut first_failure = None;
-    while requests < args.requests && Instant::now() < stop_at {
+    while requests < args.requests.get() && Instant::now() < stop_at {
         tokio::select! {
             _ = rotate.tick() => {
                 client.secrets.send_replace(workload_cert(authority, "client", ROTATION_TTL)?);
@@ -665,15 +646,15 @@ async fn signing(args: &Args) -> Result<Vec<SigningRow>> {
 
     let mut rows = Vec::new();
     for (mode, per_csr_connection, count) in [
-        ("8 callers, persistent channels", false, args.signings),
+        ("8 callers, persistent channels", false, args.signings.get()),
         (
             "8 callers, a TLS connection per CSR (the node agent's way)",
             true,
-            args.signings / 2,
+            args.signings.get() / 2,
         ),
     ] {
         let count = count.max(CALLERS);
-        let deadline = Instant::now() + Duration::from_secs(args.seconds * 3);
+        let deadline = Instant::now() + Duration::from_secs(args.seconds.get() * 3);
         let cpu_before = instance_cpu().await?;
         let started = Instant::now();
         let mut callers = Vec::new();
@@ -740,7 +721,7 @@ fn us(d: Option<Duration>) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let args = args()?;
+    let args = <Args as clap::Parser>::parse();
     let envoy_bin = meshplane_bench::fleet::envoy_bin(None)?;
     let dir = std::env::temp_dir().join(format!("meshplane-mtls-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
