@@ -3,6 +3,7 @@
 //! API stand-in), and the HTTP/1.1 client and upstream of the benches that drive real Envoys.
 
 pub mod chart;
+pub mod envoy;
 pub mod fleet;
 pub mod http1;
 pub mod load;

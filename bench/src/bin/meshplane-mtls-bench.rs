@@ -31,7 +31,6 @@
 //!     meshplane-mtls-bench [--requests 3000] [--seconds 20] [--signings 1000]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -270,21 +269,7 @@ impl Sidecar {
         let admin = free_port()?;
         let file = dir.join(format!("{name}.pb"));
         std::fs::write(&file, config(&socket, admin).encode_to_vec())?;
-        let child = tokio::process::Command::new(envoy_bin)
-            .args([
-                "--disable-hot-restart",
-                "-l",
-                "error",
-                "--concurrency",
-                "1",
-                "-c",
-            ])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting Envoy")?;
+        let child = meshplane_bench::envoy::spawn(envoy_bin, &file)?;
         let pid = child.id().context("Envoy pid")?;
         Ok(Self {
             child,

