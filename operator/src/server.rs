@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -41,17 +40,31 @@ pub enum ServeError {
 
 /// Readiness of this replica: set while its admission check serves a certificate the API
 /// server trusts (the serving certificate is loaded and the caBundle contains its CA).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Health {
-    ready: Arc<AtomicBool>,
+    ready: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            ready: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
 }
 
 impl Health {
     pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
+        self.ready.send_replace(ready);
     }
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
+        *self.ready.borrow()
+    }
+    /// Completes once this replica is ready.
+    pub async fn ready(&self) {
+        let mut rx = self.ready.subscribe();
+        // The sender lives in `self`, so the wait ends only by readiness.
+        let _ = rx.wait_for(|ready| *ready).await;
     }
 }
 

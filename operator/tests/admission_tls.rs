@@ -242,14 +242,9 @@ async fn the_serving_loop_is_ready_only_once_the_ca_bundle_trusts_its_certificat
 
     // Once the configuration exists, the next retry publishes the CA and turns ready.
     webhook_configuration(&client, &["meshcontrolplanes.meshplane.io"]).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !health.is_ready() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "ready within 20 s of the configuration"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(20), health.ready())
+        .await
+        .expect("ready within 20 s of the configuration");
     let (stored, _) = stored(&client).await;
     assert_eq!(bundles(&client).await, vec![stored.ca_bundle_pem.clone()]);
 
