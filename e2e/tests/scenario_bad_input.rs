@@ -253,6 +253,29 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
 const BYPASSED_INVALID: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: bypassed\n  namespace: shop\nspec:\n  hosts: [\"*.bypassed.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
 const BYPASSED_VALID: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: written-early\n  namespace: shop\nspec:\n  hosts: [early.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
 
+/// Awaits the first Events regarding `kind`/`name` in `namespace` (see [`events_about`]).
+async fn first_events_about(
+    cluster: &Cluster,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, String, String)> {
+    wait_for(
+        &format!("a Warning Event on {kind} {namespace}/{name}"),
+        DEADLINE,
+        || async {
+            let found = events_about(cluster, namespace, kind, name)?;
+            if found.is_empty() {
+                Err("no Event yet".to_string())
+            } else {
+                Ok(Some(found))
+            }
+        },
+    )
+    .await
+    .expect("Event")
+}
+
 /// The Warning Events (events.k8s.io) in `namespace` regarding `kind`/`name`, as
 /// `(type, reason, note)`. The stand-in stores core/v1 and events.k8s.io Events apart (a real
 /// API server serves both from one store), so this asks for `events.events.k8s.io`.
@@ -281,20 +304,7 @@ fn events_about(
 /// Issue 16 item 4: the ServiceEntry admitted before shop joined is not applied to shop's
 /// proxies (the valid one written with it is) and is reported by a Warning Event on it.
 async fn skipped_config_is_not_applied_and_gets_a_warning_event(cluster: &Cluster) {
-    let events = wait_for(
-        "a Warning Event on ServiceEntry shop/bypassed",
-        DEADLINE,
-        || async {
-            let found = events_about(cluster, "shop", "ServiceEntry", "bypassed")?;
-            if found.is_empty() {
-                Err("no Event yet".to_string())
-            } else {
-                Ok(Some(found))
-            }
-        },
-    )
-    .await
-    .expect("Event");
+    let events = first_events_about(cluster, "shop", "ServiceEntry", "bypassed").await;
     assert_eq!(events.len(), 1, "one Event per generation: {events:?}");
     let (type_, reason, note) = &events[0];
     assert_eq!(
@@ -359,20 +369,7 @@ async fn unapplicable_patch_gets_a_warning_event(
     cluster
         .apply_manifest("apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata:\n  name: slow-connect\n  namespace: shop\nspec:\n  configPatches:\n    - applyTo: CLUSTER\n      match: {context: SIDECAR_OUTBOUND, cluster: {service: early.example.com}}\n      patch: {operation: MERGE, value: {connect_timeout: soon}}\n")
         .expect("the EnvoyFilter is admitted");
-    let events = wait_for(
-        "a Warning Event on EnvoyFilter shop/slow-connect",
-        DEADLINE,
-        || async {
-            let found = events_about(cluster, "shop", "EnvoyFilter", "slow-connect")?;
-            if found.is_empty() {
-                Err("no Event yet".to_string())
-            } else {
-                Ok(Some(found))
-            }
-        },
-    )
-    .await
-    .expect("Event");
+    let events = first_events_about(cluster, "shop", "EnvoyFilter", "slow-connect").await;
     let (type_, reason, note) = &events[0];
     assert_eq!(
         (type_.as_str(), reason.as_str()),
