@@ -29,7 +29,7 @@ use meshplane_crds::MeshControlPlane;
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use super::owning_control_plane;
+use super::triggers::owning_control_plane;
 use crate::render::{self, OperatorAccount};
 
 #[cfg(doc)]
