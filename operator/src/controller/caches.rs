@@ -3,7 +3,6 @@
 //! the [`Snapshot`] of membership computed from them (`meshplane_crds::membership`).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -15,54 +14,43 @@ use meshplane_crds::{names, MeshControlPlane, MeshRevisionTag};
 
 use super::Error;
 
-/// What membership is computed from, as the control-plane controller's reflectors hold it. Each
-/// store is fed by the same watch that triggers reconciles on its changes, so a reconcile never
-/// reads a store older than its trigger.
+/// What membership is computed from, as the controllers' shared watches
+/// (`super::watches::SharedWatch`) keep it. Each store is written before its event reaches any
+/// trigger, so a reconcile never reads a store older than its trigger.
 #[derive(Clone)]
 pub struct ClusterCaches {
     pub control_planes: Store<MeshControlPlane>,
     pub tags: Store<MeshRevisionTag>,
     pub namespaces: Store<Namespace>,
-    /// True once the tag and namespace stores have seen their first complete list (the control
-    /// plane store is ready before any reconcile runs). Reconciles wait on this rather
+    /// Whether each store has seen its first complete list. Reconciles wait on these rather
     /// than on `Store::wait_until_ready`, whose one-shot channel wakes only the last of several
-    /// concurrent waiters (the others would hang).
-    pub ready: tokio::sync::watch::Receiver<bool>,
+    /// concurrent waiters (the others, the controllers' own wait among them, would hang).
+    ready: [Ready; 3],
 }
 
+type Ready = tokio::sync::watch::Receiver<bool>;
+
 impl ClusterCaches {
-    /// Caches over the three stores, and the task that marks them ready (the one waiter on
-    /// the tag and namespace stores).
+    /// Caches over the three stores, each with its readiness.
     pub fn new(
-        control_planes: Store<MeshControlPlane>,
-        tags: Store<MeshRevisionTag>,
-        namespaces: Store<Namespace>,
-    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (ready_tx, ready) = tokio::sync::watch::channel(false);
-        // The control plane store is not waited on here: the controller itself waits for its
-        // main store before any reconcile, and a second waiter would take its wake-up.
-        let stores = (tags.clone(), namespaces.clone());
-        let mark_ready = async move {
-            let (t, n) = stores;
-            if t.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
-                let _ = ready_tx.send(true);
-            }
-        };
-        let caches = Self {
-            control_planes,
-            tags,
-            namespaces,
-            ready,
-        };
-        (caches, mark_ready)
+        control_planes: (Store<MeshControlPlane>, Ready),
+        tags: (Store<MeshRevisionTag>, Ready),
+        namespaces: (Store<Namespace>, Ready),
+    ) -> Self {
+        Self {
+            control_planes: control_planes.0,
+            tags: tags.0,
+            namespaces: namespaces.0,
+            ready: [control_planes.1, tags.1, namespaces.1],
+        }
     }
 
     /// Membership from the stores, once each has seen its first complete list.
     pub async fn snapshot(&self) -> Result<Snapshot, Error> {
-        let mut ready = self.ready.clone();
-        match ready.wait_for(|ready| *ready).await {
-            Ok(_) => {}
-            Err(_) => return Err(Error::CacheClosed),
+        for ready in &self.ready {
+            if ready.clone().wait_for(|ready| *ready).await.is_err() {
+                return Err(Error::CacheClosed);
+            }
         }
         let namespaces = self.namespaces.state();
         Ok(Snapshot::compute(
@@ -161,7 +149,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use kube::runtime::reflector;
+    use crate::controller::watches::SharedWatch;
     use kube::runtime::watcher::Event as Ev;
 
     fn plane(name: &str, revision: &str) -> MeshControlPlane {
@@ -176,14 +164,17 @@ mod tests {
 
     #[tokio::test]
     async fn every_concurrent_reconcile_sees_the_caches_become_ready() {
-        let (control_planes, mut cp_writer) = reflector::store::<MeshControlPlane>();
-        let (tags, mut tag_writer) = reflector::store::<MeshRevisionTag>();
-        let (namespaces, mut ns_writer) = reflector::store::<Namespace>();
+        let control_planes = SharedWatch::<MeshControlPlane>::new();
+        let tags = SharedWatch::<MeshRevisionTag>::new();
+        let namespaces = SharedWatch::<Namespace>::new();
+        let caches = ClusterCaches::new(
+            (control_planes.store(), control_planes.ready()),
+            (tags.store(), tags.ready()),
+            (namespaces.store(), namespaces.ready()),
+        );
         // kube-runtime's Controller waits for its main store too: that wake-up must not be taken.
-        let main_store = control_planes.clone();
+        let main_store = control_planes.store();
         let controller = tokio::spawn(async move { main_store.wait_until_ready().await });
-        let (caches, mark_ready) = ClusterCaches::new(control_planes, tags, namespaces);
-        let marker = tokio::spawn(mark_ready);
         let waiting: Vec<_> = (0..8)
             .map(|_| {
                 let caches = caches.clone();
@@ -191,13 +182,23 @@ mod tests {
             })
             .collect();
         tokio::task::yield_now().await;
-        cp_writer.apply_watcher_event(&Ev::Init);
-        cp_writer.apply_watcher_event(&Ev::InitApply(plane("a", "a1")));
-        cp_writer.apply_watcher_event(&Ev::InitDone);
-        tag_writer.apply_watcher_event(&Ev::Init);
-        tag_writer.apply_watcher_event(&Ev::InitDone);
-        ns_writer.apply_watcher_event(&Ev::Init);
-        ns_writer.apply_watcher_event(&Ev::InitDone);
+        let (cp_tx, cp_rx) = futures::channel::mpsc::unbounded();
+        let (tag_tx, tag_rx) = futures::channel::mpsc::unbounded();
+        let (ns_tx, ns_rx) = futures::channel::mpsc::unbounded();
+        let _feeds = (
+            control_planes.start("MeshControlPlane", cp_rx),
+            tags.start("MeshRevisionTag", tag_rx),
+            namespaces.start("Namespace", ns_rx),
+        );
+        for event in [Ev::Init, Ev::InitApply(plane("a", "a1")), Ev::InitDone] {
+            cp_tx.unbounded_send(Ok(event)).expect("fed");
+        }
+        for event in [Ev::Init, Ev::InitDone] {
+            tag_tx.unbounded_send(Ok(event)).expect("fed");
+        }
+        for event in [Ev::Init, Ev::InitDone] {
+            ns_tx.unbounded_send(Ok(event)).expect("fed");
+        }
         for task in waiting {
             let seen = tokio::time::timeout(Duration::from_secs(10), task)
                 .await
@@ -206,7 +207,6 @@ mod tests {
                 .expect("a snapshot");
             assert_eq!(seen, 1);
         }
-        marker.await.expect("the marker ran");
         tokio::time::timeout(Duration::from_secs(10), controller)
             .await
             .expect("the controller's wait wakes up")

@@ -11,6 +11,7 @@
 //! - `wiring`: the builder chain of the controllers ([`run`]): which watch triggers what.
 //! - [`triggers`]: the mappers from a watch event to the objects to reconcile.
 //! - `access`: triggers from the kinds the operator reads only per namespace.
+//! - `watches`: one watch per kind, shared by the controllers' triggers and the caches.
 //! - `caches`: the reflector stores membership is computed from, and [`Snapshot`].
 //! - `backoff`: per-object retry delays and per-watch (not shared) trigger backoff.
 //! - `context`, `settings`, `error`: what reconciles share, their tunables, their errors.
@@ -26,6 +27,7 @@ mod migration;
 mod settings;
 mod tag;
 pub mod triggers;
+mod watches;
 mod wiring;
 
 pub use caches::{snapshot, ClusterCaches, Snapshot};

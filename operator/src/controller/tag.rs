@@ -13,7 +13,7 @@ use meshplane_crds::{names, MeshRevisionTag};
 use serde_json::json;
 use tracing::instrument;
 
-use super::{snapshot, Context, Error, TAG_CONTROLLER};
+use super::{Context, Error, TAG_CONTROLLER};
 use crate::status::{self, types};
 
 #[instrument(skip_all, fields(tag = %tag.name_any()))]
@@ -33,9 +33,9 @@ async fn reconcile(tag: &MeshRevisionTag, ctx: &Context) -> Result<Action, Error
     if tag.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // Listed, not cached: the caches belong to the control-plane controller, whose watches
-    // may run behind this controller's triggers. Tags are few and change rarely.
-    let snap = snapshot(&ctx.client).await?;
+    // From the caches: they are fed by the same watches as this controller's triggers, and
+    // hold each change before it triggers anything.
+    let snap = ctx.cluster_snapshot().await?;
     let name = tag.name_any();
     let conflicts = snap.membership.conflicts_of_tag(&name);
     let new_status =

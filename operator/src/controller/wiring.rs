@@ -27,6 +27,7 @@ use super::error::error_policy;
 use super::triggers::{
     all_refs, control_plane_of_instance_pod, fact_changes, owning_control_plane,
 };
+use super::watches::SharedWatch;
 use super::{access, backoff, triggers, Context};
 use super::{reconcile_control_plane, reconcile_migration, reconcile_tag};
 use super::{CONTROL_PLANE_CONTROLLER, MIGRATION_CONTROLLER, TAG_CONTROLLER};
@@ -46,24 +47,24 @@ pub async fn run(
         names::MANAGED_BY_VALUE
     ));
 
-    // The control-plane controller's caches (see `ClusterCaches`). Sibling control planes and
-    // tags re-trigger every control plane only when their membership facts change, not on each
+    // One watch per kind both controllers and the caches follow (`SharedWatch`), so that each
+    // trigger finds the caches at least as new as itself. Sibling control planes and tags
+    // re-trigger every control plane only when their membership facts change, not on each
     // status write, or 100 control planes would reconcile each other 10,000 times.
-    let (cp_store, cp_writer) = reflector::store::<MeshControlPlane>();
-    let (tag_cache, tag_cache_writer) = reflector::store::<MeshRevisionTag>();
-    let (ns_cache, ns_cache_writer) = reflector::store::<Namespace>();
-    let (caches, mark_ready) = ClusterCaches::new(cp_store.clone(), tag_cache, ns_cache);
-    let _ = ctx.caches.set(caches);
-    let caches_ready = tokio::spawn(mark_ready);
-    let (sibling_tx, sibling_rx) = futures::channel::mpsc::unbounded();
-    let control_plane_events = reflector(cp_writer, watched::<MeshControlPlane>(&client, &all))
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                let _ = sibling_tx.unbounded_send(Ok(event.clone()));
-            }
-        });
-    let cp_controller =
-        Controller::for_stream(control_plane_events.applied_objects(), cp_store.clone());
+    let mut control_plane_watch = SharedWatch::<MeshControlPlane>::new();
+    let mut tag_watch = SharedWatch::<MeshRevisionTag>::new();
+    let mut namespace_watch = SharedWatch::<Namespace>::new();
+    let _ = ctx.caches.set(ClusterCaches::new(
+        (control_plane_watch.store(), control_plane_watch.ready()),
+        (tag_watch.store(), tag_watch.ready()),
+        (namespace_watch.store(), namespace_watch.ready()),
+    ));
+    let cp_store = control_plane_watch.store();
+    let tag_store = tag_watch.store();
+    let cp_controller = Controller::for_stream(
+        control_plane_watch.subscribe().applied_objects(),
+        cp_store.clone(),
+    );
     let ns_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
     let (store_for_ns, store_for_tags) = (cp_store.clone(), cp_store.clone());
     let store_for_pods = cp_store.clone();
@@ -102,23 +103,19 @@ pub async fn run(
             owned::<ValidatingWebhookConfiguration>(&client, &managed),
             owning_control_plane,
         )
+        .watches_stream(namespace_watch.subscribe().touched_objects(), move |ns| {
+            let mut index = cp_index.lock().unwrap_or_else(|p| p.into_inner());
+            triggers::control_planes_for_namespace(&ns, &mut index, &store_for_ns.state())
+        })
         .watches_stream(
-            reflector(ns_cache_writer, watched::<Namespace>(&client, &all)).touched_objects(),
-            move |ns| {
-                let mut index = cp_index.lock().unwrap_or_else(|p| p.into_inner());
-                triggers::control_planes_for_namespace(&ns, &mut index, &store_for_ns.state())
-            },
-        )
-        .watches_stream(
-            fact_changes(
-                reflector(tag_cache_writer, watched::<MeshRevisionTag>(&client, &all)),
-                |t| TagFacts::from(t),
-            ),
+            fact_changes(tag_watch.subscribe(), |t| TagFacts::from(t)),
             move |_| all_refs(&store_for_tags.state()),
         )
         .reconcile_all_on(
-            fact_changes(sibling_rx, |c| ControlPlaneFacts::from(c))
-                .filter_map(|r| async move { r.ok().map(|_| ()) }),
+            fact_changes(control_plane_watch.subscribe(), |c| {
+                ControlPlaneFacts::from(c)
+            })
+            .filter_map(|r| async move { r.ok().map(|_| ()) }),
         )
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -133,27 +130,21 @@ pub async fn run(
         });
 
     let (shutdown_migrations, ctx_migrations) = (shutdown.clone(), ctx.clone());
-    let (tag_store, tag_writer) = reflector::store::<MeshRevisionTag>();
-    let tag_controller = Controller::for_stream(
-        reflector(tag_writer, watched::<MeshRevisionTag>(&client, &all)).applied_objects(),
-        tag_store.clone(),
-    );
+    let tag_controller =
+        Controller::for_stream(tag_watch.subscribe().applied_objects(), tag_store.clone());
     let (tags_for_cp, tags_for_ns) = (tag_store.clone(), tag_store);
     let tag_index = Arc::new(Mutex::new(triggers::NamespaceIndex::default()));
     let tags = backoff::per_watch(tag_controller)
         .watches_stream(
-            fact_changes(watched::<MeshControlPlane>(&client, &all), |c| {
+            fact_changes(control_plane_watch.subscribe(), |c| {
                 ControlPlaneFacts::from(c)
             }),
             move |_| all_refs(&tags_for_cp.state()),
         )
-        .watches_stream(
-            watched::<Namespace>(&client, &all).touched_objects(),
-            move |ns| {
-                let mut index = tag_index.lock().unwrap_or_else(|p| p.into_inner());
-                triggers::tags_for_namespace(&ns, &mut index, &tags_for_ns.state())
-            },
-        )
+        .watches_stream(namespace_watch.subscribe().touched_objects(), move |ns| {
+            let mut index = tag_index.lock().unwrap_or_else(|p| p.into_inner());
+            triggers::tags_for_namespace(&ns, &mut index, &tags_for_ns.state())
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile_tag, error_policy(TAG_CONTROLLER), ctx)
         .for_each(|res| async move {
@@ -182,9 +173,18 @@ pub async fn run(
             warn!(error = %e, "migration controller");
         }
     });
+    // Started once every consumer subscribed; dropped (ending the watches) when the
+    // controllers stop.
+    let _feeds = (
+        control_plane_watch.start(
+            "MeshControlPlane",
+            watched::<MeshControlPlane>(&client, &all),
+        ),
+        tag_watch.start("MeshRevisionTag", watched::<MeshRevisionTag>(&client, &all)),
+        namespace_watch.start("Namespace", watched::<Namespace>(&client, &all)),
+    );
     info!("controllers started");
     futures::join!(control_planes, tags, migrations);
-    caches_ready.abort();
     info!("controllers stopped");
 }
 

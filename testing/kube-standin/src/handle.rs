@@ -306,6 +306,14 @@ impl StandInHandle {
         self.store.open_watches()
     }
 
+    /// Open watch streams by resource (`<plural>` for the core group, else
+    /// `<plural>.<group>`), kept current: `wait_for` awaits a count.
+    pub fn watches_by_resource(
+        &self,
+    ) -> tokio::sync::watch::Receiver<std::collections::BTreeMap<String, usize>> {
+        self.store.watches_by_resource()
+    }
+
     /// Ends every open watch stream; clients must reconnect (and resume).
     pub fn drop_all_watches(&self) {
         self.store.drop_all_watches();

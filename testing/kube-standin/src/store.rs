@@ -108,6 +108,28 @@ pub struct Store {
     events: broadcast::Sender<Arc<StoredEvent>>,
     /// Bumped to end every open watch (fault injection).
     watch_epoch: watch::Sender<u64>,
+    /// Open watch streams per resource (test instrumentation, see [`OpenWatch`]).
+    watches_by_resource: watch::Sender<BTreeMap<String, usize>>,
+}
+
+/// One open watch stream, counted per resource in [`Store::watches_by_resource`] until dropped,
+/// so that tests can tell that a client watches each kind once.
+pub struct OpenWatch {
+    store: Arc<Store>,
+    resource: String,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.store.watches_by_resource.send_modify(|open| {
+            if let Some(n) = open.get_mut(&self.resource) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    open.remove(&self.resource);
+                }
+            }
+        });
+    }
 }
 
 fn object_key(obj: &Value) -> (String, String) {
@@ -608,6 +630,7 @@ impl Store {
     pub fn new(history_limit: usize) -> Arc<Self> {
         let (events, _) = broadcast::channel(16_384);
         let (watch_epoch, _) = watch::channel(0);
+        let (watches_by_resource, _) = watch::channel(BTreeMap::new());
         let store = Arc::new(Self {
             state: Mutex::new(State {
                 rv: 1,
@@ -623,6 +646,7 @@ impl Store {
             }),
             events,
             watch_epoch,
+            watches_by_resource,
         });
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -995,6 +1019,27 @@ impl Store {
     /// How many watch streams are open (tests await a client's watch before acting).
     pub fn open_watches(&self) -> usize {
         self.events.receiver_count()
+    }
+
+    /// Counts a watch stream of `rt` as open until the returned guard is dropped.
+    pub fn open_watch(self: &Arc<Self>, rt: &ResourceType) -> OpenWatch {
+        let resource = if rt.group.is_empty() {
+            rt.plural.clone()
+        } else {
+            format!("{}.{}", rt.plural, rt.group)
+        };
+        self.watches_by_resource
+            .send_modify(|open| *open.entry(resource.clone()).or_default() += 1);
+        OpenWatch {
+            store: self.clone(),
+            resource,
+        }
+    }
+
+    /// Open watch streams by `<plural>[.<group>]` (a resource with none is absent), kept
+    /// current: tests await a count with `wait_for`.
+    pub fn watches_by_resource(&self) -> watch::Receiver<BTreeMap<String, usize>> {
+        self.watches_by_resource.subscribe()
     }
 
     /// Ends every open watch stream (fault injection).

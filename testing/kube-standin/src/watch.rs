@@ -96,7 +96,9 @@ fn bookmark(req: &WatchRequest, rv: u64, initial_end: bool) -> Bytes {
 pub fn open(store: Arc<Store>, req: WatchRequest) -> ReceiverStream<Result<Bytes, Infallible>> {
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
-        let result = run(store, &req, &tx).await;
+        // Counted for as long as the stream runs: it ends when the client goes away.
+        let _open = store.open_watch(&req.rt);
+        let result = run(store.clone(), &req, &tx).await;
         if let Err(e) = result {
             let _ = tx.send(Ok(line("ERROR", e.status()))).await;
         }

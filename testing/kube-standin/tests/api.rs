@@ -1,7 +1,7 @@
 //! Conformance of the API stand-in (test fixture) against kube's client and kube-runtime: the
 //! semantics the operator and xds-server rely on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -562,6 +562,36 @@ async fn watches_resume_and_report_410_for_expired_versions() {
         Some(WatchEvent::Error(e)) => assert_eq!(e.code, 410),
         other => panic!("expected a 410 ERROR event, got {other:?}"),
     }
+}
+
+/// Open watch streams are counted per resource for as long as they run (what tests use to
+/// check that a client watches each kind once).
+#[tokio::test]
+async fn open_watches_are_counted_per_resource_until_the_client_goes_away() {
+    let (h, client) = start().await;
+    let open = h.watches_by_resource();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let namespaces: Api<Namespace> = Api::all(client);
+    let params = WatchParams::default();
+    let first = config_maps.watch(&params, "0").await.unwrap().boxed();
+    let second = config_maps.watch(&params, "0").await.unwrap().boxed();
+    let third = namespaces.watch(&params, "0").await.unwrap().boxed();
+    let expect = |counts: &[(&str, usize)]| {
+        let want: BTreeMap<String, usize> =
+            counts.iter().map(|(r, n)| (r.to_string(), *n)).collect();
+        let mut open = open.clone();
+        async move {
+            tokio::time::timeout(DEADLINE, open.wait_for(|now| *now == want))
+                .await
+                .unwrap_or_else(|_| panic!("open watches never became {want:?}"))
+                .unwrap();
+        }
+    };
+    expect(&[("configmaps", 2), ("namespaces", 1)]).await;
+    drop(first);
+    expect(&[("configmaps", 1), ("namespaces", 1)]).await;
+    drop((second, third));
+    expect(&[]).await;
 }
 
 #[tokio::test]
