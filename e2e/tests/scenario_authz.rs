@@ -203,18 +203,41 @@ async fn identities_decide_who_calls_web_over_http_and_tcp() {
         xfcc.contains("URI=spiffe://blue.mesh.local/ns/shop/sa/cart"),
         "web sees cart's identity: {body}"
     );
-    // The policies arrive in one apply but may reach the sidecar in more than one push.
-    let admin = wait_for("cart refused on /admin", DEADLINE, || async {
+    // The policies arrive in one apply but may reach the sidecar in more than one push: wait
+    // until web's sidecar holds the DENY policy, then it must decide cart's next request but
+    // one. cart's sidecar pools its connection to web, opened before any policy; the LDS
+    // update replaced the chain that connection runs on, and Envoy closes it after one more
+    // request (`--drain-strategy immediate`). With Envoy's default (gradual over 600 s) the
+    // pooled connection kept serving /admin for minutes after the policy arrived.
+    let web = cluster.in_pod("shop", &pods[0]).expect("web pod");
+    wait_for("deny-admin on web's sidecar", DEADLINE, || async {
+        let dump = web
+            .envoy_admin("/config_dump?resource=dynamic_listeners")
+            .await
+            .map_err(|e| e.to_string())?;
+        dump.contains("policy[deny-admin]")
+            .then_some(Some(()))
+            .ok_or_else(|| "not yet".to_owned())
+    })
+    .await
+    .expect("the DENY policy reaches web's sidecar");
+    let mut replies = Vec::new();
+    for _ in 0..2 {
         let reply = cart
             .http_get(&format!("{web_http}/admin/users"))
             .await
-            .map_err(|e| e.to_string())?;
-        (reply.status == 403)
-            .then_some(Some(reply.clone()))
-            .ok_or(format!("{reply:?}"))
-    })
-    .await
-    .expect("cart denied on /admin");
+            .expect("cart on /admin");
+        let refused = reply.status == 403;
+        replies.push(reply);
+        if refused {
+            break;
+        }
+    }
+    let admin = replies
+        .iter()
+        .find(|r| r.status == 403)
+        .cloned()
+        .unwrap_or_else(|| panic!("cart refused on /admin within two requests: {replies:?}"));
     assert!(
         admin
             .body

@@ -104,7 +104,33 @@ impl LaunchArgs {
             .or_else(|| std::env::var_os(ENVOY_BIN_ENV).map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from("envoy"))
     }
+
+    /// The arguments Envoy runs with after `-c`: the extra arguments, then each of
+    /// [`DRAIN_DEFAULTS`] the extra arguments do not set themselves.
+    pub fn envoy_args(&self) -> Vec<String> {
+        let mut args = self.envoy_args.clone();
+        for (flag, value) in DRAIN_DEFAULTS {
+            let set = self
+                .envoy_args
+                .iter()
+                .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+            if !set {
+                args.extend([flag.to_owned(), value.to_owned()]);
+            }
+        }
+        args
+    }
 }
+
+/// How Envoy drains the connections of a filter chain that an LDS update replaced (a new
+/// AuthorizationPolicy, PeerAuthentication or DestinationRule changes the inbound chains).
+/// Those connections keep the old chain's config until they close, and Envoy's defaults
+/// (`gradual` over 600 s) let a pooled connection from a client's sidecar serve a revoked
+/// policy for minutes. `immediate` closes each one after its current request (`Connection:
+/// close`, or GOAWAY on HTTP/2), so the next request is decided by the new config; 45 s (Istio's
+/// drain duration) bounds how long a connection that sends nothing more is kept.
+pub const DRAIN_DEFAULTS: [(&str, &str); 2] =
+    [("--drain-strategy", "immediate"), ("--drain-time-s", "45")];
 
 /// What to do with the IPv6 table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -222,6 +248,42 @@ mod tests {
             ]
         );
         assert_eq!(cli.envoy_args, vec!["--mode", "validate"]);
+    }
+
+    #[test]
+    fn envoy_drains_replaced_filter_chains_at_once_unless_told_otherwise() {
+        let base = [
+            "meshplane-proxy",
+            "--bootstrap",
+            "/b.yaml",
+            "--node-id",
+            "n",
+            "--cluster",
+            "c",
+        ];
+        let cli = launch(base);
+        assert_eq!(
+            cli.envoy_args(),
+            vec!["--drain-strategy", "immediate", "--drain-time-s", "45"]
+        );
+        // Envoy refuses a flag given twice: a caller's own value replaces the default.
+        let cli = launch([
+            base[0],
+            base[1],
+            base[2],
+            base[3],
+            base[4],
+            base[5],
+            base[6],
+            "--",
+            "--drain-time-s=5",
+            "--drain-strategy",
+            "gradual",
+        ]);
+        assert_eq!(
+            cli.envoy_args(),
+            vec!["--drain-time-s=5", "--drain-strategy", "gradual"]
+        );
     }
 
     fn launch<const N: usize>(args: [&str; N]) -> LaunchArgs {

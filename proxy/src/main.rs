@@ -202,7 +202,7 @@ fn prepare_agent(cli: &LaunchArgs) -> Result<agent::AgentConfig, LaunchError> {
         envoy: agent::envoy::EnvoyCommand {
             bin: cli.envoy_bin(),
             config,
-            extra_args: cli.envoy_args.clone(),
+            extra_args: cli.envoy_args(),
         },
     })
 }
@@ -227,7 +227,7 @@ fn launch(cli: LaunchArgs) -> LaunchError {
         .arg("-c")
         .arg(&cli.out)
         .arg("--disable-hot-restart")
-        .args(&cli.envoy_args)
+        .args(cli.envoy_args())
         .exec();
     LaunchError::Exec {
         bin: envoy_bin,
