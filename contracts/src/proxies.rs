@@ -1,11 +1,20 @@
 //! Contract 3: the proxy count ConfigMap `meshplane-<revision>-proxies` in the control
 //! namespace.
 //!
-//! The operator creates it without data. Each instance pod server-side-applies one key, its
-//! pod name, whose value is its connected proxy count in decimal, under the field manager
-//! [`field_manager`] (so pods never take each other's keys). The operator sums the keys of the
-//! instance pods that exist into `status.connectedProxies`; keys of pods that are gone are
-//! stale and do not count.
+//! The operator creates it without data. Each instance pod server-side-applies its keys under
+//! the field manager [`field_manager`] (so pods never take each other's keys):
+//! - `<pod>`: its connected proxy count in decimal;
+//! - `<pod>.members-stale` ([`members_stale_key`]), only while the pod serves members it could
+//!   not confirm (its members ConfigMap is deleted, missing, breaks contract 2 or cannot be
+//!   listed): `<RFC 3339 time> <reason>`, since when and why ([`MembersStale`]). The pod
+//!   applies without it once the members are readable again, and server-side apply removes a
+//!   key its manager no longer applies.
+//!
+//! The operator sums the counts of the instance pods that exist into
+//! `status.connectedProxies`, turns the marks of those pods into the `MembersStale` condition,
+//! and removes every key of pods that are gone ([`keys_left_behind`]): a count or a mark of a
+//! gone pod is stale and does not count. A ConfigMap with only `<pod>` keys (before the marks
+//! existed) reads the same as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,43 +23,163 @@ use crate::Data;
 
 const CONTRACT: &str = "3 (proxy count ConfigMap)";
 
+/// Suffix of a pod's members-stale key. Instance pods are named by their ReplicaSet
+/// (`meshplane-<rev>-<hash>-<id>`, no dot), so no pod name ends with it.
+pub const MEMBERS_STALE_SUFFIX: &str = ".members-stale";
+
+/// Longest reason kept from a mark (it ends up in a condition message).
+const REASON_MAX: usize = 256;
+
 /// Name of the proxy count ConfigMap of `revision`.
 pub fn configmap_name(revision: &str) -> String {
     format!("meshplane-{revision}-proxies")
 }
 
-/// The field manager instance pod `pod` applies its key with.
+/// The field manager instance pod `pod` applies its keys with.
 pub fn field_manager(pod: &str) -> String {
     format!("meshplane-xds/{pod}")
 }
 
-/// The one entry instance pod `pod` applies: its key and value.
+/// The count entry instance pod `pod` applies: its key and value.
 pub fn entry(pod: &str, connected: u64) -> (String, String) {
     (pod.to_string(), connected.to_string())
 }
 
-/// The counts in the ConfigMap, by pod name.
+/// Key of the members-stale mark of instance pod `pod`.
+pub fn members_stale_key(pod: &str) -> String {
+    format!("{pod}{MEMBERS_STALE_SUFFIX}")
+}
+
+/// Everything instance pod `pod` applies: its count, and its mark while its members are stale.
+pub fn entries(pod: &str, connected: u64, stale: Option<&MembersStale>) -> Data {
+    let mut data = Data::from([entry(pod, connected)]);
+    if let Some(mark) = stale {
+        data.insert(members_stale_key(pod), mark.to_value());
+    }
+    data
+}
+
+/// An instance pod keeps serving members it could not confirm: since when (RFC 3339, UTC) and
+/// why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembersStale {
+    pub since: String,
+    pub reason: String,
+}
+
+impl MembersStale {
+    /// The key's value: the time, one space, the reason.
+    pub fn to_value(&self) -> String {
+        format!("{} {}", self.since, self.reason)
+    }
+
+    /// Reads a mark; the time must be RFC 3339 (`2026-12-02T03:40:00Z`), the reason may be
+    /// empty and is cut to 256 characters.
+    pub fn from_value(value: &str) -> Result<Self, ContractError> {
+        let value = value.trim();
+        let (since, reason) = value.split_once(' ').unwrap_or((value, ""));
+        if !is_rfc3339(since) {
+            return Err(ContractError::invalid(
+                CONTRACT,
+                "members-stale mark",
+                value,
+                "does not start with an RFC 3339 time",
+            ));
+        }
+        Ok(Self {
+            since: since.to_string(),
+            reason: reason.trim().chars().take(REASON_MAX).collect(),
+        })
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS`, optional fraction, then `Z` or `±HH:MM`: the shape, not the calendar.
+fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    let head = digits(0..4)
+        && at(4, b'-')
+        && digits(5..7)
+        && at(7, b'-')
+        && digits(8..10)
+        && (at(10, b'T') || at(10, b't'))
+        && digits(11..13)
+        && at(13, b':')
+        && digits(14..16)
+        && at(16, b':')
+        && digits(17..19);
+    if !head {
+        return false;
+    }
+    let mut i = 19;
+    if at(i, b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return false;
+        }
+    }
+    match b.get(i) {
+        Some(b'Z' | b'z') => i + 1 == b.len(),
+        Some(b'+' | b'-') => {
+            i + 6 == b.len() && digits(i + 1..i + 3) && at(i + 3, b':') && digits(i + 4..i + 6)
+        }
+        _ => false,
+    }
+}
+
+/// The counts and marks in the ConfigMap, by pod name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProxyCounts {
     pub by_pod: BTreeMap<String, u64>,
+    /// Pods that serve members they could not confirm.
+    pub members_stale: BTreeMap<String, MembersStale>,
 }
 
 impl ProxyCounts {
-    /// Reads the ConfigMap `data`; a value that is not a count is an error naming its key.
+    /// Reads the ConfigMap `data`; a value that is not a count (or a mark) is an error naming
+    /// its key.
     pub fn from_data(data: &Data) -> Result<Self, ContractError> {
-        let mut by_pod = BTreeMap::new();
-        for (pod, value) in data {
-            let count = value.trim().parse::<u64>().map_err(|_| {
-                ContractError::invalid(
+        let (counts, mut errors) = Self::read(data);
+        match errors.is_empty() {
+            true => Ok(counts),
+            false => Err(errors.remove(0)),
+        }
+    }
+
+    /// Reads what is readable and says what is not: one bad key (another writer's, a newer
+    /// format) does not hide the other pods' counts.
+    pub fn read(data: &Data) -> (Self, Vec<ContractError>) {
+        let mut out = Self::default();
+        let mut errors = Vec::new();
+        for (key, value) in data {
+            if let Some(pod) = key.strip_suffix(MEMBERS_STALE_SUFFIX) {
+                match MembersStale::from_value(value) {
+                    Ok(mark) => {
+                        out.members_stale.insert(pod.to_string(), mark);
+                    }
+                    Err(e) => errors.push(e),
+                }
+                continue;
+            }
+            match value.trim().parse::<u64>() {
+                Ok(count) => {
+                    out.by_pod.insert(key.clone(), count);
+                }
+                Err(_) => errors.push(ContractError::invalid(
                     CONTRACT,
                     "count",
                     value,
-                    format!("key {pod:?} is not a count"),
-                )
-            })?;
-            by_pod.insert(pod.clone(), count);
+                    format!("key {key:?} is not a count"),
+                )),
+            }
         }
-        Ok(Self { by_pod })
+        (out, errors)
     }
 
     /// The sum over the pods in `live` (the instance pods that exist).
@@ -62,18 +191,37 @@ impl ProxyCounts {
             .fold(0, u64::saturating_add)
     }
 
-    /// Keys of pods not in `live`: left behind by instance pods that are gone.
-    pub fn stale<'a>(&'a self, live: &'a BTreeSet<String>) -> impl Iterator<Item = &'a str> {
-        self.by_pod
-            .keys()
-            .filter(|pod| !live.contains(*pod))
-            .map(String::as_str)
+    /// The marks of the pods in `live`: a gone pod's mark says nothing about what is served.
+    pub fn members_stale_of<'a>(
+        &'a self,
+        live: &'a BTreeSet<String>,
+    ) -> impl Iterator<Item = (&'a str, &'a MembersStale)> {
+        self.members_stale
+            .iter()
+            .filter(|(pod, _)| live.contains(*pod))
+            .map(|(pod, mark)| (pod.as_str(), mark))
     }
+}
+
+/// Keys of `data` left behind by instance pods not in `live` (their counts and their marks,
+/// readable or not), which the operator removes.
+pub fn keys_left_behind(data: &Data, live: &BTreeSet<String>) -> Vec<String> {
+    data.keys()
+        .filter(|key| {
+            let pod = key.strip_suffix(MEMBERS_STALE_SUFFIX).unwrap_or(key);
+            !live.contains(pod)
+        })
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn live(pods: &[&str]) -> BTreeSet<String> {
+        pods.iter().map(|p| p.to_string()).collect()
+    }
 
     #[test]
     fn round_trips_and_counts_only_live_pods() {
@@ -81,12 +229,84 @@ mod tests {
             .into_iter()
             .collect();
         let counts = ProxyCounts::from_data(&data).expect("counts");
-        let live: BTreeSet<String> = ["xds-a".to_string(), "xds-b".to_string()].into();
+        let live = live(&["xds-a", "xds-b"]);
         assert_eq!(counts.total(&live), 7);
-        assert_eq!(counts.stale(&live).collect::<Vec<_>>(), ["xds-gone"]);
+        assert_eq!(keys_left_behind(&data, &live), ["xds-gone"]);
         assert_eq!(field_manager("xds-a"), "meshplane-xds/xds-a");
         let err = ProxyCounts::from_data(&Data::from([("x".into(), "many".into())]))
             .expect_err("not a count");
         assert!(err.to_string().contains("\"x\""), "{err}");
+    }
+
+    /// Issue 16 item 3: an instance serving stale members says so next to its count; the mark
+    /// round-trips, old-format data (counts only) reads as before, and a gone pod's mark goes
+    /// with its count.
+    #[test]
+    fn members_stale_marks_round_trip_and_leave_with_their_pod() {
+        let mark = MembersStale {
+            since: "2026-12-02T03:40:00Z".into(),
+            reason: "the members ConfigMap was deleted".into(),
+        };
+        let mut data = entries("xds-a", 3, Some(&mark));
+        assert_eq!(
+            data,
+            Data::from([
+                ("xds-a".into(), "3".into()),
+                (
+                    "xds-a.members-stale".into(),
+                    "2026-12-02T03:40:00Z the members ConfigMap was deleted".into()
+                ),
+            ])
+        );
+        assert_eq!(entries("xds-a", 3, None), Data::from([entry("xds-a", 3)]));
+        data.extend(entries("xds-gone", 1, Some(&mark)));
+        data.extend(entries("xds-b", 4, None));
+        let counts = ProxyCounts::from_data(&data).expect("readable");
+        let live = live(&["xds-a", "xds-b"]);
+        assert_eq!(counts.total(&live), 7, "marks are not counts");
+        assert_eq!(
+            counts.members_stale_of(&live).collect::<Vec<_>>(),
+            [("xds-a", &mark)]
+        );
+        assert_eq!(
+            keys_left_behind(&data, &live),
+            ["xds-gone", "xds-gone.members-stale"]
+        );
+        // Counts only (the format before marks): no pod is stale.
+        let old = Data::from([entry("xds-a", 2)]);
+        assert_eq!(
+            ProxyCounts::from_data(&old).map(|c| c.members_stale.is_empty()),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn a_mark_needs_an_rfc3339_time_and_a_bad_key_hides_no_other() {
+        for ok in [
+            "2026-12-02T03:40:00Z",
+            "2026-12-02T03:40:00.123Z why",
+            "2026-12-02T03:40:00+01:00 why",
+        ] {
+            assert!(MembersStale::from_value(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "yesterday why",
+            "2026-12-02 03:40:00Z",
+            "2026-12-02T03:40:00",
+        ] {
+            assert!(MembersStale::from_value(bad).is_err(), "{bad:?}");
+        }
+        let long = format!("2026-12-02T03:40:00Z {}", "x".repeat(1000));
+        let mark = MembersStale::from_value(&long).expect("long reason");
+        assert_eq!(mark.reason.len(), REASON_MAX);
+        let data = Data::from([
+            ("xds-a".into(), "3".into()),
+            ("xds-a.members-stale".into(), "soon".into()),
+            ("xds-b".into(), "lots".into()),
+        ]);
+        let (counts, errors) = ProxyCounts::read(&data);
+        assert_eq!(counts.by_pod, BTreeMap::from([("xds-a".into(), 3)]));
+        assert_eq!(errors.len(), 2, "{errors:?}");
     }
 }

@@ -386,7 +386,9 @@ pub struct MeshControlPlaneStatus {
     /// Effective control namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_namespace: Option<String>,
-    /// `Ready`, `Reconciled`, `WebhooksReady`, `Degraded`, `InUse`.
+    /// `Ready`, `Reconciled`, `WebhooksReady`, `MembersStale` (an instance serves the last
+    /// members it could read: its members ConfigMap is deleted, unreadable or not the
+    /// operator's), `Degraded`, `InUse`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Namespaces attached to this revision (directly or through a tag).

@@ -132,6 +132,15 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         connected("1").await;
     }
 
+    // Issue 16 item 3: a members ConfigMap the operator cannot overwrite (someone replaced it
+    // with one of their own, which the operator leaves alone) leaves the instance serving the
+    // members it last read; the control plane says so (MembersStale, one Warning Event), and
+    // says it no more once the ConfigMap is the operator's again.
+    members_stale_is_reported_and_recovers(&cluster).await;
+    if cluster.network().is_some() {
+        connected("1").await;
+    }
+
     cluster
         .kubectl(&["label", "namespace", "shop", "meshplane.io/rev-"])
         .expect("leave");
@@ -186,4 +195,85 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         "no injection after leaving"
     );
     eprintln!("scenario join-leave took {:?}", started.elapsed());
+}
+
+/// `MembersStale` of blue-v1 (status, reason, message) as `kubectl get` shows it.
+fn members_stale(cluster: &Cluster) -> Result<(String, String, String), String> {
+    let out = cluster
+        .kubectl(&[
+            "get",
+            "meshcontrolplane",
+            "blue-v1",
+            "-o",
+            r#"jsonpath={range .status.conditions[?(@.type=="MembersStale")]}{.status}|{.reason}|{.message}{end}"#,
+        ])
+        .map_err(|e| e.to_string())?;
+    let mut parts = out.trim().splitn(3, '|').map(str::to_string);
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(s), Some(r), Some(m)) => Ok((s, r, m)),
+        _ => Err(format!("no MembersStale condition yet: {out:?}")),
+    }
+}
+
+async fn members_stale_is_reported_and_recovers(cluster: &Cluster) {
+    let control = names::control_namespace("blue");
+    let name = names::members_configmap("blue-v1");
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client(), &control);
+    // One replace: the operator's labels, owner and `members` go at once, so at no moment is
+    // the object both the operator's and broken (it would rewrite it).
+    let mut cm = api.get(&name).await.expect("members ConfigMap");
+    cm.metadata.labels = None;
+    cm.metadata.owner_references = None;
+    cm.metadata.managed_fields = None;
+    cm.data = Some([("note".to_string(), "not the operator's".to_string())].into());
+    api.replace(&name, &Default::default(), &cm)
+        .await
+        .expect("replace the members ConfigMap");
+    let (_, reason, message) = wait_for("blue-v1 MembersStale=True", DEADLINE, || async {
+        match members_stale(cluster)? {
+            c if c.0 == "True" => Ok(Some(c)),
+            c => Err(format!("MembersStale {c:?}")),
+        }
+    })
+    .await
+    .expect("MembersStale True");
+    assert_eq!(reason, "LastKnownMembers");
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), &control);
+    let instances = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=meshplane-xds"))
+        .await
+        .expect("instance pods");
+    assert!(
+        instances
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .any(|pod| message.contains(pod)),
+        "the message names the instance pod: {message}"
+    );
+    assert!(message.contains("unreadable"), "{message}");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(cluster.client());
+    let warned = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MembersStale"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("blue-v1"))
+        .count();
+    assert_eq!(warned, 1, "one Warning Event as MembersStale turns True");
+
+    // Deleting the foreign ConfigMap lets the operator write its own again.
+    cluster
+        .kubectl(&["-n", &control, "delete", "configmap", &name])
+        .expect("delete the foreign ConfigMap");
+    wait_for("blue-v1 MembersStale=False", DEADLINE, || async {
+        match members_stale(cluster)? {
+            c if c.0 == "False" => Ok(Some(())),
+            c => Err(format!("MembersStale {c:?}")),
+        }
+    })
+    .await
+    .expect("MembersStale False");
 }

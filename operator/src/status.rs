@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use meshplane_contracts::proxies::{self, MembersStale, ProxyCounts};
+use meshplane_contracts::Data;
 use meshplane_crds::controlplane::{
     NamespaceList, RejectedNamespace, RejectedNamespaces, STATUS_NAME_LIMIT,
 };
@@ -22,7 +24,11 @@ pub mod types {
     pub const WEBHOOKS_READY: &str = "WebhooksReady";
     pub const DEGRADED: &str = "Degraded";
     pub const IN_USE: &str = "InUse";
+    pub const MEMBERS_STALE: &str = "MembersStale";
 }
+
+/// Reason of `MembersStale=True`: some instance pod serves the members it last read.
+pub const MEMBERS_STALE_REASON: &str = "LastKnownMembers";
 
 /// A condition without its transition time, which [`merge_conditions`] fills in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +92,25 @@ pub fn bounded(names: &BTreeSet<String>) -> NamespaceList {
     }
 }
 
+/// The proxies ConfigMap's data (contract 3) as text; values that are not text are dropped.
+fn proxies_data(proxies_configmap: Option<&Value>) -> Option<Data> {
+    let data = proxies_configmap?.get("data")?.as_object()?;
+    Some(
+        data.iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+    )
+}
+
+/// The proxies ConfigMap read by contract 3, what breaks it ignored (and logged).
+fn proxy_counts(proxies_configmap: Option<&Value>) -> Option<ProxyCounts> {
+    let (counts, errors) = ProxyCounts::read(&proxies_data(proxies_configmap)?);
+    for e in errors {
+        tracing::debug!(error = %e, "ignoring a value of the proxies ConfigMap");
+    }
+    Some(counts)
+}
+
 /// Sum of the per-pod counts in the proxies ConfigMap's data (contract 3) over the instance
 /// pods that exist (`live`): a key left behind by a pod that is gone (a rollout, a crash) does
 /// not count. Values that are not counts are ignored.
@@ -93,28 +118,58 @@ pub fn connected_proxies(
     proxies_configmap: Option<&Value>,
     live: &BTreeSet<String>,
 ) -> Option<i32> {
-    let data = proxies_configmap?.get("data")?.as_object()?;
-    let sum: i64 = data
-        .iter()
-        .filter(|(pod, _)| live.contains(*pod))
-        .filter_map(|(_, v)| v.as_str()?.trim().parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .sum();
-    Some(i32::try_from(sum).unwrap_or(i32::MAX))
+    let total = proxy_counts(proxies_configmap)?.total(live);
+    Some(i32::try_from(total).unwrap_or(i32::MAX))
 }
 
-/// Keys of the proxies ConfigMap left by instance pods that are gone (not in `live`), which
-/// the reconcile removes.
+/// Keys of the proxies ConfigMap left by instance pods that are gone (not in `live`), their
+/// counts and members-stale marks, which the reconcile removes.
 pub fn stale_proxy_keys(proxies_configmap: Option<&Value>, live: &BTreeSet<String>) -> Vec<String> {
-    proxies_configmap
-        .and_then(|cm| cm.get("data")?.as_object())
-        .map(|data| {
-            data.keys()
-                .filter(|pod| !live.contains(*pod))
-                .cloned()
+    proxies_data(proxies_configmap)
+        .map(|data| proxies::keys_left_behind(&data, live))
+        .unwrap_or_default()
+}
+
+/// The instance pods in `live` that report serving stale members (contract 3), with their
+/// marks.
+pub fn members_stale(
+    proxies_configmap: Option<&Value>,
+    live: &BTreeSet<String>,
+) -> Vec<(String, MembersStale)> {
+    proxy_counts(proxies_configmap)
+        .map(|counts| {
+            counts
+                .members_stale_of(live)
+                .map(|(pod, mark)| (pod.to_string(), mark.clone()))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The `MembersStale` condition: True, naming each instance pod, since when and why, while
+/// any serves the members it last read; False otherwise.
+pub fn members_stale_condition(stale: &[(String, MembersStale)]) -> ConditionSpec {
+    if stale.is_empty() {
+        return ConditionSpec::new(
+            types::MEMBERS_STALE,
+            false,
+            "MembersCurrent",
+            "every instance pod serves the members ConfigMap as the operator wrote it",
+        );
+    }
+    let pods = stale
+        .iter()
+        .map(|(pod, mark)| format!("{pod} since {} ({})", mark.since, mark.reason))
+        .collect::<Vec<_>>()
+        .join("; ");
+    ConditionSpec::new(
+        types::MEMBERS_STALE,
+        true,
+        MEMBERS_STALE_REASON,
+        format!(
+            "instance pods serve the last members they could read (nobody is evicted, no namespace joins or leaves) until the members ConfigMap is readable again: {pods}"
+        ),
+    )
 }
 
 /// What the reconcile observed about the instance, for the status.
@@ -126,6 +181,8 @@ pub struct InstanceFacts {
     pub webhooks_applied: bool,
     /// Sum of connected proxies from the proxies ConfigMap.
     pub connected_proxies: Option<i32>,
+    /// Instance pods that serve stale members, from the proxies ConfigMap.
+    pub members_stale: Vec<(String, MembersStale)>,
     /// What the probe of the revision's validating webhook found (None: not probed, the
     /// instance or its webhook configurations are not in place).
     pub webhook_probe: Option<crate::webhook_probe::ProbeResult>,
@@ -285,6 +342,7 @@ pub fn active_status(
             ),
         },
     ];
+    wanted.push(members_stale_condition(&facts.members_stale));
     wanted.push(if let Some(problem) = &facts.ca_problem {
         ConditionSpec::new(types::DEGRADED, true, CA_INVALID_REASON, problem.clone())
     } else if let Some(problem) = &facts.gateway_problem {
@@ -484,6 +542,42 @@ mod tests {
             Some(0),
             "no instance pod, no proxy"
         );
+    }
+
+    /// Issue 16 item 3: an instance pod's members-stale mark (contract 3) becomes
+    /// `MembersStale=True` naming the pod, since when and why; a gone pod's mark counts for
+    /// nothing and is removed with its count.
+    #[test]
+    fn members_stale_marks_of_live_pods_become_the_condition() {
+        let cm = json!({"data": {
+            "xds-a": "3", "xds-a.members-stale": "2026-12-02T03:40:00Z the members ConfigMap was deleted",
+            "xds-b": "1",
+            "xds-gone": "9", "xds-gone.members-stale": "2026-12-01T00:00:00Z old",
+            "xds-b.members-stale": "not a mark",
+        }});
+        let live: BTreeSet<String> = ["xds-a", "xds-b"].map(String::from).into();
+        assert_eq!(connected_proxies(Some(&cm), &live), Some(4));
+        assert_eq!(
+            stale_proxy_keys(Some(&cm), &live),
+            ["xds-gone", "xds-gone.members-stale"]
+        );
+        let stale = members_stale(Some(&cm), &live);
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        let c = members_stale_condition(&stale);
+        assert!(c.status);
+        assert_eq!(c.reason, MEMBERS_STALE_REASON);
+        assert!(
+            c.message
+                .contains("xds-a since 2026-12-02T03:40:00Z (the members ConfigMap was deleted)"),
+            "{}",
+            c.message
+        );
+        let fresh = members_stale_condition(&members_stale(
+            Some(&json!({"data": {"xds-a": "3"}})),
+            &live,
+        ));
+        assert!(!fresh.status);
+        assert_eq!(fresh.type_, types::MEMBERS_STALE);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::Client;
@@ -642,4 +643,112 @@ async fn the_webhook_certificate_rotates_when_a_third_of_its_validity_remains() 
         .events()
         .iter()
         .any(|e| e["reason"] == "CertificateIssued"));
+}
+
+/// Issue 16 item 3: an instance pod that reports serving stale members in the proxies
+/// ConfigMap (contract 3) turns `MembersStale` True, naming the pod and since when, with one
+/// Warning Event; a gone pod's mark counts for nothing and leaves with its count; a resync
+/// while stale writes nothing; once the pod's mark is gone the condition is False again.
+#[tokio::test]
+async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "MembersStale"),
+        ("False".into(), "MembersCurrent".into())
+    );
+    let pod = "meshplane-blue-v1-xds-7f9c-abcde";
+    api.insert(("", "pods"), json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": "meshplane-blue",
+                     "labels": {"app.kubernetes.io/name": "meshplane-xds", names::REVISION_LABEL: "blue-v1"}}}));
+    let proxies = |data: Value| {
+        let mut cm = api
+            .get(
+                "",
+                "configmaps",
+                Some("meshplane-blue"),
+                "meshplane-blue-v1-proxies",
+            )
+            .expect("proxies ConfigMap");
+        cm["data"] = data;
+        api.insert(("", "configmaps"), cm);
+    };
+    proxies(json!({
+        pod: "2",
+        format!("{pod}.members-stale"): "2026-12-02T03:40:00Z the members ConfigMap is unreadable: key \"members\" is missing",
+        "meshplane-blue-v1-xds-gone": "5",
+        "meshplane-blue-v1-xds-gone.members-stale": "2026-12-01T00:00:00Z the members ConfigMap was deleted",
+    }));
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let mcp = stored(&api, "blue-v1");
+    assert_eq!(
+        condition(&mcp, "MembersStale"),
+        ("True".into(), "LastKnownMembers".into())
+    );
+    let message = mcp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "MembersStale"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("{pod} since 2026-12-02T03:40:00Z"))
+            && !message.contains("xds-gone"),
+        "{message}"
+    );
+    assert_eq!(
+        mcp.status.as_ref().and_then(|s| s.connected_proxies),
+        Some(2)
+    );
+    let warnings: Vec<Value> = api
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "Warning" && e["reason"] == "MembersStale")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains(pod)),
+        "{warnings:?}"
+    );
+    let left: BTreeSet<String> = api
+        .get(
+            "",
+            "configmaps",
+            Some("meshplane-blue"),
+            "meshplane-blue-v1-proxies",
+        )
+        .and_then(|cm| cm["data"].as_object().map(|d| d.keys().cloned().collect()))
+        .unwrap_or_default();
+    assert_eq!(
+        left,
+        BTreeSet::from([pod.to_string(), format!("{pod}.members-stale")]),
+        "the gone pod's count and mark are removed"
+    );
+
+    // Still stale at the next resync: nothing is written, no second Warning.
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(api.writes(), Vec::new());
+    assert!(api.events().is_empty());
+
+    // The pod reads its members again and drops its mark.
+    proxies(json!({pod: "2"}));
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "MembersStale"),
+        ("False".into(), "MembersCurrent".into())
+    );
+    assert!(api.events().iter().all(|e| e["type"] != "Warning"));
 }

@@ -511,6 +511,94 @@ fn shared_mode_reads_cluster_wide_through_one_binding_and_no_per_namespace_roles
     assert_eq!(cluster_bindings, 1);
 }
 
+/// Issue 16 item 3: who can make an instance read a namespace. No rendered Role or ClusterRole
+/// lets anyone write a members ConfigMap (the instance's only ConfigMap write is its proxies
+/// ConfigMap, by name), nor does the shipped tenant-admin role; in Strict mode a members
+/// ConfigMap listing `kube-system` or another tenant's namespace gets the instance nothing
+/// there, as RBAC reaches only members; in Shared mode, where RBAC reaches everywhere, the
+/// instance may read what it checks that ConfigMap against: Namespaces, control planes, tags.
+#[test]
+fn members_configmaps_are_the_operators_and_shared_instances_may_check_them() {
+    let (mut cps, tags) = samples();
+    let sa = ("meshplane-green", "meshplane-green");
+    let writes = [
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+        "*",
+    ];
+    for isolation in [
+        meshplane_crds::IsolationMode::Strict,
+        meshplane_crds::IsolationMode::Shared,
+    ] {
+        cps[2].spec.isolation = isolation;
+        let m = membership(&cps, &tags, &cluster_namespaces());
+        let objects = render_of(&cps[2], &m, &Observed::default());
+        for role in objects
+            .iter()
+            .filter(|o| matches!(o.key.kind, Kind::Role | Kind::ClusterRole))
+        {
+            for rule in role.body["rules"].as_array().into_iter().flatten() {
+                let on_configmaps = rule["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|x| x == "configmaps" || x == "*"));
+                let writing = rule["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|x| writes.iter().any(|w| x == w)));
+                if on_configmaps && writing {
+                    assert_eq!(
+                        rule["resourceNames"],
+                        serde_json::json!([names::proxies_configmap("green")]),
+                        "{isolation:?}: {} {} writes ConfigMaps beyond its proxies ConfigMap: {rule}",
+                        role.key.kind.api_resource().kind,
+                        role.key.name
+                    );
+                }
+            }
+        }
+        let rbac = Rbac { objects: &objects };
+        let shared = isolation == meshplane_crds::IsolationMode::Shared;
+        for outside in ["kube-system", "shop", "outsider"] {
+            assert_eq!(
+                rbac.can(sa, "list", "", "services", Some(outside)),
+                shared,
+                "{isolation:?}: services in {outside}"
+            );
+        }
+        assert!(rbac.can(sa, "list", "", "services", Some("bank")));
+        for (group, resource) in [
+            ("", "namespaces"),
+            ("meshplane.io", "meshcontrolplanes"),
+            ("meshplane.io", "meshrevisiontags"),
+        ] {
+            assert_eq!(
+                rbac.can(sa, "watch", group, resource, None),
+                shared,
+                "{isolation:?}: {resource}"
+            );
+        }
+    }
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/rbac/tenant_admin_role.yaml");
+    let role = meshplane_crds::manifest::parse_documents(
+        &std::fs::read_to_string(path).expect("tenant admin role"),
+    )
+    .expect("YAML");
+    let grants_configmaps = role.iter().any(|d| {
+        d["rules"].as_array().into_iter().flatten().any(|r| {
+            let has = |field: &str, v: &str| {
+                r[field]
+                    .as_array()
+                    .is_some_and(|xs| xs.iter().any(|x| x == v || x == "*"))
+            };
+            has("apiGroups", "") && has("resources", "configmaps")
+        })
+    });
+    assert!(!grants_configmaps, "tenant admins get no ConfigMap right");
+}
+
 /// The data of a rendered ConfigMap or (base64-decoded) Secret.
 fn data_of(o: &DesiredObject) -> meshplane_contracts::Data {
     use base64::Engine as _;

@@ -13,6 +13,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod push;
+pub mod shared_members;
 pub mod source_dir;
 pub mod source_kube;
 pub mod tenancy;

@@ -108,11 +108,14 @@ async fn main() -> anyhow::Result<()> {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the Kubernetes API")?;
+            let (members_stale, stale_rx) = watch::channel(None);
             let config = KubeSourceConfig {
+                tenant: args.tenant.clone(),
                 control_namespace: control_namespace.clone(),
                 revision: args.revision.clone(),
                 shared: args.isolation == Isolation::Shared,
                 metrics: Arc::clone(hub.metrics()),
+                members_stale,
             };
             tokio::spawn(source_kube::run(client.clone(), config, events_tx));
             tokio::spawn(source_kube::report_proxy_count(
@@ -121,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
                 args.revision.clone(),
                 pod_name.clone(),
                 hub.connected_count(),
+                stale_rx,
                 shutdown_rx.clone(),
             ));
             // The Accepted condition of VirtualServices, DestinationRules and Gateways.

@@ -98,6 +98,7 @@ pub struct Metrics {
     debounce: Histogram,
     queue: Histogram,
     members_stale: Gauge,
+    members_unverified: Gauge,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -223,6 +224,12 @@ impl Metrics {
             "1 while the members ConfigMap is deleted or unreadable and the last known members are kept",
             members_stale.clone(),
         );
+        let members_unverified = Gauge::default();
+        registry.register(
+            "members_unverified",
+            "Shared isolation: namespaces the members ConfigMap lists that are not the tenant's by their labels and the cluster's control planes and tags, and are not read",
+            members_unverified.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -266,6 +273,7 @@ impl Metrics {
             debounce,
             queue,
             members_stale,
+            members_unverified,
             proxy_config_bytes,
             registry: root,
         }
@@ -354,6 +362,13 @@ impl Metrics {
     /// is deleted or unreadable.
     pub fn set_members_stale(&self, stale: bool) {
         self.members_stale.set(i64::from(stale));
+    }
+
+    /// How many namespaces the members ConfigMap lists that membership does not confirm
+    /// (Shared isolation), which the instance does not read.
+    pub fn set_members_unverified(&self, count: usize) {
+        self.members_unverified
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Records a certificate request's outcome.

@@ -17,12 +17,14 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use meshplane_contracts::members::{self, MembersData};
-use meshplane_contracts::{proxies, ContractError};
+use meshplane_contracts::proxies::{self, MembersStale};
+use meshplane_contracts::ContractError;
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::{
     AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry,
@@ -38,12 +40,17 @@ use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 /// What the Kubernetes source watches.
 #[derive(Clone, Debug)]
 pub struct KubeSourceConfig {
+    pub tenant: String,
     pub control_namespace: String,
     pub revision: String,
-    /// Shared isolation: cluster-wide watchers filtered in process.
+    /// Shared isolation: cluster-wide watchers filtered in process, reading only the listed
+    /// members that membership confirms ([`crate::shared_members`]).
     pub shared: bool,
-    /// Where `members_stale` is reported.
+    /// Where `members_stale` and `members_unverified` are reported.
     pub metrics: Arc<Metrics>,
+    /// Whether, since when and why the members in use are stale: what
+    /// [`report_proxy_count`] applies next to the count (contract 3).
+    pub members_stale: watch::Sender<Option<MembersStale>>,
 }
 
 /// The members ConfigMap's content (contract 2), or why it breaks the contract.
@@ -52,22 +59,32 @@ pub fn read_members(cm: &ConfigMap) -> Result<MembersData, ContractError> {
 }
 
 /// Follows the members ConfigMap (contract 2) and fails safe. Once members are known, a
-/// deleted, missing or unreadable ConfigMap keeps them (the operator rewrites it at its next
-/// reconcile; until then nobody is evicted and no connected proxy loses its config) and marks
-/// them stale; only a readable ConfigMap changes them. Before any is known, an absent one
-/// means no members, so a new revision still becomes ready.
+/// deleted, missing or unreadable ConfigMap (or a relist that fails) keeps them (nobody is
+/// evicted and no connected proxy loses its config) and marks them stale, with since when and
+/// why, which the instance reports to the operator (contract 3, the `MembersStale` condition);
+/// only a readable ConfigMap changes them. Before any is known, an absent one means no
+/// members, so a new revision still becomes ready.
 #[derive(Debug, Default)]
 pub struct MembersFollower {
     /// During a relist: the readable content seen so far, or why none is.
     relist: Option<Result<BTreeSet<String>, String>>,
     known: Option<BTreeSet<String>>,
-    /// Why the known members are kept although the ConfigMap says otherwise.
-    stale: Option<String>,
+    /// Why the known members are kept although the ConfigMap says otherwise, and since when.
+    stale: Option<MembersStale>,
 }
 
 impl MembersFollower {
     /// Folds one watch event; returns the members when they change.
     pub fn on_event(&mut self, event: Event<ConfigMap>) -> Option<BTreeSet<String>> {
+        self.on_event_at(event, now_rfc3339())
+    }
+
+    /// [`Self::on_event`] at `now` (RFC 3339), the time a stale mark starts.
+    pub fn on_event_at(
+        &mut self,
+        event: Event<ConfigMap>,
+        now: String,
+    ) -> Option<BTreeSet<String>> {
         match event {
             Event::Init => {
                 self.relist = Some(Err("the members ConfigMap does not exist".into()));
@@ -82,19 +99,52 @@ impl MembersFollower {
                     .relist
                     .take()
                     .unwrap_or_else(|| Err("the members ConfigMap does not exist".into()));
-                self.settle(seen)
+                self.settle(seen, now)
             }
-            Event::Apply(cm) => self.settle(read(&cm)),
-            Event::Delete(_) => self.settle(Err("the members ConfigMap was deleted".into())),
+            Event::Apply(cm) => self.settle(read(&cm), now),
+            Event::Delete(_) => self.settle(Err("the members ConfigMap was deleted".into()), now),
         }
     }
 
-    /// Why the members in use are kept from before, if they are.
-    pub fn stale(&self) -> Option<&str> {
-        self.stale.as_deref()
+    /// Folds a watch error. Only a failed relist makes the members stale: the watcher recovers
+    /// from it with a fresh list (which settles them again), while a watch that merely
+    /// restarts resumes where it stopped and misses nothing.
+    pub fn on_error(&mut self, error: &watcher::Error, now: String) {
+        if let (watcher::Error::InitialListFailed(e), Some(known)) = (error, &self.known) {
+            let why = format!("the members ConfigMap cannot be listed: {e}");
+            tracing::warn!(reason = %why, kept = known.len(), "keeping the last known members");
+            self.mark_stale(why, now);
+        }
     }
 
-    fn settle(&mut self, seen: Result<BTreeSet<String>, String>) -> Option<BTreeSet<String>> {
+    /// The members in use, once known.
+    pub fn known(&self) -> Option<&BTreeSet<String>> {
+        self.known.as_ref()
+    }
+
+    /// Why, and since when, the members in use are kept from before, if they are.
+    pub fn stale(&self) -> Option<&MembersStale> {
+        self.stale.as_ref()
+    }
+
+    fn mark_stale(&mut self, why: String, now: String) {
+        match &mut self.stale {
+            // Still stale: the mark keeps its start and takes the latest reason.
+            Some(mark) => mark.reason = why,
+            None => {
+                self.stale = Some(MembersStale {
+                    since: now,
+                    reason: why,
+                })
+            }
+        }
+    }
+
+    fn settle(
+        &mut self,
+        seen: Result<BTreeSet<String>, String>,
+        now: String,
+    ) -> Option<BTreeSet<String>> {
         match (seen, &self.known) {
             (Ok(members), _) => {
                 self.stale = None;
@@ -105,7 +155,7 @@ impl MembersFollower {
             }
             (Err(why), Some(known)) => {
                 tracing::warn!(reason = %why, kept = known.len(), "members ConfigMap unusable: keeping the last known members");
-                self.stale = Some(why);
+                self.mark_stale(why, now);
                 None
             }
             (Err(why), None) => {
@@ -116,6 +166,14 @@ impl MembersFollower {
             }
         }
     }
+}
+
+/// Now as RFC 3339 UTC, to the second.
+fn now_rfc3339() -> String {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
 }
 
 fn read(cm: &ConfigMap) -> Result<BTreeSet<String>, String> {
@@ -200,86 +258,140 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
     let mut secret_watchers: HashMap<String, JoinHandle<()>> = HashMap::new();
     let mut tags: Option<BTreeSet<String>> = None;
     let mut ready_spawned = false;
-    while let Some(event) = stream.next().await {
-        let seen_gateways = match &event {
-            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_gateways(cm),
-            _ => None,
-        };
-        if let Some(gws) = seen_gateways.filter(|g| gateways.as_ref() != Some(g)) {
-            tracing::info!(gateways = gws.len(), "tenant gateways changed");
-            let namespaces: BTreeSet<String> = gws.iter().map(|g| g.namespace.clone()).collect();
-            secret_watchers.retain(|ns, handle| {
-                let keep = namespaces.contains(ns);
-                if !keep {
-                    handle.abort();
+    // Shared isolation: the members membership confirms (None until it has listed).
+    let mut confirmed = config
+        .shared
+        .then(|| crate::shared_members::spawn(client.clone(), config.tenant.clone()));
+    let mut unverified: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(event) => Some(event),
+                None => break,
+            },
+            changed = async {
+                match confirmed.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
                 }
-                keep
+            } => {
+                if changed.is_err() {
+                    break;
+                }
+                None
+            }
+        };
+        if let Some(event) = event {
+            let seen_gateways = match &event {
+                Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_gateways(cm),
+                _ => None,
+            };
+            if let Some(gws) = seen_gateways.filter(|g| gateways.as_ref() != Some(g)) {
+                tracing::info!(gateways = gws.len(), "tenant gateways changed");
+                let namespaces: BTreeSet<String> =
+                    gws.iter().map(|g| g.namespace.clone()).collect();
+                secret_watchers.retain(|ns, handle| {
+                    let keep = namespaces.contains(ns);
+                    if !keep {
+                        handle.abort();
+                    }
+                    keep
+                });
+                for ns in namespaces {
+                    if let std::collections::hash_map::Entry::Vacant(slot) =
+                        secret_watchers.entry(ns)
+                    {
+                        let ns = slot.key().clone();
+                        let (done_tx, _) = oneshot::channel();
+                        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                        slot.insert(tokio::spawn(watch_kind::<Secret>(
+                            api,
+                            Some(ns),
+                            Kind::Secret,
+                            |o| Object::Secret(Box::new(o)),
+                            batch_tx.clone(),
+                            done_tx,
+                            None,
+                        )));
+                    }
+                }
+                gateways = Some(gws.clone());
+                if batch_tx
+                    .send(vec![SourceEvent::GatewayDeployments(gws)])
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            let seen_mesh = match &event {
+                Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_mesh_config(cm),
+                _ => None,
+            };
+            if let Some(mc) = seen_mesh.filter(|mc| mesh_config.as_ref() != Some(mc)) {
+                tracing::info!("revision mesh config changed");
+                mesh_config = Some(mc.clone());
+                if batch_tx
+                    .send(vec![SourceEvent::MeshConfig(Box::new(mc))])
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            let seen_tags = match &event {
+                Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => {
+                    read_members(cm).ok().map(|m| m.tags)
+                }
+                _ => None,
+            };
+            if let Some(t) = seen_tags.filter(|t| tags.as_ref() != Some(t)) {
+                tracing::info!(tags = ?t, "tags of the revision changed");
+                tags = Some(t.clone());
+                if batch_tx.send(vec![SourceEvent::Tags(t)]).await.is_err() {
+                    break;
+                }
+            }
+            match event {
+                Ok(event) => {
+                    follower.on_event(event);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, configmap = %name, "members watch failed, retrying");
+                    follower.on_error(&e, now_rfc3339());
+                }
+            }
+            config.metrics.set_members_stale(follower.stale().is_some());
+            let mark = follower.stale().cloned();
+            config.members_stale.send_if_modified(|old| {
+                let differs = *old != mark;
+                if differs {
+                    *old = mark;
+                }
+                differs
             });
-            for ns in namespaces {
-                if let std::collections::hash_map::Entry::Vacant(slot) = secret_watchers.entry(ns) {
-                    let ns = slot.key().clone();
-                    let (done_tx, _) = oneshot::channel();
-                    let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-                    slot.insert(tokio::spawn(watch_kind::<Secret>(
-                        api,
-                        Some(ns),
-                        Kind::Secret,
-                        |o| Object::Secret(Box::new(o)),
-                        batch_tx.clone(),
-                        done_tx,
-                        None,
-                    )));
-                }
-            }
-            gateways = Some(gws.clone());
-            if batch_tx
-                .send(vec![SourceEvent::GatewayDeployments(gws)])
-                .await
-                .is_err()
-            {
-                break;
-            }
         }
-        let seen_mesh = match &event {
-            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => parse_mesh_config(cm),
-            _ => None,
+        let Some(listed) = follower.known() else {
+            continue;
         };
-        if let Some(mc) = seen_mesh.filter(|mc| mesh_config.as_ref() != Some(mc)) {
-            tracing::info!("revision mesh config changed");
-            mesh_config = Some(mc.clone());
-            if batch_tx
-                .send(vec![SourceEvent::MeshConfig(Box::new(mc))])
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
-        let seen_tags = match &event {
-            Ok(Event::InitApply(cm)) | Ok(Event::Apply(cm)) => {
-                read_members(cm).ok().map(|m| m.tags)
-            }
-            _ => None,
-        };
-        if let Some(t) = seen_tags.filter(|t| tags.as_ref() != Some(t)) {
-            tracing::info!(tags = ?t, "tags of the revision changed");
-            tags = Some(t.clone());
-            if batch_tx.send(vec![SourceEvent::Tags(t)]).await.is_err() {
-                break;
-            }
-        }
-        let next = match event {
-            Ok(event) => {
-                let next = follower.on_event(event);
-                config.metrics.set_members_stale(follower.stale().is_some());
-                match next {
-                    Some(next) => next,
-                    None => continue,
+        let next = match confirmed.as_mut() {
+            None => listed.clone(),
+            Some(rx) => {
+                let Some(confirmed) = rx.borrow_and_update().clone() else {
+                    continue;
+                };
+                let (read, dropped) = crate::shared_members::verify(listed, &confirmed);
+                if dropped != unverified {
+                    if !dropped.is_empty() {
+                        tracing::warn!(
+                            namespaces = ?dropped,
+                            "the members ConfigMap lists namespaces that are not the tenant's by their labels and the cluster's control planes and tags: not read"
+                        );
+                    }
+                    config.metrics.set_members_unverified(dropped.len());
+                    unverified = dropped;
                 }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, configmap = %name, "members watch failed, retrying");
-                continue;
+                read
             }
         };
         if members.as_ref() != Some(&next) {
@@ -520,28 +632,36 @@ async fn watch_kind<K>(
 }
 
 /// Server-side-applies this pod's connected proxy count into `meshplane-R-proxies` (contract
-/// 3) whenever it changes, until `shutdown`.
+/// 3), and its members-stale mark while `stale` holds one, whenever either changes, until
+/// `shutdown`. Applying without the mark removes it (server-side apply drops a key its
+/// manager stops applying).
 pub async fn report_proxy_count(
     client: Client,
     control_namespace: String,
     revision: String,
     pod_name: String,
     mut count: watch::Receiver<usize>,
+    mut stale: watch::Receiver<Option<MembersStale>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &control_namespace);
     let name = proxies::configmap_name(&revision);
     let params = PatchParams::apply(&proxies::field_manager(&pod_name));
-    let mut reported: Option<usize> = None;
+    let mut reported: Option<(usize, Option<MembersStale>)> = None;
+    // Without a source (it ended), the count is still reported.
+    let mut stale_open = true;
     loop {
-        let current = *count.borrow_and_update();
-        if reported != Some(current) {
-            let (key, value) = proxies::entry(&pod_name, current as u64);
+        let current = (
+            *count.borrow_and_update(),
+            stale.borrow_and_update().clone(),
+        );
+        if reported.as_ref() != Some(&current) {
+            let data = proxies::entries(&pod_name, current.0 as u64, current.1.as_ref());
             let patch = serde_json::json!({
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": { "name": name, "namespace": control_namespace },
-                "data": { key: value },
+                "data": data,
             });
             match api.patch(&name, &params, &Patch::Apply(&patch)).await {
                 Ok(_) => reported = Some(current),
@@ -556,6 +676,12 @@ pub async fn report_proxy_count(
         }
         tokio::select! {
             changed = count.changed() => if changed.is_err() { return },
+            changed = async {
+                match stale_open {
+                    true => stale.changed().await,
+                    false => std::future::pending().await,
+                }
+            } => stale_open = changed.is_ok(),
             () = crate::ads::stream::shutting_down(&mut shutdown) => return,
         }
     }
@@ -623,18 +749,20 @@ mod tests {
         assert_eq!(f.stale(), None);
 
         assert_eq!(f.on_event(Event::Delete(members_cm(""))), None, "kept");
-        assert!(f.stale().is_some_and(|w| w.contains("deleted")));
+        assert!(f.stale().is_some_and(|w| w.reason.contains("deleted")));
         // A relist that finds no ConfigMap keeps them too.
         f.on_event(Event::Init);
         assert_eq!(f.on_event(Event::InitDone), None);
-        assert!(f.stale().is_some_and(|w| w.contains("does not exist")));
+        assert!(f
+            .stale()
+            .is_some_and(|w| w.reason.contains("does not exist")));
         // So does one that breaks the contract (no `members` key, a bad name).
         assert_eq!(f.on_event(Event::Apply(ConfigMap::default())), None);
         assert_eq!(
             f.on_event(Event::Apply(members_cm("Not A Namespace\n"))),
             None
         );
-        assert!(f.stale().is_some_and(|w| w.contains("unreadable")));
+        assert!(f.stale().is_some_and(|w| w.reason.contains("unreadable")));
 
         // A readable one decides again, including "fewer members".
         assert_eq!(
@@ -655,5 +783,64 @@ mod tests {
             f.on_event(Event::Apply(members_cm("shop\n"))),
             Some(set(&["shop"]))
         );
+    }
+
+    /// The stale mark (contract 3) keeps the time it started while the members stay stale,
+    /// takes the latest reason, and goes once a readable ConfigMap arrives; a relist that
+    /// fails makes known members stale too, while a watch that merely restarts does not.
+    #[test]
+    fn a_stale_mark_keeps_its_start_and_a_failed_relist_marks_known_members() {
+        let at = |s: &str| s.to_string();
+        let mut f = MembersFollower::default();
+        let forbidden = || {
+            watcher::Error::InitialListFailed(kube::Error::Api(
+                kube::core::Status::failure("configmaps is forbidden", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            ))
+        };
+        f.on_error(&forbidden(), at("2026-12-02T03:00:00Z"));
+        assert_eq!(f.stale(), None, "nothing known, nothing kept");
+        f.on_event_at(
+            Event::Apply(members_cm("shop\n")),
+            at("2026-12-02T03:01:00Z"),
+        );
+        f.on_event_at(Event::Delete(members_cm("")), at("2026-12-02T03:02:00Z"));
+        f.on_event_at(
+            Event::Apply(members_cm("Not A Namespace\n")),
+            at("2026-12-02T03:03:00Z"),
+        );
+        let mark = f.stale().cloned().expect("stale");
+        assert_eq!(mark.since, "2026-12-02T03:02:00Z");
+        assert!(mark.reason.contains("unreadable"), "{mark:?}");
+        f.on_event_at(
+            Event::Apply(members_cm("shop\n")),
+            at("2026-12-02T03:04:00Z"),
+        );
+        assert_eq!(f.stale(), None);
+
+        f.on_error(
+            &watcher::Error::WatchFailed(kube::Error::LinesCodecMaxLineLengthExceeded),
+            at("2026-12-02T03:05:00Z"),
+        );
+        assert_eq!(f.stale(), None, "a restarted watch misses nothing");
+        f.on_error(&forbidden(), at("2026-12-02T03:06:00Z"));
+        let mark = f.stale().cloned().expect("stale after a failed relist");
+        assert_eq!(mark.since, "2026-12-02T03:06:00Z");
+        assert!(mark.reason.contains("cannot be listed"), "{mark:?}");
+        assert_eq!(f.known(), Some(&set(&["shop"])), "kept");
+        // The relist that succeeds settles them.
+        f.on_event_at(Event::Init, at("2026-12-02T03:07:00Z"));
+        f.on_event_at(
+            Event::InitApply(members_cm("shop\n")),
+            at("2026-12-02T03:07:00Z"),
+        );
+        f.on_event_at(Event::InitDone, at("2026-12-02T03:07:00Z"));
+        assert_eq!(f.stale(), None);
+        // What the reporter applies parses on the operator's side.
+        let data = proxies::entries("xds-0", 2, Some(&mark));
+        let counts = proxies::ProxyCounts::from_data(&data).expect("contract 3");
+        assert_eq!(counts.members_stale.get("xds-0"), Some(&mark));
+        assert!(proxies::MembersStale::from_value(&now_rfc3339()).is_ok());
     }
 }

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
+use kube::runtime::wait::await_condition;
 use kube::Api;
+use meshplane_contracts::proxies::{MembersStale, ProxyCounts};
+use meshplane_crds::{names, MeshControlPlane};
 use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
 use meshplane_xds::model::{Object, SourceEvent};
 use meshplane_xds::source_kube::{self, KubeSourceConfig};
@@ -98,10 +101,12 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     let seen = Seen::default();
     let (tx, mut rx) = mpsc::channel(1024);
     let config = KubeSourceConfig {
+        tenant: "blue".into(),
         control_namespace: "meshplane-blue".into(),
         revision: "blue-v1".into(),
         shared: false,
         metrics: std::sync::Arc::new(meshplane_xds::metrics::Metrics::new()),
+        members_stale: watch::channel(None).0,
     };
     tokio::spawn(source_kube::run(client.clone(), config, tx));
     let recorder = seen.clone();
@@ -153,12 +158,14 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     // Proxy count, contract 3.
     let (count_tx, count_rx) = watch::channel(3usize);
     let (_stop, stop_rx) = watch::channel(false);
+    let (stale_tx, stale_rx) = watch::channel(None);
     tokio::spawn(source_kube::report_proxy_count(
         client.clone(),
         "meshplane-blue".into(),
         "blue-v1".into(),
         "xds-0".into(),
         count_rx,
+        stale_rx,
         stop_rx,
     ));
     let read = |cms: Api<ConfigMap>| async move {
@@ -191,4 +198,194 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
         managers.contains(&"meshplane-xds/xds-0".to_string()),
         "{managers:?}"
     );
+
+    // Issue 16 item 3: while its members are stale the pod applies its mark next to its
+    // count, and applying without it removes it (the pod's manager owned it alone).
+    let mark = MembersStale {
+        since: "2026-12-02T03:40:00Z".into(),
+        reason: "the members ConfigMap was deleted".into(),
+    };
+    stale_tx.send_replace(Some(mark.clone()));
+    let proxies_cm = |want: &'static str| {
+        move |cm: Option<&ConfigMap>| {
+            let data = cm.and_then(|c| c.data.clone()).unwrap_or_default();
+            let counts = ProxyCounts::from_data(&data).expect("contract 3");
+            match want {
+                "stale" => counts.members_stale.contains_key("xds-0"),
+                _ => counts.members_stale.is_empty() && counts.by_pod.get("xds-0") == Some(&5),
+            }
+        }
+    };
+    let stale_cm = tokio::time::timeout(
+        DEADLINE,
+        await_condition(
+            cms.clone(),
+            "meshplane-blue-v1-proxies",
+            proxies_cm("stale"),
+        ),
+    )
+    .await
+    .expect("the mark is applied")
+    .expect("watch")
+    .and_then(|c| c.data)
+    .unwrap_or_default();
+    assert_eq!(
+        ProxyCounts::from_data(&stale_cm).map(|c| c.members_stale.get("xds-0").cloned()),
+        Ok(Some(mark))
+    );
+    stale_tx.send_replace(None);
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(
+            cms.clone(),
+            "meshplane-blue-v1-proxies",
+            proxies_cm("fresh"),
+        ),
+    )
+    .await
+    .expect("the mark is removed, the count stays")
+    .expect("watch");
+}
+
+async fn create_namespace(client: &kube::Client, name: &str, labels: serde_json::Value) {
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &from_json(serde_json::json!({"metadata": {"name": name, "labels": labels}})),
+        )
+        .await
+        .expect("namespace");
+}
+
+async fn create_service(client: &kube::Client, ns: &str, name: &str) {
+    let svc: Service = from_json(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": 80}]},
+    }));
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("service");
+}
+
+/// Issue 16 item 3: in Shared isolation the instance may read every namespace, so the members
+/// ConfigMap must not decide which: one that lists another tenant's namespace and
+/// `kube-system` (as anyone who can edit it could) makes the instance read only the listed
+/// namespace that the cluster's labels, control planes and tags make the tenant's; and a
+/// namespace relabelled away stops being read though the ConfigMap still lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
+    let standin = StandIn::start(StandInOptions::default())
+        .await
+        .expect("stand-in");
+    let client = standin.client(&Identity::Admin).await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in meshplane_crds::crdgen::all() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
+    }
+    let rev = names::REV_LABEL;
+    for tenant in ["blue", "green"] {
+        // Control namespaces as the operator creates them (membership checks they are its).
+        let labels = serde_json::json!({
+            names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE,
+            names::TENANT_LABEL: tenant,
+        });
+        create_namespace(&client, &format!("meshplane-{tenant}"), labels).await;
+    }
+    create_namespace(&client, "shop", serde_json::json!({rev: "blue-v1"})).await;
+    create_namespace(&client, "bank", serde_json::json!({rev: "green-v1"})).await;
+    for (ns, name) in [
+        ("shop", "web"),
+        ("bank", "ledger"),
+        ("kube-system", "kube-dns"),
+    ] {
+        create_service(&client, ns, name).await;
+    }
+    let mcps: Api<MeshControlPlane> = Api::all(client.clone());
+    for (name, tenant) in [("blue-v1", "blue"), ("green-v1", "green")] {
+        let mcp: MeshControlPlane = from_json(serde_json::json!({
+            "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+            "metadata": {"name": name},
+            "spec": {"tenant": tenant, "isolation": "Shared"},
+        }));
+        mcps.create(&PostParams::default(), &mcp)
+            .await
+            .expect("control plane");
+    }
+    // The members ConfigMap as a tenant admin with `edit` in the control namespace could write it.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "meshplane-blue");
+    let listed = "bank\nkube-system\nshop\n";
+    cms.create(
+        &PostParams::default(),
+        &from_json(serde_json::json!({
+            "metadata": {"name": "meshplane-blue-v1-members", "namespace": "meshplane-blue"},
+            "data": {"members": listed, "attached": listed, "tags": ""},
+        })),
+    )
+    .await
+    .expect("members");
+
+    let seen = Seen::default();
+    let (tx, mut rx) = mpsc::channel(1024);
+    let metrics = Arc::new(meshplane_xds::metrics::Metrics::new());
+    let config = KubeSourceConfig {
+        tenant: "blue".into(),
+        control_namespace: "meshplane-blue".into(),
+        revision: "blue-v1".into(),
+        shared: true,
+        metrics: Arc::clone(&metrics),
+        members_stale: watch::channel(None).0,
+    };
+    tokio::spawn(source_kube::run(client.clone(), config, tx));
+    let recorder = seen.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            recorder.0.lock().expect("lock").push(e);
+        }
+    });
+    eventually("the source is synced", || {
+        seen.has(|e| matches!(e, SourceEvent::Ready))
+    })
+    .await;
+    let members: Vec<BTreeSet<String>> = seen
+        .0
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Members(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(members, [BTreeSet::from(["shop".to_string()])]);
+    assert!(seen.has(service_upsert("shop", "web")));
+    assert!(
+        !seen.has(service_upsert("bank", "ledger"))
+            && !seen.has(service_upsert("kube-system", "kube-dns")),
+        "listed but not the tenant's: never read"
+    );
+    let text = metrics.encode().expect("metrics");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("meshplane_xds_members_unverified") && l.ends_with(" 2")),
+        "{text}"
+    );
+
+    // shop moves to green: it stops being read although the ConfigMap still lists it.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            "shop",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"labels": {rev: "green-v1"}}}),
+            ),
+        )
+        .await
+        .expect("relabel");
+    eventually("shop leaves blue by its label", || {
+        seen.has(|e| matches!(e, SourceEvent::Members(m) if m.is_empty()))
+    })
+    .await;
 }

@@ -403,6 +403,7 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
         webhooks_applied,
         webhook_probe: webhook_probe.clone(),
         connected_proxies: status::connected_proxies(observed.get(&proxies_key), &live_instances),
+        members_stale: status::members_stale(observed.get(&proxies_key), &live_instances),
         foreign_objects: todo.foreign.iter().map(ToString::to_string).collect(),
         ca_problem: tenant_ca
             .as_ref()
@@ -419,6 +420,7 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
     };
     let new_status = status::active_status(mcp, &rev, &instance, &now);
     warn_rejected(mcp, &rev, ctx).await;
+    warn_members_stale(mcp, &new_status, ctx).await;
     if condition(mcp.status.as_ref(), types::DEGRADED).is_some_and(|c| c.status == "True")
         && instance.foreign_objects.is_empty()
         && instance.ca_problem.is_none()
@@ -534,6 +536,26 @@ async fn warn_rejected(mcp: &MeshControlPlane, rev: &RevisionMembership, ctx: &C
             EventType::Warning,
             rejection.reason.as_str(),
             rejection.message.clone(),
+        )
+        .await;
+    }
+}
+
+/// A Warning Event when `MembersStale` turns True: an instance keeps serving the members it
+/// last read because its members ConfigMap is deleted, unreadable or not the operator's
+/// (contract 3 carries the instance's word for it).
+async fn warn_members_stale(mcp: &MeshControlPlane, next: &MeshControlPlaneStatus, ctx: &Context) {
+    fn stale(
+        s: Option<&MeshControlPlaneStatus>,
+    ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        condition(s, types::MEMBERS_STALE).filter(|c| c.status == "True")
+    }
+    if let (Some(c), None) = (stale(Some(next)), stale(mcp.status.as_ref())) {
+        ctx.event(
+            &reference(mcp),
+            EventType::Warning,
+            types::MEMBERS_STALE,
+            c.message.clone(),
         )
         .await;
     }

@@ -5,7 +5,9 @@
 //! - Strict: in each member namespace of the tenant, a Role `meshplane-<rev>-reader` (read-only
 //!   on what the registry is built from, plus those status writes and Events), created on join
 //!   and pruned on leave;
-//!   Shared: the same reads cluster-wide through one ClusterRoleBinding;
+//!   Shared: the same reads cluster-wide through one ClusterRoleBinding, plus reads of
+//!   Namespaces, MeshControlPlanes and MeshRevisionTags, from which the instance checks the
+//!   members ConfigMap (it reads only listed namespaces that membership confirms);
 //! - in both modes, in each member namespace of the tenant, a RoleBinding
 //!   `meshplane-<rev>-restarter` binding the shipped ClusterRole
 //!   [`names::WORKLOAD_RESTARTER_ROLE`] to the operator's own ServiceAccount: the right to
@@ -65,6 +67,18 @@ pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &["authorizationpolicies
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];
+
+/// Shared isolation: what the instance computes its tenant's members from, so that the
+/// members ConfigMap (editable by whoever may edit ConfigMaps in the control namespace) never
+/// decides which namespaces it reads: the Namespaces' labels and the cluster-scoped control
+/// planes and tags, read-only. It reads every namespace's objects anyway in this mode.
+pub fn shared_membership_rules() -> Vec<Value> {
+    vec![
+        json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": READ}),
+        json!({"apiGroups": ["meshplane.io"],
+               "resources": ["meshcontrolplanes", "meshrevisiontags"], "verbs": READ}),
+    ]
+}
 
 /// Rules granting read on [`INSTANCE_READ_RESOURCES`].
 pub fn member_reader_rules() -> Vec<Value> {
@@ -215,7 +229,10 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
                 ));
             }
         }
-        IsolationMode::Shared => cluster_rules.extend(member_reader_rules()),
+        IsolationMode::Shared => {
+            cluster_rules.extend(member_reader_rules());
+            cluster_rules.extend(shared_membership_rules());
+        }
     }
     // The operator's own write powers over the instance's objects, in the control namespace
     // only (and in a member namespace that runs the gateway): see `config/rbac/`.
