@@ -32,10 +32,10 @@ mod keyed;
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
-    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode, Resource, SourceEvent,
+    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyNode, Resource, SourceEvent,
 };
+use crate::push::ConfigGenerator;
 pub use crate::push::{Change, ChangeKind};
-use crate::push::{ConfigGenerator, EndpointView};
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, InboundPort, Registry, Translated};
 
@@ -58,12 +58,6 @@ struct ScopeKey {
     /// What else of the proxy its traffic config depends on (kind, gateway selection,
     /// `sourceLabels` conditions).
     traffic: translate::TrafficKey,
-}
-
-impl ScopeKey {
-    fn endpoint_view(&self) -> EndpointView {
-        endpoint_view(&self.namespace, self.traffic.kind())
-    }
 }
 
 /// Most rendered configurations kept; the oldest goes first. The key is built only from the
@@ -739,11 +733,24 @@ impl TenantIndex {
 
     /// Re-encodes the assignments of `clusters` from the current registry into every cached
     /// configuration holding them. EDS is the only output that reads endpoints (EnvoyFilters
-    /// cannot patch it), and [`assignment`] is what the full render does, so the result equals
-    /// a full render.
+    /// cannot patch it), so the result equals a full render.
     fn patch_endpoints(&self, clusters: &BTreeSet<String>) {
         let registry = Arc::clone(&self.registry);
         let mut cache = self.lock_cache();
+        let fresh: HashMap<&str, Arc<Resource>> = clusters
+            .iter()
+            .map(|name| {
+                let eps = registry.endpoints.get(name).map(Vec::as_slice);
+                let mut cla = translate::envoy::load_assignment(name, eps.unwrap_or_default());
+                translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
+                let r = intern(&mut cache, type_url::ENDPOINT, name.clone(), &cla);
+                (name.as_str(), r)
+            })
+            .collect();
+        // Subset clusters (`outbound|port|subset|host`) follow their host's cluster; their
+        // subsets depend on the proxy's namespace (its DestinationRule), so they are
+        // re-rendered per namespace.
+        let mut subsets: HashMap<(String, String), Arc<Resource>> = HashMap::new();
         let RenderCache {
             configs,
             interned,
@@ -751,28 +758,45 @@ impl TenantIndex {
             ..
         } = &mut *cache;
         let mut interning = InternCache { interned, prune_at };
-        // Scopes of one view share each assignment: encoded once.
-        let mut fresh: HashMap<EndpointView, HashMap<String, Arc<Resource>>> = HashMap::new();
         for (key, config) in configs.iter_mut() {
-            if !config.endpoints.iter().any(|r| touches(clusters, &r.name)) {
+            let changed = |name: &str| -> bool {
+                fresh.contains_key(name)
+                    || translate::registry::parse_outbound_cluster_name(name).is_some_and(
+                        |(port, subset, host)| {
+                            !subset.is_empty()
+                                && clusters.contains(&translate::registry::outbound_cluster_name(
+                                    port, host,
+                                ))
+                        },
+                    )
+            };
+            if !config.endpoints.iter().any(|r| changed(&r.name)) {
                 continue;
             }
-            let view = key.endpoint_view();
             let mut next = ProxyConfig::clone(config);
             for r in &mut next.endpoints {
-                if !touches(clusters, &r.name) {
-                    continue;
+                if let Some(f) = fresh.get(r.name.as_str()) {
+                    *r = Arc::clone(f);
+                } else if changed(&r.name) {
+                    let subset_key = (key.namespace.clone(), r.name.clone());
+                    let patched = match subsets.get(&subset_key) {
+                        Some(p) => Arc::clone(p),
+                        None => {
+                            let mut cla = translate::endpoints::outbound_load_assignment(
+                                &registry,
+                                &key.namespace,
+                                &r.name,
+                            );
+                            // As the full render does: clients originate mutual TLS to the
+                            // subset's meshed endpoints too.
+                            translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
+                            let p = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
+                            subsets.insert(subset_key, Arc::clone(&p));
+                            p
+                        }
+                    };
+                    *r = patched;
                 }
-                let of_view = fresh.entry(view.clone()).or_default();
-                *r = match of_view.get(&r.name) {
-                    Some(f) => Arc::clone(f),
-                    None => {
-                        let cla = assignment(&registry, &view, &r.name);
-                        let f = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
-                        of_view.insert(r.name.clone(), Arc::clone(&f));
-                        f
-                    }
-                };
             }
             *config = Arc::new(next);
         }
@@ -916,57 +940,6 @@ impl ConfigGenerator for TenantIndex {
     fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
         self.registry.mesh_config.envoy_filter_policy.clone()
     }
-    fn endpoint_view(&self, node: &ProxyNode) -> Option<EndpointView> {
-        Some(endpoint_view(&node.namespace, node.kind))
-    }
-    fn changed_assignment(
-        &self,
-        clusters: &BTreeSet<String>,
-        view: &EndpointView,
-        name: &str,
-    ) -> Option<Arc<Resource>> {
-        if !touches(clusters, name) {
-            return None;
-        }
-        let cla = assignment(&self.registry, view, name);
-        Some(intern(
-            &mut self.lock_cache(),
-            type_url::ENDPOINT,
-            name.to_string(),
-            &cla,
-        ))
-    }
-}
-
-/// The [`EndpointView`] of a proxy of `namespace` and `kind`: the full render marks meshed
-/// endpoints for every proxy but proxyless gRPC (`translate::translate`).
-fn endpoint_view(namespace: &str, kind: ProxyKind) -> EndpointView {
-    EndpointView {
-        namespace: namespace.to_string(),
-        marks_meshed: kind != ProxyKind::Grpc,
-    }
-}
-
-/// Whether an endpoint change of `clusters` touches EDS cluster `name`: one of them, or a
-/// subset cluster (`outbound|port|subset|host`) of one.
-fn touches(clusters: &BTreeSet<String>, name: &str) -> bool {
-    clusters.contains(name)
-        || registry::parse_outbound_cluster_name(name).is_some_and(|(port, subset, host)| {
-            !subset.is_empty() && clusters.contains(&registry::outbound_cluster_name(port, host))
-        })
-}
-
-/// The assignment of EDS cluster `name` as the full render gives it to proxies of `view`.
-fn assignment(
-    registry: &Registry,
-    view: &EndpointView,
-    name: &str,
-) -> envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
-    let mut cla = translate::endpoints::outbound_load_assignment(registry, &view.namespace, name);
-    if view.marks_meshed {
-        translate::mtls::mark_meshed_endpoints(registry, &mut cla);
-    }
-    cla
 }
 
 /// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).

@@ -69,28 +69,19 @@ pub struct TypeSnapshot {
     pub resources: Arc<ResourceMap>,
     /// [`set_version`] of `resources`.
     pub version: String,
-    /// Encoded bytes of the resources, summed once.
-    bytes: usize,
 }
 
 impl TypeSnapshot {
     /// The snapshot of a resource list.
     pub fn new(list: &[Arc<Resource>]) -> Self {
-        Self::of_map(
-            list.iter()
-                .map(|r| (r.name.clone(), Arc::clone(r)))
-                .collect(),
-        )
-    }
-
-    /// The snapshot of resources by name.
-    pub fn of_map(resources: ResourceMap) -> Self {
+        let resources: ResourceMap = list
+            .iter()
+            .map(|r| (r.name.clone(), Arc::clone(r)))
+            .collect();
         let version = set_version(resources.values());
-        let bytes = resources.values().map(|r| r.encoded.len()).sum();
         Self {
             resources: Arc::new(resources),
             version,
-            bytes,
         }
     }
 
@@ -107,7 +98,7 @@ impl TypeSnapshot {
 
     /// Encoded bytes of the resources.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.resources.values().map(|r| r.encoded.len()).sum()
     }
 }
 

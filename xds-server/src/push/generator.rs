@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 
-use crate::model::{ProxyConfig, ProxyNode, Resource, SourceEvent};
+use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 
 /// What the push loop needs from the tenant's state: fold source events, render a proxy.
 pub trait ConfigGenerator: Send + 'static {
@@ -27,37 +27,6 @@ pub trait ConfigGenerator: Send + 'static {
     fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
         EnvoyFilterPolicy::default()
     }
-    /// What the EDS assignments of `node` depend on besides the tenant's state, for an
-    /// endpoint-only push that patches EDS without rendering the proxy. `None` (the default):
-    /// the generator cannot tell, and every affected proxy is rendered.
-    fn endpoint_view(&self, node: &ProxyNode) -> Option<EndpointView> {
-        let _ = node;
-        None
-    }
-    /// After an endpoint-only change of `clusters`: the current assignment of EDS cluster
-    /// `name` as every proxy of `view` holds it in a full render, or `None` when the change
-    /// does not touch `name`.
-    fn changed_assignment(
-        &self,
-        clusters: &BTreeSet<String>,
-        view: &EndpointView,
-        name: &str,
-    ) -> Option<Arc<Resource>> {
-        let _ = (clusters, view, name);
-        None
-    }
-}
-
-/// What an EDS assignment depends on besides the tenant's state and the cluster's name:
-/// proxies of equal views get the same assignment for the same cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct EndpointView {
-    /// The proxy's namespace: its DestinationRule defines the subsets that subset clusters
-    /// (`outbound|port|subset|host`) select.
-    pub namespace: String,
-    /// Whether endpoints with a sidecar are marked for mutual TLS (every proxy but proxyless
-    /// gRPC, which takes no TLS settings from the control plane).
-    pub marks_meshed: bool,
 }
 
 /// How far a change reaches.

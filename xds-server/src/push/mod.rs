@@ -17,7 +17,7 @@ pub mod hub;
 pub mod push_loop;
 pub mod status;
 
-pub use generator::{Change, ChangeKind, ConfigGenerator, EndpointView};
+pub use generator::{Change, ChangeKind, ConfigGenerator};
 pub use hub::{Hub, ProxyHandle};
 pub use push_loop::{run_push_loop, DebounceConfig, Debouncer, Pusher};
 pub use status::{ProxyStatus, TypeStatus};

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::generator::{Change, ChangeKind, ConfigGenerator, EndpointView};
+use super::generator::{Change, ChangeKind, ConfigGenerator};
 use super::hub::{Hub, Target};
-use crate::ads::snapshot::{ResourceMap, Snapshot, TypeSnapshot};
-use crate::model::{ProxyConfig, Resource, SourceEvent};
+use crate::ads::snapshot::{Snapshot, TypeSnapshot};
+use crate::model::{ProxyConfig, SourceEvent};
 
 /// Position of EDS in [`crate::model::type_url::ORDER`].
 const EDS: usize = 1;
@@ -223,18 +223,13 @@ impl Pusher {
     }
 
     /// Pushes a change of the endpoints of `clusters` only: proxies holding none of them are
-    /// left alone; the others get the changed assignments swapped into their EDS, the rest of
-    /// their snapshot kept. No proxy is rendered: proxies of one [`EndpointView`] holding the
-    /// same snapshot share one patched snapshot, and each assignment is encoded once per view,
-    /// so the cost grows with the distinct scopes, not with the proxies. A proxy whose
-    /// snapshot predates the last configuration change is fully re-rendered, and so is every
-    /// affected proxy when the generator gives no views.
+    /// left alone; the others get their EDS re-rendered, the rest of their snapshot kept.
+    /// A proxy whose snapshot predates the last configuration change is fully re-rendered.
     pub fn push_endpoints(&mut self, changed_at: Instant, clusters: &BTreeSet<String>) {
         // Cached configs holding these clusters were patched: their snapshots are stale.
         self.latest.clear();
         let mut full = Shared::new();
         let mut eds: Shared<Arc<TypeSnapshot>> = Shared::new();
-        let mut patches = EdsPatches::default();
         let mut pushed = 0usize;
         for target in self.hub.targets() {
             let current = Arc::clone(&target.snapshot.borrow());
@@ -243,120 +238,34 @@ impl Pusher {
                 Some(e) if e != self.epoch => {
                     self.render(&target, Some(&current), changed_at, &mut full)
                 }
-                Some(_) => match self.generator.endpoint_view(&target.node) {
-                    Some(view) => {
-                        match patches.patch(&*self.generator, clusters, view, &current, changed_at)
-                        {
-                            Some(next) => next,
-                            None => continue,
-                        }
-                    }
-                    None if clusters
+                Some(_)
+                    if clusters
                         .iter()
                         .any(|c| current.types[EDS].resources.contains_key(c)) =>
-                    {
-                        let config = self.generator.render(&target.node);
-                        let key = Arc::as_ptr(&config) as usize;
-                        let endpoints = match eds.get(&key) {
-                            Some((_, t)) => Arc::clone(t),
-                            None => {
-                                let t = Arc::new(TypeSnapshot::new(&config.endpoints));
-                                eds.insert(key, (config, Arc::clone(&t)));
-                                t
-                            }
-                        };
-                        let mut types = current.types.clone();
-                        types[EDS] = endpoints;
-                        Arc::new(Snapshot::from_types(types, changed_at, current.epoch))
-                    }
-                    None => continue,
-                },
+                {
+                    let config = self.generator.render(&target.node);
+                    let key = Arc::as_ptr(&config) as usize;
+                    let endpoints = match eds.get(&key) {
+                        Some((_, t)) => Arc::clone(t),
+                        None => {
+                            let t = Arc::new(TypeSnapshot::new(&config.endpoints));
+                            eds.insert(key, (config, Arc::clone(&t)));
+                            t
+                        }
+                    };
+                    let mut types = current.types.clone();
+                    types[EDS] = endpoints;
+                    Arc::new(Snapshot::from_types(types, changed_at, current.epoch))
+                }
+                Some(_) => continue,
             };
             pushed += usize::from(self.offer(&target, next));
         }
         tracing::debug!(
             proxies = pushed,
             clusters = clusters.len(),
-            scopes = patches.eds.len(),
             "pushed changed endpoints"
         );
-    }
-}
-
-/// What replaces a `T` (none: nothing) for proxies of a view, by the address of the `T`.
-type Patched<T> = HashMap<(EndpointView, usize), (Arc<T>, Option<Arc<T>>)>;
-
-/// What one endpoint-only push patched, shared by the proxies it reaches. Entries keep the
-/// `Arc` whose address keys them, so that no address is reused within the push.
-#[derive(Default)]
-struct EdsPatches {
-    /// The next snapshot (none: nothing it holds changed) by view and replaced snapshot.
-    snapshots: Patched<Snapshot>,
-    /// The patched EDS (none: unchanged) by view and replaced EDS.
-    eds: Patched<TypeSnapshot>,
-    /// Assignments by view and cluster name (none: the change does not touch it).
-    assignments: HashMap<EndpointView, HashMap<String, Option<Arc<Resource>>>>,
-}
-
-impl EdsPatches {
-    /// `current` with the changed assignments of its EDS swapped in, for a proxy of `view`;
-    /// `None` when none of them changed for it.
-    fn patch(
-        &mut self,
-        generator: &dyn ConfigGenerator,
-        clusters: &BTreeSet<String>,
-        view: EndpointView,
-        current: &Arc<Snapshot>,
-        changed_at: Instant,
-    ) -> Option<Arc<Snapshot>> {
-        let key = (view, Arc::as_ptr(current) as usize);
-        if let Some((_, next)) = self.snapshots.get(&key) {
-            return next.clone();
-        }
-        let endpoints = self.patch_eds(generator, clusters, &key.0, &current.types[EDS]);
-        let next = endpoints.map(|endpoints| {
-            let mut types = current.types.clone();
-            types[EDS] = endpoints;
-            Arc::new(Snapshot::from_types(types, changed_at, current.epoch))
-        });
-        self.snapshots
-            .insert(key, (Arc::clone(current), next.clone()));
-        next
-    }
-
-    /// `old` with the changed assignments swapped in; `None` when none of them changed.
-    fn patch_eds(
-        &mut self,
-        generator: &dyn ConfigGenerator,
-        clusters: &BTreeSet<String>,
-        view: &EndpointView,
-        old: &Arc<TypeSnapshot>,
-    ) -> Option<Arc<TypeSnapshot>> {
-        let key = (view.clone(), Arc::as_ptr(old) as usize);
-        if let Some((_, patched)) = self.eds.get(&key) {
-            return patched.clone();
-        }
-        let of_view = self.assignments.entry(view.clone()).or_default();
-        let mut resources: Option<ResourceMap> = None;
-        for (name, held) in old.resources.iter() {
-            let fresh = match of_view.get(name) {
-                Some(f) => f.clone(),
-                None => {
-                    let f = generator.changed_assignment(clusters, view, name);
-                    of_view.insert(name.clone(), f.clone());
-                    f
-                }
-            };
-            if let Some(fresh) = fresh.filter(|f| f.version != held.version) {
-                resources
-                    .get_or_insert_with(|| ResourceMap::clone(&old.resources))
-                    .insert(name.clone(), fresh);
-            }
-        }
-        // Only assignments of names it holds are swapped: the names stay those of the render.
-        let patched = resources.map(|r| Arc::new(TypeSnapshot::of_map(r)));
-        self.eds.insert(key, (Arc::clone(old), patched.clone()));
-        patched
     }
 }
 
@@ -582,173 +491,6 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
             "same content: no wake-up"
         );
         assert_eq!(type_url::ORDER[EDS], type_url::ENDPOINT);
-    }
-
-    /// A tenant index that counts its renders.
-    struct Counting {
-        index: TenantIndex,
-        renders: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl ConfigGenerator for Counting {
-        fn apply(&mut self, event: SourceEvent) -> Change {
-            self.index.apply(event)
-        }
-        fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
-            self.renders
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.index.render_proxy_shared(node)
-        }
-        fn members(&self) -> BTreeSet<String> {
-            self.index.members().clone()
-        }
-        fn endpoint_view(&self, node: &ProxyNode) -> Option<EndpointView> {
-            ConfigGenerator::endpoint_view(&self.index, node)
-        }
-        fn changed_assignment(
-            &self,
-            clusters: &BTreeSet<String>,
-            view: &EndpointView,
-            name: &str,
-        ) -> Option<Arc<Resource>> {
-            self.index.changed_assignment(clusters, view, name)
-        }
-    }
-
-    /// Two member namespaces whose DestinationRules give subset `v1` of web different labels,
-    /// and a web pod with a sidecar (its endpoint is marked for mutual TLS, except for gRPC; web-b
-    /// has one too, under the same account, so that endpoints leaving change no identity).
-    const SUBSETS: &str = "
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {meshplane.io/rev: blue}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: pay, labels: {meshplane.io/rev: blue}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: shop}
-spec: {clusterIP: 198.19.0.10, selector: {app: web}, ports: [{name: http, port: 80}]}
----
-apiVersion: networking.meshplane.io/v1alpha1
-kind: DestinationRule
-metadata: {name: web, namespace: shop, creationTimestamp: \"2026-01-01T00:00:00Z\"}
-spec: {host: web.shop.svc.cluster.local, subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]}
----
-apiVersion: networking.meshplane.io/v1alpha1
-kind: DestinationRule
-metadata: {name: web, namespace: pay, creationTimestamp: \"2026-01-01T00:00:00Z\"}
-spec: {host: web.shop.svc.cluster.local, subsets: [{name: v1, labels: {version: v2}}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-a, namespace: shop, labels: {app: web, version: v1}, annotations: {sidecar.meshplane.io/revision: blue}}
-status: {podIP: 198.18.1.1}
-";
-
-    fn web_pod_b(version: &str) -> SourceEvent {
-        event(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web-b, namespace: shop, labels: {{app: web, version: {version}}}, annotations: {{sidecar.meshplane.io/revision: blue}}}}\nstatus: {{podIP: 198.18.1.2}}\n"))
-    }
-
-    fn web_slice(addresses: &[(&str, &str)]) -> SourceEvent {
-        let endpoints: Vec<String> = addresses
-            .iter()
-            .map(|(ip, pod)| {
-                format!(
-                    "{{addresses: [{ip}], targetRef: {{kind: Pod, name: {pod}, namespace: shop}}}}"
-                )
-            })
-            .collect();
-        event(&format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints: [{}]\n", endpoints.join(", ")))
-    }
-
-    #[test]
-    fn endpoint_pushes_render_no_proxy_and_equal_a_full_render() {
-        let grpc = |ns: &str, pod: &str| ProxyNode {
-            kind: crate::model::ProxyKind::Grpc,
-            ..node(ns, pod)
-        };
-        let nodes = [
-            node("shop", "s1"),
-            node("shop", "s2"),
-            node("pay", "p1"),
-            node("pay", "p2"),
-            grpc("pay", "g1"),
-            grpc("shop", "g2"),
-        ];
-        let setup = [
-            web_pod_b("v2"),
-            web_slice(&[("198.18.1.1", "web-a"), ("198.18.1.2", "web-b")]),
-        ];
-        // Endpoint-only changes: a pod moving between subsets, endpoints leaving and coming.
-        let changes = [
-            web_pod_b("v1"),
-            web_slice(&[("198.18.1.2", "web-b")]),
-            web_slice(&[("198.18.1.1", "web-a")]),
-            web_slice(&[("198.18.1.1", "web-a"), ("198.18.1.2", "web-b")]),
-            web_pod_b("v2"),
-        ];
-        let index_of = |events: &[SourceEvent]| {
-            let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", Default::default());
-            for obj in objects_from_yaml("subsets.yaml", SUBSETS) {
-                index.apply(SourceEvent::Upsert(obj));
-            }
-            for e in events {
-                index.apply(e.clone());
-            }
-            index
-        };
-        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let generator = Counting {
-            index: index_of(&setup),
-            renders: Arc::clone(&renders),
-        };
-        let hub = Hub::new("acme", "blue", "meshplane-acme", Arc::new(Metrics::new()));
-        let mut p = Pusher::new(Arc::clone(&hub), Box::new(generator));
-        p.apply(SourceEvent::Ready);
-        let mut handles: Vec<ProxyHandle> = nodes
-            .iter()
-            .map(|n| hub.connect(n.clone(), Protocol::Sotw))
-            .collect();
-        p.serve_waiting();
-        let mut applied = setup.to_vec();
-        for (step, change_event) in changes.iter().enumerate() {
-            applied.push(change_event.clone());
-            let change = p.apply(change_event.clone());
-            assert_eq!(change.kind, ChangeKind::Endpoints, "step {step}");
-            let before = renders.load(std::sync::atomic::Ordering::Relaxed);
-            p.push(Instant::now(), &change);
-            assert_eq!(
-                renders.load(std::sync::atomic::Ordering::Relaxed),
-                before,
-                "step {step}: an endpoint-only push renders no proxy"
-            );
-            // Every proxy holds what a fresh index renders for it, byte for byte.
-            let reference = index_of(&applied);
-            for (n, h) in nodes.iter().zip(&mut handles) {
-                let got = current(h);
-                let want = Snapshot::new(&reference.render_proxy_uncached(n), Instant::now());
-                let bytes = |s: &Snapshot| -> Vec<(String, bytes::Bytes)> {
-                    s.types[EDS]
-                        .resources
-                        .values()
-                        .map(|r| (r.name.clone(), r.encoded.clone()))
-                        .collect()
-                };
-                assert_eq!(bytes(&got), bytes(&want), "step {step}: EDS of {}", n.id);
-                assert!(got.same_content(&want), "step {step}: {}", n.id);
-            }
-        }
-        // The subsets differ between the namespaces, and gRPC gets no mutual TLS marks.
-        let eds = |h: &mut ProxyHandle, name: &str| -> bytes::Bytes {
-            current(h).types[EDS].resources[name].encoded.clone()
-        };
-        let v1 = "outbound|80|v1|web.shop.svc.cluster.local";
-        let all = "outbound|80||web.shop.svc.cluster.local";
-        assert_ne!(eds(&mut handles[0], v1), eds(&mut handles[2], v1));
-        assert_ne!(eds(&mut handles[2], all), eds(&mut handles[4], all));
     }
 
     #[test]

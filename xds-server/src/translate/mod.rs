@@ -154,13 +154,6 @@ pub struct TrafficKey {
     source_label_matches: Vec<bool>,
 }
 
-impl TrafficKey {
-    /// The kind of the proxy the key is of.
-    pub fn kind(&self) -> ProxyKind {
-        self.kind
-    }
-}
-
 /// The [`TrafficKey`] of a proxy.
 pub fn traffic_key(registry: &Registry, node: &ProxyNode) -> TrafficKey {
     let mut matches = Vec::new();
