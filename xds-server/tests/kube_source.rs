@@ -34,6 +34,33 @@ impl Seen {
     }
 }
 
+/// Runs blue-v1's Kubernetes source (`shared`: Shared isolation) against the stand-in and
+/// records every event it sends.
+fn start_source(
+    client: &kube::Client,
+    shared: bool,
+) -> (Seen, Arc<meshplane_xds::metrics::Metrics>) {
+    let seen = Seen::default();
+    let (tx, mut rx) = mpsc::channel(1024);
+    let metrics = Arc::new(meshplane_xds::metrics::Metrics::new());
+    let config = KubeSourceConfig {
+        tenant: "blue".into(),
+        control_namespace: "meshplane-blue".into(),
+        revision: "blue-v1".into(),
+        shared,
+        metrics: Arc::clone(&metrics),
+        members_stale: watch::channel(None).0,
+    };
+    tokio::spawn(source_kube::run(client.clone(), config, tx));
+    let recorder = seen.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            recorder.0.lock().expect("lock").push(e);
+        }
+    });
+    (seen, metrics)
+}
+
 fn service_upsert<'a>(ns: &'a str, name: &'a str) -> impl Fn(&SourceEvent) -> bool + 'a {
     move |e| match e {
         SourceEvent::Upsert(Object::Service(s)) => {
@@ -98,23 +125,7 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
         .await
         .expect("members");
 
-    let seen = Seen::default();
-    let (tx, mut rx) = mpsc::channel(1024);
-    let config = KubeSourceConfig {
-        tenant: "blue".into(),
-        control_namespace: "meshplane-blue".into(),
-        revision: "blue-v1".into(),
-        shared: false,
-        metrics: std::sync::Arc::new(meshplane_xds::metrics::Metrics::new()),
-        members_stale: watch::channel(None).0,
-    };
-    tokio::spawn(source_kube::run(client.clone(), config, tx));
-    let recorder = seen.clone();
-    tokio::spawn(async move {
-        while let Some(e) = rx.recv().await {
-            recorder.0.lock().expect("lock").push(e);
-        }
-    });
+    let (seen, _metrics) = start_source(&client, false);
 
     eventually("the source is synced", || {
         seen.has(|e| matches!(e, SourceEvent::Ready))
@@ -327,24 +338,7 @@ async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
     .await
     .expect("members");
 
-    let seen = Seen::default();
-    let (tx, mut rx) = mpsc::channel(1024);
-    let metrics = Arc::new(meshplane_xds::metrics::Metrics::new());
-    let config = KubeSourceConfig {
-        tenant: "blue".into(),
-        control_namespace: "meshplane-blue".into(),
-        revision: "blue-v1".into(),
-        shared: true,
-        metrics: Arc::clone(&metrics),
-        members_stale: watch::channel(None).0,
-    };
-    tokio::spawn(source_kube::run(client.clone(), config, tx));
-    let recorder = seen.clone();
-    tokio::spawn(async move {
-        while let Some(e) = rx.recv().await {
-            recorder.0.lock().expect("lock").push(e);
-        }
-    });
+    let (seen, metrics) = start_source(&client, true);
     eventually("the source is synced", || {
         seen.has(|e| matches!(e, SourceEvent::Ready))
     })
