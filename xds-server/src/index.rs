@@ -32,7 +32,7 @@ mod keyed;
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
-    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyNode, Resource, SourceEvent,
+    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode, Resource, SourceEvent,
 };
 use crate::push::ConfigGenerator;
 pub use crate::push::{Change, ChangeKind};
@@ -733,24 +733,12 @@ impl TenantIndex {
 
     /// Re-encodes the assignments of `clusters` from the current registry into every cached
     /// configuration holding them. EDS is the only output that reads endpoints (EnvoyFilters
-    /// cannot patch it), so the result equals a full render.
+    /// cannot patch it), and each assignment is built as the full render builds it for the
+    /// scope (subsets from its namespace's DestinationRule; mutual TLS marks for every proxy
+    /// but proxyless gRPC), so the result equals a full render.
     fn patch_endpoints(&self, clusters: &BTreeSet<String>) {
         let registry = Arc::clone(&self.registry);
         let mut cache = self.lock_cache();
-        let fresh: HashMap<&str, Arc<Resource>> = clusters
-            .iter()
-            .map(|name| {
-                let eps = registry.endpoints.get(name).map(Vec::as_slice);
-                let mut cla = translate::envoy::load_assignment(name, eps.unwrap_or_default());
-                translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
-                let r = intern(&mut cache, type_url::ENDPOINT, name.clone(), &cla);
-                (name.as_str(), r)
-            })
-            .collect();
-        // Subset clusters (`outbound|port|subset|host`) follow their host's cluster; their
-        // subsets depend on the proxy's namespace (its DestinationRule), so they are
-        // re-rendered per namespace.
-        let mut subsets: HashMap<(String, String), Arc<Resource>> = HashMap::new();
         let RenderCache {
             configs,
             interned,
@@ -758,45 +746,43 @@ impl TenantIndex {
             ..
         } = &mut *cache;
         let mut interning = InternCache { interned, prune_at };
+        // Scopes of one namespace and kind of marking share each assignment: encoded once.
+        let mut fresh: HashMap<(String, bool, String), Arc<Resource>> = HashMap::new();
         for (key, config) in configs.iter_mut() {
-            let changed = |name: &str| -> bool {
-                fresh.contains_key(name)
-                    || translate::registry::parse_outbound_cluster_name(name).is_some_and(
-                        |(port, subset, host)| {
-                            !subset.is_empty()
-                                && clusters.contains(&translate::registry::outbound_cluster_name(
-                                    port, host,
-                                ))
-                        },
-                    )
-            };
-            if !config.endpoints.iter().any(|r| changed(&r.name)) {
+            if !config.endpoints.iter().any(|r| touches(clusters, &r.name)) {
                 continue;
             }
+            let marks_meshed = key.traffic.kind() != ProxyKind::Grpc;
             let mut next = ProxyConfig::clone(config);
             for r in &mut next.endpoints {
-                if let Some(f) = fresh.get(r.name.as_str()) {
-                    *r = Arc::clone(f);
-                } else if changed(&r.name) {
-                    let subset_key = (key.namespace.clone(), r.name.clone());
-                    let patched = match subsets.get(&subset_key) {
-                        Some(p) => Arc::clone(p),
-                        None => {
-                            let mut cla = translate::endpoints::outbound_load_assignment(
-                                &registry,
-                                &key.namespace,
-                                &r.name,
-                            );
-                            // As the full render does: clients originate mutual TLS to the
-                            // subset's meshed endpoints too.
-                            translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
-                            let p = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
-                            subsets.insert(subset_key, Arc::clone(&p));
-                            p
-                        }
-                    };
-                    *r = patched;
+                if !touches(clusters, &r.name) {
+                    continue;
                 }
+                // Only subset clusters depend on the namespace (its DestinationRule).
+                let subset_of_namespace = registry::parse_outbound_cluster_name(&r.name)
+                    .is_some_and(|(_, subset, _)| !subset.is_empty());
+                let namespace = if subset_of_namespace {
+                    key.namespace.clone()
+                } else {
+                    String::new()
+                };
+                let memo = (namespace, marks_meshed, r.name.clone());
+                *r = match fresh.get(&memo) {
+                    Some(f) => Arc::clone(f),
+                    None => {
+                        let mut cla = translate::endpoints::outbound_load_assignment(
+                            &registry,
+                            &key.namespace,
+                            &r.name,
+                        );
+                        if marks_meshed {
+                            translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
+                        }
+                        let f = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
+                        fresh.insert(memo, Arc::clone(&f));
+                        f
+                    }
+                };
             }
             *config = Arc::new(next);
         }
@@ -940,6 +926,15 @@ impl ConfigGenerator for TenantIndex {
     fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
         self.registry.mesh_config.envoy_filter_policy.clone()
     }
+}
+
+/// Whether an endpoint change of `clusters` touches EDS cluster `name`: one of them, or a
+/// subset cluster (`outbound|port|subset|host`) of one.
+fn touches(clusters: &BTreeSet<String>, name: &str) -> bool {
+    clusters.contains(name)
+        || registry::parse_outbound_cluster_name(name).is_some_and(|(port, subset, host)| {
+            !subset.is_empty() && clusters.contains(&registry::outbound_cluster_name(port, host))
+        })
 }
 
 /// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).

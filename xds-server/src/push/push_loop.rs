@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::generator::{Change, ChangeKind, ConfigGenerator};
 use super::hub::{Hub, Target};
 use crate::ads::snapshot::{Snapshot, TypeSnapshot};
-use crate::model::{ProxyConfig, SourceEvent};
+use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 
 /// Position of EDS in [`crate::model::type_url::ORDER`].
 const EDS: usize = 1;
@@ -139,8 +139,21 @@ impl Pusher {
         }
         let now = Instant::now();
         let mut shared = std::mem::take(&mut self.latest);
+        // Proxies of one scope get one snapshot, as after a push (endpoint pushes group by it).
+        let mut retimed: HashMap<usize, (Arc<Snapshot>, Arc<Snapshot>)> = HashMap::new();
         for (target, connected_at) in self.hub.take_waiting() {
-            let next = Arc::new(self.render(&target, None, now, &mut shared).retimed(now));
+            let rendered = self.render(&target, None, now, &mut shared);
+            let next = match retimed.get(&(Arc::as_ptr(&rendered) as usize)) {
+                Some((_, next)) => Arc::clone(next),
+                None => {
+                    let next = Arc::new(rendered.retimed(now));
+                    retimed.insert(
+                        Arc::as_ptr(&rendered) as usize,
+                        (rendered, Arc::clone(&next)),
+                    );
+                    next
+                }
+            };
             self.hub
                 .metrics()
                 .proxy_config_bytes
@@ -224,13 +237,17 @@ impl Pusher {
 
     /// Pushes a change of the endpoints of `clusters` only: proxies holding none of them are
     /// left alone; the others get their EDS re-rendered, the rest of their snapshot kept.
-    /// A proxy whose snapshot predates the last configuration change is fully re-rendered.
+    /// Proxies holding the same snapshot (one scope's render) of the same namespace and kind
+    /// form one [`EndpointGroup`]: the first of them is rendered and the others share its
+    /// result, so the cost grows with the scopes, not with the proxies. A proxy whose snapshot
+    /// predates the last configuration change is fully re-rendered.
     pub fn push_endpoints(&mut self, changed_at: Instant, clusters: &BTreeSet<String>) {
         // Cached configs holding these clusters were patched: their snapshots are stale.
         self.latest.clear();
         let mut full = Shared::new();
         let mut eds: Shared<Arc<TypeSnapshot>> = Shared::new();
-        let mut pushed = 0usize;
+        let mut groups: HashMap<usize, EndpointGroup> = HashMap::new();
+        let (mut pushed, mut rendered) = (0usize, 0usize);
         for target in self.hub.targets() {
             let current = Arc::clone(&target.snapshot.borrow());
             let next = match current.epoch {
@@ -238,34 +255,96 @@ impl Pusher {
                 Some(e) if e != self.epoch => {
                     self.render(&target, Some(&current), changed_at, &mut full)
                 }
-                Some(_)
-                    if clusters
-                        .iter()
-                        .any(|c| current.types[EDS].resources.contains_key(c)) =>
-                {
-                    let config = self.generator.render(&target.node);
-                    let key = Arc::as_ptr(&config) as usize;
-                    let endpoints = match eds.get(&key) {
-                        Some((_, t)) => Arc::clone(t),
-                        None => {
-                            let t = Arc::new(TypeSnapshot::new(&config.endpoints));
-                            eds.insert(key, (config, Arc::clone(&t)));
-                            t
+                Some(_) => {
+                    let key = Arc::as_ptr(&current) as usize;
+                    let next = match groups.get(&key) {
+                        Some(group) if group.holds(&target.node, &current) => group.next.clone(),
+                        _ => {
+                            rendered += 1;
+                            let next =
+                                self.patch_eds(&target, &current, clusters, changed_at, &mut eds);
+                            groups.insert(
+                                key,
+                                EndpointGroup {
+                                    current: Arc::clone(&current),
+                                    node: Arc::clone(&target.node),
+                                    next: next.clone(),
+                                },
+                            );
+                            next
                         }
                     };
-                    let mut types = current.types.clone();
-                    types[EDS] = endpoints;
-                    Arc::new(Snapshot::from_types(types, changed_at, current.epoch))
+                    match next {
+                        Some(next) => next,
+                        None => continue,
+                    }
                 }
-                Some(_) => continue,
             };
             pushed += usize::from(self.offer(&target, next));
         }
         tracing::debug!(
             proxies = pushed,
+            rendered,
             clusters = clusters.len(),
             "pushed changed endpoints"
         );
+    }
+
+    /// `current` with the EDS of a fresh render of `target` (shared through `eds` by the
+    /// proxies of one config), or `None` when `current` holds none of `clusters`.
+    fn patch_eds(
+        &self,
+        target: &Target,
+        current: &Snapshot,
+        clusters: &BTreeSet<String>,
+        changed_at: Instant,
+        eds: &mut Shared<Arc<TypeSnapshot>>,
+    ) -> Option<Arc<Snapshot>> {
+        if !clusters
+            .iter()
+            .any(|c| current.types[EDS].resources.contains_key(c))
+        {
+            return None;
+        }
+        let config = self.generator.render(&target.node);
+        let key = Arc::as_ptr(&config) as usize;
+        let endpoints = match eds.get(&key) {
+            Some((_, t)) => Arc::clone(t),
+            None => {
+                let t = Arc::new(TypeSnapshot::new(&config.endpoints));
+                eds.insert(key, (config, Arc::clone(&t)));
+                t
+            }
+        };
+        let mut types = current.types.clone();
+        types[EDS] = endpoints;
+        Some(Arc::new(Snapshot::from_types(
+            types,
+            changed_at,
+            current.epoch,
+        )))
+    }
+}
+
+/// Proxies that get the same EDS from an endpoint-only push: they hold the same snapshot, which
+/// one scope's render produced (the stream keeps the `Arc` it is handed), and an assignment
+/// depends on the scope only through the proxy's namespace (the DestinationRule subsets) and
+/// kind (proxyless gRPC gets no mutual TLS marks), both compared too.
+struct EndpointGroup {
+    /// The snapshot its proxies hold; kept so that its address is not reused within the push.
+    current: Arc<Snapshot>,
+    /// The proxy that was rendered for the group.
+    node: Arc<ProxyNode>,
+    /// What its proxies get (`None`: the change does not touch them).
+    next: Option<Arc<Snapshot>>,
+}
+
+impl EndpointGroup {
+    /// Whether a proxy of `node` holding `current` belongs to the group.
+    fn holds(&self, node: &ProxyNode, current: &Arc<Snapshot>) -> bool {
+        Arc::ptr_eq(&self.current, current)
+            && self.node.namespace == node.namespace
+            && self.node.kind == node.kind
     }
 }
 
@@ -491,6 +570,168 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
             "same content: no wake-up"
         );
         assert_eq!(type_url::ORDER[EDS], type_url::ENDPOINT);
+    }
+
+    /// A tenant index that counts its renders.
+    struct Counting {
+        index: TenantIndex,
+        renders: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl ConfigGenerator for Counting {
+        fn apply(&mut self, event: SourceEvent) -> Change {
+            self.index.apply(event)
+        }
+        fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
+            self.renders
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.index.render_proxy_shared(node)
+        }
+        fn members(&self) -> BTreeSet<String> {
+            self.index.members().clone()
+        }
+    }
+
+    /// Two member namespaces whose DestinationRules give subset `v1` of web different labels,
+    /// and web pods with a sidecar (their endpoints are marked for mutual TLS, except for gRPC;
+    /// both run under one account, so endpoints leaving change no identity).
+    const SUBSETS: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {meshplane.io/rev: blue}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: pay, labels: {meshplane.io/rev: blue}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {clusterIP: 198.19.0.10, selector: {app: web}, ports: [{name: http, port: 80}]}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: DestinationRule
+metadata: {name: web, namespace: shop, creationTimestamp: \"2026-01-01T00:00:00Z\"}
+spec: {host: web.shop.svc.cluster.local, subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: DestinationRule
+metadata: {name: web, namespace: pay, creationTimestamp: \"2026-01-01T00:00:00Z\"}
+spec: {host: web.shop.svc.cluster.local, subsets: [{name: v1, labels: {version: v2}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-a, namespace: shop, labels: {app: web, version: v1}, annotations: {sidecar.meshplane.io/revision: blue}}
+status: {podIP: 198.18.1.1}
+";
+
+    fn web_pod_b(version: &str) -> SourceEvent {
+        event(&format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web-b, namespace: shop, labels: {{app: web, version: {version}}}, annotations: {{sidecar.meshplane.io/revision: blue}}}}\nstatus: {{podIP: 198.18.1.2}}\n"))
+    }
+
+    fn web_slice(addresses: &[(&str, &str)]) -> SourceEvent {
+        let endpoints: Vec<String> = addresses
+            .iter()
+            .map(|(ip, pod)| {
+                format!(
+                    "{{addresses: [{ip}], targetRef: {{kind: Pod, name: {pod}, namespace: shop}}}}"
+                )
+            })
+            .collect();
+        event(&format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints: [{}]\n", endpoints.join(", ")))
+    }
+
+    /// Endpoint-only pushes render one proxy per group (snapshot, namespace, kind), not every
+    /// proxy, and still leave every proxy with exactly what a fresh index renders for it:
+    /// subsets per namespace, no mutual TLS marks for proxyless gRPC.
+    #[test]
+    fn endpoint_pushes_render_once_per_group_and_equal_a_full_render() {
+        let grpc = |ns: &str, pod: &str| ProxyNode {
+            kind: crate::model::ProxyKind::Grpc,
+            ..node(ns, pod)
+        };
+        // Four groups: shop's and pay's sidecars, pay's and shop's gRPC clients.
+        let nodes = [
+            node("shop", "s1"),
+            node("shop", "s2"),
+            node("shop", "s3"),
+            node("pay", "p1"),
+            node("pay", "p2"),
+            grpc("pay", "g1"),
+            grpc("shop", "g2"),
+            grpc("shop", "g3"),
+        ];
+        let setup = [
+            web_pod_b("v2"),
+            web_slice(&[("198.18.1.1", "web-a"), ("198.18.1.2", "web-b")]),
+        ];
+        // Endpoint-only changes: a pod moving between subsets, endpoints leaving and coming.
+        let changes = [
+            web_pod_b("v1"),
+            web_slice(&[("198.18.1.2", "web-b")]),
+            web_slice(&[("198.18.1.1", "web-a")]),
+            web_slice(&[("198.18.1.1", "web-a"), ("198.18.1.2", "web-b")]),
+            web_pod_b("v2"),
+        ];
+        let index_of = |events: &[SourceEvent]| {
+            let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", Default::default());
+            for obj in objects_from_yaml("subsets.yaml", SUBSETS) {
+                index.apply(SourceEvent::Upsert(obj));
+            }
+            for e in events {
+                index.apply(e.clone());
+            }
+            index
+        };
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let generator = Counting {
+            index: index_of(&setup),
+            renders: Arc::clone(&renders),
+        };
+        let hub = Hub::new("acme", "blue", "meshplane-acme", Arc::new(Metrics::new()));
+        let mut p = Pusher::new(Arc::clone(&hub), Box::new(generator));
+        p.apply(SourceEvent::Ready);
+        let mut handles: Vec<ProxyHandle> = nodes
+            .iter()
+            .map(|n| hub.connect(n.clone(), Protocol::Sotw))
+            .collect();
+        p.serve_waiting();
+        let mut applied = setup.to_vec();
+        for (step, change_event) in changes.iter().enumerate() {
+            applied.push(change_event.clone());
+            let change = p.apply(change_event.clone());
+            assert_eq!(change.kind, ChangeKind::Endpoints, "step {step}");
+            let before = renders.load(std::sync::atomic::Ordering::Relaxed);
+            p.push(Instant::now(), &change);
+            assert_eq!(
+                renders.load(std::sync::atomic::Ordering::Relaxed) - before,
+                4,
+                "step {step}: one render per group"
+            );
+            // Every proxy holds what a fresh index renders for it, byte for byte.
+            let reference = index_of(&applied);
+            for (n, h) in nodes.iter().zip(&mut handles) {
+                let got = current(h);
+                let want = Snapshot::new(&reference.render_proxy_uncached(n), Instant::now());
+                let bytes = |s: &Snapshot| -> Vec<(String, bytes::Bytes)> {
+                    s.types[EDS]
+                        .resources
+                        .values()
+                        .map(|r| (r.name.clone(), r.encoded.clone()))
+                        .collect()
+                };
+                assert_eq!(bytes(&got), bytes(&want), "step {step}: EDS of {}", n.id);
+                assert!(got.same_content(&want), "step {step}: {}", n.id);
+            }
+        }
+        // The subsets differ between the namespaces, and gRPC gets no mutual TLS marks.
+        let eds = |h: &mut ProxyHandle, name: &str| -> bytes::Bytes {
+            current(h).types[EDS].resources[name].encoded.clone()
+        };
+        let v1 = "outbound|80|v1|web.shop.svc.cluster.local";
+        let all = "outbound|80||web.shop.svc.cluster.local";
+        assert_ne!(eds(&mut handles[0], v1), eds(&mut handles[3], v1));
+        assert_ne!(eds(&mut handles[3], all), eds(&mut handles[5], all));
     }
 
     #[test]

@@ -154,6 +154,13 @@ pub struct TrafficKey {
     source_label_matches: Vec<bool>,
 }
 
+impl TrafficKey {
+    /// The kind of proxy the key is of.
+    pub fn kind(&self) -> ProxyKind {
+        self.kind
+    }
+}
+
 /// The [`TrafficKey`] of a proxy.
 pub fn traffic_key(registry: &Registry, node: &ProxyNode) -> TrafficKey {
     let mut matches = Vec::new();
