@@ -8,25 +8,20 @@ pub mod stream;
 pub mod tracker;
 #[cfg(test)]
 mod tracker_model;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Status, Streaming};
 
 use crate::model::ProxyNode;
 use crate::push::Hub;
 use crate::tenancy::{bearer_token, parse_node, AdmissionError, TokenReviewer};
-use stream::{run_stream, Delta, Sotw, Wire};
+use stream::{run_stream, Wire};
 
 /// How long a stream waits for the sources to sync before it is told to come back later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
@@ -107,10 +102,9 @@ impl AdsServer {
         self.limits
     }
 
-    /// The tonic service to mount on a server.
-    pub fn into_service(self) -> AggregatedDiscoveryServiceServer<Self> {
-        AggregatedDiscoveryServiceServer::new(self)
-            .max_decoding_message_size(crate::bounds::MAX_REQUEST)
+    /// The tonic service to mount on a server (requests up to [`crate::bounds::MAX_REQUEST`]).
+    pub fn into_service(self) -> wire::AdsService {
+        wire::AdsService::new(self)
     }
 
     /// Serves ADS on `listener` until `shutdown` turns true (streams end first, so the server
@@ -211,26 +205,6 @@ impl AdsServer {
             self.shutdown.clone(),
         ));
         Ok(ReceiverStream::new(rx))
-    }
-}
-
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for AdsServer {
-    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
-    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
-
-    async fn stream_aggregated_resources(
-        &self,
-        request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        self.open::<Sotw>(request).await.map(Response::new)
-    }
-
-    async fn delta_aggregated_resources(
-        &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        self.open::<Delta>(request).await.map(Response::new)
     }
 }
 

@@ -6,36 +6,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-    Resource as DeltaResource,
-};
-use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
 use super::snapshot::{short_name, type_index, Snapshot};
 use super::tracker::{Outgoing, Protocol, RequestOutcome, StreamState};
+use super::wire::{DeltaResponse, SotwResponse};
 use crate::bounds;
-use crate::model::Resource;
 use crate::push::ProxyHandle;
 
 /// Request and response encoding of one ADS variant.
 pub trait Wire: Send + 'static {
-    type Req: Send + 'static;
-    type Resp: Send + 'static;
+    type Req: prost::Message + Default + Send + 'static;
+    /// Holds the shared resources; encoded straight into the frame ([`super::wire`]).
+    type Resp: prost::Message + Send + 'static;
     const PROTOCOL: Protocol;
     fn node(req: &Self::Req) -> Option<&Node>;
     fn fold(state: &mut StreamState, req: &Self::Req) -> RequestOutcome;
     fn encode(out: Outgoing) -> Self::Resp;
-}
-
-fn any(r: &Resource) -> Any {
-    // prost's `Any` owns its bytes: this is a copy of the shared encoding, not a re-encode.
-    Any {
-        type_url: r.type_url.to_string(),
-        value: r.encoded.to_vec(),
-    }
 }
 
 /// State of the world.
@@ -43,7 +32,7 @@ pub enum Sotw {}
 
 impl Wire for Sotw {
     type Req = DiscoveryRequest;
-    type Resp = DiscoveryResponse;
+    type Resp = SotwResponse;
     const PROTOCOL: Protocol = Protocol::Sotw;
 
     fn node(req: &DiscoveryRequest) -> Option<&Node> {
@@ -63,13 +52,12 @@ impl Wire for Sotw {
         )
     }
 
-    fn encode(out: Outgoing) -> DiscoveryResponse {
-        DiscoveryResponse {
+    fn encode(out: Outgoing) -> SotwResponse {
+        SotwResponse {
             version_info: out.version,
-            resources: out.resources.iter().map(|r| any(r)).collect(),
-            type_url: out.type_url.to_string(),
+            resources: out.resources,
+            type_url: out.type_url,
             nonce: out.nonce,
-            ..Default::default()
         }
     }
 }
@@ -79,7 +67,7 @@ pub enum Delta {}
 
 impl Wire for Delta {
     type Req = DeltaDiscoveryRequest;
-    type Resp = DeltaDiscoveryResponse;
+    type Resp = DeltaResponse;
     const PROTOCOL: Protocol = Protocol::Delta;
 
     fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
@@ -100,23 +88,13 @@ impl Wire for Delta {
         )
     }
 
-    fn encode(out: Outgoing) -> DeltaDiscoveryResponse {
-        DeltaDiscoveryResponse {
+    fn encode(out: Outgoing) -> DeltaResponse {
+        DeltaResponse {
             system_version_info: out.version,
-            resources: out
-                .resources
-                .iter()
-                .map(|r| DeltaResource {
-                    name: r.name.clone(),
-                    version: r.version.clone(),
-                    resource: Some(any(r)),
-                    ..Default::default()
-                })
-                .collect(),
-            type_url: out.type_url.to_string(),
-            removed_resources: out.removed,
+            resources: out.resources,
+            type_url: out.type_url,
             nonce: out.nonce,
-            ..Default::default()
+            removed_resources: out.removed,
         }
     }
 }
