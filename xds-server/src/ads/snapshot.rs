@@ -143,10 +143,8 @@ impl Snapshot {
         epoch: Option<u64>,
     ) -> Self {
         let bytes = types.iter().map(|t| t.bytes()).sum();
-        let endpoints_within_clusters = types[1]
-            .resources
-            .keys()
-            .all(|n| types[0].resources.contains_key(n));
+        let endpoints_within_clusters =
+            super::tracker::names_within(&types[1].resources, &types[0].resources);
         Self {
             types,
             changed_at,

@@ -257,6 +257,9 @@ impl TypeTracker {
     /// The subscribed part of `desired` (within `restrict` when given): its own map (no copy)
     /// when everything is subscribed.
     fn scoped(&self, desired: &TypeSnapshot, restrict: Option<&ResourceMap>) -> Arc<ResourceMap> {
+        if self.wildcard && restrict.is_none() {
+            return Arc::clone(&desired.resources);
+        }
         let keep = |n: &String| {
             (self.wildcard || self.names.contains(n)) && restrict.is_none_or(|r| r.contains_key(n))
         };
@@ -313,12 +316,11 @@ impl TypeTracker {
                     Vec::new()
                 } else {
                     // Keep resources removed from the config until the additions are ACKed.
-                    self.sent
-                        .iter()
+                    walk(&self.sent, &scoped)
+                        .gone
+                        .into_iter()
                         .filter(|(n, _)| {
-                            self.in_scope(n)
-                                && !scoped.contains_key(*n)
-                                && restrict.is_none_or(|r| r.contains_key(*n))
+                            self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(*n))
                         })
                         .collect()
                 };
@@ -358,17 +360,9 @@ impl TypeTracker {
                 (target, version, resources, Vec::new())
             }
             Protocol::Delta => {
-                let upserts: Vec<Arc<Resource>> = scoped
-                    .values()
-                    .filter(|r| self.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
-                    .cloned()
-                    .collect();
-                let stale: Vec<String> = self
-                    .sent
-                    .keys()
-                    .filter(|n| !scoped.contains_key(*n))
-                    .cloned()
-                    .collect();
+                let diff = walk(&self.sent, &scoped);
+                let upserts: Vec<Arc<Resource>> = diff.changed.into_iter().cloned().collect();
+                let stale: Vec<String> = diff.gone.into_iter().map(|(n, _)| n.clone()).collect();
                 complete = final_phase || stale.is_empty();
                 let removed = if final_phase { stale } else { Vec::new() };
                 if self.responded && upserts.is_empty() && removed.is_empty() {
@@ -414,12 +408,105 @@ impl TypeTracker {
     }
 }
 
+/// How what a proxy holds differs from what it should hold.
+struct MapDiff<'a> {
+    /// Resources of `desired` the proxy lacks or holds in another version.
+    changed: Vec<&'a Arc<Resource>>,
+    /// Entries held that `desired` no longer has.
+    gone: Vec<(&'a String, &'a Arc<Resource>)>,
+}
+
+/// Compares `held` with `desired` in one walk over both (each is sorted by name), so a push
+/// costs one pass rather than a tree search per resource; entries that are the same `Arc` are
+/// equal without comparing anything.
+fn walk<'a>(held: &'a ResourceMap, desired: &'a ResourceMap) -> MapDiff<'a> {
+    let mut diff = MapDiff {
+        changed: Vec::new(),
+        gone: Vec::new(),
+    };
+    if std::ptr::eq(held, desired) {
+        return diff;
+    }
+    let mut h = held.iter().peekable();
+    let mut d = desired.iter().peekable();
+    loop {
+        match (h.peek(), d.peek()) {
+            (None, None) => break,
+            (Some(_), None) => diff.gone.extend(h.by_ref()),
+            (None, Some(_)) => diff.changed.extend(d.by_ref().map(|(_, r)| r)),
+            (Some((hn, hr)), Some((dn, dr))) => {
+                if Arc::ptr_eq(hr, dr) {
+                    h.next();
+                    d.next();
+                    continue;
+                }
+                match hn.as_str().cmp(dn.as_str()) {
+                    std::cmp::Ordering::Less => diff.gone.extend(h.next()),
+                    std::cmp::Ordering::Greater => diff.changed.extend(d.next().map(|(_, r)| r)),
+                    std::cmp::Ordering::Equal => {
+                        if hr.version != dr.version {
+                            diff.changed.push(dr);
+                        }
+                        h.next();
+                        d.next();
+                    }
+                }
+            }
+        }
+    }
+    diff
+}
+
+/// Whether every name of `inner` is a name of `outer`, in one walk over both.
+pub(crate) fn names_within(inner: &ResourceMap, outer: &ResourceMap) -> bool {
+    if std::ptr::eq(inner, outer) {
+        return true;
+    }
+    if inner.len() > outer.len() {
+        return false;
+    }
+    let mut o = outer.keys();
+    'next: for name in inner.keys() {
+        for candidate in o.by_ref() {
+            match candidate.as_str().cmp(name.as_str()) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => continue 'next,
+                std::cmp::Ordering::Greater => return false,
+            }
+        }
+        return false;
+    }
+    true
+}
+
 /// Protocol state of one ADS stream.
 #[derive(Clone, Debug)]
 pub struct StreamState {
     protocol: Protocol,
     types: [TypeTracker; TYPE_COUNT],
     nonce: u64,
+    /// An EDS map whose names were found within a CDS map ([`Self::eds_restriction`]).
+    eds_checked: SubsetMemo,
+}
+
+/// One verified "the names of this map are within that map", kept by the maps' `Arc`s (which
+/// also keeps their addresses from being reused): a stream holds the snapshot's maps, so the
+/// same check on the next push finds them again without a walk.
+#[derive(Clone, Debug, Default)]
+struct SubsetMemo(Option<(Arc<ResourceMap>, Arc<ResourceMap>)>);
+
+impl SubsetMemo {
+    fn holds(&self, inner: &Arc<ResourceMap>, outer: &Arc<ResourceMap>) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|(i, o)| Arc::ptr_eq(i, inner) && Arc::ptr_eq(o, outer))
+    }
+
+    fn record(&mut self, inner: &Arc<ResourceMap>, outer: &Arc<ResourceMap>) {
+        if !self.holds(inner, outer) {
+            self.0 = Some((Arc::clone(inner), Arc::clone(outer)));
+        }
+    }
 }
 
 impl StreamState {
@@ -428,6 +515,7 @@ impl StreamState {
             protocol,
             types: Default::default(),
             nonce: 0,
+            eds_checked: SubsetMemo::default(),
         }
     }
 
@@ -552,7 +640,7 @@ impl StreamState {
     /// The clusters sent on a wildcard CDS subscription, when the desired or held endpoints
     /// name others (a CDS change not sent yet, one the proxy rejected, or a cluster removed):
     /// EDS offers only these.
-    fn eds_restriction(&self, snapshot: &Snapshot) -> Option<Arc<ResourceMap>> {
+    fn eds_restriction(&mut self, snapshot: &Snapshot) -> Option<Arc<ResourceMap>> {
         let cds = &self.types[CDS];
         if !cds.requested || !cds.wildcard {
             return None;
@@ -565,12 +653,21 @@ impl StreamState {
         {
             return None;
         }
-        snapshot.types[EDS]
-            .resources
-            .keys()
-            .chain(self.types[EDS].sent.keys())
-            .any(|n| !cds.sent.contains_key(n))
-            .then(|| Arc::clone(&cds.sent))
+        let desired = &snapshot.types[EDS].resources;
+        // The proxy was sent exactly the snapshot's clusters, which name every desired
+        // assignment: only what it holds of EDS needs a look.
+        let held = &self.types[EDS].sent;
+        let within = ((snapshot.endpoints_within_clusters
+            && Arc::ptr_eq(&cds.sent, &snapshot.types[CDS].resources))
+            || self.eds_checked.holds(desired, &cds.sent)
+            || names_within(desired, &cds.sent))
+            && (self.eds_checked.holds(held, &cds.sent) || names_within(held, &cds.sent));
+        if !within {
+            return Some(Arc::clone(&cds.sent));
+        }
+        // The held EDS of the next push is this desired one: remember it is within.
+        self.eds_checked.record(desired, &cds.sent);
+        None
     }
 
     /// Responses due now for `snapshot`, in the order they must be sent.
@@ -879,6 +976,68 @@ mod tests {
         for seed in 1..=400 {
             matches_the_recomputing_model(Protocol::Delta, seed * 7919);
         }
+    }
+
+    fn map(entries: &[(&str, &str)]) -> ResourceMap {
+        entries
+            .iter()
+            .map(|(n, v)| {
+                let r = Arc::new(Resource {
+                    name: n.to_string(),
+                    type_url: type_url::CLUSTER,
+                    encoded: Bytes::from(v.to_string()),
+                    version: v.to_string(),
+                });
+                (n.to_string(), r)
+            })
+            .collect()
+    }
+
+    /// The one-walk diff gives what per-name look-ups give, on random pairs of maps.
+    #[test]
+    fn the_ordered_walk_equals_per_name_lookups() {
+        let mut rng = Rng(0x9e37_79b9);
+        for _ in 0..2_000 {
+            let mut pick = || {
+                let mut entries: Vec<(String, String)> = Vec::new();
+                for n in NAMES.iter().chain(["ab", "b0", ""].iter()) {
+                    if rng.chance(50) {
+                        entries.push((n.to_string(), rng.below(2).to_string()));
+                    }
+                }
+                let refs: Vec<(&str, &str)> = entries
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                map(&refs)
+            };
+            let (held, desired) = (pick(), pick());
+            let diff = walk(&held, &desired);
+            let changed: Vec<&str> = diff.changed.iter().map(|r| r.name.as_str()).collect();
+            let gone: Vec<&str> = diff.gone.iter().map(|(n, _)| n.as_str()).collect();
+            let expect_changed: Vec<&str> = desired
+                .values()
+                .filter(|r| held.get(&r.name).map(|h| &h.version) != Some(&r.version))
+                .map(|r| r.name.as_str())
+                .collect();
+            let expect_gone: Vec<&str> = held
+                .keys()
+                .filter(|n| !desired.contains_key(*n))
+                .map(String::as_str)
+                .collect();
+            assert_eq!(changed, expect_changed);
+            assert_eq!(gone, expect_gone);
+            assert_eq!(
+                names_within(&held, &desired),
+                held.keys().all(|n| desired.contains_key(n))
+            );
+        }
+        // The same map: nothing differs, without a look.
+        let m = map(&[("a", "1")]);
+        let same = walk(&m, &m);
+        assert!(same.changed.is_empty() && same.gone.is_empty());
+        assert!(names_within(&m, &m) && names_within(&map(&[]), &m));
+        assert!(!names_within(&map(&[("b", "1")]), &m));
     }
 
     #[test]
