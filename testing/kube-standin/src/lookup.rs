@@ -105,6 +105,14 @@ pub(crate) mod tests {
             self.objects.lock().unwrap().push(object);
             self.changes.fetch_add(1, Ordering::SeqCst);
         }
+
+        /// Removes the objects of `kind` named `name` (in any namespace).
+        pub fn remove(&self, kind: &str, name: &str) {
+            self.objects.lock().unwrap().retain(|o| {
+                field(o, "/kind") != Some(kind) || field(o, "/metadata/name") != Some(name)
+            });
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn field<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
