@@ -740,15 +740,14 @@ fn list(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiErr
             table::to_table(&t.rt, &page.items, meta, call.query.get("includeObject")),
         ));
     }
-    Ok(json_response(
-        StatusCode::OK,
-        json!({
-            "kind": format!("{}List", t.rt.kind),
-            "apiVersion": t.rt.api_version(),
-            "metadata": meta,
-            "items": page.items,
-        }),
-    ))
+    let mut body = json!({
+        "kind": format!("{}List", t.rt.kind),
+        "apiVersion": t.rt.api_version(),
+        "metadata": meta,
+    });
+    // Moved in: `json!` would copy every item once more (it serializes by reference).
+    body["items"] = Value::Array(page.items);
+    Ok(json_response(StatusCode::OK, body))
 }
 
 fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {

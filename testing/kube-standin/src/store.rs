@@ -1001,12 +1001,12 @@ impl Store {
 
     /// Where a watch from `since` starts, or 410 Gone when history no longer reaches back there.
     /// `since` None: only future events.
-    /// `current_of`: also snapshot the current objects of that resource, atomically with the
-    /// subscription, for watches that start with the current state.
+    /// `current_of`: also snapshot the current objects of that resource (in one namespace, or
+    /// all), atomically with the subscription, for watches that start with the current state.
     pub fn watch_from(
         &self,
         since: Option<u64>,
-        current_of: Option<&ResourceKey>,
+        current_of: Option<(&ResourceKey, Option<&str>)>,
     ) -> Result<WatchStart, ApiError> {
         let state = self.lock();
         let live = self.events.subscribe();
@@ -1026,10 +1026,22 @@ impl Store {
                 .cloned()
                 .collect(),
         };
-        let current = current_of
-            .and_then(|key| state.objects.get(key))
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
+        // Objects are sorted by (namespace, name): a namespaced watch copies its namespace only.
+        let current = match current_of {
+            Some((key, namespace)) => state
+                .objects
+                .get(key)
+                .map(|m| match namespace {
+                    Some(ns) => m
+                        .range((ns.to_string(), String::new())..)
+                        .take_while(|((ons, _), _)| ons == ns)
+                        .map(|(_, o)| o.clone())
+                        .collect(),
+                    None => m.values().cloned().collect(),
+                })
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
         Ok(WatchStart {
             replay,
             current,

@@ -119,7 +119,7 @@ async fn run(store: Arc<Store>, req: &WatchRequest, tx: &Sink) -> Result<(), Api
         Start::After(rv) => (Some(rv), false),
     };
     let key = req.rt.key();
-    let mut start = store.watch_from(since, initial.then_some(&key))?;
+    let mut start = store.watch_from(since, initial.then_some((&key, req.namespace.as_deref())))?;
     let mut last_rv = start.resource_version;
     if initial {
         for obj in std::mem::take(&mut start.current) {
