@@ -1668,6 +1668,31 @@ mod tests {
     }
 
     #[test]
+    fn a_namespaced_watch_snapshots_its_namespace_only() {
+        let f = Fixture::new();
+        for ns in ["a", "b", "c"] {
+            f.store
+                .create(&f.namespaces, json!({"metadata": {"name": ns}}), &ctx())
+                .unwrap();
+            for name in ["x", "y"] {
+                f.create(&f.configmaps, ns, name, &[], &[]);
+            }
+        }
+        let key = f.configmaps.key();
+        let names = |namespace: Option<&str>| {
+            let start = f.store.watch_from(None, Some((&key, namespace))).unwrap();
+            start
+                .current
+                .iter()
+                .map(|o| format!("{}/{}", object::namespace(o).unwrap(), object::name(o)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(Some("b")), vec!["b/x", "b/y"]);
+        assert!(names(Some("d")).is_empty());
+        assert_eq!(names(None), vec!["a/x", "a/y", "b/x", "b/y", "c/x", "c/y"]);
+    }
+
+    #[test]
     fn lists_page_through_one_namespace_or_all() {
         let f = Fixture::new();
         for ns in ["a", "b", "c"] {

@@ -43,7 +43,11 @@ pub struct WatchRequest {
 }
 
 fn line(event_type: &str, object: Value) -> Bytes {
-    let mut s = json!({"type": event_type, "object": object}).to_string();
+    // Moved in: `json!` would copy the object once more (it serializes by reference).
+    let mut event = serde_json::Map::new();
+    event.insert("type".into(), json!(event_type));
+    event.insert("object".into(), object);
+    let mut s = Value::Object(event).to_string();
     s.push('\n');
     Bytes::from(s)
 }
