@@ -214,8 +214,10 @@ spec:
   rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
 YAML
 say "shop's client may call web, except /admin; the 403 names the rule that decided:"
-admin_code() { ip netns exec "$client_ns" curl -s -o /dev/null -w '%{http_code}' http://web.shop.svc.cluster.local:8080/admin; }
-for _ in $(seq 60); do [ "$(admin_code)" = 403 ] && break; sleep 1; done
+# The two policies reach web's sidecar in one push or two: wait until the denial names the DENY
+# rule (a 403 of the first policy alone is not the end state).
+admin_denial() { ip netns exec "$client_ns" curl -s http://web.shop.svc.cluster.local:8080/admin; }
+for _ in $(seq 60); do grep -qF 'policy[deny-admin]' <<<"$(admin_denial)" && break; sleep 1; done
 root_code=$(in_pod "$client_ns" curl -s -o /dev/null -w '%{http_code}' http://web.shop.svc.cluster.local:8080/)
 echo "GET / -> HTTP $root_code"
 [ "$root_code" = 200 ] || die "the allowed call was not served"
