@@ -175,8 +175,6 @@ impl Filter {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        // Without a label selector, skip copying the object's labels.
-        (self.labels.is_empty() || self.labels.matches(&object::labels(obj)))
-            && self.fields.matches(obj)
+        self.labels.matches(&object::labels(obj)) && self.fields.matches(obj)
     }
 }

@@ -49,8 +49,6 @@ pub struct ServerState {
     pub requests: Arc<RequestCounter>,
     /// How admission webhooks are reached.
     pub webhook_dialer: admission::Dialer,
-    /// RBAC with its cache of resolved rules, for `store`.
-    pub authorizer: Arc<rbac::Authorizer>,
 }
 
 /// The resource a request addresses.
@@ -167,9 +165,7 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         // Like the real API, a non-resource request is authorized by its path and its
         // lowercased HTTP method before anything else (unknown paths get 403, not 404).
         let verb = req.method().as_str().to_ascii_lowercase();
-        state
-            .authorizer
-            .authorize_non_resource(state.store.as_ref(), &user, &verb, &raw_path)
+        rbac::authorize_non_resource(state.store.as_ref(), &user, &verb, &raw_path)
             .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
         return non_resource(state, &segments, &path);
     }
@@ -247,10 +243,7 @@ async fn proxy_to_pod(
         namespace: Some(namespace.to_string()),
         name: Some(target.pod.clone()),
     };
-    state
-        .authorizer
-        .authorize(state.store.as_ref(), &attrs)
-        .map_err(|reason| forbidden(&attrs, &reason))?;
+    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))?;
     let pods = state
         .store
         .find_type("", "v1", "pods")
@@ -344,10 +337,7 @@ fn impersonate(
             namespace: namespace.map(str::to_string),
             name: Some(name.to_string()),
         };
-        state
-            .authorizer
-            .authorize(state.store.as_ref(), &attrs)
-            .map_err(|reason| forbidden(&attrs, &reason))
+        rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
     };
     let mut impersonated = match parse_service_account_username(&username) {
         Some((namespace, name)) => {
@@ -537,10 +527,7 @@ fn forbidden(attrs: &RequestAttributes, reason: &str) -> ApiError {
 
 fn authorize(state: &ServerState, call: &Call, t: &Target, verb: &str) -> Result<(), ApiError> {
     let attrs = request_attributes(call, t, verb);
-    state
-        .authorizer
-        .authorize(state.store.as_ref(), &attrs)
-        .map_err(|reason| forbidden(&attrs, &reason))
+    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
 }
 
 /// Escalation prevention for a write of a Role, ClusterRole or (Cluster)RoleBinding: `obj` is
@@ -564,21 +551,18 @@ fn check_escalation(
     if old.is_some_and(|old| only_gc_fields_differ(&obj, old, &t.rt)) {
         return Ok(());
     }
-    state
-        .authorizer
-        .check_escalation(state.store.as_ref(), &call.user, &obj)
-        .map_err(|reason| {
-            let attrs = RequestAttributes {
-                user: call.user.clone(),
-                verb: String::new(),
-                api_group: t.rt.group.clone(),
-                resource: t.rt.plural.clone(),
-                subresource: None,
-                namespace: t.namespace.clone(),
-                name: Some(object::name(&obj).to_string()),
-            };
-            forbidden(&attrs, &reason)
-        })
+    rbac::check_escalation(state.store.as_ref(), &call.user, &obj).map_err(|reason| {
+        let attrs = RequestAttributes {
+            user: call.user.clone(),
+            verb: String::new(),
+            api_group: t.rt.group.clone(),
+            resource: t.rt.plural.clone(),
+            subresource: None,
+            namespace: t.namespace.clone(),
+            name: Some(object::name(&obj).to_string()),
+        };
+        forbidden(&attrs, &reason)
+    })
 }
 
 /// Whether `new` equals `old` but for the metadata that garbage collection and the server
@@ -740,14 +724,15 @@ fn list(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiErr
             table::to_table(&t.rt, &page.items, meta, call.query.get("includeObject")),
         ));
     }
-    let mut body = json!({
-        "kind": format!("{}List", t.rt.kind),
-        "apiVersion": t.rt.api_version(),
-        "metadata": meta,
-    });
-    // Moved in: `json!` would copy every item once more (it serializes by reference).
-    body["items"] = Value::Array(page.items);
-    Ok(json_response(StatusCode::OK, body))
+    Ok(json_response(
+        StatusCode::OK,
+        json!({
+            "kind": format!("{}List", t.rt.kind),
+            "apiVersion": t.rt.api_version(),
+            "metadata": meta,
+            "items": page.items,
+        }),
+    ))
 }
 
 fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
@@ -929,9 +914,7 @@ async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response
         check_type(&body, &t.rt)?;
         // The kind decides whose access is reviewed: it must be the addressed one.
         body["kind"] = json!(t.rt.kind);
-        let review = state
-            .authorizer
-            .handle_access_review(state.store.as_ref(), &call.user, &body)
+        let review = rbac::handle_access_review(state.store.as_ref(), &call.user, &body)
             .map_err(ApiError::bad_request)?;
         return Ok(json_response(StatusCode::CREATED, review));
     }
