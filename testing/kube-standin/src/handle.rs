@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::Dialer;
 use super::auth::{Authenticator, Identity};
+use super::rbac::Authorizer;
 use super::requests::{RequestCounter, RequestCounts};
 use super::server::{self, ServerState};
 use super::store::Store;
@@ -103,6 +104,7 @@ impl StandIn {
         let store = Store::new(opts.history_limit);
         let auth = Arc::new(Authenticator::new());
         let requests = Arc::new(RequestCounter::default());
+        let authorizer = Arc::new(Authorizer::new());
         let state = Arc::new(ServerState {
             store: store.clone(),
             auth: auth.clone(),
@@ -110,6 +112,7 @@ impl StandIn {
             bookmark_interval: opts.bookmark_interval,
             requests: requests.clone(),
             webhook_dialer: opts.webhook_dialer.clone(),
+            authorizer: authorizer.clone(),
         });
         if let Some(address) = opts.advertise_address {
             store.advertise_api(address);
@@ -131,6 +134,7 @@ impl StandIn {
             store,
             auth,
             requests,
+            authorizer,
             ca_pem: tls.ca_pem,
             shutdown: Some(shutdown_tx),
         };
@@ -210,6 +214,7 @@ pub struct StandInHandle {
     store: Arc<Store>,
     auth: Arc<Authenticator>,
     requests: Arc<RequestCounter>,
+    authorizer: Arc<Authorizer>,
     ca_pem: String,
     shutdown: Option<oneshot::Sender<()>>,
 }
@@ -299,6 +304,11 @@ impl StandInHandle {
     /// `GET /standin/requests` serves to other processes).
     pub fn requests(&self) -> RequestCounts {
         self.requests.snapshot()
+    }
+
+    /// How many RBAC rule sets the authorizer has read from the store (its cache's misses).
+    pub fn rbac_resolutions(&self) -> u64 {
+        self.authorizer.resolutions()
     }
 
     /// How many watch streams are open right now.

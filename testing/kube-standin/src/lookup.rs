@@ -23,6 +23,14 @@ pub trait ObjectLookup: Send + Sync {
         kind: &str,
         namespace: Option<&str>,
     ) -> Vec<serde_json::Value>;
+
+    /// A number that changes whenever a Role, ClusterRole, RoleBinding or ClusterRoleBinding
+    /// that RBAC reads for `namespace` is created, updated or deleted: cluster-scoped ones, and
+    /// for Some(ns) also those in `ns`. It never returns to an earlier value, so rules resolved
+    /// at one value are current while it stays. None (the default): not tracked, no caching.
+    fn rbac_generation(&self, _namespace: Option<&str>) -> Option<u64> {
+        None
+    }
 }
 
 /// `metadata.labels` of an object (empty when absent or malformed).
@@ -74,23 +82,36 @@ pub fn label_selector_matches(
 pub(crate) mod tests {
     use super::*;
     use serde_json::{json, Value};
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Mutex;
 
-    /// A test store: objects in a vector, found by apiVersion, kind, namespace and name.
+    /// A test store: objects in a vector, found by apiVersion, kind, namespace and name. Its
+    /// `rbac_generation` counts every change, whatever its kind and namespace.
     #[derive(Default)]
     pub(crate) struct MemoryLookup {
         pub objects: Mutex<Vec<Value>>,
+        changes: AtomicU64,
     }
 
     impl MemoryLookup {
         pub fn with(objects: Vec<Value>) -> Self {
             MemoryLookup {
                 objects: Mutex::new(objects),
+                changes: AtomicU64::new(0),
             }
         }
 
         pub fn add(&self, object: Value) {
             self.objects.lock().unwrap().push(object);
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// Removes the objects of `kind` named `name` (in any namespace).
+        pub fn remove(&self, kind: &str, name: &str) {
+            self.objects.lock().unwrap().retain(|o| {
+                field(o, "/kind") != Some(kind) || field(o, "/metadata/name") != Some(name)
+            });
+            self.changes.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -121,6 +142,10 @@ pub(crate) mod tests {
                 .filter(|o| namespace.is_none() || field(o, "/metadata/namespace") == namespace)
                 .cloned()
                 .collect()
+        }
+
+        fn rbac_generation(&self, _namespace: Option<&str>) -> Option<u64> {
+            Some(self.changes.load(Ordering::SeqCst))
         }
     }
 

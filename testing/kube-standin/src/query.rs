@@ -175,6 +175,8 @@ impl Filter {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.labels.matches(&object::labels(obj)) && self.fields.matches(obj)
+        // Without a label selector, skip copying the object's labels.
+        (self.labels.is_empty() || self.labels.matches(&object::labels(obj)))
+            && self.fields.matches(obj)
     }
 }

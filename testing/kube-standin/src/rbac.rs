@@ -1,11 +1,15 @@
 //! RBAC authorization of stand-in requests, with the semantics of Kubernetes' RBAC authorizer.
 //!
-//! Roles, ClusterRoles and their bindings are read from the store on every request (no cache:
-//! a binding written by the operator takes effect on the next request, as in a real cluster).
+//! Roles, ClusterRoles and their bindings are read from the store; an [`Authorizer`] caches the
+//! resolved rules until the store reports an RBAC write (a binding written by the operator
+//! still takes effect on the next request, as in a real cluster).
 //! A few default cluster roles that every real cluster has are built in (see [`builtin`]).
 //! Escalation prevention for writes of RBAC objects is [`check_escalation`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::rbac::v1::{
     AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef,
@@ -35,12 +39,235 @@ pub struct RequestAttributes {
     pub name: Option<String>,
 }
 
-/// Allows or denies a resource request; Err is the reason for the 403 message.
+/// Past this many cached rule sets of one kind the cache starts over (each costs one
+/// resolution to rebuild); it bounds memory when many identities or namespaces come and go.
+const MAX_CACHED_RULE_SETS: usize = 50_000;
+
+/// The RBAC authorizer of a server: resolved rules are cached per identity (cluster-wide part)
+/// and per identity and namespace (RoleBindings part), as a real API server's authorizer works
+/// from informer caches instead of reading every binding per request. An entry is used only
+/// while [`ObjectLookup::rbac_generation`] is what it was before the entry was resolved, so
+/// every answer is the uncached one and an RBAC write decides the very next request.
+/// One Authorizer serves one store (generations of different stores are unrelated).
+pub struct Authorizer {
+    caching: bool,
+    cluster: Mutex<HashMap<UserKey, Cached>>,
+    local: Mutex<HashMap<(UserKey, String), Cached>>,
+    resolutions: AtomicU64,
+}
+
+/// An identity as RBAC sees it: name and groups.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct UserKey {
+    username: String,
+    groups: Vec<String>,
+}
+
+struct Cached {
+    generation: u64,
+    rules: Arc<[PolicyRule]>,
+}
+
+/// The rules that apply to a user for one request: cluster-wide ones and, for a namespaced
+/// request, those of the namespace's RoleBindings.
+pub struct Rules {
+    cluster: Arc<[PolicyRule]>,
+    local: Arc<[PolicyRule]>,
+}
+
+impl Rules {
+    pub fn iter(&self) -> impl Iterator<Item = &PolicyRule> {
+        self.cluster.iter().chain(self.local.iter())
+    }
+}
+
+impl Default for Authorizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Authorizer {
+    /// An authorizer that caches resolved rules (when the lookup reports `rbac_generation`).
+    pub fn new() -> Self {
+        Self {
+            caching: true,
+            cluster: Mutex::default(),
+            local: Mutex::default(),
+            resolutions: AtomicU64::new(0),
+        }
+    }
+
+    /// One that resolves rules from the store on every call.
+    pub fn uncached() -> Self {
+        Self {
+            caching: false,
+            ..Self::new()
+        }
+    }
+
+    /// How many rule sets were read from the store so far (the cache's misses).
+    pub fn resolutions(&self) -> u64 {
+        self.resolutions.load(Ordering::Relaxed)
+    }
+
+    /// The rules that apply to `user` in `namespace` (what [`rules_for`] reads).
+    pub fn rules(
+        &self,
+        lookup: &dyn ObjectLookup,
+        user: &UserInfo,
+        namespace: Option<&str>,
+    ) -> Rules {
+        let key = UserKey {
+            username: user.username.clone(),
+            groups: user.groups.clone(),
+        };
+        // Each generation is read before the rules it validates are resolved: a write during
+        // the resolution moves it, and the entry is never used.
+        let cluster = self.cached(
+            &self.cluster,
+            key.clone(),
+            lookup.rbac_generation(None),
+            || cluster_rules(lookup, user),
+        );
+        let local = match namespace {
+            Some(ns) => self.cached(
+                &self.local,
+                (key, ns.to_string()),
+                lookup.rbac_generation(Some(ns)),
+                || namespace_rules(lookup, user, ns),
+            ),
+            None => Arc::from([]),
+        };
+        Rules { cluster, local }
+    }
+
+    fn cached<K: Eq + Hash>(
+        &self,
+        map: &Mutex<HashMap<K, Cached>>,
+        key: K,
+        generation: Option<u64>,
+        resolve: impl FnOnce() -> Vec<PolicyRule>,
+    ) -> Arc<[PolicyRule]> {
+        let Some(generation) = generation.filter(|_| self.caching) else {
+            return self.resolve(resolve);
+        };
+        let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = lock().get(&key).filter(|c| c.generation == generation) {
+            return hit.rules.clone();
+        }
+        let rules = self.resolve(resolve);
+        let mut entries = lock();
+        if entries.len() >= MAX_CACHED_RULE_SETS {
+            entries.clear();
+        }
+        // A concurrent request may have stored a newer resolution meanwhile; keep that one.
+        if entries.get(&key).is_none_or(|c| c.generation < generation) {
+            entries.insert(
+                key,
+                Cached {
+                    generation,
+                    rules: rules.clone(),
+                },
+            );
+        }
+        rules
+    }
+
+    fn resolve(&self, resolve: impl FnOnce() -> Vec<PolicyRule>) -> Arc<[PolicyRule]> {
+        self.resolutions.fetch_add(1, Ordering::Relaxed);
+        resolve().into()
+    }
+
+    /// Allows or denies a resource request; Err is the reason for the 403 message.
+    pub fn authorize(
+        &self,
+        lookup: &dyn ObjectLookup,
+        attrs: &RequestAttributes,
+    ) -> Result<(), String> {
+        authorize_with(self, lookup, attrs)
+    }
+
+    /// Allows or denies a request for a non-resource path (`/api`, `/version`, ...).
+    pub fn authorize_non_resource(
+        &self,
+        lookup: &dyn ObjectLookup,
+        user: &UserInfo,
+        verb: &str,
+        path: &str,
+    ) -> Result<(), String> {
+        authorize_non_resource_with(self, lookup, user, verb, path)
+    }
+
+    /// `POST /apis/authorization.k8s.io/v1/{selfsubjectaccessreviews,subjectaccessreviews}`
+    /// (what `kubectl auth can-i` uses): answers the review with `status.allowed`. A self
+    /// review asks for `requester`; a SubjectAccessReview for `spec.user` and `spec.groups`.
+    /// Err is a 400 message.
+    pub fn handle_access_review(
+        &self,
+        lookup: &dyn ObjectLookup,
+        requester: &UserInfo,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        handle_access_review_with(self, lookup, requester, body)
+    }
+
+    /// Escalation prevention for writes of RBAC objects, like the real API: a user may create
+    /// or update a Role/ClusterRole only with rules it already holds (or the `escalate` verb),
+    /// and a RoleBinding/ClusterRoleBinding only to a role whose rules it holds (or the `bind`
+    /// verb). `object` is the object as it would be stored; Err is the reason for the 403.
+    pub fn check_escalation(
+        &self,
+        lookup: &dyn ObjectLookup,
+        user: &UserInfo,
+        object: &serde_json::Value,
+    ) -> Result<(), String> {
+        check_escalation_with(self, lookup, user, object)
+    }
+}
+
+/// [`Authorizer::authorize`], uncached.
 pub fn authorize(lookup: &dyn ObjectLookup, attrs: &RequestAttributes) -> Result<(), String> {
+    Authorizer::uncached().authorize(lookup, attrs)
+}
+
+/// [`Authorizer::authorize_non_resource`], uncached.
+pub fn authorize_non_resource(
+    lookup: &dyn ObjectLookup,
+    user: &UserInfo,
+    verb: &str,
+    path: &str,
+) -> Result<(), String> {
+    Authorizer::uncached().authorize_non_resource(lookup, user, verb, path)
+}
+
+/// [`Authorizer::handle_access_review`], uncached.
+pub fn handle_access_review(
+    lookup: &dyn ObjectLookup,
+    requester: &UserInfo,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    Authorizer::uncached().handle_access_review(lookup, requester, body)
+}
+
+/// [`Authorizer::check_escalation`], uncached.
+pub fn check_escalation(
+    lookup: &dyn ObjectLookup,
+    user: &UserInfo,
+    object: &serde_json::Value,
+) -> Result<(), String> {
+    Authorizer::uncached().check_escalation(lookup, user, object)
+}
+
+fn authorize_with(
+    authz: &Authorizer,
+    lookup: &dyn ObjectLookup,
+    attrs: &RequestAttributes,
+) -> Result<(), String> {
     if attrs.user.in_group(GROUP_MASTERS) {
         return Ok(());
     }
-    let rules = rules_for(lookup, &attrs.user, attrs.namespace.as_deref());
+    let rules = authz.rules(lookup, &attrs.user, attrs.namespace.as_deref());
     if rules.iter().any(|rule| rule_allows_resource(rule, attrs)) {
         Ok(())
     } else {
@@ -50,8 +277,8 @@ pub fn authorize(lookup: &dyn ObjectLookup, attrs: &RequestAttributes) -> Result
     }
 }
 
-/// Allows or denies a request for a non-resource path (`/api`, `/version`, ...).
-pub fn authorize_non_resource(
+fn authorize_non_resource_with(
+    authz: &Authorizer,
     lookup: &dyn ObjectLookup,
     user: &UserInfo,
     verb: &str,
@@ -60,7 +287,7 @@ pub fn authorize_non_resource(
     if user.in_group(GROUP_MASTERS) {
         return Ok(());
     }
-    let rules = rules_for(lookup, user, None);
+    let rules = authz.rules(lookup, user, None);
     let allowed = rules.iter().any(|rule| {
         has_or_all(&rule.verbs, verb)
             && rule
@@ -109,12 +336,21 @@ fn denial_reason(attrs: &RequestAttributes) -> String {
 }
 
 /// Every rule that applies to `user` in `namespace`: built-in rules, ClusterRoleBindings, and
-/// (for a namespaced request) RoleBindings of that namespace.
+/// (for a namespaced request) RoleBindings of that namespace. Read from the store, uncached.
 pub fn rules_for(
     lookup: &dyn ObjectLookup,
     user: &UserInfo,
     namespace: Option<&str>,
 ) -> Vec<PolicyRule> {
+    let mut rules = cluster_rules(lookup, user);
+    if let Some(ns) = namespace {
+        rules.extend(namespace_rules(lookup, user, ns));
+    }
+    rules
+}
+
+/// Rules that apply to `user` everywhere: built-in rules and ClusterRoleBindings.
+fn cluster_rules(lookup: &dyn ObjectLookup, user: &UserInfo) -> Vec<PolicyRule> {
     let mut rules = builtin::rules_for_user(user);
     for binding in
         typed::<ClusterRoleBinding>(lookup.list(RBAC_API_VERSION, "ClusterRoleBinding", None))
@@ -123,14 +359,19 @@ pub fn rules_for(
             rules.extend(role_ref_rules(lookup, &binding.role_ref, None).unwrap_or_default());
         }
     }
-    if let Some(ns) = namespace {
-        for binding in typed::<RoleBinding>(lookup.list(RBAC_API_VERSION, "RoleBinding", Some(ns)))
-        {
-            if applies_to(binding.subjects.as_deref(), user, Some(ns)) {
-                rules.extend(
-                    role_ref_rules(lookup, &binding.role_ref, Some(ns)).unwrap_or_default(),
-                );
-            }
+    rules
+}
+
+/// Rules that apply to `user` in `namespace` only: its RoleBindings.
+fn namespace_rules(lookup: &dyn ObjectLookup, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
+    let mut rules = Vec::new();
+    for binding in
+        typed::<RoleBinding>(lookup.list(RBAC_API_VERSION, "RoleBinding", Some(namespace)))
+    {
+        if applies_to(binding.subjects.as_deref(), user, Some(namespace)) {
+            rules.extend(
+                role_ref_rules(lookup, &binding.role_ref, Some(namespace)).unwrap_or_default(),
+            );
         }
     }
     rules
@@ -276,10 +517,8 @@ fn non_resource_url_matches(rule_url: &str, path: &str) -> bool {
             .is_some_and(|prefix| path.starts_with(prefix))
 }
 
-/// `POST /apis/authorization.k8s.io/v1/{selfsubjectaccessreviews,subjectaccessreviews}` (what
-/// `kubectl auth can-i` uses): answers the review with `status.allowed`. A self review asks for
-/// `requester`; a SubjectAccessReview for `spec.user` and `spec.groups`. Err is a 400 message.
-pub fn handle_access_review(
+fn handle_access_review_with(
+    authz: &Authorizer,
     lookup: &dyn ObjectLookup,
     requester: &UserInfo,
     body: &serde_json::Value,
@@ -321,10 +560,10 @@ pub fn handle_access_review(
             namespace: optional("namespace"),
             name: optional("name"),
         };
-        authorize(lookup, &request).is_ok()
+        authorize_with(authz, lookup, &request).is_ok()
     } else if let Some(attrs) = spec.get("nonResourceAttributes") {
         let verb = text(attrs.get("verb"));
-        authorize_non_resource(lookup, &user, &verb, &text(attrs.get("path"))).is_ok()
+        authorize_non_resource_with(authz, lookup, &user, &verb, &text(attrs.get("path"))).is_ok()
     } else {
         return Err(
             "exactly one of nonResourceAttributes or resourceAttributes must be specified".into(),
@@ -337,11 +576,8 @@ pub fn handle_access_review(
     Ok(review)
 }
 
-/// Escalation prevention for writes of RBAC objects, like the real API: a user may create or
-/// update a Role/ClusterRole only with rules it already holds (or the `escalate` verb), and a
-/// RoleBinding/ClusterRoleBinding only to a role whose rules it holds (or the `bind` verb).
-/// `object` is the object as it would be stored; Err is the reason for the 403 message.
-pub fn check_escalation(
+fn check_escalation_with(
+    authz: &Authorizer,
     lookup: &dyn ObjectLookup,
     user: &UserInfo,
     object: &serde_json::Value,
@@ -380,7 +616,13 @@ pub fn check_escalation(
                 "clusterroles"
             };
             let scope = if kind == "Role" { namespace } else { None };
-            if authorize(lookup, &rbac_attrs("escalate", resource, name, scope)).is_ok() {
+            if authorize_with(
+                authz,
+                lookup,
+                &rbac_attrs("escalate", resource, name, scope),
+            )
+            .is_ok()
+            {
                 return Ok(());
             }
             // A ClusterRole's aggregation rule can gather anything, so it takes full authority.
@@ -389,7 +631,7 @@ pub fn check_escalation(
             } else {
                 field_of::<Vec<PolicyRule>>(object, "rules", kind)?.unwrap_or_default()
             };
-            confirm_no_escalation(lookup, user, scope, &requested)
+            confirm_no_escalation(authz, lookup, user, scope, &requested)
         }
         "RoleBinding" | "ClusterRoleBinding" => {
             let role_ref = &field_of::<RoleRef>(object, "roleRef", kind)?
@@ -405,7 +647,8 @@ pub fn check_escalation(
                 "clusterroles"
             };
             // `bind` on a ClusterRole may be granted in the binding's namespace or cluster-wide.
-            if authorize(
+            if authorize_with(
+                authz,
                 lookup,
                 &rbac_attrs("bind", role_resource, &role_ref.name, scope),
             )
@@ -414,7 +657,7 @@ pub fn check_escalation(
                 return Ok(());
             }
             let requested = role_ref_rules(lookup, role_ref, scope)?;
-            confirm_no_escalation(lookup, user, scope, &requested)
+            confirm_no_escalation(authz, lookup, user, scope, &requested)
         }
         _ => Ok(()),
     }
@@ -435,12 +678,13 @@ fn field_of<T: serde::de::DeserializeOwned>(
 }
 
 fn confirm_no_escalation(
+    authz: &Authorizer,
     lookup: &dyn ObjectLookup,
     user: &UserInfo,
     namespace: Option<&str>,
     requested: &[PolicyRule],
 ) -> Result<(), String> {
-    let held = rules_for(lookup, user, namespace);
+    let held = authz.rules(lookup, user, namespace);
     let missing: Vec<PolicyRule> = requested
         .iter()
         .flat_map(breakdown)
@@ -852,6 +1096,168 @@ mod tests {
             &request(&other_sa, "list", "", "pods", Some("blue"), None)
         )
         .is_err());
+    }
+
+    #[test]
+    fn cached_rules_are_reused_until_an_rbac_write() {
+        let store = MemoryLookup::with(vec![role(
+            "Role",
+            Some("blue"),
+            "pods-read",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+        )]);
+        let grant = binding(
+            "RoleBinding",
+            Some("blue"),
+            "alice-pods",
+            "Role",
+            "pods-read",
+            json!([{"kind": "User", "name": "alice"}]),
+        );
+        let authorizer = Authorizer::new();
+        let alice = user("alice", &[]);
+        let list_blue = request(&alice, "list", "", "pods", Some("blue"), None);
+        assert!(authorizer.authorize(&store, &list_blue).is_err());
+
+        store.add(grant.clone());
+        assert_eq!(authorizer.authorize(&store, &list_blue), Ok(()));
+        let resolved = authorizer.resolutions();
+        for _ in 0..3 {
+            assert_eq!(authorizer.authorize(&store, &list_blue), Ok(()));
+        }
+        assert_eq!(
+            authorizer.resolutions(),
+            resolved,
+            "answered from the cache"
+        );
+        // Another namespace: its RoleBindings are resolved, the cluster-wide part is reused.
+        let list_green = request(&alice, "list", "", "pods", Some("green"), None);
+        assert!(authorizer.authorize(&store, &list_green).is_err());
+        assert_eq!(authorizer.resolutions(), resolved + 1);
+        // Another identity (same name, other groups) is resolved on its own.
+        let alice_ops = user("alice", &["ops"]);
+        let list_blue_ops = request(&alice_ops, "list", "", "pods", Some("blue"), None);
+        assert_eq!(authorizer.authorize(&store, &list_blue_ops), Ok(()));
+        assert_eq!(authorizer.resolutions(), resolved + 3);
+
+        store.remove("RoleBinding", "alice-pods");
+        assert!(
+            authorizer.authorize(&store, &list_blue).is_err(),
+            "revoked on the very next request"
+        );
+        store.add(grant);
+        assert_eq!(authorizer.authorize(&store, &list_blue), Ok(()));
+    }
+
+    #[test]
+    fn an_uncached_authorizer_resolves_every_request() {
+        let store = MemoryLookup::default();
+        let authorizer = Authorizer::uncached();
+        let bob = user("bob", &[]);
+        for _ in 0..3 {
+            assert!(authorizer
+                .authorize(
+                    &store,
+                    &request(&bob, "get", "", "pods", Some("a"), Some("p"))
+                )
+                .is_err());
+        }
+        assert_eq!(authorizer.resolutions(), 6);
+        // Masters are allowed without reading any rule.
+        let admin = user("admin", &[GROUP_MASTERS]);
+        assert!(authorizer
+            .authorize(
+                &store,
+                &request(&admin, "get", "", "pods", Some("a"), Some("p"))
+            )
+            .is_ok());
+        assert_eq!(authorizer.resolutions(), 6);
+    }
+
+    /// Every answer of a caching authorizer is the uncached one, through a series of RBAC
+    /// writes: grants and revocations by Role, ClusterRole, both bindings, aggregation labels.
+    #[test]
+    fn cached_answers_are_the_uncached_ones() {
+        let store = MemoryLookup::default();
+        let authorizer = Authorizer::new();
+        let users = [
+            user("alice", &[]),
+            user("bob", &["ops"]),
+            UserInfo::service_account("blue", "app"),
+        ];
+        let namespaces = [None, Some("blue"), Some("green")];
+        let check = |step: &str| {
+            for u in &users {
+                for ns in namespaces {
+                    for (verb, resource) in [("list", "pods"), ("delete", "configmaps")] {
+                        let attrs = request(u, verb, "", resource, ns, None);
+                        assert_eq!(
+                            authorizer.authorize(&store, &attrs),
+                            authorize(&store, &attrs),
+                            "{step}: {} {verb} {resource} in {ns:?}",
+                            u.username
+                        );
+                    }
+                    assert_eq!(
+                        authorizer.authorize_non_resource(&store, u, "get", "/metrics"),
+                        authorize_non_resource(&store, u, "get", "/metrics"),
+                        "{step}: {} /metrics",
+                        u.username
+                    );
+                }
+            }
+        };
+        check("empty");
+        store.add(role(
+            "Role",
+            Some("blue"),
+            "pods",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+        ));
+        store.add(binding(
+            "RoleBinding",
+            Some("blue"),
+            "pods",
+            "Role",
+            "pods",
+            json!([{"kind": "ServiceAccount", "name": "app"}, {"kind": "User", "name": "alice"}]),
+        ));
+        check("role binding");
+        store.add(json!({"apiVersion": RBAC_API_VERSION, "kind": "ClusterRole", "metadata": {"name": "agg"},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "yes"}}]}}));
+        store.add(binding(
+            "ClusterRoleBinding",
+            None,
+            "ops",
+            "ClusterRole",
+            "agg",
+            json!([{"kind": "Group", "name": "ops"}]),
+        ));
+        check("empty aggregated role");
+        let mut part = role(
+            "ClusterRole",
+            None,
+            "cm",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["delete"]}, {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+        );
+        part["metadata"]["labels"] = json!({"agg": "yes"});
+        store.add(part);
+        check("aggregated part");
+        store.add(binding(
+            "RoleBinding",
+            Some("green"),
+            "cm",
+            "ClusterRole",
+            "cm",
+            json!([{"kind": "User", "name": "alice"}]),
+        ));
+        check("cluster role bound in one namespace");
+        store.remove("ClusterRole", "cm");
+        check("cluster role gone");
+        store.remove("RoleBinding", "pods");
+        check("role bindings gone");
+        store.remove("ClusterRoleBinding", "ops");
+        check("cluster role binding gone");
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct ServerState {
     pub requests: Arc<RequestCounter>,
     /// How admission webhooks are reached.
     pub webhook_dialer: admission::Dialer,
+    /// RBAC with its cache of resolved rules, for `store`.
+    pub authorizer: Arc<rbac::Authorizer>,
 }
 
 /// The resource a request addresses.
@@ -165,7 +167,9 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
         // Like the real API, a non-resource request is authorized by its path and its
         // lowercased HTTP method before anything else (unknown paths get 403, not 404).
         let verb = req.method().as_str().to_ascii_lowercase();
-        rbac::authorize_non_resource(state.store.as_ref(), &user, &verb, &raw_path)
+        state
+            .authorizer
+            .authorize_non_resource(state.store.as_ref(), &user, &verb, &raw_path)
             .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
         return non_resource(state, &segments, &path);
     }
@@ -243,7 +247,10 @@ async fn proxy_to_pod(
         namespace: Some(namespace.to_string()),
         name: Some(target.pod.clone()),
     };
-    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))?;
+    state
+        .authorizer
+        .authorize(state.store.as_ref(), &attrs)
+        .map_err(|reason| forbidden(&attrs, &reason))?;
     let pods = state
         .store
         .find_type("", "v1", "pods")
@@ -337,7 +344,10 @@ fn impersonate(
             namespace: namespace.map(str::to_string),
             name: Some(name.to_string()),
         };
-        rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
+        state
+            .authorizer
+            .authorize(state.store.as_ref(), &attrs)
+            .map_err(|reason| forbidden(&attrs, &reason))
     };
     let mut impersonated = match parse_service_account_username(&username) {
         Some((namespace, name)) => {
@@ -527,7 +537,10 @@ fn forbidden(attrs: &RequestAttributes, reason: &str) -> ApiError {
 
 fn authorize(state: &ServerState, call: &Call, t: &Target, verb: &str) -> Result<(), ApiError> {
     let attrs = request_attributes(call, t, verb);
-    rbac::authorize(state.store.as_ref(), &attrs).map_err(|reason| forbidden(&attrs, &reason))
+    state
+        .authorizer
+        .authorize(state.store.as_ref(), &attrs)
+        .map_err(|reason| forbidden(&attrs, &reason))
 }
 
 /// Escalation prevention for a write of a Role, ClusterRole or (Cluster)RoleBinding: `obj` is
@@ -551,18 +564,21 @@ fn check_escalation(
     if old.is_some_and(|old| only_gc_fields_differ(&obj, old, &t.rt)) {
         return Ok(());
     }
-    rbac::check_escalation(state.store.as_ref(), &call.user, &obj).map_err(|reason| {
-        let attrs = RequestAttributes {
-            user: call.user.clone(),
-            verb: String::new(),
-            api_group: t.rt.group.clone(),
-            resource: t.rt.plural.clone(),
-            subresource: None,
-            namespace: t.namespace.clone(),
-            name: Some(object::name(&obj).to_string()),
-        };
-        forbidden(&attrs, &reason)
-    })
+    state
+        .authorizer
+        .check_escalation(state.store.as_ref(), &call.user, &obj)
+        .map_err(|reason| {
+            let attrs = RequestAttributes {
+                user: call.user.clone(),
+                verb: String::new(),
+                api_group: t.rt.group.clone(),
+                resource: t.rt.plural.clone(),
+                subresource: None,
+                namespace: t.namespace.clone(),
+                name: Some(object::name(&obj).to_string()),
+            };
+            forbidden(&attrs, &reason)
+        })
 }
 
 /// Whether `new` equals `old` but for the metadata that garbage collection and the server
@@ -724,15 +740,14 @@ fn list(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiErr
             table::to_table(&t.rt, &page.items, meta, call.query.get("includeObject")),
         ));
     }
-    Ok(json_response(
-        StatusCode::OK,
-        json!({
-            "kind": format!("{}List", t.rt.kind),
-            "apiVersion": t.rt.api_version(),
-            "metadata": meta,
-            "items": page.items,
-        }),
-    ))
+    let mut body = json!({
+        "kind": format!("{}List", t.rt.kind),
+        "apiVersion": t.rt.api_version(),
+        "metadata": meta,
+    });
+    // Moved in: `json!` would copy every item once more (it serializes by reference).
+    body["items"] = Value::Array(page.items);
+    Ok(json_response(StatusCode::OK, body))
 }
 
 fn watch_resource(state: &ServerState, call: &Call, t: &Target) -> Result<Response, ApiError> {
@@ -914,7 +929,9 @@ async fn create(state: &ServerState, call: &Call, t: &Target) -> Result<Response
         check_type(&body, &t.rt)?;
         // The kind decides whose access is reviewed: it must be the addressed one.
         body["kind"] = json!(t.rt.kind);
-        let review = rbac::handle_access_review(state.store.as_ref(), &call.user, &body)
+        let review = state
+            .authorizer
+            .handle_access_review(state.store.as_ref(), &call.user, &body)
             .map_err(ApiError::bad_request)?;
         return Ok(json_response(StatusCode::CREATED, review));
     }

@@ -56,6 +56,8 @@ pub enum Propagation {
 const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
 const ORPHAN_FINALIZER: &str = "orphan";
 const NAMESPACE_FINALIZER: &str = "kubernetes";
+/// Roles, ClusterRoles and their bindings; writes of these move `rbac_generation`.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// ClusterIP of the `kubernetes` Service in `default` (the first of 198.19.0.0/16).
 pub const KUBERNETES_SERVICE_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 19, 0, 1);
@@ -100,6 +102,11 @@ struct State {
     /// Watches may resume from this version or later; older ones get 410 Gone.
     oldest_resumable: u64,
     next_cluster_ip: u32,
+    /// Version of the last write of a ClusterRole or ClusterRoleBinding (`rbac_generation`).
+    rbac_cluster_rv: u64,
+    /// Version of the last write of a Role or RoleBinding, per namespace. Entries are never
+    /// removed: the generation must not fall back to a value a cache may still hold.
+    rbac_namespace_rv: HashMap<String, u64>,
 }
 
 /// The stand-in's storage; shared by the HTTP handlers and the test handle.
@@ -309,6 +316,7 @@ impl State {
         self.rv += 1;
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let k = object_key(&obj);
+        self.note_rbac_write(key, &k.0);
         let at = (key.clone(), k.0.clone(), k.1.clone());
         let old = self.bucket(key).insert(k, obj.clone());
         self.track(&at, old.as_ref(), Some(&obj));
@@ -322,6 +330,18 @@ impl State {
             self.refresh_crd_types();
         }
         obj
+    }
+
+    /// Notes a write at the current version if it is of an RBAC object (`rbac_generation`).
+    fn note_rbac_write(&mut self, key: &ResourceKey, ns: &str) {
+        if key.group != RBAC_GROUP {
+            return;
+        }
+        if ns.is_empty() {
+            self.rbac_cluster_rv = self.rv;
+        } else {
+            self.rbac_namespace_rv.insert(ns.to_string(), self.rv);
+        }
     }
 
     /// Removes an object for good and records the DELETED event.
@@ -341,6 +361,7 @@ impl State {
             None,
         );
         self.rv += 1;
+        self.note_rbac_write(key, ns);
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.record(key.clone(), EventKind::Deleted, obj.clone(), None, events);
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
@@ -643,6 +664,8 @@ impl Store {
                 history_limit: history_limit.max(1),
                 oldest_resumable: 0,
                 next_cluster_ip: 0,
+                rbac_cluster_rv: 0,
+                rbac_namespace_rv: HashMap::new(),
             }),
             events,
             watch_epoch,
@@ -978,12 +1001,12 @@ impl Store {
 
     /// Where a watch from `since` starts, or 410 Gone when history no longer reaches back there.
     /// `since` None: only future events.
-    /// `current_of`: also snapshot the current objects of that resource, atomically with the
-    /// subscription, for watches that start with the current state.
+    /// `current_of`: also snapshot the current objects of that resource (in one namespace, or
+    /// all), atomically with the subscription, for watches that start with the current state.
     pub fn watch_from(
         &self,
         since: Option<u64>,
-        current_of: Option<&ResourceKey>,
+        current_of: Option<(&ResourceKey, Option<&str>)>,
     ) -> Result<WatchStart, ApiError> {
         let state = self.lock();
         let live = self.events.subscribe();
@@ -1003,10 +1026,22 @@ impl Store {
                 .cloned()
                 .collect(),
         };
-        let current = current_of
-            .and_then(|key| state.objects.get(key))
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
+        // Objects are sorted by (namespace, name): a namespaced watch copies its namespace only.
+        let current = match current_of {
+            Some((key, namespace)) => state
+                .objects
+                .get(key)
+                .map(|m| match namespace {
+                    Some(ns) => m
+                        .range((ns.to_string(), String::new())..)
+                        .take_while(|((ons, _), _)| ons == ns)
+                        .map(|(_, o)| o.clone())
+                        .collect(),
+                    None => m.values().cloned().collect(),
+                })
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
         Ok(WatchStart {
             replay,
             current,
@@ -1205,6 +1240,17 @@ impl ObjectLookup for Store {
         Store::list(self, &rt, namespace, &Filter::default(), None, None)
             .map(|l| l.items)
             .unwrap_or_default()
+    }
+
+    /// The latest version at which an RBAC object that applies in `namespace` was written:
+    /// both parts only grow and every write has a new version, so any such write changes it.
+    fn rbac_generation(&self, namespace: Option<&str>) -> Option<u64> {
+        let state = self.lock();
+        let local = namespace
+            .and_then(|ns| state.rbac_namespace_rv.get(ns))
+            .copied()
+            .unwrap_or(0);
+        Some(state.rbac_cluster_rv.max(local))
     }
 }
 
@@ -1566,6 +1612,84 @@ mod tests {
         );
         drop(state);
         f.assert_settled();
+    }
+
+    #[test]
+    fn rbac_generation_moves_with_rbac_writes_in_scope() {
+        let f = Fixture::new();
+        f.store
+            .create(
+                &f.namespaces,
+                json!({"metadata": {"name": "other"}}),
+                &ctx(),
+            )
+            .unwrap();
+        let rbac = |plural: &str| f.store.find_type(RBAC_GROUP, "v1", plural).unwrap();
+        let (roles, bindings, cluster_roles) =
+            (rbac("roles"), rbac("rolebindings"), rbac("clusterroles"));
+        let generations =
+            || [None, Some("ns"), Some("other")].map(|ns| f.store.rbac_generation(ns).unwrap());
+        let mut before = generations();
+        // (what changed, which of cluster / ns / other must have moved)
+        let mut expect = |what: &str, moved: [bool; 3]| {
+            let now = generations();
+            for (i, scope) in ["cluster", "ns", "other"].iter().enumerate() {
+                assert_eq!(now[i] != before[i], moved[i], "{what}: {scope}");
+                assert!(now[i] >= before[i], "{what}: {scope} went back");
+            }
+            before = now;
+        };
+        f.configmap("cm", &[], &[]);
+        expect("a ConfigMap", [false, false, false]);
+        let role = json!({"metadata": {"name": "r", "namespace": "ns"}, "rules": []});
+        let created = f.store.create(&roles, role, &ctx()).unwrap();
+        expect("a Role created in ns", [false, true, false]);
+        let mut changed = created.clone();
+        changed["rules"] = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let rv = object::resource_version(&created).unwrap().to_string();
+        f.store.update(&roles, &rv, changed, &ctx()).unwrap();
+        expect("a Role updated", [false, true, false]);
+        let binding = json!({"metadata": {"name": "b", "namespace": "other"},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "r"}});
+        f.store.create(&bindings, binding, &ctx()).unwrap();
+        expect("a RoleBinding in other", [false, false, true]);
+        f.delete(&bindings, "other", "b", Propagation::Background);
+        expect("a RoleBinding deleted", [false, false, true]);
+        let cluster_role = json!({"metadata": {"name": "c"}, "rules": []});
+        f.store
+            .create(&cluster_roles, cluster_role, &ctx())
+            .unwrap();
+        expect("a ClusterRole", [true, true, true]);
+        f.delete(&cluster_roles, "", "c", Propagation::Background);
+        expect("a ClusterRole deleted", [true, true, true]);
+        f.delete(&f.namespaces, "", "ns", Propagation::Background);
+        expect("ns deleted with its Role", [false, true, false]);
+        assert!(f.store.get(&roles, "ns", "r").is_err());
+    }
+
+    #[test]
+    fn a_namespaced_watch_snapshots_its_namespace_only() {
+        let f = Fixture::new();
+        for ns in ["a", "b", "c"] {
+            f.store
+                .create(&f.namespaces, json!({"metadata": {"name": ns}}), &ctx())
+                .unwrap();
+            for name in ["x", "y"] {
+                f.create(&f.configmaps, ns, name, &[], &[]);
+            }
+        }
+        let key = f.configmaps.key();
+        let names = |namespace: Option<&str>| {
+            let start = f.store.watch_from(None, Some((&key, namespace))).unwrap();
+            start
+                .current
+                .iter()
+                .map(|o| format!("{}/{}", object::namespace(o).unwrap(), object::name(o)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(Some("b")), vec!["b/x", "b/y"]);
+        assert!(names(Some("d")).is_empty());
+        assert_eq!(names(None), vec!["a/x", "a/y", "b/x", "b/y", "c/x", "c/y"]);
     }
 
     #[test]

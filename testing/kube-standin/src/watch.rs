@@ -43,7 +43,11 @@ pub struct WatchRequest {
 }
 
 fn line(event_type: &str, object: Value) -> Bytes {
-    let mut s = json!({"type": event_type, "object": object}).to_string();
+    // Moved in: `json!` would copy the object once more (it serializes by reference).
+    let mut event = serde_json::Map::new();
+    event.insert("type".into(), json!(event_type));
+    event.insert("object".into(), object);
+    let mut s = Value::Object(event).to_string();
     s.push('\n');
     Bytes::from(s)
 }
@@ -119,7 +123,7 @@ async fn run(store: Arc<Store>, req: &WatchRequest, tx: &Sink) -> Result<(), Api
         Start::After(rv) => (Some(rv), false),
     };
     let key = req.rt.key();
-    let mut start = store.watch_from(since, initial.then_some(&key))?;
+    let mut start = store.watch_from(since, initial.then_some((&key, req.namespace.as_deref())))?;
     let mut last_rv = start.resource_version;
     if initial {
         for obj in std::mem::take(&mut start.current) {

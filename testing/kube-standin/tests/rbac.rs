@@ -165,6 +165,101 @@ async fn forbidden_messages_read_like_the_real_api() {
     );
 }
 
+/// Answers come from the authorizer's cache of resolved rules, yet every grant, change and
+/// revocation (RoleBinding, Role edit, ClusterRoleBinding) decides the very next request.
+#[tokio::test]
+async fn rbac_changes_decide_the_next_request_while_rules_are_cached() {
+    let handle = standin().await;
+    let instance = tenant(&handle).await;
+    let admin = admin(&handle).await;
+    let in_blue = Api::<ConfigMap>::namespaced(instance.clone(), "blue");
+    let everywhere = Api::<ConfigMap>::all(instance.clone());
+    let list_blue = || async { in_blue.list(&ListParams::default()).await.map(|_| ()) };
+    let list_all = || async { everywhere.list(&ListParams::default()).await.map(|_| ()) };
+    let rules =
+        |verb: &str| json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": [verb]}]);
+    assert_eq!(api_error(list_blue().await).0, 403);
+
+    create_all(
+        &admin,
+        vec![
+            role("blue", "cm", rules("list")),
+            binding(
+                "blue",
+                "cm",
+                "Role",
+                "cm",
+                "meshplane-blue",
+                "meshplane-blue-v1",
+            ),
+        ],
+    )
+    .await;
+    list_blue().await.unwrap();
+    let resolved = handle.rbac_resolutions();
+    for _ in 0..5 {
+        list_blue().await.unwrap();
+    }
+    assert_eq!(
+        handle.rbac_resolutions(),
+        resolved,
+        "answered from the cache"
+    );
+
+    let roles = Api::<Role>::namespaced(admin.clone(), "blue");
+    let set_verb = |verb: &str| {
+        let patch = Patch::Merge(json!({"rules": rules(verb)}));
+        let roles = roles.clone();
+        async move {
+            roles
+                .patch("cm", &PatchParams::default(), &patch)
+                .await
+                .unwrap()
+        }
+    };
+    set_verb("get").await;
+    assert_eq!(api_error(list_blue().await).0, 403, "Role narrowed");
+    set_verb("list").await;
+    list_blue().await.unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "blue")
+        .delete("cm", &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(api_error(list_blue().await).0, 403, "RoleBinding deleted");
+
+    assert_eq!(api_error(list_all().await).0, 403);
+    create_all(
+        &admin,
+        vec![
+            cluster_role("cm-list", rules("list")),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "cm-list"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cm-list"},
+                "subjects": [{"kind": "ServiceAccount", "name": "meshplane-blue-v1", "namespace": "meshplane-blue"}]}),
+        ],
+    )
+    .await;
+    list_all().await.unwrap();
+    list_blue().await.unwrap();
+    let cluster_bindings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+            "clusterrolebindings",
+        ),
+    );
+    cluster_bindings
+        .delete("cm-list", &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        api_error(list_all().await).0,
+        403,
+        "ClusterRoleBinding deleted"
+    );
+    assert_eq!(api_error(list_blue().await).0, 403);
+}
+
 /// `meshplane-system/binder` may manage Roles and RoleBindings in `blue` but holds nothing else;
 /// `secret-reader` grants listing secrets there.
 async fn binder_setup(handle: &StandInHandle) -> Client {
