@@ -61,6 +61,28 @@ fn hex(bytes: &[u8]) -> String {
 /// Resources of one type by name, shared between snapshots and the streams that hold them.
 pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
+/// Whether every name of `inner` is a name of `outer`, in one walk over both.
+pub fn names_within(inner: &ResourceMap, outer: &ResourceMap) -> bool {
+    if std::ptr::eq(inner, outer) {
+        return true;
+    }
+    if inner.len() > outer.len() {
+        return false;
+    }
+    let mut o = outer.keys();
+    'next: for name in inner.keys() {
+        for candidate in o.by_ref() {
+            match candidate.as_str().cmp(name.as_str()) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => continue 'next,
+                std::cmp::Ordering::Greater => return false,
+            }
+        }
+        return false;
+    }
+    true
+}
+
 /// The resources of one type for one proxy. Built once per rendered config and shared (by
 /// `Arc`) by every stream and snapshot holding the same content, so the per-type hash is
 /// computed once, not per stream wake-up.
@@ -143,8 +165,7 @@ impl Snapshot {
         epoch: Option<u64>,
     ) -> Self {
         let bytes = types.iter().map(|t| t.bytes()).sum();
-        let endpoints_within_clusters =
-            super::tracker::names_within(&types[1].resources, &types[0].resources);
+        let endpoints_within_clusters = names_within(&types[1].resources, &types[0].resources);
         Self {
             types,
             changed_at,

@@ -22,7 +22,9 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::snapshot::{set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT};
+use super::snapshot::{
+    names_within, set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT,
+};
 use crate::model::{type_url, Resource};
 
 /// Wildcard resource name of xDS subscriptions.
@@ -455,28 +457,6 @@ fn walk<'a>(held: &'a ResourceMap, desired: &'a ResourceMap) -> MapDiff<'a> {
         }
     }
     diff
-}
-
-/// Whether every name of `inner` is a name of `outer`, in one walk over both.
-pub(crate) fn names_within(inner: &ResourceMap, outer: &ResourceMap) -> bool {
-    if std::ptr::eq(inner, outer) {
-        return true;
-    }
-    if inner.len() > outer.len() {
-        return false;
-    }
-    let mut o = outer.keys();
-    'next: for name in inner.keys() {
-        for candidate in o.by_ref() {
-            match candidate.as_str().cmp(name.as_str()) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => continue 'next,
-                std::cmp::Ordering::Greater => return false,
-            }
-        }
-        return false;
-    }
-    true
 }
 
 /// Protocol state of one ADS stream.
