@@ -65,15 +65,50 @@ struct ScopeKey {
 /// counts only where the operator of the instance allowed it), so real tenants stay far below.
 pub const MAX_CACHED_SCOPES: usize = 16_384;
 
+/// A rendered configuration, with where its EDS resources sit.
+struct CachedConfig {
+    config: Arc<ProxyConfig>,
+    /// Positions in `config.endpoints` by the cluster whose endpoint change re-encodes them:
+    /// a cluster's own assignment, and those of its subset clusters (`outbound|port|subset|host`,
+    /// built from the same endpoints). An endpoint change finds what to patch here instead of
+    /// looking at every assignment of every configuration.
+    eds_at: HashMap<String, Vec<usize>>,
+}
+
+impl CachedConfig {
+    fn new(config: Arc<ProxyConfig>) -> Self {
+        let mut eds_at: HashMap<String, Vec<usize>> = HashMap::new();
+        for (at, r) in config.endpoints.iter().enumerate() {
+            let parent = registry::parse_outbound_cluster_name(&r.name)
+                .filter(|(_, subset, _)| !subset.is_empty())
+                .map(|(port, _, host)| registry::outbound_cluster_name(port, host));
+            eds_at
+                .entry(parent.unwrap_or_else(|| r.name.clone()))
+                .or_default()
+                .push(at);
+        }
+        CachedConfig { config, eds_at }
+    }
+}
+
 #[derive(Default)]
 struct RenderCache {
-    configs: HashMap<ScopeKey, Arc<ProxyConfig>>,
+    configs: HashMap<ScopeKey, CachedConfig>,
     /// Keys of `configs` in insertion order, for eviction.
     order: std::collections::VecDeque<ScopeKey>,
     /// Encoded resources by (type URL, name, version).
     interned: HashMap<(&'static str, String, String), Weak<Resource>>,
     /// Size of `interned` at which dead entries are dropped.
     prune_at: usize,
+}
+
+impl RenderCache {
+    /// Drops every rendered configuration (their eviction order too, which would otherwise
+    /// keep naming them and, once as long as the limit, evict live ones).
+    fn clear_configs(&mut self) {
+        self.configs.clear();
+        self.order.clear();
+    }
 }
 
 /// A relist in progress: objects of these kinds in this namespace not seen again before
@@ -325,19 +360,21 @@ impl TenantIndex {
         let mut config = false;
         // Addresses whose sidecar status changed: their endpoints are marked anew.
         let mut meshed: BTreeSet<String> = BTreeSet::new();
+        // A Service's model before and after the event.
+        let mut service_models: Option<Vec<ServiceModel>> = None;
         let hosts = match key.kind {
             Kind::Service => {
                 let model = match after {
                     Some(Object::Service(svc)) => registry::service_model(svc),
                     _ => None,
                 };
-                match self.keys.set_service(reg, &namespace, &key.name, model) {
-                    None => return Change::default(),
-                    Some(hosts) => {
-                        config = true;
-                        hosts
-                    }
-                }
+                let Some(models) = self.keys.set_service(reg, &namespace, &key.name, model) else {
+                    return Change::default();
+                };
+                config = true;
+                let hosts = models.iter().map(|m| m.hostname.clone()).collect();
+                service_models = Some(models);
+                hosts
             }
             Kind::EndpointSlice => self.keys.set_slice(&namespace, &key.name, before, after),
             Kind::Pod => {
@@ -396,7 +433,13 @@ impl TenantIndex {
             change.kind = ChangeKind::Config;
             // Which hosts exist decides verdicts (HostNotFound).
             self.diagnostics = Arc::new(translate::diagnostics::diagnose(reg));
-            self.lock_cache().configs.clear();
+            // A Service change re-renders only the scopes that may see it.
+            let kept = service_models.is_some_and(|models| self.evict_seeing(&models));
+            if kept {
+                self.patch_endpoints(&clusters);
+            } else {
+                self.lock_cache().clear_configs();
+            }
         } else if !clusters.is_empty() {
             change.kind = ChangeKind::Endpoints;
             self.patch_endpoints(&clusters);
@@ -456,9 +499,7 @@ impl TenantIndex {
             ChangeKind::Config => {
                 self.diagnostics = Arc::new(translate::diagnostics::diagnose(&next));
                 self.registry = Arc::new(next);
-                let mut cache = self.lock_cache();
-                cache.configs.clear();
-                cache.order.clear();
+                self.lock_cache().clear_configs();
             }
         }
         change
@@ -689,6 +730,7 @@ impl TenantIndex {
             models.push((keyed::Origin::service(m, name), m.clone()));
         }
         reg.services = keys.order(models);
+        keys.index_clusters(&reg.endpoints);
         let hosts: BTreeSet<String> = reg.services.iter().map(|s| s.hostname.clone()).collect();
         registry::refresh_service_accounts(&mut reg, hosts);
         registry::sort_oldest_first(&mut reg.virtual_services);
@@ -748,16 +790,22 @@ impl TenantIndex {
         let mut interning = InternCache { interned, prune_at };
         // Scopes of one namespace and kind of marking share each assignment: encoded once.
         let mut fresh: HashMap<(String, bool, String), Arc<Resource>> = HashMap::new();
-        for (key, config) in configs.iter_mut() {
-            if !config.endpoints.iter().any(|r| touches(clusters, &r.name)) {
+        for (key, cached) in configs.iter_mut() {
+            let positions: Vec<usize> = clusters
+                .iter()
+                .filter_map(|c| cached.eds_at.get(c))
+                .flatten()
+                .copied()
+                .collect();
+            if positions.is_empty() {
                 continue;
             }
             let marks_meshed = key.traffic.kind() != ProxyKind::Grpc;
-            let mut next = ProxyConfig::clone(config);
-            for r in &mut next.endpoints {
-                if !touches(clusters, &r.name) {
+            let mut next = ProxyConfig::clone(&cached.config);
+            for at in positions {
+                let Some(r) = next.endpoints.get_mut(at) else {
                     continue;
-                }
+                };
                 // Only subset clusters depend on the namespace (its DestinationRule).
                 let subset_of_namespace = registry::parse_outbound_cluster_name(&r.name)
                     .is_some_and(|(_, subset, _)| !subset.is_empty());
@@ -784,8 +832,46 @@ impl TenantIndex {
                     }
                 };
             }
-            *config = Arc::new(next);
+            // Same names at the same positions: `eds_at` stays true.
+            cached.config = Arc::new(next);
         }
+    }
+
+    /// Drops the cached configurations that may see a change of a Kubernetes Service
+    /// (`models`: what it was and what it is): those of gateways and proxyless clients, those
+    /// of its namespace (inbound ports come from the Services selecting the workload), and
+    /// those whose egress listeners import its hostname (any declaration of the hostname
+    /// counts, whatever its `exportTo`). The others' translation reads nothing the change
+    /// touched. Returns false, dropping nothing, when that cannot be told per scope: the
+    /// tenant's VirtualServices and Gateways may name any host.
+    fn evict_seeing(&self, models: &[ServiceModel]) -> bool {
+        let registry = &self.registry;
+        if !registry.virtual_services.is_empty() || !registry.gateways.is_empty() {
+            return false;
+        }
+        let hostnames: BTreeSet<&str> = models.iter().map(|m| m.hostname.as_str()).collect();
+        let candidates: Vec<&ServiceModel> = models
+            .iter()
+            .chain(hostnames.iter().flat_map(|h| registry.services_named(h)))
+            .collect();
+        let mut cache = self.lock_cache();
+        let RenderCache { configs, order, .. } = &mut *cache;
+        configs.retain(|key, _| {
+            if key.traffic.kind() != ProxyKind::Sidecar
+                || candidates.iter().any(|m| m.namespace == key.namespace)
+            {
+                return false;
+            }
+            let sidecar = key
+                .sidecar
+                .as_ref()
+                .and_then(|k| translate::scope::sidecar_by_key(registry, k));
+            !translate::scope::egress_scopes(sidecar)
+                .iter()
+                .any(|e| candidates.iter().any(|m| e.imports(m, &key.namespace)))
+        });
+        order.retain(|k| configs.contains_key(k));
+        true
     }
 
     /// The full configuration of one proxy: translation, then its EnvoyFilters, encoded.
@@ -816,14 +902,14 @@ impl TenantIndex {
     pub fn render_proxy_shared(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
         let node = &*self.workload_node(node);
         let key = self.scope_key(node);
-        if let Some(config) = self.lock_cache().configs.get(&key) {
-            return Arc::clone(config);
+        if let Some(cached) = self.lock_cache().configs.get(&key) {
+            return Arc::clone(&cached.config);
         }
         let config = Arc::new(self.render_proxy_uncached(node));
         let mut cache = self.lock_cache();
         if cache
             .configs
-            .insert(key.clone(), Arc::clone(&config))
+            .insert(key.clone(), CachedConfig::new(Arc::clone(&config)))
             .is_none()
         {
             cache.order.push_back(key);
@@ -928,16 +1014,6 @@ impl ConfigGenerator for TenantIndex {
     }
 }
 
-/// Whether an endpoint change of `clusters` touches EDS cluster `name`: one of them, or a
-/// subset cluster (`outbound|port|subset|host`) of one.
-fn touches(clusters: &BTreeSet<String>, name: &str) -> bool {
-    clusters.contains(name)
-        || registry::parse_outbound_cluster_name(name).is_some_and(|(port, subset, host)| {
-            !subset.is_empty() && clusters.contains(&registry::outbound_cluster_name(port, host))
-        })
-}
-
-/// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).
 /// Revision-scoped config, as Istio's `istio.io/rev` label on config: networking and security
 /// config labelled `meshplane.io/rev` is used only by the revision it names, directly or
 /// through a tag (`names`: the revision's own name and its tags'); unlabelled config is every
@@ -964,6 +1040,7 @@ pub fn config_in_revision(obj: &Object, names: &BTreeSet<&str>) -> bool {
         .is_none_or(|rev| names.contains(rev.as_str()))
 }
 
+/// Whether two lists of PeerAuthentications are the same policies (key and spec, in order).
 fn same_objects_list(a: &[PeerAuthentication], b: &[PeerAuthentication]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use crate::model::{Kind, Object, ObjectKey};
-use crate::translate::registry::{self, Registry, ServiceModel, ServiceSource};
+use crate::translate::registry::{self, EndpointModel, Registry, ServiceModel, ServiceSource};
 
 /// Kinds an event of which updates the registry per key.
 pub(super) const KINDS: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Pod];
@@ -58,6 +58,9 @@ pub(super) struct Keys {
     pub(super) services: BTreeMap<(String, String), ServiceModel>,
     /// EndpointSlice names of the tenant by (namespace, Service name).
     pub(super) slices: BTreeMap<(String, String), BTreeSet<String>>,
+    /// Names of the EDS clusters of `Registry::endpoints` by host: the clusters an update of a
+    /// host may leave stale, found without scanning every cluster of the registry.
+    pub(super) clusters: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Keys {
@@ -67,6 +70,23 @@ impl Keys {
         let (origins, services) = models.into_iter().unzip();
         self.origins = origins;
         services
+    }
+
+    /// Indexes the clusters of `endpoints` by host (after a full build).
+    pub(super) fn index_clusters(&mut self, endpoints: &BTreeMap<String, Vec<EndpointModel>>) {
+        self.clusters.clear();
+        for cluster in endpoints.keys() {
+            self.index_cluster(cluster);
+        }
+    }
+
+    fn index_cluster(&mut self, cluster: &str) {
+        if let Some(host) = host_of(cluster) {
+            self.clusters
+                .entry(host.to_string())
+                .or_default()
+                .insert(cluster.to_string());
+        }
     }
 
     /// Positions of the registry services of `hostname`.
@@ -94,31 +114,29 @@ impl Keys {
     }
 
     /// Applies the change of the Kubernetes Service `name` in `namespace` (now `model`):
-    /// returns the hosts whose endpoints must be recomputed, or `None` when nothing changed.
+    /// returns its models before and after (the hosts whose endpoints must be recomputed are
+    /// theirs), or `None` when nothing changed.
     pub(super) fn set_service(
         &mut self,
         reg: &mut Registry,
         namespace: &str,
         name: &str,
         model: Option<ServiceModel>,
-    ) -> Option<BTreeSet<String>> {
+    ) -> Option<Vec<ServiceModel>> {
         let id = (namespace.to_string(), name.to_string());
         let old = self.services.get(&id).cloned();
         if old == model {
             return None;
         }
-        let mut hosts = BTreeSet::new();
-        if let Some(m) = old {
-            self.remove_service(reg, &Origin::service(&m, name));
+        if let Some(m) = &old {
+            self.remove_service(reg, &Origin::service(m, name));
             self.services.remove(&id);
-            hosts.insert(m.hostname);
         }
-        if let Some(m) = model {
-            hosts.insert(m.hostname.clone());
-            self.insert_service(reg, Origin::service(&m, name), m.clone());
-            self.services.insert(id, m);
+        if let Some(m) = &model {
+            self.insert_service(reg, Origin::service(m, name), m.clone());
+            self.services.insert(id, m.clone());
         }
-        Some(hosts)
+        Some(old.into_iter().chain(model).collect())
     }
 
     /// Applies an EndpointSlice change (`before` and `after` are its objects, in the tenant or
@@ -240,7 +258,7 @@ impl Keys {
     /// would (slices in name order, then ServiceEntries' pods); returns the clusters whose
     /// endpoints changed.
     pub(super) fn recompute_endpoints(
-        &self,
+        &mut self,
         reg: &mut Registry,
         objects: &BTreeMap<ObjectKey, Object>,
         hosts: &BTreeSet<String>,
@@ -278,26 +296,39 @@ impl Keys {
                 }
             }
         }
-        let stale: Vec<String> = reg
-            .endpoints
-            .keys()
-            .filter(|c| host_of(c).is_some_and(|h| hosts.contains(h)))
+        let stale: Vec<String> = hosts
+            .iter()
+            .filter_map(|h| self.clusters.get(h))
+            .flatten()
+            .filter(|c| !fresh.contains_key(*c))
             .cloned()
             .collect();
         let mut changed = BTreeSet::new();
         for cluster in stale {
-            if !fresh.contains_key(&cluster) {
-                reg.endpoints.remove(&cluster);
-                changed.insert(cluster);
-            }
+            reg.endpoints.remove(&cluster);
+            self.unindex_cluster(&cluster);
+            changed.insert(cluster);
         }
         for (cluster, endpoints) in fresh {
             if reg.endpoints.get(&cluster) != Some(&endpoints) {
+                self.index_cluster(&cluster);
                 reg.endpoints.insert(cluster.clone(), endpoints);
                 changed.insert(cluster);
             }
         }
         changed
+    }
+
+    fn unindex_cluster(&mut self, cluster: &str) {
+        let Some(host) = host_of(cluster) else {
+            return;
+        };
+        if let Some(names) = self.clusters.get_mut(host) {
+            names.remove(cluster);
+            if names.is_empty() {
+                self.clusters.remove(host);
+            }
+        }
     }
 }
 

@@ -71,7 +71,27 @@ pub fn proxy_scope(
     labels: &BTreeMap<String, String>,
 ) -> ProxyScope {
     let sidecar = select_sidecar(registry, namespace, labels);
-    let egress = match sidecar {
+    ProxyScope {
+        namespace: namespace.to_string(),
+        egress: egress_scopes(sidecar),
+        sidecar: sidecar.map(|s| {
+            (
+                s.metadata.namespace.clone().unwrap_or_default(),
+                s.metadata.name.clone().unwrap_or_default(),
+            )
+        }),
+        ingress: sidecar.map(|s| s.spec.ingress.clone()).unwrap_or_default(),
+        outbound_policy: sidecar
+            .and_then(|s| s.spec.outbound_traffic_policy.as_ref())
+            .unwrap_or(&registry.mesh_config.outbound_traffic_policy)
+            .mode,
+    }
+}
+
+/// The egress listeners of a proxy under `sidecar`: its egress section, else one catch-all
+/// listener importing every host (`*/*`).
+pub fn egress_scopes(sidecar: Option<&Sidecar>) -> Vec<EgressScope> {
+    match sidecar {
         Some(s) if !s.spec.egress.is_empty() => s.spec.egress.iter().map(egress_scope).collect(),
         _ => vec![EgressScope {
             port: None,
@@ -79,22 +99,17 @@ pub fn proxy_scope(
             capture_mode: CaptureMode::Default,
             hosts: vec![("*".into(), "*".into())],
         }],
-    };
-    ProxyScope {
-        namespace: namespace.to_string(),
-        sidecar: sidecar.map(|s| {
-            (
-                s.metadata.namespace.clone().unwrap_or_default(),
-                s.metadata.name.clone().unwrap_or_default(),
-            )
-        }),
-        egress,
-        ingress: sidecar.map(|s| s.spec.ingress.clone()).unwrap_or_default(),
-        outbound_policy: sidecar
-            .and_then(|s| s.spec.outbound_traffic_policy.as_ref())
-            .unwrap_or(&registry.mesh_config.outbound_traffic_policy)
-            .mode,
     }
+}
+
+/// The Sidecar of the registry that `key` names.
+pub fn sidecar_by_key<'a>(registry: &'a Registry, key: &SidecarKey) -> Option<&'a Sidecar> {
+    let (namespace, name) = key;
+    registry
+        .sidecars
+        .get(namespace)?
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(name.as_str()))
 }
 
 fn egress_scope(l: &IstioEgressListener) -> EgressScope {
