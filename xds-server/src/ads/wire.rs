@@ -8,19 +8,23 @@
 //! decoding one skips every field.
 //!
 //! [`AdsService`] is the ADS gRPC service over these messages (the generated server fixes its
-//! responses to prost's types).
+//! responses to prost's types); it frames each response itself, at its exact size.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::Stream;
+use http_body::Frame;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, DecodeContext, WireType};
 use prost::DecodeError;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::BufferSettings;
 use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
-use tonic::server::{NamedService, StreamingService};
-use tonic::{Request, Status, Streaming};
+use tonic::server::NamedService;
+use tonic::{Status, Streaming};
 
 use super::stream::{Delta, Sotw, Wire};
 use super::AdsServer;
@@ -204,7 +208,22 @@ impl NamedService for AdsService {
     const NAME: &'static str = SERVICE_NAME;
 }
 
+/// Capacity a stream's request decoder starts with: requests are small (acknowledgements,
+/// subscriptions); the buffer grows for a larger one.
+const REQUEST_BUFFER: usize = 1024;
+
+/// Header naming the compression of a call's messages.
+const GRPC_ENCODING: &str = "grpc-encoding";
+
+/// Length of the gRPC message prefix (flag and length).
+const GRPC_HEADER: usize = 5;
+
 /// Runs one ADS call of variant `W` on `server`.
+///
+/// Requests are decoded by tonic's `Streaming`; responses are framed here, each into a buffer
+/// of its exact length that is freed once HTTP/2 has written it. tonic's server encoder keeps
+/// one buffer per stream as large as the largest response it ever sent, which made most of
+/// what an idle connected proxy costs the server.
 async fn call<W: Wire, B>(
     server: Arc<AdsServer>,
     req: http::Request<B>,
@@ -213,25 +232,101 @@ where
     B: Body + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
-    let codec = tonic_prost::ProstCodec::<W::Resp, W::Req>::default();
-    let mut grpc = tonic::server::Grpc::new(codec)
-        .apply_max_message_size_config(Some(crate::bounds::MAX_REQUEST), None);
-    grpc.streaming(Open::<W>(server, std::marker::PhantomData), req)
-        .await
+    // Envoy does not compress its requests; nothing else is accepted (as tonic answers).
+    if let Some(encoding) = req
+        .headers()
+        .get(GRPC_ENCODING)
+        .filter(|e| e.as_bytes() != b"identity")
+    {
+        let named = String::from_utf8_lossy(encoding.as_bytes()).into_owned();
+        return Status::unimplemented(format!(
+            "requests compressed with {} are not supported",
+            crate::bounds::echo(&named)
+        ))
+        .into_http();
+    }
+    let request = tonic::Request::from_http(req.map(|body| {
+        Streaming::new_request(
+            tonic_prost::ProstCodec::<W::Resp, W::Req>::raw_decoder(BufferSettings::new(
+                REQUEST_BUFFER,
+                REQUEST_BUFFER,
+            )),
+            body,
+            None,
+            Some(crate::bounds::MAX_REQUEST),
+        )
+    }));
+    match server.open::<W>(request).await {
+        Err(status) => status.into_http(),
+        Ok(responses) => {
+            let body = http_body_util::StreamBody::new(GrpcFrames::new(responses));
+            let mut response = http::Response::new(tonic::body::Body::new(body));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            response
+        }
+    }
 }
 
-/// Opens the stream of one call (admission, then the stream task).
-struct Open<W>(Arc<AdsServer>, std::marker::PhantomData<fn() -> W>);
+/// The HTTP/2 body of a streaming gRPC response: each message as one length-prefixed data
+/// frame, then the status as trailers (`grpc-status: 0` when the stream simply ends).
+struct GrpcFrames<M> {
+    messages: ReceiverStream<Result<M, Status>>,
+    done: bool,
+}
 
-impl<W: Wire> StreamingService<W::Req> for Open<W> {
-    type Response = W::Resp;
-    type ResponseStream = ReceiverStream<Result<W::Resp, Status>>;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: Request<Streaming<W::Req>>) -> Self::Future {
-        let server = Arc::clone(&self.0);
-        Box::pin(async move { server.open::<W>(request).await.map(tonic::Response::new) })
+impl<M> GrpcFrames<M> {
+    fn new(messages: ReceiverStream<Result<M, Status>>) -> Self {
+        Self {
+            messages,
+            done: false,
+        }
     }
+}
+
+impl<M: prost::Message> Stream for GrpcFrames<M> {
+    type Item = Result<Frame<bytes::Bytes>, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let frame = match std::task::ready!(Pin::new(&mut self.messages).poll_next(cx)) {
+            Some(Ok(message)) => match length_prefixed(&message) {
+                Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Err(status) => trailers(&status),
+            },
+            Some(Err(status)) => trailers(&status),
+            None => trailers(&Status::ok("")),
+        };
+        self.done = true;
+        Poll::Ready(Some(Ok(frame)))
+    }
+}
+
+/// A gRPC message frame: the uncompressed flag, the big-endian length, the message.
+fn length_prefixed(message: &impl prost::Message) -> Result<bytes::Bytes, Status> {
+    let len = message.encoded_len();
+    let prefix = u32::try_from(len)
+        .map_err(|_| Status::resource_exhausted(format!("a response of {len} bytes")))?;
+    let mut buf = Vec::with_capacity(GRPC_HEADER + len);
+    buf.push(0);
+    buf.extend_from_slice(&prefix.to_be_bytes());
+    message.encode_raw(&mut buf);
+    Ok(bytes::Bytes::from(buf))
+}
+
+/// The trailers carrying `status`.
+fn trailers(status: &Status) -> Frame<bytes::Bytes> {
+    let mut map = http::HeaderMap::new();
+    if status.add_header(&mut map).is_err() {
+        // Only a message that cannot be a header value fails: the code alone still goes.
+        map.clear();
+        map.insert("grpc-status", http::HeaderValue::from(status.code() as i32));
+    }
+    Frame::trailers(map)
 }
 
 impl<B> Service<http::Request<B>> for AdsService
@@ -372,5 +467,62 @@ mod tests {
                 theirs
             );
         }
+    }
+
+    /// The frames of a response stream of `messages` then `end` (`None`: it just ends).
+    async fn frames(messages: Vec<SotwResponse>, end: Option<Status>) -> Vec<Frame<bytes::Bytes>> {
+        use futures::StreamExt;
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        for m in messages {
+            tx.send(Ok(m)).await.expect("open");
+        }
+        if let Some(status) = end {
+            tx.send(Err(status)).await.expect("open");
+        }
+        drop(tx);
+        GrpcFrames::new(ReceiverStream::new(rx))
+            .map(|f| f.expect("infallible"))
+            .collect()
+            .await
+    }
+
+    fn grpc_status(frame: &Frame<bytes::Bytes>) -> Option<&str> {
+        frame
+            .trailers_ref()
+            .and_then(|t| t.get("grpc-status"))
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn responses_are_length_prefixed_frames_then_the_status_as_trailers() {
+        let response = SotwResponse {
+            version_info: "v1".into(),
+            resources: resources(),
+            type_url: type_url::ENDPOINT,
+            nonce: "1".into(),
+        };
+        let encoded = response.encode_to_vec();
+        let out = frames(vec![response.clone(), response], None).await;
+        assert_eq!(out.len(), 3, "two messages and the trailers");
+        for frame in &out[..2] {
+            let data = frame.data_ref().expect("a data frame");
+            assert_eq!(data[0], 0, "not compressed");
+            assert_eq!(&data[1..5], &(encoded.len() as u32).to_be_bytes());
+            assert_eq!(&data[5..], encoded.as_slice());
+            assert_eq!(data.len(), GRPC_HEADER + encoded.len());
+        }
+        assert_eq!(grpc_status(&out[2]), Some("0"));
+
+        let refused = frames(Vec::new(), Some(Status::permission_denied("not a member"))).await;
+        assert_eq!(refused.len(), 1, "the status ends the stream");
+        assert_eq!(
+            grpc_status(&refused[0]),
+            Some((tonic::Code::PermissionDenied as i32).to_string().as_str())
+        );
+        let status = refused[0]
+            .trailers_ref()
+            .and_then(Status::from_header_map)
+            .expect("a status in the trailers");
+        assert_eq!(status.message(), "not a member");
     }
 }
