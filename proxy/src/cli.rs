@@ -126,9 +126,11 @@ impl LaunchArgs {
 /// AuthorizationPolicy, PeerAuthentication or DestinationRule changes the inbound chains).
 /// Those connections keep the old chain's config until they close, and Envoy's defaults
 /// (`gradual` over 600 s) let a pooled connection from a client's sidecar serve a revoked
-/// policy for minutes. `immediate` closes each one after its current request (`Connection:
-/// close`, or GOAWAY on HTTP/2), so the next request is decided by the new config; 45 s (Istio's
-/// drain duration) bounds how long a connection that sends nothing more is kept.
+/// policy for minutes. `immediate` closes each one after the next request it serves
+/// (`Connection: close`, or GOAWAY on HTTP/2): a connection idle in a client's pool at the
+/// update still serves that one request under the old config, every later request is decided
+/// by the new one; 45 s (Istio's drain duration) bounds how long a connection that sends
+/// nothing more is kept.
 pub const DRAIN_DEFAULTS: [(&str, &str); 2] =
     [("--drain-strategy", "immediate"), ("--drain-time-s", "45")];
 
