@@ -842,14 +842,20 @@ impl TenantIndex {
     /// of its namespace (inbound ports come from the Services selecting the workload), and
     /// those whose egress listeners import its hostname (any declaration of the hostname
     /// counts, whatever its `exportTo`). The others' translation reads nothing the change
-    /// touched. Returns false, dropping nothing, when that cannot be told per scope: the
-    /// tenant's VirtualServices and Gateways may name any host.
+    /// touched. Returns false, dropping nothing, when that cannot be told per scope: a
+    /// VirtualService names the hostname (as a host, by wildcard, or as a destination), so any
+    /// scope it is visible to may route to it. Gateways need no such care: only gateway
+    /// proxies read them, and their configurations are always dropped.
     fn evict_seeing(&self, models: &[ServiceModel]) -> bool {
         let registry = &self.registry;
-        if !registry.virtual_services.is_empty() || !registry.gateways.is_empty() {
+        let hostnames: BTreeSet<&str> = models.iter().map(|m| m.hostname.as_str()).collect();
+        if registry.virtual_services.iter().any(|vs| {
+            hostnames
+                .iter()
+                .any(|h| translate::traffic::vs_names_host(vs, h))
+        }) {
             return false;
         }
-        let hostnames: BTreeSet<&str> = models.iter().map(|m| m.hostname.as_str()).collect();
         let candidates: Vec<&ServiceModel> = models
             .iter()
             .chain(hostnames.iter().flat_map(|h| registry.services_named(h)))

@@ -198,6 +198,60 @@ fn sidecar_event(rng: &mut Rng) -> SourceEvent {
     }))))
 }
 
+/// A VirtualService or Gateway upsert or delete: VirtualServices name services of the tenant
+/// (by full name, short name or wildcard) or external hosts, as hosts and as destinations, for
+/// sidecars, the gateway or both; the Gateway selects the gateway proxy.
+fn traffic_event(rng: &mut Rng) -> SourceEvent {
+    const HOSTS: [&str; 5] = [
+        "s1.a.svc.cluster.local",
+        "s2",
+        "*.b.svc.cluster.local",
+        "ext0.example.com",
+        "s3.b.svc.cluster.local",
+    ];
+    const DESTINATIONS: [&str; 4] = [
+        "s0",
+        "s1.a.svc.cluster.local",
+        "s2.b.svc.cluster.local",
+        "ext1.example.com",
+    ];
+    let ns = NAMESPACES[rng.below(2) as usize];
+    if rng.chance(20) {
+        if rng.chance(50) {
+            return SourceEvent::Delete(ObjectKey {
+                kind: Kind::Gateway,
+                namespace: Some("b".to_string()),
+                name: "gw".to_string(),
+            });
+        }
+        return SourceEvent::Upsert(Object::Gateway(typed(json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "b"},
+            "spec": {"selector": {"app": "gw"},
+                "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*/*"]}]},
+        }))));
+    }
+    let name = format!("v{}", rng.below(2));
+    if rng.chance(25) {
+        return SourceEvent::Delete(ObjectKey {
+            kind: Kind::VirtualService,
+            namespace: Some(ns.to_string()),
+            name,
+        });
+    }
+    let gateways = match rng.below(3) {
+        0 => json!([]),
+        1 => json!(["b/gw"]),
+        _ => json!(["mesh", "b/gw"]),
+    };
+    SourceEvent::Upsert(Object::VirtualService(typed(json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"hosts": [HOSTS[rng.below(5) as usize]], "gateways": gateways,
+            "http": [{"route": [{"destination": {"host": DESTINATIONS[rng.below(4) as usize]}}]}]},
+    }))))
+}
+
 fn proxy(kind: ProxyKind, namespace: &str, pod: Option<&str>, app: &str) -> ProxyNode {
     ProxyNode {
         id: format!("{kind:?}~{namespace}~{app}"),
@@ -210,10 +264,10 @@ fn proxy(kind: ProxyKind, namespace: &str, pod: Option<&str>, app: &str) -> Prox
 }
 
 /// The render cache against renders without it: random Service, EndpointSlice, Pod,
-/// ServiceEntry and Sidecar events, with sidecars of both member namespaces (one known by its
-/// Pod), a proxyless gRPC client and a gateway. After every event each proxy's cached
-/// configuration (patched per endpoint change, kept or dropped per Service change) equals a
-/// fresh render of the same state.
+/// ServiceEntry, Sidecar, VirtualService and Gateway events, with sidecars of both member
+/// namespaces (one known by its Pod), a proxyless gRPC client and a gateway. After every event
+/// each proxy's cached configuration (patched per endpoint change, kept or dropped per Service
+/// change) equals a fresh render of the same state.
 #[test]
 fn cached_configurations_equal_fresh_renders_after_every_event() {
     let proxies = [
@@ -225,6 +279,8 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
     ];
     // Service changes after which some configuration stayed cached: the per-scope path ran.
     let mut kept_across_service_changes = 0;
+    // Of those, the ones made while the tenant had VirtualServices.
+    let mut kept_beside_virtual_services = 0;
     for seed in 1..=120u64 {
         let mut rng = Rng(seed * 104_729);
         let mut index = tenant_index();
@@ -232,10 +288,10 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
             for p in &proxies {
                 index.render_proxy_shared(p);
             }
-            let event = if rng.chance(10) {
-                sidecar_event(&mut rng)
-            } else {
-                random_event(&mut rng)
+            let event = match rng.below(20) {
+                0..=1 => sidecar_event(&mut rng),
+                2..=4 => traffic_event(&mut rng),
+                _ => random_event(&mut rng),
             };
             let context = format!("seed {seed} step {step}: {event:?}");
             let is_service = matches!(&event, SourceEvent::Upsert(Object::Service(_)))
@@ -243,6 +299,9 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
             let change = index.apply(event);
             if is_service && change.kind == ChangeKind::Config && index.cached_scopes() > 0 {
                 kept_across_service_changes += 1;
+                if !index.registry().virtual_services.is_empty() {
+                    kept_beside_virtual_services += 1;
+                }
             }
             for p in &proxies {
                 let cached = index.render_proxy_shared(p);
@@ -255,4 +314,57 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
         kept_across_service_changes > 50,
         "only {kept_across_service_changes} Service changes kept a cached configuration"
     );
+    assert!(
+        kept_beside_virtual_services > 20,
+        "only {kept_beside_virtual_services} Service changes beside VirtualServices kept a cached configuration"
+    );
+}
+
+fn service(namespace: &str, name: &str, ip: &str, port: u16) -> SourceEvent {
+    SourceEvent::Upsert(Object::Service(typed(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterIP": ip, "selector": {"app": name},
+            "ports": [{"name": "http", "port": port, "targetPort": 8080}]},
+    }))))
+}
+
+/// A VirtualService routing an imported host to a host the scope does not import: the route's
+/// cluster takes the destination's only port, so a port change of the destination Service
+/// changes the configuration of a scope that does not see the destination itself.
+#[test]
+fn a_service_change_reaches_scopes_routing_to_it_through_a_virtual_service() {
+    let mut index = tenant_index();
+    index.apply(SourceEvent::Upsert(Object::Sidecar(typed(json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "Sidecar",
+        "metadata": {"name": "default", "namespace": "b"},
+        "spec": {"egress": [{"hosts": ["./*"]}]},
+    })))));
+    index.apply(service("b", "front", "198.19.0.1", 80));
+    index.apply(service("a", "back", "198.19.0.2", 80));
+    index.apply(SourceEvent::Upsert(Object::VirtualService(typed(json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "VirtualService",
+        "metadata": {"name": "front", "namespace": "b"},
+        "spec": {"hosts": ["front"],
+            "http": [{"route": [{"destination": {"host": "back.a.svc.cluster.local"}}]}]},
+    })))));
+    let client = proxy(ProxyKind::Sidecar, "b", None, "client");
+    let before = index.render_proxy_shared(&client);
+
+    index.apply(service("a", "back", "198.19.0.2", 9090));
+    let cached = index.render_proxy_shared(&client);
+    let fresh = index.render_proxy_uncached(&client);
+    assert!(
+        *before != fresh,
+        "the port change changes the route's cluster"
+    );
+    assert!(
+        *cached == fresh,
+        "the cached configuration was dropped and rendered anew"
+    );
+
+    // A Service no VirtualService names keeps the scope cached.
+    index.apply(service("a", "other", "198.19.0.3", 80));
+    assert_eq!(index.cached_scopes(), 1, "the client's scope stays cached");
+    assert!(*index.render_proxy_shared(&client) == index.render_proxy_uncached(&client));
 }

@@ -13,7 +13,9 @@ use meshplane_crds::{Gateway, VirtualService};
 use super::endpoints::subset_labels;
 use super::gateway::served_hosts_for;
 use super::registry::Registry;
-use super::traffic::{exported_to, labels_match, resolve_gateways, vs_hosts, GatewayRef};
+use super::traffic::{
+    exported_to, labels_match, resolve_gateways, vs_destinations, vs_hosts, GatewayRef,
+};
 
 /// The kinds that carry an `Accepted` condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -196,29 +198,7 @@ fn virtual_service(
         }
     }
     // Destinations: hosts in the registry, subsets defined.
-    let dests = vs
-        .spec
-        .http
-        .iter()
-        .flat_map(|r| {
-            r.route
-                .iter()
-                .map(|d| &d.destination)
-                .chain(r.mirror.iter())
-                .chain(r.mirrors.iter().map(|m| &m.destination))
-        })
-        .chain(
-            vs.spec
-                .tcp
-                .iter()
-                .flat_map(|r| r.route.iter().map(|d| &d.destination)),
-        )
-        .chain(
-            vs.spec
-                .tls
-                .iter()
-                .flat_map(|r| r.route.iter().map(|d| &d.destination)),
-        );
+    let dests = vs_destinations(vs);
     let mut seen = BTreeSet::new();
     for d in dests {
         let host = resolve_host(&d.host, ns);

@@ -24,6 +24,7 @@ use meshplane_crds::networking::destination_rule::{
     TrafficPolicy,
 };
 use meshplane_crds::networking::resolve_host;
+use meshplane_crds::networking::virtual_service::Destination;
 use meshplane_crds::validation::traffic::MESH_GATEWAY;
 use meshplane_crds::{DestinationRule, VirtualService};
 
@@ -116,6 +117,38 @@ pub fn resolve_gateways(gateways: &[String], namespace: &str) -> Vec<GatewayRef>
 pub fn vs_hosts(vs: &VirtualService) -> Vec<String> {
     let ns = namespace_of(vs);
     vs.spec.hosts.iter().map(|h| resolve_host(h, ns)).collect()
+}
+
+/// Every destination a VirtualService sends to: its HTTP routes and mirrors, its TCP and TLS
+/// routes.
+pub fn vs_destinations(vs: &VirtualService) -> impl Iterator<Item = &Destination> {
+    let http = vs.spec.http.iter().flat_map(|r| {
+        r.route
+            .iter()
+            .map(|d| &d.destination)
+            .chain(r.mirror.iter())
+            .chain(r.mirrors.iter().map(|m| &m.destination))
+    });
+    let tcp = vs
+        .spec
+        .tcp
+        .iter()
+        .flat_map(|r| r.route.iter().map(|d| &d.destination));
+    let tls = vs
+        .spec
+        .tls
+        .iter()
+        .flat_map(|r| r.route.iter().map(|d| &d.destination));
+    http.chain(tcp).chain(tls)
+}
+
+/// Whether a VirtualService names `hostname`, among its hosts or its destinations (short names
+/// resolved in its namespace, wildcards covering it): whether what it renders may depend on
+/// that host.
+pub fn vs_names_host(vs: &VirtualService, hostname: &str) -> bool {
+    let ns = namespace_of(vs);
+    vs_hosts(vs).iter().any(|h| host_matches(h, hostname))
+        || vs_destinations(vs).any(|d| host_matches(&resolve_host(&d.host, ns), hostname))
 }
 
 /// The VirtualService bound to `mesh` that routes `hostname` for proxies of
