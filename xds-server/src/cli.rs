@@ -96,12 +96,12 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub tags: Vec<String>,
     /// Push after this long without changes.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 50)]
     pub debounce_quiet_ms: u64,
     /// Push at the latest this long after the first change. Short, because a push only re-renders
     /// what changed (endpoint-only changes patch EDS alone) and the push loop never overlaps
     /// pushes: under load, batches grow instead of queueing.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 300)]
     pub debounce_max_ms: u64,
     /// Log format: `text`, or `json` (one object per line, with tenant, revision and proxy).
     #[arg(long = flags::LOG_FORMAT, value_enum, default_value = "text")]
