@@ -122,7 +122,7 @@ pub struct ProxyStatusReport {
 
 /// Column order of the types, as istioctl prints them; unknown types follow by name.
 fn type_order(t: &str) -> (usize, String) {
-    let known = ["cds", "lds", "eds", "rds"];
+    let known = ["cds", "lds", "eds", "rds", "vhds"];
     (
         known.iter().position(|k| *k == t).unwrap_or(known.len()),
         t.to_string(),

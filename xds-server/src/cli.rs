@@ -103,6 +103,10 @@ pub struct Args {
     /// pushes: under load, batches grow instead of queueing.
     #[arg(long, default_value_t = 300)]
     pub debounce_max_ms: u64,
+    /// Serve virtual hosts over VHDS to delta Envoys (`--vhds false`: routes inline for every
+    /// client, as to state-of-the-world ones).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub vhds: bool,
     /// Log format: `text`, or `json` (one object per line, with tenant, revision and proxy).
     #[arg(long = flags::LOG_FORMAT, value_enum, default_value = "text")]
     pub log_format: crate::logging::LogFormat,

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::networking::CaptureMode;
@@ -33,6 +34,7 @@ use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
     type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode, Resource, SourceEvent,
+    VhdsRoutes,
 };
 use crate::push::ConfigGenerator;
 pub use crate::push::{Change, ChangeKind};
@@ -990,7 +992,9 @@ impl TenantIndex {
         let mut translated = translate::translate(&self.registry, node);
         let filters = envoyfilter::applicable(&self.registry, node);
         let errors = envoyfilter::apply(&filters, &mut translated);
-        (encode(&mut self.lock_cache(), translated), errors)
+        // Proxyless gRPC clients speak state of the world: VHDS is for Envoys only.
+        let vhds = node.kind != ProxyKind::Grpc;
+        (encode(&mut self.lock_cache(), translated, vhds), errors)
     }
 
     /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).
@@ -1182,7 +1186,14 @@ impl InternCache<'_> {
     }
 }
 
-fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {
+/// Encodes a translated configuration; `vhds`: with the routes' VHDS form too.
+fn encode(cache: &mut RenderCache, t: Translated, vhds: bool) -> ProxyConfig {
+    let routes: Vec<Arc<Resource>> = t
+        .routes
+        .iter()
+        .map(|r| intern(cache, type_url::ROUTE, r.name.clone(), r))
+        .collect();
+    let vhds = vhds.then(|| encode_vhds(cache, &t.routes, &routes));
     ProxyConfig {
         clusters: t
             .clusters
@@ -1199,12 +1210,38 @@ fn encode(cache: &mut RenderCache, t: Translated) -> ProxyConfig {
             .iter()
             .map(|l| intern(cache, type_url::LISTENER, l.name.clone(), l))
             .collect(),
-        routes: t
-            .routes
-            .iter()
-            .map(|r| intern(cache, type_url::ROUTE, r.name.clone(), r))
-            .collect(),
+        routes,
+        vhds,
     }
+}
+
+/// The VHDS form of encoded routes (`inline`: their inline encodings, same order): a
+/// configuration without virtual hosts keeps its inline resource.
+fn encode_vhds(
+    cache: &mut RenderCache,
+    routes: &[RouteConfiguration],
+    inline: &[Arc<Resource>],
+) -> VhdsRoutes {
+    let mut out = VhdsRoutes::default();
+    for (rc, encoded) in routes.iter().zip(inline) {
+        match translate::vhds::split(rc) {
+            Some(split) => {
+                out.routes
+                    .push(intern(cache, type_url::ROUTE, rc.name.clone(), &split.stub));
+                for vh in &split.virtual_hosts {
+                    out.virtual_hosts.push(intern(
+                        cache,
+                        type_url::VIRTUAL_HOST,
+                        vh.name.clone(),
+                        vh,
+                    ));
+                }
+            }
+            None => out.routes.push(Arc::clone(encoded)),
+        }
+    }
+    out.virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 #[cfg(test)]

@@ -219,8 +219,9 @@ async fn main() -> anyhow::Result<()> {
         honor_loopback: args.loopback_addr.is_some(),
         ..AdsLimits::default()
     };
-    let ads_server =
-        AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone()).with_limits(limits);
+    let ads_server = AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone())
+        .with_limits(limits)
+        .with_vhds(args.vhds);
     let ads = xds_listener.map(|listener| tokio::spawn(ads_server.clone().serve(listener)));
     let secure = match xds_tls_listener {
         Some(listener) => Some(spawn_secure(

@@ -234,8 +234,11 @@ pub mod type_url {
     pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
     pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
     pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-    /// Push order: clusters before endpoints before listeners before routes.
-    pub const ORDER: [&str; 4] = [CLUSTER, ENDPOINT, LISTENER, ROUTE];
+    /// Virtual hosts served on their own (VHDS) to delta clients that are Envoys.
+    pub const VIRTUAL_HOST: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
+    /// Push order: clusters before endpoints before listeners before routes before the
+    /// virtual hosts the routes point to.
+    pub const ORDER: [&str; 5] = [CLUSTER, ENDPOINT, LISTENER, ROUTE, VIRTUAL_HOST];
 }
 
 /// One encoded Envoy resource, shared (by `Arc`) between every proxy that receives it.
@@ -257,17 +260,45 @@ pub struct ProxyConfig {
     pub clusters: Vec<Arc<Resource>>,
     pub endpoints: Vec<Arc<Resource>>,
     pub listeners: Vec<Arc<Resource>>,
+    /// Route configurations with their virtual hosts inline.
     pub routes: Vec<Arc<Resource>>,
+    /// The same routes for VHDS clients; `None`: they get the inline ones.
+    pub vhds: Option<VhdsRoutes>,
+}
+
+/// Route configurations as a VHDS client (a delta Envoy) receives them: each one with virtual
+/// hosts becomes a stub that points to VHDS over ADS, and its virtual hosts are resources of
+/// their own, so a new service sends one virtual host instead of the whole configuration again
+/// (`translate::vhds`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VhdsRoutes {
+    /// One per route configuration, sorted by name (one without virtual hosts stays inline).
+    pub routes: Vec<Arc<Resource>>,
+    /// Named `<route configuration>/<virtual host>`, sorted by name.
+    pub virtual_hosts: Vec<Arc<Resource>>,
 }
 
 impl ProxyConfig {
-    /// Resources of one type URL.
+    /// Route configurations as a VHDS client receives them.
+    pub fn vhds_routes(&self) -> &[Arc<Resource>] {
+        self.vhds
+            .as_ref()
+            .map(|v| v.routes.as_slice())
+            .unwrap_or(&self.routes)
+    }
+
+    /// Resources of one type URL (routes inline).
     pub fn of_type(&self, type_url: &str) -> &[Arc<Resource>] {
         match type_url {
             type_url::CLUSTER => &self.clusters,
             type_url::ENDPOINT => &self.endpoints,
             type_url::LISTENER => &self.listeners,
             type_url::ROUTE => &self.routes,
+            type_url::VIRTUAL_HOST => self
+                .vhds
+                .as_ref()
+                .map(|v| v.virtual_hosts.as_slice())
+                .unwrap_or_default(),
             _ => &[],
         }
     }

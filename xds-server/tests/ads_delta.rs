@@ -6,7 +6,8 @@
 mod ads_common;
 
 use ads_common::*;
-use meshplane_xds::model::{type_url, ProxyConfig};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use meshplane_xds::model::{type_url, ProxyConfig, VhdsRoutes};
 
 #[tokio::test]
 async fn wildcard_first_response_then_ack_is_not_answered() {
@@ -124,7 +125,8 @@ async fn pushes_in_order_and_removals_last() {
         order.push(r.type_url.clone());
         c.ack(&r).await;
     }
-    assert_eq!(order, type_url::ORDER);
+    // Not an Envoy: no virtual hosts of their own.
+    assert_eq!(order, type_url::ORDER[..4]);
 
     let mut removed = config("b");
     removed.listeners = vec![res(type_url::LISTENER, "l1", "c")];
@@ -237,4 +239,72 @@ async fn proxy_of_a_non_member_namespace_is_refused() {
     };
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
     assert!(err.message().contains("payments") && err.message().contains("blue"));
+}
+
+/// Bodies (`name:tag`) of the resources in a delta response.
+fn delta_bodies(
+    r: &envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse,
+) -> Vec<String> {
+    r.resources
+        .iter()
+        .filter_map(|x| x.resource.as_ref())
+        .map(|a| String::from_utf8_lossy(&a.value).to_string())
+        .collect()
+}
+
+/// A delta Envoy gets the VHDS stubs of route configurations and their virtual hosts by
+/// namespace; another delta client gets the routes inline and no virtual hosts.
+#[tokio::test]
+async fn envoys_get_virtual_hosts_over_vhds_and_other_clients_inline_routes() {
+    let h = Harness::start().await;
+    let mut cfg = config("a");
+    cfg.vhds = Some(VhdsRoutes {
+        routes: vec![res(type_url::ROUTE, "r1", "stub")],
+        virtual_hosts: vec![
+            res(type_url::VIRTUAL_HOST, "r1/v1", "a"),
+            res(type_url::VIRTUAL_HOST, "r1/v2", "a"),
+        ],
+    });
+    h.set("shop", cfg.clone()).await;
+
+    let envoy = Node {
+        user_agent_name: "envoy".into(),
+        ..node("shop", "web-1")
+    };
+    let mut c = DeltaClient::open(&h, envoy, type_url::ROUTE, &["r1"])
+        .await
+        .expect("admitted");
+    let rds = c.recv().await;
+    assert_eq!(delta_bodies(&rds), ["r1:stub"]);
+    c.ack(&rds).await;
+    c.send(type_url::VIRTUAL_HOST, &["r1"], &[], "", None).await;
+    let vhds = c.recv().await;
+    assert_eq!(vhds.type_url, type_url::VIRTUAL_HOST);
+    assert_eq!(delta_names(&vhds), ["r1/v1", "r1/v2"]);
+    c.ack(&vhds).await;
+    // One virtual host changes: it alone goes.
+    cfg.vhds = Some(VhdsRoutes {
+        routes: vec![res(type_url::ROUTE, "r1", "stub")],
+        virtual_hosts: vec![
+            res(type_url::VIRTUAL_HOST, "r1/v1", "a"),
+            res(type_url::VIRTUAL_HOST, "r1/v2", "b"),
+        ],
+    });
+    h.set("shop", cfg).await;
+    let update = c.recv().await;
+    assert_eq!(update.type_url, type_url::VIRTUAL_HOST);
+    assert_eq!(delta_bodies(&update), ["r1/v2:b"]);
+
+    let mut other = DeltaClient::open(&h, node("shop", "web-2"), type_url::ROUTE, &["r1"])
+        .await
+        .expect("admitted");
+    let inline = other.recv().await;
+    assert_eq!(delta_bodies(&inline), ["r1:a"]);
+    other.ack(&inline).await;
+    // Its VHDS subscription is not served: the next answer is that of the clusters.
+    other
+        .send(type_url::VIRTUAL_HOST, &["r1"], &[], "", None)
+        .await;
+    other.send(type_url::CLUSTER, &[], &[], "", None).await;
+    assert_eq!(other.recv().await.type_url, type_url::CLUSTER);
 }

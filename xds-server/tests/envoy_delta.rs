@@ -1,5 +1,6 @@
-//! Real Envoy over delta ADS: routing to two namespaces' services, then a Sidecar narrowing
-//! the proxy's imports to its own namespace makes the other host unroutable.
+//! Real Envoy over delta ADS: routing to two namespaces' services, its virtual hosts over
+//! VHDS (a new service on a port joins that route configuration as one virtual host), then a
+//! Sidecar narrowing the proxy's imports to its own namespace makes the other host unroutable.
 
 mod envoy_common;
 
@@ -57,6 +58,49 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
     .await;
     let proxies = server.monitoring_get("/debug/proxies").await;
     assert!(proxies.contains(r#""protocol":"delta""#), "{proxies}");
+
+    // The virtual hosts came over VHDS: the route configuration Envoy holds is the stub
+    // pointing to VHDS, with the virtual hosts named `<route config>/<vhost>` beside it.
+    assert!(
+        proxies.contains(r#"{"type":"vhds","subscribed":true"#),
+        "{proxies}"
+    );
+    let stat = format!("rds.vhds.{web_port}.update_success: ");
+    let stats = envoy.admin_get("/stats?filter=vhds").await;
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.contains(&stat) && !l.ends_with(" 0")),
+        "{stats}"
+    );
+    let routes = envoy
+        .admin_get("/config_dump?resource=dynamic_route_configs")
+        .await;
+    let vhost = format!(r#""{web_port}/web.shop.svc.cluster.local:{web_port}""#);
+    assert!(
+        routes.contains(&vhost) && routes.contains(r#""vhds""#),
+        "{routes}"
+    );
+
+    // A new service on web's port: one virtual host more in that route configuration.
+    server.write(
+        "pay.yaml",
+        &service("pay", "shop", "198.19.0.12", web_port, target, "127.0.0.3"),
+    );
+    eventually(
+        "pay.shop routes to upstream-b through web's listener",
+        || async {
+            http_get(web, "pay.shop.svc.cluster.local", "/")
+                .await
+                .filter(|(s, b)| *s == 200 && b == "upstream-b")
+        },
+    )
+    .await;
+    let routes = envoy
+        .admin_get("/config_dump?resource=dynamic_route_configs")
+        .await;
+    let pay = format!(r#""{web_port}/pay.shop.svc.cluster.local:{web_port}""#);
+    assert!(routes.contains(&pay), "{routes}");
 
     server.write("sidecar.yaml", SIDECAR);
     eventually("api.bank is no longer routable", || async {

@@ -3,8 +3,8 @@
 //! that keeps only what it accepted and, like Envoy, holds its CDS ACK while new clusters warm
 //! (until their endpoints arrived). On every response the server emits:
 //!
-//! - every cluster a listener or route names is one the proxy already accepted (the CDS
-//!   response carrying it was sent and ACKed);
+//! - every cluster a listener, route or virtual host names is one the proxy already accepted
+//!   (the CDS response carrying it was sent and ACKed);
 //! - every ClusterLoadAssignment names a cluster already sent on the stream;
 //!
 //! when the proxy applies a CDS response, no listener or route it runs names a cluster that
@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::snapshot::{content_version, Snapshot, TYPE_COUNT};
+use super::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
 use super::tracker::{Outgoing, Protocol, StreamState};
-use crate::model::{type_url, ProxyConfig, Resource};
+use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
 
 const CDS: usize = 0;
 const EDS: usize = 1;
@@ -111,12 +111,35 @@ fn random_config(rng: &mut Rng, full: bool) -> Snapshot {
     };
     let listeners = named(LDS, "l", rng);
     let routes = named(RDS, "r", rng);
+    // VHDS: each route's stub names nothing; its virtual hosts name the clusters.
+    let stubs = routes
+        .iter()
+        .map(|r| {
+            let generation = if full { 1000 } else { rng.below(2) };
+            resource(RDS, &r.name, generation, &[])
+        })
+        .collect();
+    let mut virtual_hosts = Vec::new();
+    for r in &routes {
+        for v in 0..2 {
+            if likely(rng, 70) {
+                let refs = pick(rng);
+                let generation = if full { 1000 } else { rng.below(3) };
+                let name = format!("{}/v{v}", r.name);
+                virtual_hosts.push(resource(VHDS, &name, generation, &refs));
+            }
+        }
+    }
     Snapshot::new(
         &ProxyConfig {
             clusters,
             endpoints,
             listeners,
             routes,
+            vhds: Some(VhdsRoutes {
+                routes: stubs,
+                virtual_hosts,
+            }),
         },
         Instant::now(),
     )
@@ -126,9 +149,11 @@ fn random_config(rng: &mut Rng, full: bool) -> Snapshot {
 type Held = BTreeMap<String, (String, Bytes)>;
 
 /// An Envoy-like client: CDS and LDS wildcard first, EDS after its first clusters (wildcard,
-/// or by the names of the clusters it holds), RDS after its first listeners.
+/// or by the names of the clusters it holds), RDS after its first listeners; with VHDS, the
+/// virtual hosts of the route configurations it holds (by namespace).
 struct Proxy {
     protocol: Protocol,
+    vhds: bool,
     /// What the proxy runs with: only what it accepted.
     held: [Held; TYPE_COUNT],
     /// SotW: `version_info` of the last accepted response per type.
@@ -162,9 +187,10 @@ struct Warming {
 }
 
 impl Proxy {
-    fn new(protocol: Protocol, eds_by_name: bool) -> Self {
+    fn new(protocol: Protocol, eds_by_name: bool, vhds: bool) -> Self {
         Proxy {
             protocol,
+            vhds,
             held: Default::default(),
             accepted_version: Default::default(),
             last_nonce: Default::default(),
@@ -240,7 +266,7 @@ impl Proxy {
                     Protocol::Delta => out.removed.clone(),
                 };
                 for gone in &removed {
-                    for user in [LDS, RDS] {
+                    for user in [LDS, RDS, VHDS] {
                         for (name, (_, bytes)) in &self.held[user] {
                             assert!(
                                 !named_clusters(bytes).contains(gone),
@@ -310,6 +336,26 @@ impl Proxy {
             }
             self.subscribe(state, RDS, false);
         }
+        if t == RDS && !reject && self.vhds {
+            self.follow_routes(state);
+        }
+    }
+
+    /// VHDS: subscribes the virtual hosts of each route configuration held, as Envoy does when
+    /// it gets one pointing to VHDS, and drops those of configurations gone.
+    fn follow_routes(&mut self, state: &mut StreamState) {
+        let want: BTreeSet<String> = self.held[RDS].keys().cloned().collect();
+        let have = self.names[VHDS].clone().unwrap_or_default();
+        if want == have && self.subscribed[VHDS] {
+            return;
+        }
+        self.names[VHDS] = Some(want.clone());
+        self.held[VHDS].retain(|n, _| n.rsplit_once('/').is_some_and(|(ns, _)| want.contains(ns)));
+        let sub: Vec<String> = want.difference(&have).cloned().collect();
+        let unsub: Vec<String> = have.difference(&want).cloned().collect();
+        self.subscribed[VHDS] = true;
+        let url = type_url::ORDER[VHDS];
+        state.on_delta_request(url, "", &sub, &unsub, &HashMap::new(), None);
     }
 
     /// ACKs (or NACKs) the response `nonce` of type `t`.
@@ -400,7 +446,7 @@ impl Proxy {
                     );
                 }
             }
-            LDS | RDS => {
+            LDS | RDS | VHDS => {
                 for r in &out.resources {
                     for c in named_clusters(&r.encoded) {
                         assert!(
@@ -438,10 +484,22 @@ impl Proxy {
     /// Whether the proxy holds exactly the subscribed part of `snapshot`.
     fn holds(&self, snapshot: &Snapshot) -> bool {
         (0..TYPE_COUNT).all(|t| {
-            let want: BTreeMap<&str, &str> = snapshot.types[t]
+            let subscribed = |n: &str| {
+                let key = if t == VHDS {
+                    n.rsplit_once('/').map(|(ns, _)| ns).unwrap_or_default()
+                } else {
+                    n
+                };
+                self.names[t].as_ref().is_none_or(|s| s.contains(key))
+            };
+            if t == VHDS && !self.vhds {
+                return self.held[t].is_empty();
+            }
+            let want: BTreeMap<&str, &str> = snapshot
+                .desired(t, self.vhds)
                 .resources
                 .iter()
-                .filter(|(n, _)| self.names[t].as_ref().is_none_or(|s| s.contains(*n)))
+                .filter(|(n, _)| subscribed(n))
                 .map(|(n, r)| (n.as_str(), r.version.as_str()))
                 .collect();
             let have: BTreeMap<&str, &str> = self.held[t]
@@ -466,15 +524,23 @@ fn emit(state: &mut StreamState, proxy: &mut Proxy, snapshot: &Snapshot, context
     }
 }
 
-fn run(protocol: Protocol, seed: u64) {
+fn run(protocol: Protocol, vhds: bool, seed: u64) {
     let mut rng = Rng(seed);
-    let mut proxy = Proxy::new(protocol, rng.chance(50));
-    let mut state = StreamState::new(protocol);
+    let mut proxy = Proxy::new(protocol, rng.chance(50), vhds);
+    let new_state = || {
+        let state = StreamState::new(protocol);
+        if vhds {
+            state.with_vhds()
+        } else {
+            state
+        }
+    };
+    let mut state = new_state();
     let mut snapshot = random_config(&mut rng, false);
     proxy.subscribe(&mut state, CDS, false);
     proxy.subscribe(&mut state, LDS, false);
     for step in 0..80 {
-        let context = format!("{protocol:?} seed {seed} step {step}");
+        let context = format!("{protocol:?} vhds {vhds} seed {seed} step {step}");
         match rng.below(10) {
             3 if rng.chance(20) => {
                 // The stream drops: what was on the wire is lost, the proxy keeps what it
@@ -483,8 +549,8 @@ fn run(protocol: Protocol, seed: u64) {
                 proxy.warming = None;
                 proxy.acked_cds = proxy.held[CDS].keys().cloned().collect();
                 proxy.resumed_sotw = protocol == Protocol::Sotw;
-                state = StreamState::new(protocol);
-                for t in [CDS, LDS, EDS, RDS] {
+                state = new_state();
+                for t in [CDS, LDS, EDS, RDS, VHDS] {
                     if proxy.subscribed[t] {
                         proxy.subscribe(&mut state, t, true);
                     }
@@ -503,7 +569,7 @@ fn run(protocol: Protocol, seed: u64) {
     // Changes and rejections stop (after one last change of every type, so no type stays
     // blocked by a rejection of the final content): the proxy converges.
     snapshot = random_config(&mut rng, true);
-    let context = format!("{protocol:?} seed {seed} drain");
+    let context = format!("{protocol:?} vhds {vhds} seed {seed} drain");
     emit(&mut state, &mut proxy, &snapshot, &context);
     for _ in 0..64 {
         if proxy.inbox.is_empty() {
@@ -523,13 +589,20 @@ fn run(protocol: Protocol, seed: u64) {
 #[test]
 fn sotw_never_names_a_cluster_before_its_ack() {
     for seed in 1..=600 {
-        run(Protocol::Sotw, seed * 104_729);
+        run(Protocol::Sotw, false, seed * 104_729);
     }
 }
 
 #[test]
 fn delta_never_names_a_cluster_before_its_ack() {
     for seed in 1..=600 {
-        run(Protocol::Delta, seed * 104_729);
+        run(Protocol::Delta, false, seed * 104_729);
+    }
+}
+
+#[test]
+fn vhds_never_names_a_cluster_before_its_ack() {
+    for seed in 1..=600 {
+        run(Protocol::Delta, true, seed * 104_729);
     }
 }

@@ -22,9 +22,12 @@ use crate::model::ProxyNode;
 use crate::push::Hub;
 use crate::tenancy::{bearer_token, parse_node, AdmissionError, TokenReviewer};
 use stream::{run_stream, Wire};
+use tracker::Protocol;
 
 /// How long a stream waits for the sources to sync before it is told to come back later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// `Node.user_agent_name` of Envoy.
+const ENVOY_USER_AGENT: &str = "envoy";
 /// Responses buffered per stream before the stream task waits for the proxy to read.
 const STREAM_BUFFER: usize = 16;
 
@@ -61,6 +64,8 @@ pub struct AdsServer {
     reviewer: Option<TokenReviewer>,
     shutdown: watch::Receiver<bool>,
     limits: AdsLimits,
+    /// Whether delta Envoys get virtual hosts over VHDS.
+    vhds: bool,
 }
 
 /// A request the server could not read: the client's fault, answered INVALID_ARGUMENT
@@ -88,7 +93,15 @@ impl AdsServer {
             reviewer,
             shutdown,
             limits: AdsLimits::default(),
+            vhds: true,
         }
+    }
+
+    /// The same server serving virtual hosts over VHDS to delta Envoys (`true`, the default)
+    /// or inline to every client.
+    pub fn with_vhds(mut self, vhds: bool) -> Self {
+        self.vhds = vhds;
+        self
     }
 
     /// The same server with other limits.
@@ -182,6 +195,10 @@ impl AdsServer {
             .map_err(request_error)?
             .ok_or_else(|| Status::invalid_argument("stream closed before its first request"))?;
         let node = self.admit(W::node(&first), token).await?;
+        // VHDS is Envoy's (delta only); other delta clients get routes inline.
+        let vhds = self.vhds
+            && W::PROTOCOL == Protocol::Delta
+            && W::node(&first).is_some_and(|n| n.user_agent_name == ENVOY_USER_AGENT);
         let handle = self
             .hub
             .try_connect(node, W::PROTOCOL, self.limits.proxies_per_namespace)
@@ -203,6 +220,7 @@ impl AdsServer {
             inbound,
             tx,
             self.shutdown.clone(),
+            vhds,
         ));
         Ok(ReceiverStream::new(rx))
     }

@@ -17,9 +17,14 @@ pub fn type_index(type_url: &str) -> Option<usize> {
     type_url::ORDER.iter().position(|t| *t == type_url)
 }
 
-/// Short name of a type for metrics and logs (`cds`, `eds`, `lds`, `rds`).
+/// Position of route configurations in [`type_url::ORDER`].
+pub const RDS: usize = 3;
+/// Position of virtual hosts (VHDS) in [`type_url::ORDER`].
+pub const VHDS: usize = 4;
+
+/// Short name of a type for metrics and logs (`cds`, `eds`, `lds`, `rds`, `vhds`).
 pub fn short_name(index: usize) -> &'static str {
-    ["cds", "eds", "lds", "rds"]
+    ["cds", "eds", "lds", "rds", "vhds"]
         .get(index)
         .copied()
         .unwrap_or("unknown")
@@ -124,13 +129,18 @@ impl TypeSnapshot {
     }
 }
 
-/// A proxy's whole configuration, indexed by push order ([`type_url::ORDER`]).
+/// A proxy's whole configuration, indexed by push order ([`type_url::ORDER`]): routes inline
+/// in `types[RDS]`, as VHDS clients get them in `vhds_routes` beside the virtual hosts of
+/// `types[VHDS]` ([`crate::model::VhdsRoutes`]).
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub types: [Arc<TypeSnapshot>; TYPE_COUNT],
+    /// Route configurations for VHDS clients: the same `Arc` as `types[RDS]` when the
+    /// configuration has no VHDS form.
+    pub vhds_routes: Arc<TypeSnapshot>,
     /// When the change that produced this snapshot was first seen (push latency).
     pub changed_at: Instant,
-    /// Total encoded bytes of the configuration.
+    /// Total encoded bytes of the configuration with its routes inline.
     pub bytes: usize,
     /// Which configuration generation of the hub it was rendered from (None: not rendered).
     pub epoch: Option<u64>,
@@ -155,23 +165,47 @@ impl Snapshot {
                 _ => Arc::new(TypeSnapshot::new(list)),
             }
         });
-        Self::from_types(types, changed_at, None)
+        let vhds_routes = match (&config.vhds, previous) {
+            (None, _) => Arc::clone(&types[RDS]),
+            (Some(v), Some(p)) if p.vhds_routes.built_from(&v.routes) => Arc::clone(&p.vhds_routes),
+            (Some(v), _) => Arc::new(TypeSnapshot::new(&v.routes)),
+        };
+        Self::from_types(types, vhds_routes, changed_at, None)
     }
 
     /// A snapshot of already built types.
-    pub fn from_types(
+    fn from_types(
         types: [Arc<TypeSnapshot>; TYPE_COUNT],
+        vhds_routes: Arc<TypeSnapshot>,
         changed_at: Instant,
         epoch: Option<u64>,
     ) -> Self {
-        let bytes = types.iter().map(|t| t.bytes()).sum();
+        let bytes = types[..VHDS].iter().map(|t| t.bytes()).sum();
         let endpoints_within_clusters = names_within(&types[1].resources, &types[0].resources);
         Self {
             types,
+            vhds_routes,
             changed_at,
             bytes,
             epoch,
             endpoints_within_clusters,
+        }
+    }
+
+    /// The same configuration with other endpoints (an endpoint-only push).
+    pub fn with_endpoints(&self, endpoints: Arc<TypeSnapshot>, changed_at: Instant) -> Self {
+        let mut types = self.types.clone();
+        types[1] = endpoints;
+        Self::from_types(types, Arc::clone(&self.vhds_routes), changed_at, self.epoch)
+    }
+
+    /// What a stream should hold of type `index` (position in [`type_url::ORDER`]); `vhds`:
+    /// the stream takes virtual hosts over VHDS.
+    pub fn desired(&self, index: usize, vhds: bool) -> &Arc<TypeSnapshot> {
+        if vhds && index == RDS {
+            &self.vhds_routes
+        } else {
+            &self.types[index]
         }
     }
 
@@ -191,10 +225,12 @@ impl Snapshot {
 
     /// Whether both snapshots hold the same content.
     pub fn same_content(&self, other: &Snapshot) -> bool {
-        self.types
-            .iter()
-            .zip(other.types.iter())
-            .all(|(a, b)| a.version == b.version)
+        self.vhds_routes.version == other.vhds_routes.version
+            && self
+                .types
+                .iter()
+                .zip(other.types.iter())
+                .all(|(a, b)| a.version == b.version)
     }
 }
 

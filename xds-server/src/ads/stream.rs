@@ -124,8 +124,12 @@ pub async fn run_stream<W: Wire>(
     mut inbound: Streaming<W::Req>,
     tx: mpsc::Sender<Result<W::Resp, Status>>,
     mut shutdown: watch::Receiver<bool>,
+    vhds: bool,
 ) {
     let mut state = StreamState::new(W::PROTOCOL);
+    if vhds {
+        state = state.with_vhds();
+    }
     note(&handle, &W::fold(&mut state, &first));
     let hub = Arc::clone(handle.hub());
     let namespace = handle.node().namespace.clone();

@@ -14,7 +14,12 @@
 //!   clusters already sent on the stream, without waiting for the CDS ACK: Envoy holds that ACK
 //!   until its new clusters warmed, which takes their endpoints;
 //! - removals only once nothing is in flight, one type at a time in reverse order (make before
-//!   break), each after the types that depend on it are settled.
+//!   break), each after the types that depend on it are settled;
+//! - a delta Envoy ([`StreamState::with_vhds`]) gets route configurations as VHDS stubs and
+//!   their virtual hosts as a fifth type after them, gated on the clusters like routes. Envoy
+//!   subscribes to virtual hosts by route configuration name with namespace matching: a
+//!   subscribed name covers every virtual host named `<name>/<vhost>`. Other streams do not
+//!   serve the type.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,7 +28,7 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 
 use super::snapshot::{
-    names_within, set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT,
+    names_within, set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
 };
 use crate::model::{type_url, Resource};
 
@@ -41,8 +46,9 @@ const LDS: usize = 2;
 /// ACK (Envoy sends it only once the new clusters got their endpoints) but offered only for
 /// clusters already sent ([`StreamState::next_responses`]). A type the proxy has not
 /// subscribed to gates nothing: proxyless gRPC clients discover clusters from routes, and Envoy
-/// subscribes CDS first on its own.
-pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS]];
+/// subscribes CDS first on its own. Virtual hosts name clusters; Envoy asks for them only once
+/// it holds the route configuration that points to them.
+pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS], &[CDS]];
 
 /// Which ADS variant a stream speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +137,8 @@ pub struct TypeTracker {
     requested: bool,
     wildcard: bool,
     names: BTreeSet<String>,
+    /// Names are namespaces (VHDS): one covers every resource named `<name>/<...>`.
+    namespaced: bool,
     /// What the proxy holds (or will hold once the pending response is ACKed). Shares the
     /// snapshot's map when the proxy holds exactly what it subscribed to.
     sent: Arc<ResourceMap>,
@@ -190,7 +198,7 @@ impl TypeTracker {
     }
 
     fn in_scope(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
+        self.wildcard || covers(&self.names, self.namespaced, name)
     }
 
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
@@ -262,9 +270,7 @@ impl TypeTracker {
         if self.wildcard && restrict.is_none() {
             return Arc::clone(&desired.resources);
         }
-        let keep = |n: &String| {
-            (self.wildcard || self.names.contains(n)) && restrict.is_none_or(|r| r.contains_key(n))
-        };
+        let keep = |n: &String| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(n));
         if desired.resources.keys().all(keep) {
             return Arc::clone(&desired.resources);
         }
@@ -410,6 +416,17 @@ impl TypeTracker {
     }
 }
 
+/// Whether subscribed `names` cover resource `name`: the name itself, or with `namespaced`
+/// (VHDS) its namespace, everything before its last `/`.
+fn covers(names: &BTreeSet<String>, namespaced: bool, name: &str) -> bool {
+    if namespaced {
+        name.rsplit_once('/')
+            .is_some_and(|(namespace, _)| names.contains(namespace))
+    } else {
+        names.contains(name)
+    }
+}
+
 /// How what a proxy holds differs from what it should hold.
 struct MapDiff<'a> {
     /// Resources of `desired` the proxy lacks or holds in another version.
@@ -463,6 +480,8 @@ fn walk<'a>(held: &'a ResourceMap, desired: &'a ResourceMap) -> MapDiff<'a> {
 #[derive(Clone, Debug)]
 pub struct StreamState {
     protocol: Protocol,
+    /// Routes as VHDS stubs, virtual hosts as their own type.
+    vhds: bool,
     types: [TypeTracker; TYPE_COUNT],
     nonce: u64,
     /// An EDS map whose names were found within a CDS map ([`Self::eds_restriction`]).
@@ -491,16 +510,36 @@ impl SubsetMemo {
 
 impl StreamState {
     pub fn new(protocol: Protocol) -> Self {
+        let mut types: [TypeTracker; TYPE_COUNT] = Default::default();
+        types[VHDS].namespaced = true;
         Self {
             protocol,
-            types: Default::default(),
+            vhds: false,
+            types,
             nonce: 0,
             eds_checked: SubsetMemo::default(),
         }
     }
 
+    /// The same stream taking virtual hosts over VHDS (delta only: Envoy's VHDS client is
+    /// incremental).
+    pub fn with_vhds(mut self) -> Self {
+        self.vhds = self.protocol == Protocol::Delta;
+        self
+    }
+
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// Whether the stream takes virtual hosts over VHDS.
+    pub fn vhds(&self) -> bool {
+        self.vhds
+    }
+
+    /// Position of a type this stream serves.
+    fn served(&self, type_url: &str) -> Option<usize> {
+        type_index(type_url).filter(|&i| i != VHDS || self.vhds)
     }
 
     /// Per-type state, in push order.
@@ -517,7 +556,7 @@ impl StreamState {
         resource_names: &[String],
         error: Option<&str>,
     ) -> RequestOutcome {
-        let Some(i) = type_index(type_url) else {
+        let Some(i) = self.served(type_url) else {
             return RequestOutcome::UnknownType(type_url.to_string());
         };
         let url = type_url::ORDER[i];
@@ -561,7 +600,7 @@ impl StreamState {
         initial_versions: &HashMap<String, String>,
         error: Option<&str>,
     ) -> RequestOutcome {
-        let Some(i) = type_index(type_url) else {
+        let Some(i) = self.served(type_url) else {
             return RequestOutcome::UnknownType(type_url.to_string());
         };
         let url = type_url::ORDER[i];
@@ -609,9 +648,10 @@ impl StreamState {
                 Arc::make_mut(&mut t.sent).remove(name);
             }
         }
-        if !t.wildcard && t.sent.keys().any(|n| !t.names.contains(n)) {
+        let namespaced = t.namespaced;
+        if !t.wildcard && t.sent.keys().any(|n| !covers(&t.names, namespaced, n)) {
             let names = &t.names;
-            Arc::make_mut(&mut t.sent).retain(|n, _| names.contains(n));
+            Arc::make_mut(&mut t.sent).retain(|n, _| covers(names, namespaced, n));
             t.settled = None;
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
@@ -660,7 +700,7 @@ impl StreamState {
         let mut out = Vec::new();
         let mut unsettled = [false; TYPE_COUNT];
         for i in 0..TYPE_COUNT {
-            let desired = &snapshot.types[i];
+            let desired = snapshot.desired(i, self.vhds);
             if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
                 unsettled[i] = self.types[i].requested;
                 continue;
@@ -699,7 +739,7 @@ impl StreamState {
             }
             if let Some(o) = self.types[i].plan(
                 type_url::ORDER[i],
-                &snapshot.types[i],
+                snapshot.desired(i, self.vhds),
                 true,
                 None,
                 self.protocol,
@@ -738,27 +778,49 @@ mod tests {
 
     const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
+    /// Resources of each type named from [`NAMES`] (virtual hosts `<name>/x` and `<name>/y`,
+    /// in the namespaces of route names), with a VHDS form of the routes most of the time.
     fn random_config(rng: &mut Rng) -> crate::model::ProxyConfig {
-        let mut lists: [Vec<Arc<Resource>>; TYPE_COUNT] = Default::default();
+        let mut lists: [Vec<Arc<Resource>>; TYPE_COUNT + 1] = Default::default();
         for (i, list) in lists.iter_mut().enumerate() {
-            for name in NAMES {
+            let names: Vec<String> = if i == VHDS {
+                NAMES
+                    .iter()
+                    .flat_map(|n| [format!("{n}/x"), format!("{n}/y")])
+                    .collect()
+            } else {
+                NAMES.iter().map(|n| n.to_string()).collect()
+            };
+            for name in names {
                 if rng.chance(60) {
                     let body = format!("{name}{}", rng.below(3));
                     list.push(Arc::new(Resource {
-                        name: name.to_string(),
-                        type_url: type_url::ORDER[i],
+                        type_url: type_url::ORDER[i.min(VHDS)],
+                        name,
                         version: super::super::snapshot::content_version(body.as_bytes()),
                         encoded: Bytes::from(body),
                     }));
                 }
             }
         }
-        let [clusters, endpoints, listeners, routes] = lists;
+        let [clusters, endpoints, listeners, routes, virtual_hosts, stubs] = lists;
         crate::model::ProxyConfig {
             clusters,
             endpoints,
             listeners,
             routes,
+            vhds: rng.chance(80).then_some(crate::model::VhdsRoutes {
+                routes: stubs
+                    .into_iter()
+                    .map(|r| {
+                        Arc::new(Resource {
+                            type_url: type_url::ROUTE,
+                            ..(*r).clone()
+                        })
+                    })
+                    .collect(),
+                virtual_hosts,
+            }),
         }
     }
 
@@ -770,6 +832,10 @@ mod tests {
             .collect();
         if rng.chance(15) {
             names.push(WILDCARD.to_string());
+        }
+        if rng.chance(10) {
+            // A full virtual host name: no namespace of VHDS.
+            names.push("a/x".to_string());
         }
         names
     }
@@ -830,10 +896,14 @@ mod tests {
     /// Random protocol sessions (subscriptions, ACKs, NACKs, stale nonces, reconnects with a
     /// version, config changes and repeated wake-ups) give the same responses and state as the
     /// tracker that recomputed everything on every wake-up.
-    fn matches_the_recomputing_model(protocol: Protocol, seed: u64) {
+    fn matches_the_recomputing_model(protocol: Protocol, vhds: bool, seed: u64) {
         let mut rng = Rng(seed);
         let mut state = StreamState::new(protocol);
         let mut model = tracker_model::StreamState::new(protocol);
+        if vhds {
+            state = state.with_vhds();
+            model = model.with_vhds();
+        }
         let mut snapshot = Snapshot::new(&random_config(&mut rng), Instant::now());
         let mut last: Vec<Outgoing> = Vec::new();
         for step in 0..60 {
@@ -947,15 +1017,137 @@ mod tests {
     #[test]
     fn sotw_matches_the_recomputing_model() {
         for seed in 1..=400 {
-            matches_the_recomputing_model(Protocol::Sotw, seed * 7919);
+            matches_the_recomputing_model(Protocol::Sotw, false, seed * 7919);
         }
     }
 
     #[test]
     fn delta_matches_the_recomputing_model() {
         for seed in 1..=400 {
-            matches_the_recomputing_model(Protocol::Delta, seed * 7919);
+            matches_the_recomputing_model(Protocol::Delta, false, seed * 7919);
         }
+    }
+
+    /// Delta Envoys with VHDS: route stubs, and virtual hosts subscribed by namespace.
+    #[test]
+    fn vhds_matches_the_recomputing_model() {
+        for seed in 1..=400 {
+            matches_the_recomputing_model(Protocol::Delta, true, seed * 7919);
+        }
+    }
+
+    fn resource(url: &'static str, name: &str, body: &str) -> Arc<Resource> {
+        Arc::new(Resource {
+            name: name.into(),
+            type_url: url,
+            encoded: Bytes::from(body.to_string()),
+            version: super::super::snapshot::content_version(body.as_bytes()),
+        })
+    }
+
+    /// A VHDS stream gets the route stubs, then the virtual hosts of the namespaces it
+    /// subscribed and only those; a new virtual host goes alone, a removed one by name; a
+    /// stream without VHDS gets the inline routes and does not serve the type.
+    #[test]
+    fn vhds_streams_get_stubs_and_the_virtual_hosts_of_their_namespaces() {
+        let vh = |name: &str, body: &str| resource(type_url::VIRTUAL_HOST, name, body);
+        let config = |hosts: Vec<Arc<Resource>>| crate::model::ProxyConfig {
+            clusters: vec![resource(type_url::CLUSTER, "c", "c")],
+            routes: vec![
+                resource(type_url::ROUTE, "80", "inline 80"),
+                resource(type_url::ROUTE, "8080", "inline 8080"),
+            ],
+            vhds: Some(crate::model::VhdsRoutes {
+                routes: vec![
+                    resource(type_url::ROUTE, "80", "stub 80"),
+                    resource(type_url::ROUTE, "8080", "stub 8080"),
+                ],
+                virtual_hosts: hosts,
+            }),
+            ..Default::default()
+        };
+        let hosts = vec![vh("80/a", "a"), vh("80/b", "b"), vh("8080/a", "a2")];
+        let snapshot = Snapshot::new(&config(hosts.clone()), Instant::now());
+        let names =
+            |o: &Outgoing| -> Vec<String> { o.resources.iter().map(|r| r.name.clone()).collect() };
+        let bodies = |o: &Outgoing| -> Vec<Bytes> {
+            o.resources.iter().map(|r| r.encoded.clone()).collect()
+        };
+        let ack = |s: &mut StreamState, o: &Outgoing| {
+            s.on_delta_request(o.type_url, &o.nonce, &[], &[], &HashMap::new(), None)
+        };
+
+        let mut s = StreamState::new(Protocol::Delta).with_vhds();
+        s.on_delta_request(type_url::CLUSTER, "", &[], &[], &HashMap::new(), None);
+        let cds = s.next_responses(&snapshot);
+        ack(&mut s, &cds[0]);
+        let rds_names = vec!["80".to_string(), "8080".to_string()];
+        s.on_delta_request(type_url::ROUTE, "", &rds_names, &[], &HashMap::new(), None);
+        let rds = s.next_responses(&snapshot);
+        assert_eq!(bodies(&rds[0]), ["stub 80", "stub 8080"]);
+        ack(&mut s, &rds[0]);
+        // Envoy subscribes one route configuration's virtual hosts.
+        s.on_delta_request(
+            type_url::VIRTUAL_HOST,
+            "",
+            &["80".into()],
+            &[],
+            &HashMap::new(),
+            None,
+        );
+        let first = s.next_responses(&snapshot);
+        assert_eq!(first.len(), 1);
+        assert_eq!(names(&first[0]), ["80/a", "80/b"]);
+        ack(&mut s, &first[0]);
+        // A new virtual host goes alone; one of an unsubscribed namespace does not go.
+        let grown = Snapshot::new(
+            &config([hosts.clone(), vec![vh("80/c", "c"), vh("8080/b", "b2")]].concat()),
+            Instant::now(),
+        );
+        let next = s.next_responses(&grown);
+        assert_eq!(next.len(), 1);
+        assert_eq!(names(&next[0]), ["80/c"]);
+        assert!(next[0].removed.is_empty());
+        ack(&mut s, &next[0]);
+        // A removed one goes by name.
+        let shrunk = Snapshot::new(
+            &config(vec![vh("80/a", "a"), vh("80/c", "c")]),
+            Instant::now(),
+        );
+        let removal = s.next_responses(&shrunk);
+        assert_eq!(removal.len(), 1);
+        assert!(removal[0].resources.is_empty());
+        assert_eq!(removal[0].removed, ["80/b"]);
+        ack(&mut s, &removal[0]);
+        // Unsubscribing the namespace forgets its virtual hosts without a removal.
+        s.on_delta_request(
+            type_url::VIRTUAL_HOST,
+            "",
+            &[],
+            &["80".into()],
+            &HashMap::new(),
+            None,
+        );
+        let (_, vhds) = s.types().nth(VHDS).expect("vhds tracker");
+        assert_eq!(vhds.held().count(), 0);
+
+        let mut plain = StreamState::new(Protocol::Delta);
+        assert!(matches!(
+            plain.on_delta_request(
+                type_url::VIRTUAL_HOST,
+                "",
+                &["80".into()],
+                &[],
+                &HashMap::new(),
+                None
+            ),
+            RequestOutcome::UnknownType(_)
+        ));
+        plain.on_delta_request(type_url::ROUTE, "", &rds_names, &[], &HashMap::new(), None);
+        let inline = plain.next_responses(&snapshot);
+        assert_eq!(bodies(&inline[0]), ["inline 80", "inline 8080"]);
+        // VHDS is delta only.
+        assert!(!StreamState::new(Protocol::Sotw).with_vhds().vhds());
     }
 
     fn map(entries: &[(&str, &str)]) -> ResourceMap {

@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT};
+use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS};
 use super::tracker::{Nack, Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
 use crate::model::{type_url, Resource};
 
@@ -29,6 +29,8 @@ pub struct TypeTracker {
     requested: bool,
     wildcard: bool,
     names: BTreeSet<String>,
+    /// Subscribed names are VHDS namespaces.
+    namespaced: bool,
     /// What the proxy holds (or will hold once the pending response is ACKed).
     sent: BTreeMap<String, Arc<Resource>>,
     sent_version: Option<String>,
@@ -69,7 +71,20 @@ impl TypeTracker {
     }
 
     fn in_scope(&self, name: &str) -> bool {
-        self.wildcard || self.names.contains(name)
+        self.wildcard || self.subscribed_to(name)
+    }
+
+    /// A subscribed name equals `name`, or (namespaced) is `name` without its last segment.
+    fn subscribed_to(&self, name: &str) -> bool {
+        self.names.iter().any(|n| {
+            if self.namespaced {
+                name.strip_prefix(n.as_str())
+                    .and_then(|rest| rest.strip_prefix('/'))
+                    .is_some_and(|last| !last.contains('/'))
+            } else {
+                n == name
+            }
+        })
     }
 
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
@@ -235,16 +250,34 @@ impl TypeTracker {
 #[derive(Clone, Debug)]
 pub struct StreamState {
     protocol: Protocol,
+    vhds: bool,
     types: [TypeTracker; TYPE_COUNT],
     nonce: u64,
 }
 
 impl StreamState {
     pub fn new(protocol: Protocol) -> Self {
+        let mut types: [TypeTracker; TYPE_COUNT] = Default::default();
+        types[VHDS].namespaced = true;
         Self {
             protocol,
-            types: Default::default(),
+            vhds: false,
+            types,
             nonce: 0,
+        }
+    }
+
+    pub fn with_vhds(mut self) -> Self {
+        self.vhds = self.protocol == Protocol::Delta;
+        self
+    }
+
+    /// Routes: the VHDS stubs on a VHDS stream.
+    fn desired<'a>(&self, snapshot: &'a Snapshot, i: usize) -> &'a TypeSnapshot {
+        if self.vhds && type_url::ORDER[i] == type_url::ROUTE {
+            &snapshot.vhds_routes
+        } else {
+            &snapshot.types[i]
         }
     }
 
@@ -262,7 +295,7 @@ impl StreamState {
         resource_names: &[String],
         error: Option<&str>,
     ) -> RequestOutcome {
-        let Some(i) = type_index(type_url) else {
+        let Some(i) = type_index(type_url).filter(|&i| self.vhds || i != VHDS) else {
             return RequestOutcome::UnknownType(type_url.to_string());
         };
         let url = type_url::ORDER[i];
@@ -302,7 +335,7 @@ impl StreamState {
         initial_versions: &HashMap<String, String>,
         error: Option<&str>,
     ) -> RequestOutcome {
-        let Some(i) = type_index(type_url) else {
+        let Some(i) = type_index(type_url).filter(|&i| self.vhds || i != VHDS) else {
             return RequestOutcome::UnknownType(type_url.to_string());
         };
         let url = type_url::ORDER[i];
@@ -348,8 +381,13 @@ impl StreamState {
             }
         }
         if !t.wildcard {
-            let names = &t.names;
-            t.sent.retain(|n, _| names.contains(n));
+            let keep: BTreeSet<String> = t
+                .sent
+                .keys()
+                .filter(|n| t.subscribed_to(n))
+                .cloned()
+                .collect();
+            t.sent.retain(|n, _| keep.contains(n));
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
@@ -359,7 +397,7 @@ impl StreamState {
         let mut out = Vec::new();
         let mut unsettled = [false; TYPE_COUNT];
         for i in 0..TYPE_COUNT {
-            let desired = &snapshot.types[i];
+            let desired = self.desired(snapshot, i);
             if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
                 unsettled[i] = self.types[i].requested;
                 continue;
@@ -398,9 +436,10 @@ impl StreamState {
             if held {
                 continue;
             }
+            let desired = self.desired(snapshot, i);
             if let Some(o) = self.types[i].plan(
                 type_url::ORDER[i],
-                &snapshot.types[i],
+                desired,
                 true,
                 None,
                 self.protocol,

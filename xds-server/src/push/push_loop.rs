@@ -316,13 +316,7 @@ impl Pusher {
                 t
             }
         };
-        let mut types = current.types.clone();
-        types[EDS] = endpoints;
-        Some(Arc::new(Snapshot::from_types(
-            types,
-            changed_at,
-            current.epoch,
-        )))
+        Some(Arc::new(current.with_endpoints(endpoints, changed_at)))
     }
 }
 

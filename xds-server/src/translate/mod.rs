@@ -43,6 +43,7 @@ pub mod registry;
 pub mod routes;
 pub mod scope;
 pub mod traffic;
+pub mod vhds;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;

@@ -83,6 +83,7 @@ pub fn config(tag: &str) -> ProxyConfig {
         endpoints: vec![res(type_url::ENDPOINT, "c1", tag)],
         listeners: vec![res(type_url::LISTENER, "l1", tag)],
         routes: vec![res(type_url::ROUTE, "r1", tag)],
+        vhds: None,
     }
 }
 
