@@ -6,6 +6,13 @@
 //! of decoding names) and ACKs every response without decoding the resources: it counts bytes
 //! and keeps nonces and versions. Optionally it NACKs every EDS response after the first.
 //!
+//! Streams identify as Envoy (`Node.user_agent_name`), so the server serves delta streams Virtual
+//! Host Discovery: route configurations arrive as stubs pointing to VHDS over ADS. Like Envoy, a
+//! delta stream then reads just the `vhds` field of each route configuration, subscribes to the
+//! virtual hosts of those that have it (VHDS resource names `<route config>/<vhost>`, subscribed
+//! by namespace: the route configuration's name) on the same stream, and counts as synced only
+//! once the server answered every such subscription (Envoy's listeners wait for it too).
+//!
 //! Convergence is measured against [`ChangeLog`]: the driver registers each mutation (with
 //! byte patterns that appear, or disappear, on the wire once the server applied it) just
 //! before renaming the file; every affected stream records when it ACKed a response that
@@ -34,12 +41,35 @@ pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 pub const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
 pub const TYPE_NAMES: [&str; 4] = ["cds", "eds", "lds", "rds"];
+/// Virtual hosts (VHDS), which delta streams request for route configurations that point to
+/// VHDS. Not in [`TYPES`]: reports count them under RDS (see [`stat_index`]).
+pub const VHDS: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
 
 /// Largest response the client accepts (big unscoped tenants send megabytes of CDS/EDS).
 const MAX_MESSAGE: usize = 512 * 1024 * 1024;
 
 fn type_index(type_url: &str) -> Option<usize> {
     TYPES.iter().position(|t| *t == type_url)
+}
+
+/// Slot of a response type in the per-type report arrays ([`StreamReport::responses`], ...) and
+/// in [`Condition::type_index`]: VHDS responses count under RDS (3), as the rest of the route
+/// configuration, so the per-type tables keep their four columns whichever way routes arrive.
+fn stat_index(type_url: &str) -> Option<usize> {
+    type_index(type_url).or((type_url == VHDS).then_some(3))
+}
+
+/// The part of a `RouteConfiguration` a VHDS client reads: decoding only these fields skips the
+/// (possibly inline, possibly large) virtual hosts without allocating them.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RouteConfigurationHead {
+    #[prost(message, optional, tag = "9")]
+    vhds: Option<envoy_types::pb::envoy::config::route::v3::Vhds>,
+}
+
+/// Whether an encoded `RouteConfiguration` points to VHDS (undecodable: no).
+fn has_vhds(encoded: &[u8]) -> bool {
+    RouteConfigurationHead::decode(encoded).is_ok_and(|rc| rc.vhds.is_some())
 }
 
 /// ADS variant of a stream.
@@ -95,6 +125,7 @@ pub struct LoadConfig {
 /// What must hold on the wire for a change to count as applied.
 #[derive(Clone, Debug)]
 pub struct Condition {
+    /// Index in [`TYPES`]; 3 (RDS) also matches VHDS responses.
     pub type_index: usize,
     pub pattern: Vec<u8>,
     /// True: some resource contains `pattern`. False: no resource contains it any more (SotW),
@@ -193,12 +224,20 @@ pub struct StreamReport {
     pub index: usize,
     pub protocol: Option<Protocol>,
     pub nack: bool,
-    /// From the start of the run to the ACK of the first response of every type.
+    /// From the start of the run to the ACK of the first response of every type (and, on a
+    /// delta stream whose route configurations use VHDS, of the answer to every VHDS
+    /// subscription).
     pub synced_after: Option<Duration>,
+    /// Per type of [`TYPES`]; VHDS responses count under RDS (index 3).
     pub responses: [u64; 4],
+    /// Per type of [`TYPES`]; VHDS responses count under RDS (index 3).
     pub bytes: [u64; 4],
-    /// Responses after the stream's first of each type.
+    /// Responses after the stream's first of each type (the first VHDS response, too, is part
+    /// of the initial state: only later ones count under RDS).
     pub responses_after_sync: [u64; 4],
+    /// Bytes of the responses received once the stream was synced: what changes cost it, not
+    /// its initial configuration (which, with VHDS, arrives in several responses of a slot).
+    pub bytes_after_sync: [u64; 4],
     pub nacks_sent: u64,
     /// Changes this stream had to see (registered while it was synced).
     pub expected_changes: usize,
@@ -313,6 +352,8 @@ pub fn node_for(spec: &StreamSpec, tenant: &str, revision: &str) -> Node {
         ),
         cluster: format!("{}.{}", spec.pod, spec.namespace),
         metadata: Some(metadata),
+        // The server serves VHDS to delta streams of Envoys only (SotW ones are unaffected).
+        user_agent_name: "envoy".to_string(),
         ..Default::default()
     }
 }
@@ -424,6 +465,11 @@ struct Tracker {
     next_change: usize,
     watching: Vec<Watching>,
     acked_types: [bool; 4],
+    /// VHDS subscriptions (route configuration names) not yet answered by an ACKed VHDS
+    /// response; the stream is not synced while there are any. Kept up to date by `run_delta`.
+    vhds_pending: usize,
+    /// Whether a VHDS response arrived (the first one is not counted as after sync).
+    vhds_seen: bool,
     synced: bool,
     /// Counted in `LiveCounters::connected` (from the first response on).
     connected: bool,
@@ -431,7 +477,10 @@ struct Tracker {
 
 /// One response, seen through the lens of the conditions.
 struct Seen<'a> {
+    /// Report slot ([`stat_index`]).
     type_index: usize,
+    /// A VHDS response (counted under RDS).
+    vhds: bool,
     bytes: u64,
     /// Encoded resource values.
     values: Vec<&'a [u8]>,
@@ -454,6 +503,8 @@ impl Tracker {
             next_change: 0,
             watching: Vec::new(),
             acked_types: [false; 4],
+            vhds_pending: 0,
+            vhds_seen: false,
             synced: false,
             connected: false,
         }
@@ -479,11 +530,19 @@ impl Tracker {
             self.connected = true;
             live.connected.fetch_add(1, Ordering::Relaxed);
         }
-        if self.report.responses[t] > 0 {
+        let first = if seen.vhds {
+            !std::mem::replace(&mut self.vhds_seen, true)
+        } else {
+            self.report.responses[t] == 0
+        };
+        if !first {
             self.report.responses_after_sync[t] += 1;
         }
         self.report.responses[t] += 1;
         self.report.bytes[t] += seen.bytes;
+        if self.synced {
+            self.report.bytes_after_sync[t] += seen.bytes;
+        }
         live.responses.fetch_add(1, Ordering::Relaxed);
         live.bytes.fetch_add(seen.bytes, Ordering::Relaxed);
         self.report.ack_delay_max = self.report.ack_delay_max.max(acked_at - received);
@@ -495,7 +554,7 @@ impl Tracker {
         } else {
             self.acked_types[t] = true;
         }
-        if !self.synced && self.acked_types.iter().all(|a| *a) {
+        if !self.synced && self.acked_types.iter().all(|a| *a) && self.vhds_pending == 0 {
             self.synced = true;
             self.report.synced_after = Some(acked_at - ctx.started);
             live.synced.fetch_add(1, Ordering::Relaxed);
@@ -661,6 +720,7 @@ impl StreamCtx {
             }
             let seen = Seen {
                 type_index: t,
+                vhds: false,
                 bytes: msg.encoded_len() as u64,
                 values: msg.resources.iter().map(|a| a.value.as_slice()).collect(),
                 removed: &[],
@@ -692,6 +752,7 @@ impl StreamCtx {
             .map_err(|s| format!("open: {s}"))?
             .into_inner();
         let mut subscribed = [true, false, true, false];
+        let mut vhds = VhdsState::default();
         let mut stop = self.stop.clone();
         loop {
             let msg: DeltaDiscoveryResponse = tokio::select! {
@@ -703,9 +764,10 @@ impl StreamCtx {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             };
             let received = Instant::now();
-            let Some(t) = type_index(&msg.type_url) else {
+            let Some(t) = stat_index(&msg.type_url) else {
                 continue;
             };
+            let is_vhds = msg.type_url == VHDS;
             let nack = tracker.should_nack(t);
             let request = DeltaDiscoveryRequest {
                 type_url: msg.type_url.clone(),
@@ -725,8 +787,28 @@ impl StreamCtx {
                     send(&tx, subscribe(TYPES[to], None, vec!["*".into()])).await?;
                 }
             }
+            if !nack {
+                if is_vhds {
+                    vhds.answered(&msg);
+                } else if t == 3 {
+                    // Like Envoy: ACK the route configurations, then subscribe to (or drop) the
+                    // virtual hosts of those that point to VHDS, all in one request.
+                    let (names_subscribe, names_unsubscribe) = vhds.routes(&msg);
+                    if !names_subscribe.is_empty() || !names_unsubscribe.is_empty() {
+                        let request = DeltaDiscoveryRequest {
+                            type_url: VHDS.to_string(),
+                            resource_names_subscribe: names_subscribe,
+                            resource_names_unsubscribe: names_unsubscribe,
+                            ..Default::default()
+                        };
+                        send(&tx, request).await?;
+                    }
+                }
+            }
+            tracker.vhds_pending = vhds.pending.len();
             let seen = Seen {
                 type_index: t,
+                vhds: is_vhds,
                 bytes: msg.encoded_len() as u64,
                 values: msg
                     .resources
@@ -741,6 +823,59 @@ impl StreamCtx {
     }
 }
 
+/// VHDS subscriptions of a delta stream.
+#[derive(Debug, Default)]
+struct VhdsState {
+    /// Route configurations that point to VHDS: the VHDS namespaces subscribed. (A delta RDS
+    /// resource is named after its route configuration, which is what Envoy subscribes.)
+    subscribed: std::collections::HashSet<String>,
+    /// Subscribed namespaces no ACKed VHDS response answered yet.
+    pending: std::collections::HashSet<String>,
+}
+
+impl VhdsState {
+    /// Folds an ACKed RDS response: returns the namespaces to subscribe (route configurations
+    /// that now point to VHDS) and to unsubscribe (removed, or back with inline virtual hosts).
+    fn routes(&mut self, msg: &DeltaDiscoveryResponse) -> (Vec<String>, Vec<String>) {
+        let (mut add, mut drop) = (Vec::new(), Vec::new());
+        for r in &msg.resources {
+            let Some(any) = &r.resource else { continue };
+            if has_vhds(&any.value) {
+                if self.subscribed.insert(r.name.clone()) {
+                    self.pending.insert(r.name.clone());
+                    add.push(r.name.clone());
+                }
+            } else if self.subscribed.remove(&r.name) {
+                self.pending.remove(&r.name);
+                drop.push(r.name.clone());
+            }
+        }
+        for name in &msg.removed_resources {
+            if self.subscribed.remove(name) {
+                self.pending.remove(name);
+                drop.push(name.clone());
+            }
+        }
+        (add, drop)
+    }
+
+    /// Folds an ACKed VHDS response: it answers the namespaces of the virtual hosts it carries
+    /// or removes (`<route config>/<vhost>`); an empty one is the server's answer to a
+    /// subscription with no virtual hosts, so it answers every pending namespace.
+    fn answered(&mut self, msg: &DeltaDiscoveryResponse) {
+        if msg.resources.is_empty() && msg.removed_resources.is_empty() {
+            self.pending.clear();
+            return;
+        }
+        let names = msg.resources.iter().map(|r| &r.name);
+        for name in names.chain(&msg.removed_resources) {
+            if let Some((namespace, _)) = name.rsplit_once('/') {
+                self.pending.remove(namespace);
+            }
+        }
+    }
+}
+
 async fn send<T>(tx: &mpsc::Sender<T>, msg: T) -> Result<(), String> {
     tx.send(msg)
         .await
@@ -750,15 +885,20 @@ async fn send<T>(tx: &mpsc::Sender<T>, msg: T) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     //! The client against a tiny in-process ADS server: it serves a per-type list of opaque
-    //! resources, pushes when they change, and counts ACKs and NACKs.
+    //! resources, pushes when they change, and counts ACKs and NACKs. To delta streams it also
+    //! serves virtual hosts (VHDS) by namespace, once it has some for a subscribed namespace.
 
     use super::*;
+    use envoy_types::pb::envoy::config::core::v3::{
+        config_source::ConfigSourceSpecifier, AggregatedConfigSource, ConfigSource,
+    };
+    use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, Vhds, VirtualHost};
     use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
         AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
     };
     use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
     use envoy_types::pb::google::protobuf::Any;
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
     use tokio_stream::wrappers::TcpListenerStream;
     use tonic::{Request, Response, Status, Streaming};
 
@@ -767,6 +907,23 @@ mod tests {
     struct Config {
         generation: u64,
         types: [Vec<(String, Vec<u8>)>; 4],
+        /// VirtualHost resources (`<route config>/<vhost>`), for delta VHDS subscribers.
+        vhosts: Vec<(String, Vec<u8>)>,
+    }
+
+    /// (subscribe, unsubscribe) names of a VHDS request.
+    type VhdsRequest = (Vec<String>, Vec<String>);
+
+    /// The fake's type URLs: [`TYPES`], then VHDS (delta only).
+    const FAKE_TYPES: [&str; 5] = [CDS, EDS, LDS, RDS, VHDS];
+
+    fn fake_type(type_url: &str) -> Option<usize> {
+        FAKE_TYPES.iter().position(|t| *t == type_url)
+    }
+
+    /// Namespace of a VirtualHost resource name: up to its last '/'.
+    fn vhds_namespace(name: &str) -> Option<&str> {
+        name.rsplit_once('/').map(|(ns, _)| ns)
     }
 
     #[derive(Clone)]
@@ -775,11 +932,16 @@ mod tests {
         acks: Arc<AtomicU64>,
         nacks: Arc<AtomicU64>,
         first_nodes: Arc<Mutex<Vec<Node>>>,
+        /// Every delta VHDS request that changes subscriptions.
+        vhds_requests: Arc<Mutex<Vec<VhdsRequest>>>,
+        vhds_acks: Arc<AtomicU64>,
+        /// Type URLs SotW streams requested that the fake does not serve.
+        sotw_unknown: Arc<Mutex<Vec<String>>>,
     }
 
     fn any(t: usize, value: &[u8]) -> Any {
         Any {
-            type_url: TYPES[t].to_string(),
+            type_url: FAKE_TYPES[t].to_string(),
             value: value.to_vec(),
         }
     }
@@ -829,7 +991,10 @@ mod tests {
                             if let Some(node) = req.node.clone() {
                                 this.first_nodes.lock().expect("lock").push(node);
                             }
-                            let Some(t) = type_index(&req.type_url) else { continue };
+                            let Some(t) = type_index(&req.type_url) else {
+                                this.sotw_unknown.lock().expect("lock").push(req.type_url);
+                                continue;
+                            };
                             if !req.response_nonce.is_empty() {
                                 let counter = if req.error_detail.is_some() { &this.nacks } else { &this.acks };
                                 counter.fetch_add(1, Ordering::Relaxed);
@@ -852,18 +1017,31 @@ mod tests {
             let this = self.clone();
             tokio::spawn(async move {
                 let mut config = this.config.clone();
-                let mut subscribed = [false; 4];
-                let mut held: [HashMap<String, Vec<u8>>; 4] = Default::default();
-                let mut responded = [false; 4];
+                let mut subscribed = [false; 5];
+                let mut held: [HashMap<String, Vec<u8>>; 5] = Default::default();
+                let mut responded = [false; 5];
+                // VHDS namespaces (route configuration names) subscribed.
+                let mut namespaces = HashSet::<String>::new();
+                let subscribed_ns = |namespaces: &HashSet<String>, name: &str| {
+                    vhds_namespace(name).is_some_and(|ns| namespaces.contains(ns))
+                };
                 let mut nonce = 0u64;
                 loop {
                     let current = config.borrow_and_update().clone();
-                    for t in 0..4 {
+                    for t in 0..5 {
                         if !subscribed[t] {
                             continue;
                         }
-                        let want: HashMap<String, Vec<u8>> =
-                            current.types[t].iter().cloned().collect();
+                        let want: HashMap<String, Vec<u8>> = if t == 4 {
+                            current
+                                .vhosts
+                                .iter()
+                                .filter(|(n, _)| subscribed_ns(&namespaces, n))
+                                .cloned()
+                                .collect()
+                        } else {
+                            current.types[t].iter().cloned().collect()
+                        };
                         let upserts: Vec<DeltaResource> = want
                             .iter()
                             .filter(|(n, v)| held[t].get(*n) != Some(*v))
@@ -874,20 +1052,25 @@ mod tests {
                                 ..Default::default()
                             })
                             .collect();
+                        // Virtual hosts of unsubscribed namespaces are dropped silently.
                         let removed: Vec<String> = held[t]
                             .keys()
                             .filter(|n| !want.contains_key(*n))
+                            .filter(|n| t != 4 || subscribed_ns(&namespaces, n))
                             .cloned()
                             .collect();
-                        if responded[t] && upserts.is_empty() && removed.is_empty() {
+                        let quiet = upserts.is_empty() && removed.is_empty();
+                        held[t] = want;
+                        // VHDS is answered only once there are virtual hosts to send (so a
+                        // test decides when a subscription gets its answer).
+                        if quiet && (responded[t] || t == 4) {
                             continue;
                         }
                         responded[t] = true;
-                        held[t] = want;
                         nonce += 1;
                         let resp = DeltaDiscoveryResponse {
                             system_version_info: current.generation.to_string(),
-                            type_url: TYPES[t].into(),
+                            type_url: FAKE_TYPES[t].into(),
                             nonce: nonce.to_string(),
                             resources: upserts,
                             removed_resources: removed,
@@ -903,10 +1086,23 @@ mod tests {
                             if let Some(node) = req.node.clone() {
                                 this.first_nodes.lock().expect("lock").push(node);
                             }
-                            let Some(t) = type_index(&req.type_url) else { continue };
+                            let Some(t) = fake_type(&req.type_url) else { continue };
                             if !req.response_nonce.is_empty() {
                                 let counter = if req.error_detail.is_some() { &this.nacks } else { &this.acks };
                                 counter.fetch_add(1, Ordering::Relaxed);
+                                if t == 4 && req.error_detail.is_none() {
+                                    this.vhds_acks.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            if t == 4 && !(req.resource_names_subscribe.is_empty() && req.resource_names_unsubscribe.is_empty()) {
+                                this.vhds_requests.lock().expect("lock").push((
+                                    req.resource_names_subscribe.clone(),
+                                    req.resource_names_unsubscribe.clone(),
+                                ));
+                                namespaces.extend(req.resource_names_subscribe);
+                                for ns in &req.resource_names_unsubscribe {
+                                    namespaces.remove(ns);
+                                }
                             }
                             subscribed[t] = true;
                         }
@@ -931,6 +1127,9 @@ mod tests {
             acks: Arc::default(),
             nacks: Arc::default(),
             first_nodes: Arc::default(),
+            vhds_requests: Arc::default(),
+            vhds_acks: Arc::default(),
+            sotw_unknown: Arc::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -1146,5 +1345,230 @@ mod tests {
             .error
             .as_deref()
             .is_some_and(|e| e.contains("connect")));
+    }
+
+    /// An encoded route configuration: a stub pointing to VHDS over ADS, or one with its
+    /// virtual hosts inline.
+    fn route_config(name: &str, vhds: bool) -> Vec<u8> {
+        RouteConfiguration {
+            name: name.into(),
+            virtual_hosts: if vhds {
+                Vec::new()
+            } else {
+                vec![VirtualHost {
+                    name: "inline".into(),
+                    domains: vec!["*".into()],
+                    ..Default::default()
+                }]
+            },
+            vhds: vhds.then(|| Vhds {
+                config_source: Some(ConfigSource {
+                    config_source_specifier: Some(ConfigSourceSpecifier::Ads(
+                        AggregatedConfigSource {},
+                    )),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn vhds_is_read_from_the_route_configuration() {
+        assert!(has_vhds(&route_config("80", true)));
+        assert!(!has_vhds(&route_config("80", false)));
+        // `vhds` set without a config source still points to VHDS.
+        let bare = RouteConfiguration {
+            vhds: Some(Vhds::default()),
+            ..Default::default()
+        };
+        assert!(has_vhds(&bare.encode_to_vec()));
+        assert!(!has_vhds(b"routes"), "undecodable: no VHDS");
+        assert_eq!(stat_index(VHDS), Some(3));
+        assert_eq!(stat_index(RDS), Some(3));
+        assert_eq!(stat_index(CDS), Some(0));
+        assert_eq!(stat_index("type.googleapis.com/other"), None);
+    }
+
+    #[test]
+    fn vhds_subscriptions_are_answered_per_namespace() {
+        let rc = |name: &str, vhds: bool| DeltaResource {
+            name: name.into(),
+            resource: Some(any(3, &route_config(name, vhds))),
+            ..Default::default()
+        };
+        let vhost = |name: &str| DeltaResource {
+            name: name.into(),
+            resource: Some(any(4, b"vhost")),
+            ..Default::default()
+        };
+        let mut state = VhdsState::default();
+        let rds = DeltaDiscoveryResponse {
+            resources: vec![rc("80", true), rc("8080", true), rc("9080", false)],
+            ..Default::default()
+        };
+        let (mut add, drop) = state.routes(&rds);
+        add.sort();
+        assert_eq!((add, drop), (vec!["80".into(), "8080".into()], vec![]));
+        // The same route configurations again: nothing new to subscribe.
+        assert_eq!(state.routes(&rds), (vec![], vec![]));
+        // An answer for 80 leaves 8080 pending; an empty answer answers the rest.
+        state.answered(&DeltaDiscoveryResponse {
+            resources: vec![vhost("80/a"), vhost("80/b")],
+            ..Default::default()
+        });
+        assert_eq!(state.pending, HashSet::from(["8080".to_string()]));
+        state.answered(&DeltaDiscoveryResponse::default());
+        assert!(state.pending.is_empty());
+        // 8080 back inline, 80 removed: both unsubscribed.
+        let (add, mut drop) = state.routes(&DeltaDiscoveryResponse {
+            resources: vec![rc("8080", false)],
+            removed_resources: vec!["80".into()],
+            ..Default::default()
+        });
+        drop.sort();
+        assert_eq!((add, drop), (vec![], vec!["80".into(), "8080".into()]));
+        assert!(state.subscribed.is_empty());
+    }
+
+    #[tokio::test]
+    async fn delta_streams_subscribe_vhds_and_sync_on_its_answer() {
+        let mut initial = base_config();
+        initial.types[3] = vec![
+            ("80".into(), route_config("80", true)),
+            ("9080".into(), route_config("9080", false)),
+        ];
+        let h = serve(initial).await;
+        // Stream 1 (SotW) is in `other`, stream 2 (delta) in `ns`.
+        let load = start(
+            config(&h.addr),
+            vec![
+                spec(1, Protocol::Sotw, false),
+                spec(2, Protocol::Delta, false),
+            ],
+        );
+        // Four responses each (the fake has no virtual hosts yet, so VHDS goes unanswered),
+        // and the delta stream's VHDS subscription.
+        wait_for("first responses and the VHDS subscription", || {
+            load.live.responses.load(Ordering::Relaxed) >= 8
+                && !h.ads.vhds_requests.lock().expect("lock").is_empty()
+        })
+        .await;
+        assert_eq!(
+            *h.ads.vhds_requests.lock().expect("lock"),
+            vec![(vec!["80".to_string()], Vec::<String>::new())],
+            "exactly the route configuration that points to VHDS"
+        );
+        assert_eq!(
+            load.live.synced.load(Ordering::Relaxed),
+            1,
+            "the SotW stream synced; the delta stream waits for VHDS"
+        );
+
+        // The server answers the subscription: only the subscribed namespace's virtual hosts.
+        let answered = Instant::now();
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.vhosts = vec![
+                ("80/a".into(), b"vhost a".to_vec()),
+                ("80/b".into(), b"vhost b".to_vec()),
+                ("9080/x".into(), b"vhost x".to_vec()),
+            ];
+        });
+        assert_eq!(load.wait_synced(Duration::from_secs(10)).await, 2);
+        wait_for("the VHDS ack", || {
+            h.ads.vhds_acks.load(Ordering::Relaxed) >= 1
+        })
+        .await;
+
+        // A change seen only in a virtual host converges through the RDS slot.
+        load.changes.register(
+            "vhost",
+            "ns",
+            vec![Condition {
+                type_index: 3,
+                pattern: b"vhost c".to_vec(),
+                present: true,
+            }],
+        );
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.vhosts.push(("80/c".into(), b"vhost c".to_vec()));
+        });
+        assert!(
+            load.wait_converged(Duration::from_secs(10)).await,
+            "the delta stream converges on the VirtualHost push"
+        );
+        assert_eq!(load.changes.owed_pairs(), 1);
+
+        // 80 back with inline virtual hosts, 9080 now on VHDS: one request for both.
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.types[3] = vec![
+                ("80".into(), route_config("80", false)),
+                ("9080".into(), route_config("9080", true)),
+            ];
+        });
+        wait_for("the second VHDS request", || {
+            h.ads.vhds_requests.lock().expect("lock").len() >= 2
+        })
+        .await;
+        // The fake answers 9080 with its virtual host: wait for that ACK.
+        wait_for("the 9080 VHDS ack", || {
+            h.ads.vhds_acks.load(Ordering::Relaxed) >= 3
+        })
+        .await;
+        // 9080 removed.
+        h.config.send_modify(|c| {
+            c.generation += 1;
+            c.types[3].retain(|(n, _)| n != "9080");
+        });
+        wait_for("the third VHDS request", || {
+            h.ads.vhds_requests.lock().expect("lock").len() >= 3
+        })
+        .await;
+        assert_eq!(
+            *h.ads.vhds_requests.lock().expect("lock"),
+            vec![
+                (vec!["80".to_string()], Vec::new()),
+                (vec!["9080".to_string()], vec!["80".to_string()]),
+                (Vec::new(), vec!["9080".to_string()]),
+            ]
+        );
+
+        let started = load.started;
+        let reports = load.stop().await;
+        let (sotw, delta) = (&reports[0], &reports[1]);
+        for r in &reports {
+            assert!(r.error.is_none(), "stream {}: {:?}", r.index, r.error);
+        }
+        let synced_at = |r: &StreamReport| started + r.synced_after.expect("synced");
+        // SotW: synced without VHDS (before the fake had virtual hosts), never asked for it.
+        assert!(synced_at(sotw) < answered);
+        assert!(h.ads.sotw_unknown.lock().expect("lock").is_empty());
+        // Delta: RDS ×3 (initial, swap, removal) and VHDS ×3 (80/a+b, 80/c, 9080/x) under RDS;
+        // the first VHDS response is part of the initial state.
+        assert_eq!(delta.responses, [1, 1, 1, 6]);
+        assert_eq!(delta.responses_after_sync, [0, 0, 0, 4]);
+        // Bytes after sync: only the route slot's later responses, not the initial VHDS one.
+        assert_eq!(delta.bytes_after_sync[..3], [0, 0, 0]);
+        assert!(delta.bytes_after_sync[3] > 0 && delta.bytes_after_sync[3] < delta.bytes[3]);
+        assert!(
+            synced_at(delta) >= answered,
+            "the delta stream synced only after the VHDS answer"
+        );
+        assert_eq!(delta.converged.len(), 1);
+        // Every response (VHDS too) ACKed, none rejected; both streams identify as Envoy.
+        let responses: u64 = reports
+            .iter()
+            .map(|r| r.responses.iter().sum::<u64>())
+            .sum();
+        wait_for("acks", || h.ads.acks.load(Ordering::Relaxed) >= responses).await;
+        assert_eq!(h.ads.vhds_acks.load(Ordering::Relaxed), 3);
+        assert_eq!(h.ads.nacks.load(Ordering::Relaxed), 0);
+        let nodes = h.ads.first_nodes.lock().expect("lock").clone();
+        assert_eq!(nodes.len(), 2);
+        assert!(nodes.iter().all(|n| n.user_agent_name == "envoy"));
     }
 }

@@ -821,9 +821,8 @@ pub async fn s2(env: &Env) -> Result<String> {
     let mut all: Vec<Duration> = add_lat.iter().chain(rm_lat.iter()).copied().collect();
     let after_sync_bytes: u64 = reports
         .iter()
-        .map(|r| r.bytes.iter().sum::<u64>())
-        .sum::<u64>()
-        - reports.iter().map(first_bytes).sum::<u64>();
+        .map(|r| r.bytes_after_sync.iter().sum::<u64>())
+        .sum();
     let per_proxy_per_push =
         after_sync_bytes as f64 / (changes.max(1) * reports.len().max(1)) as f64;
     let per_proxy_per_push_sotw = per_type_bytes(&reports, Protocol::Sotw, changes);
@@ -956,7 +955,7 @@ fn per_type_bytes(reports: &[StreamReport], protocol: Protocol, changes: usize) 
     }
     let after: u64 = rs
         .iter()
-        .map(|r| r.bytes.iter().sum::<u64>().saturating_sub(first_bytes(r)))
+        .map(|r| r.bytes_after_sync.iter().sum::<u64>())
         .sum();
     after as f64 / (changes.max(1) * rs.len()) as f64
 }
