@@ -1193,7 +1193,7 @@ fn encode(cache: &mut RenderCache, t: Translated, vhds: bool) -> ProxyConfig {
         .iter()
         .map(|r| intern(cache, type_url::ROUTE, r.name.clone(), r))
         .collect();
-    let vhds = vhds.then(|| encode_vhds(cache, &t.routes, &routes));
+    let vhds = vhds.then(|| encode_vhds(cache, t.routes, &routes));
     ProxyConfig {
         clusters: t
             .clusters
@@ -1219,15 +1219,16 @@ fn encode(cache: &mut RenderCache, t: Translated, vhds: bool) -> ProxyConfig {
 /// configuration without virtual hosts keeps its inline resource.
 fn encode_vhds(
     cache: &mut RenderCache,
-    routes: &[RouteConfiguration],
+    routes: Vec<RouteConfiguration>,
     inline: &[Arc<Resource>],
 ) -> VhdsRoutes {
     let mut out = VhdsRoutes::default();
-    for (rc, encoded) in routes.iter().zip(inline) {
+    for (rc, encoded) in routes.into_iter().zip(inline) {
         match translate::vhds::split(rc) {
             Some(split) => {
+                let name = split.stub.name.clone();
                 out.routes
-                    .push(intern(cache, type_url::ROUTE, rc.name.clone(), &split.stub));
+                    .push(intern(cache, type_url::ROUTE, name, &split.stub));
                 for vh in &split.virtual_hosts {
                     out.virtual_hosts.push(intern(
                         cache,

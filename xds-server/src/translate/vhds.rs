@@ -40,20 +40,16 @@ pub fn resource_name(route_config: &str, virtual_host: &str) -> String {
 }
 
 /// The VHDS form of `rc`, or `None` when it has no virtual hosts (it then stays inline).
-pub fn split(rc: &RouteConfiguration) -> Option<Split> {
+/// Takes the configuration, so its virtual hosts move rather than being copied.
+pub fn split(mut rc: RouteConfiguration) -> Option<Split> {
     if rc.virtual_hosts.is_empty() {
         return None;
     }
-    let virtual_hosts = rc
-        .virtual_hosts
-        .iter()
-        .map(|vh| VirtualHost {
-            name: resource_name(&rc.name, &vh.name),
-            ..vh.clone()
-        })
-        .collect();
+    let mut virtual_hosts = std::mem::take(&mut rc.virtual_hosts);
+    for vh in &mut virtual_hosts {
+        vh.name = resource_name(&rc.name, &vh.name);
+    }
     let stub = RouteConfiguration {
-        virtual_hosts: Vec::new(),
         vhds: Some(Vhds {
             config_source: Some(ConfigSource {
                 config_source_specifier: Some(ConfigSourceSpecifier::Ads(
@@ -63,7 +59,7 @@ pub fn split(rc: &RouteConfiguration) -> Option<Split> {
                 ..Default::default()
             }),
         }),
-        ..rc.clone()
+        ..rc
     };
     Some(Split {
         stub,
@@ -98,7 +94,7 @@ mod tests {
             validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
             ..Default::default()
         };
-        let split = split(&rc).expect("has virtual hosts");
+        let split = split(rc.clone()).expect("has virtual hosts");
         assert!(split.stub.virtual_hosts.is_empty());
         assert_eq!(split.stub.name, "80");
         assert_eq!(split.stub.validate_clusters, rc.validate_clusters);
@@ -136,7 +132,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let split = split(&rc).expect("has virtual hosts");
+        let split = split(rc).expect("has virtual hosts");
         let names: Vec<&str> = split
             .virtual_hosts
             .iter()
@@ -156,6 +152,6 @@ mod tests {
             name: "inbound|8080||".into(),
             ..Default::default()
         };
-        assert_eq!(split(&rc), None);
+        assert_eq!(split(rc), None);
     }
 }
