@@ -20,7 +20,7 @@ use crate::push::ProxyHandle;
 pub trait Wire: Send + 'static {
     type Req: prost::Message + Default + Send + 'static;
     /// Holds the shared resources; encoded straight into the frame ([`super::wire`]).
-    type Resp: prost::Message + Send + 'static;
+    type Resp: super::wire::Parts + Send + Unpin + 'static;
     const PROTOCOL: Protocol;
     fn node(req: &Self::Req) -> Option<&Node>;
     fn fold(state: &mut StreamState, req: &Self::Req) -> RequestOutcome;

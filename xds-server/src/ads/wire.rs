@@ -8,7 +8,9 @@
 //! decoding one skips every field.
 //!
 //! [`AdsService`] is the ADS gRPC service over these messages (the generated server fixes its
-//! responses to prost's types); it frames each response itself, at its exact size.
+//! responses to prost's types); it frames each response itself, lazily, in data frames of
+//! about 64 KiB that HTTP/2 asks for as it writes, with large resource encodings passed on
+//! shared rather than copied ([`GrpcFrames`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -64,10 +66,47 @@ fn any_len(r: &Resource) -> usize {
     scalar_len(r.type_url.as_bytes()) + scalar_len(&r.encoded)
 }
 
-fn put_any(tag: u32, r: &Resource, buf: &mut impl BufMut) {
-    put_delimited(tag, any_len(r), buf);
-    put_scalar(1, r.type_url.as_bytes(), buf);
-    put_scalar(2, &r.encoded, buf);
+/// Where a response is written: bytes go into [`Sink::raw`]; a resource's shared encoding goes
+/// through [`Sink::shared`], which a [`Chunker`] passes on by reference instead of copying.
+pub trait Sink {
+    fn raw(&mut self) -> &mut Vec<u8>;
+    fn shared(&mut self, bytes: &bytes::Bytes) {
+        self.raw().extend_from_slice(bytes);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn raw(&mut self) -> &mut Vec<u8> {
+        self
+    }
+}
+
+fn put_any(tag: u32, r: &Resource, out: &mut impl Sink) {
+    put_delimited(tag, any_len(r), out.raw());
+    put_scalar(1, r.type_url.as_bytes(), out.raw());
+    if !r.encoded.is_empty() {
+        put_delimited(2, r.encoded.len(), out.raw());
+        out.shared(&r.encoded);
+    }
+}
+
+/// A response written part by part, so a stream can frame it lazily: part 0 holds the fields
+/// before the resources, parts `1..=n` one resource each, the last part the fields after them.
+pub trait Parts: prost::Message {
+    /// Number of parts (resources + 2).
+    fn parts(&self) -> usize;
+    /// Writes part `i`, in prost's field order.
+    fn write_part(&self, i: usize, out: &mut impl Sink);
+}
+
+/// prost's `encode_raw` for a [`Parts`] message (used by tests and `encode_to_vec`; streams
+/// frame through [`GrpcFrames`]).
+fn encode_parts(message: &impl Parts, buf: &mut impl BufMut) {
+    let mut out = Vec::with_capacity(message.encoded_len());
+    for i in 0..message.parts() {
+        message.write_part(i, &mut out);
+    }
+    buf.put_slice(&out);
 }
 
 /// A `DiscoveryResponse` (state of the world): version_info = 1, resources = 2 (`Any`),
@@ -80,14 +119,26 @@ pub struct SotwResponse {
     pub nonce: String,
 }
 
+impl Parts for SotwResponse {
+    fn parts(&self) -> usize {
+        self.resources.len() + 2
+    }
+
+    fn write_part(&self, i: usize, out: &mut impl Sink) {
+        if i == 0 {
+            put_scalar(1, self.version_info.as_bytes(), out.raw());
+        } else if let Some(r) = self.resources.get(i - 1) {
+            put_any(2, r, out);
+        } else {
+            put_scalar(4, self.type_url.as_bytes(), out.raw());
+            put_scalar(5, self.nonce.as_bytes(), out.raw());
+        }
+    }
+}
+
 impl prost::Message for SotwResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        put_scalar(1, self.version_info.as_bytes(), buf);
-        for r in &self.resources {
-            put_any(2, r, buf);
-        }
-        put_scalar(4, self.type_url.as_bytes(), buf);
-        put_scalar(5, self.nonce.as_bytes(), buf);
+        encode_parts(self, buf);
     }
 
     fn merge_field(
@@ -133,22 +184,35 @@ fn delta_resource_len(r: &Resource) -> usize {
     scalar_len(r.version.as_bytes()) + field_len(any_len(r)) + scalar_len(r.name.as_bytes())
 }
 
+impl Parts for DeltaResponse {
+    fn parts(&self) -> usize {
+        self.resources.len() + 2
+    }
+
+    fn write_part(&self, i: usize, out: &mut impl Sink) {
+        if i == 0 {
+            put_scalar(1, self.system_version_info.as_bytes(), out.raw());
+        } else if let Some(r) = self.resources.get(i - 1) {
+            put_delimited(2, delta_resource_len(r), out.raw());
+            put_scalar(1, r.version.as_bytes(), out.raw());
+            put_any(2, r, out);
+            put_scalar(3, r.name.as_bytes(), out.raw());
+        } else {
+            let buf = out.raw();
+            put_scalar(4, self.type_url.as_bytes(), buf);
+            put_scalar(5, self.nonce.as_bytes(), buf);
+            for name in &self.removed_resources {
+                // Repeated strings are written even when empty.
+                put_delimited(6, name.len(), buf);
+                buf.put_slice(name.as_bytes());
+            }
+        }
+    }
+}
+
 impl prost::Message for DeltaResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        put_scalar(1, self.system_version_info.as_bytes(), buf);
-        for r in &self.resources {
-            put_delimited(2, delta_resource_len(r), buf);
-            put_scalar(1, r.version.as_bytes(), buf);
-            put_any(2, r, buf);
-            put_scalar(3, r.name.as_bytes(), buf);
-        }
-        put_scalar(4, self.type_url.as_bytes(), buf);
-        put_scalar(5, self.nonce.as_bytes(), buf);
-        for name in &self.removed_resources {
-            // Repeated strings are written even when empty.
-            put_delimited(6, name.len(), buf);
-            buf.put_slice(name.as_bytes());
-        }
+        encode_parts(self, buf);
     }
 
     fn merge_field(
@@ -270,10 +334,64 @@ where
     }
 }
 
-/// The HTTP/2 body of a streaming gRPC response: each message as one length-prefixed data
-/// frame, then the status as trailers (`grpc-status: 0` when the stream simply ends).
+/// Bytes copied into one data frame before it goes out: small enough that a stream holds
+/// little more than what HTTP/2 is about to write, large enough to keep frames few.
+const CHUNK: usize = 64 * 1024;
+/// Resource encodings at least this long go out as their own data frame, shared rather than
+/// copied (a 10,000-service route configuration is megabytes, sent to every SotW proxy).
+const SHARE_MIN: usize = 16 * 1024;
+
+/// The data frames of the responses being written, in order: `ready` then `buf`.
+struct Chunker {
+    ready: std::collections::VecDeque<bytes::Bytes>,
+    buf: Vec<u8>,
+}
+
+impl Chunker {
+    fn new() -> Self {
+        Self {
+            ready: std::collections::VecDeque::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Moves what was copied so far into a frame of its own.
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            let full = std::mem::take(&mut self.buf);
+            self.ready.push_back(bytes::Bytes::from(full));
+        }
+    }
+}
+
+impl Sink for Chunker {
+    fn raw(&mut self) -> &mut Vec<u8> {
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(CHUNK + SHARE_MIN);
+        }
+        &mut self.buf
+    }
+
+    fn shared(&mut self, bytes: &bytes::Bytes) {
+        if bytes.len() >= SHARE_MIN {
+            self.flush();
+            self.ready.push_back(bytes.clone());
+        } else {
+            self.raw().extend_from_slice(bytes);
+        }
+    }
+}
+
+/// The HTTP/2 body of a streaming gRPC response: each message length-prefixed, then the
+/// status as trailers (`grpc-status: 0` when the stream simply ends). A message is framed
+/// lazily, about [`CHUNK`] bytes per data frame as HTTP/2 asks for the next (hyper polls the
+/// body only while the stream's send buffer has room), and large resource encodings are
+/// sent as they are shared: a stream never holds a copy of a whole multi-megabyte response.
 struct GrpcFrames<M> {
     messages: ReceiverStream<Result<M, Status>>,
+    /// The message being framed and its next part.
+    current: Option<(M, usize)>,
+    out: Chunker,
     done: bool,
 }
 
@@ -281,41 +399,63 @@ impl<M> GrpcFrames<M> {
     fn new(messages: ReceiverStream<Result<M, Status>>) -> Self {
         Self {
             messages,
+            current: None,
+            out: Chunker::new(),
             done: false,
         }
     }
 }
 
-impl<M: prost::Message> Stream for GrpcFrames<M> {
+impl<M: Parts + Unpin> Stream for GrpcFrames<M> {
     type Item = Result<Frame<bytes::Bytes>, Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
+        let this = &mut *self;
+        loop {
+            if let Some(data) = this.out.ready.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some((message, next)) = &mut this.current {
+                while *next < message.parts()
+                    && this.out.ready.is_empty()
+                    && this.out.buf.len() < CHUNK
+                {
+                    message.write_part(*next, &mut this.out);
+                    *next += 1;
+                }
+                if *next == message.parts() {
+                    this.current = None;
+                    this.out.flush();
+                } else if this.out.buf.len() >= CHUNK {
+                    this.out.flush();
+                }
+                continue;
+            }
+            let status = match std::task::ready!(Pin::new(&mut this.messages).poll_next(cx)) {
+                Some(Ok(message)) => match u32::try_from(message.encoded_len()) {
+                    Ok(len) => {
+                        // Not compressed, then the big-endian length.
+                        let mut prefix = [0u8; GRPC_HEADER];
+                        prefix[1..].copy_from_slice(&len.to_be_bytes());
+                        this.out.raw().extend_from_slice(&prefix);
+                        this.current = Some((message, 0));
+                        continue;
+                    }
+                    Err(_) => Status::resource_exhausted(format!(
+                        "a response of {} bytes",
+                        message.encoded_len()
+                    )),
+                },
+                Some(Err(status)) => status,
+                None => Status::ok(""),
+            };
+            this.done = true;
+            return Poll::Ready(Some(Ok(trailers(&status))));
         }
-        let frame = match std::task::ready!(Pin::new(&mut self.messages).poll_next(cx)) {
-            Some(Ok(message)) => match length_prefixed(&message) {
-                Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                Err(status) => trailers(&status),
-            },
-            Some(Err(status)) => trailers(&status),
-            None => trailers(&Status::ok("")),
-        };
-        self.done = true;
-        Poll::Ready(Some(Ok(frame)))
     }
-}
-
-/// A gRPC message frame: the uncompressed flag, the big-endian length, the message.
-fn length_prefixed(message: &impl prost::Message) -> Result<bytes::Bytes, Status> {
-    let len = message.encoded_len();
-    let prefix = u32::try_from(len)
-        .map_err(|_| Status::resource_exhausted(format!("a response of {len} bytes")))?;
-    let mut buf = Vec::with_capacity(GRPC_HEADER + len);
-    buf.push(0);
-    buf.extend_from_slice(&prefix.to_be_bytes());
-    message.encode_raw(&mut buf);
-    Ok(bytes::Bytes::from(buf))
 }
 
 /// The trailers carrying `status`.
@@ -486,11 +626,57 @@ mod tests {
             .await
     }
 
+    /// A response of many small resources is framed in pieces of about [`CHUNK`], each made
+    /// when the body is polled for it, and the pieces are the encoding.
+    #[tokio::test]
+    async fn a_large_response_is_framed_lazily_in_chunks() {
+        use futures::StreamExt;
+        let small: Vec<Arc<Resource>> = (0..200)
+            .map(|i| res(&format!("c{i}"), type_url::CLUSTER, vec![i as u8; 4_000]))
+            .collect();
+        let response = DeltaResponse {
+            system_version_info: "v".into(),
+            resources: small,
+            type_url: type_url::CLUSTER,
+            nonce: "3".into(),
+            removed_resources: vec!["gone".into()],
+        };
+        let encoded = response.encode_to_vec();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Ok(response)).await.expect("open");
+        drop(tx);
+        let mut body = GrpcFrames::new(ReceiverStream::new(rx));
+        let first = body.next().await.expect("a frame").expect("infallible");
+        let first = first.into_data().expect("data");
+        assert!(
+            first.len() >= CHUNK && first.len() < CHUNK + SHARE_MIN,
+            "{}",
+            first.len()
+        );
+        // Only the first chunk was framed yet.
+        assert!(body.out.ready.is_empty() && body.out.buf.is_empty());
+        let mut all = first.to_vec();
+        let rest: Vec<Frame<bytes::Bytes>> = body.map(|f| f.expect("infallible")).collect().await;
+        assert!(rest.len() > 2, "several chunks, then the trailers");
+        all.extend(data(&rest));
+        assert_eq!(&all[GRPC_HEADER..], encoded.as_slice());
+        assert_eq!(&all[1..GRPC_HEADER], &(encoded.len() as u32).to_be_bytes());
+    }
+
     fn grpc_status(frame: &Frame<bytes::Bytes>) -> Option<&str> {
         frame
             .trailers_ref()
             .and_then(|t| t.get("grpc-status"))
             .and_then(|v| v.to_str().ok())
+    }
+
+    /// The bytes of the data frames before the trailers.
+    fn data(frames: &[Frame<bytes::Bytes>]) -> Vec<u8> {
+        frames
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .flat_map(|d| d.iter().copied())
+            .collect()
     }
 
     #[tokio::test]
@@ -502,16 +688,23 @@ mod tests {
             nonce: "1".into(),
         };
         let encoded = response.encode_to_vec();
-        let out = frames(vec![response.clone(), response], None).await;
-        assert_eq!(out.len(), 3, "two messages and the trailers");
-        for frame in &out[..2] {
-            let data = frame.data_ref().expect("a data frame");
-            assert_eq!(data[0], 0, "not compressed");
-            assert_eq!(&data[1..5], &(encoded.len() as u32).to_be_bytes());
-            assert_eq!(&data[5..], encoded.as_slice());
-            assert_eq!(data.len(), GRPC_HEADER + encoded.len());
-        }
-        assert_eq!(grpc_status(&out[2]), Some("0"));
+        let out = frames(vec![response.clone(), response.clone()], None).await;
+        let mut one = vec![0u8];
+        one.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+        one.extend_from_slice(&encoded);
+        assert_eq!(data(&out), [one.clone(), one].concat());
+        let last = out.last().expect("frames");
+        assert_eq!(grpc_status(last), Some("0"));
+        assert!(out[..out.len() - 1].iter().all(|f| f.is_data()));
+        // The large resource goes as the shared bytes themselves, once per message.
+        let big = &response.resources[6].encoded;
+        assert!(big.len() >= SHARE_MIN);
+        let shared = out
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .filter(|d| d.as_ptr() == big.as_ptr() && d.len() == big.len())
+            .count();
+        assert_eq!(shared, 2);
 
         let refused = frames(Vec::new(), Some(Status::permission_denied("not a member"))).await;
         assert_eq!(refused.len(), 1, "the status ends the stream");
