@@ -102,6 +102,28 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
     let pay = format!(r#""{web_port}/pay.shop.svc.cluster.local:{web_port}""#);
     assert!(routes.contains(&pay), "{routes}");
 
+    // A service on a new port: a new listener and route configuration, whose virtual hosts
+    // Envoy subscribes to once it has them.
+    let ship_port = free_port(Ipv4Addr::LOCALHOST);
+    let ship = SocketAddr::from((Ipv4Addr::LOCALHOST, ship_port));
+    server.write(
+        "ship.yaml",
+        &service(
+            "ship",
+            "shop",
+            "198.19.0.13",
+            ship_port,
+            target,
+            "127.0.0.2",
+        ),
+    );
+    eventually("ship.shop routes to upstream-a on its own port", || async {
+        http_get(ship, "ship.shop.svc.cluster.local", "/")
+            .await
+            .filter(|(s, b)| *s == 200 && b == "upstream-a")
+    })
+    .await;
+
     server.write("sidecar.yaml", SIDECAR);
     eventually("api.bank is no longer routable", || async {
         match http_get(api, "api.bank.svc.cluster.local", "/").await {

@@ -341,21 +341,14 @@ impl Proxy {
         }
     }
 
-    /// VHDS: subscribes the virtual hosts of each route configuration held, as Envoy does when
-    /// it gets one pointing to VHDS, and drops those of configurations gone.
+    /// VHDS, as Envoy 1.40 does it: one subscription without names once it has route
+    /// configurations pointing to VHDS; the virtual hosts of a configuration go with it.
     fn follow_routes(&mut self, state: &mut StreamState) {
-        let want: BTreeSet<String> = self.held[RDS].keys().cloned().collect();
-        let have = self.names[VHDS].clone().unwrap_or_default();
-        if want == have && self.subscribed[VHDS] {
-            return;
+        let routes: BTreeSet<String> = self.held[RDS].keys().cloned().collect();
+        self.held[VHDS].retain(|n, _| in_route(&routes, n));
+        if !self.subscribed[VHDS] && !routes.is_empty() {
+            self.subscribe(state, VHDS, false);
         }
-        self.names[VHDS] = Some(want.clone());
-        self.held[VHDS].retain(|n, _| n.rsplit_once('/').is_some_and(|(ns, _)| want.contains(ns)));
-        let sub: Vec<String> = want.difference(&have).cloned().collect();
-        let unsub: Vec<String> = have.difference(&want).cloned().collect();
-        self.subscribed[VHDS] = true;
-        let url = type_url::ORDER[VHDS];
-        state.on_delta_request(url, "", &sub, &unsub, &HashMap::new(), None);
     }
 
     /// ACKs (or NACKs) the response `nonce` of type `t`.
@@ -409,6 +402,18 @@ impl Proxy {
     }
 
     fn apply(&mut self, t: usize, out: &Outgoing) {
+        if t == VHDS {
+            // Envoy hands a virtual host only to the watch of its route configuration: one it
+            // has not processed yet has none, and the virtual host is lost.
+            let routes: BTreeSet<String> = self.held[RDS].keys().cloned().collect();
+            for r in &out.resources {
+                assert!(
+                    in_route(&routes, &r.name),
+                    "virtual host {} sent before its route configuration was ACKed (held: {routes:?})",
+                    r.name
+                );
+            }
+        }
         let entry = |r: &Arc<Resource>| (r.name.clone(), (r.version.clone(), r.encoded.clone()));
         match self.protocol {
             Protocol::Sotw => self.held[t] = out.resources.iter().map(entry).collect(),
@@ -484,13 +489,13 @@ impl Proxy {
     /// Whether the proxy holds exactly the subscribed part of `snapshot`.
     fn holds(&self, snapshot: &Snapshot) -> bool {
         (0..TYPE_COUNT).all(|t| {
+            let routes: BTreeSet<String> = self.held[RDS].keys().cloned().collect();
             let subscribed = |n: &str| {
-                let key = if t == VHDS {
-                    n.rsplit_once('/').map(|(ns, _)| ns).unwrap_or_default()
+                if t == VHDS {
+                    in_route(&routes, n)
                 } else {
-                    n
-                };
-                self.names[t].as_ref().is_none_or(|s| s.contains(key))
+                    self.names[t].as_ref().is_none_or(|s| s.contains(n))
+                }
             };
             if t == VHDS && !self.vhds {
                 return self.held[t].is_empty();
@@ -509,6 +514,12 @@ impl Proxy {
             want == have
         })
     }
+}
+
+/// Whether virtual host `name` belongs to one of `routes` (`<route>/<vhost>`).
+fn in_route(routes: &BTreeSet<String>, name: &str) -> bool {
+    name.rsplit_once('/')
+        .is_some_and(|(route, _)| routes.contains(route))
 }
 
 fn emit(state: &mut StreamState, proxy: &mut Proxy, snapshot: &Snapshot, context: &str) {

@@ -16,10 +16,12 @@
 //! - removals only once nothing is in flight, one type at a time in reverse order (make before
 //!   break), each after the types that depend on it are settled;
 //! - a delta Envoy ([`StreamState::with_vhds`]) gets route configurations as VHDS stubs and
-//!   their virtual hosts as a fifth type after them, gated on the clusters like routes. Envoy
-//!   subscribes to virtual hosts by route configuration name with namespace matching: a
-//!   subscribed name covers every virtual host named `<name>/<vhost>`. Other streams do not
-//!   serve the type.
+//!   their virtual hosts as a fifth type after them, once the clusters and the routes are
+//!   ACKed. A subscribed name covers every virtual host named `<name>/<vhost>` (namespace
+//!   matching), but Envoy 1.40 subscribes with no names (a wildcard) and drops virtual hosts of a
+//!   route configuration it has not processed yet (no watch takes them): so virtual hosts go
+//!   only for the route configurations the proxy holds, and those of a configuration it drops
+//!   are forgotten with it (a new one gets them again). Other streams do not serve the type.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -39,6 +41,7 @@ const WILDCARD: &str = "*";
 const CDS: usize = 0;
 const EDS: usize = 1;
 const LDS: usize = 2;
+const RDS: usize = 3;
 
 /// The types a type's resources name and must wait for: a response of the type goes only when
 /// these are settled on the stream (nothing awaiting an ACK, no rejected change). Clusters
@@ -46,9 +49,9 @@ const LDS: usize = 2;
 /// ACK (Envoy sends it only once the new clusters got their endpoints) but offered only for
 /// clusters already sent ([`StreamState::next_responses`]). A type the proxy has not
 /// subscribed to gates nothing: proxyless gRPC clients discover clusters from routes, and Envoy
-/// subscribes CDS first on its own. Virtual hosts name clusters; Envoy asks for them only once
-/// it holds the route configuration that points to them.
-pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS], &[CDS]];
+/// subscribes CDS first on its own. Virtual hosts name clusters, and Envoy takes them only for
+/// route configurations it already processed.
+pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS], &[CDS, RDS]];
 
 /// Which ADS variant a stream speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +142,10 @@ pub struct TypeTracker {
     names: BTreeSet<String>,
     /// Names are namespaces (VHDS): one covers every resource named `<name>/<...>`.
     namespaced: bool,
+    /// VHDS: only the namespaces of the route configurations the proxy holds are in scope.
+    held_namespaces: Option<BTreeSet<String>>,
+    /// The `sent` map last found within `held_namespaces` (a wake-up then skips the walk).
+    sent_within_held: Option<Arc<ResourceMap>>,
     /// What the proxy holds (or will hold once the pending response is ACKed). Shares the
     /// snapshot's map when the proxy holds exactly what it subscribed to.
     sent: Arc<ResourceMap>,
@@ -198,7 +205,31 @@ impl TypeTracker {
     }
 
     fn in_scope(&self, name: &str) -> bool {
-        self.wildcard || covers(&self.names, self.namespaced, name)
+        (self.wildcard || covers(&self.names, self.namespaced, name))
+            && self
+                .held_namespaces
+                .as_ref()
+                .is_none_or(|held| covers(held, true, name))
+    }
+
+    /// VHDS: limits the scope to the namespaces of these route configurations; virtual hosts
+    /// of others are forgotten (the proxy dropped them with their configuration).
+    fn hold_namespaces(&mut self, held: BTreeSet<String>) {
+        let same_sent = self
+            .sent_within_held
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &self.sent));
+        if self.held_namespaces.as_ref() == Some(&held) && same_sent {
+            return;
+        }
+        if self.sent.keys().any(|n| !covers(&held, true, n)) {
+            Arc::make_mut(&mut self.sent).retain(|n, _| covers(&held, true, n));
+        }
+        if self.held_namespaces.as_ref() != Some(&held) {
+            self.held_namespaces = Some(held);
+            self.settled = None;
+        }
+        self.sent_within_held = Some(Arc::clone(&self.sent));
     }
 
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
@@ -267,7 +298,7 @@ impl TypeTracker {
     /// The subscribed part of `desired` (within `restrict` when given): its own map (no copy)
     /// when everything is subscribed.
     fn scoped(&self, desired: &TypeSnapshot, restrict: Option<&ResourceMap>) -> Arc<ResourceMap> {
-        if self.wildcard && restrict.is_none() {
+        if self.wildcard && restrict.is_none() && self.held_namespaces.is_none() {
             return Arc::clone(&desired.resources);
         }
         let keep = |n: &String| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(n));
@@ -721,6 +752,10 @@ impl StreamState {
                 unsettled[i] = self.types[i].requested;
                 continue;
             }
+            if i == VHDS && self.vhds {
+                let held = self.types[RDS].sent.keys().cloned().collect();
+                self.types[VHDS].hold_namespaces(held);
+            }
             let restrict = if i == EDS {
                 self.eds_restriction(snapshot)
             } else {
@@ -1164,6 +1199,48 @@ mod tests {
         assert_eq!(bodies(&inline[0]), ["inline 80", "inline 8080"]);
         // VHDS is delta only.
         assert!(!StreamState::new(Protocol::Sotw).with_vhds().vhds());
+
+        // Envoy 1.40 subscribes without names: only the virtual hosts of the route
+        // configurations it holds go, those of one it gets later after that one's ACK.
+        let mut envoy = StreamState::new(Protocol::Delta).with_vhds();
+        envoy.on_delta_request(
+            type_url::ROUTE,
+            "",
+            &["80".into()],
+            &[],
+            &HashMap::new(),
+            None,
+        );
+        let rds = envoy.next_responses(&snapshot);
+        assert_eq!(names(&rds[0]), ["80"]);
+        envoy.on_delta_request(type_url::VIRTUAL_HOST, "", &[], &[], &HashMap::new(), None);
+        assert!(
+            envoy.next_responses(&snapshot).is_empty(),
+            "routes not ACKed yet"
+        );
+        ack(&mut envoy, &rds[0]);
+        let first = envoy.next_responses(&snapshot);
+        assert_eq!(names(&first[0]), ["80/a", "80/b"]);
+        ack(&mut envoy, &first[0]);
+        envoy.on_delta_request(
+            type_url::ROUTE,
+            "",
+            &["8080".into()],
+            &[],
+            &HashMap::new(),
+            None,
+        );
+        let more = envoy.next_responses(&snapshot);
+        assert_eq!(
+            more.len(),
+            1,
+            "{:?}",
+            more.iter().map(names).collect::<Vec<_>>()
+        );
+        assert_eq!(names(&more[0]), ["8080"]);
+        ack(&mut envoy, &more[0]);
+        let later = envoy.next_responses(&snapshot);
+        assert_eq!(names(&later[0]), ["8080/a"]);
     }
 
     fn map(entries: &[(&str, &str)]) -> ResourceMap {

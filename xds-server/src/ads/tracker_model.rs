@@ -31,6 +31,8 @@ pub struct TypeTracker {
     names: BTreeSet<String>,
     /// Subscribed names are VHDS namespaces.
     namespaced: bool,
+    /// VHDS: the route configurations the proxy holds; only their virtual hosts are in scope.
+    held_routes: Option<BTreeSet<String>>,
     /// What the proxy holds (or will hold once the pending response is ACKed).
     sent: BTreeMap<String, Arc<Resource>>,
     sent_version: Option<String>,
@@ -71,7 +73,11 @@ impl TypeTracker {
     }
 
     fn in_scope(&self, name: &str) -> bool {
-        self.wildcard || self.subscribed_to(name)
+        let held = self
+            .held_routes
+            .as_ref()
+            .is_none_or(|routes| in_held_route(routes, name));
+        held && (self.wildcard || self.subscribed_to(name))
     }
 
     /// A subscribed name equals `name`, or (namespaced) is `name` without its last segment.
@@ -246,6 +252,15 @@ impl TypeTracker {
     }
 }
 
+/// Whether virtual host `name` is `<route>/<last>` for one of `routes`.
+fn in_held_route(routes: &BTreeSet<String>, name: &str) -> bool {
+    routes.iter().any(|r| {
+        name.strip_prefix(r.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|last| !last.contains('/'))
+    })
+}
+
 /// Protocol state of one ADS stream.
 #[derive(Clone, Debug)]
 pub struct StreamState {
@@ -401,6 +416,21 @@ impl StreamState {
             if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
                 unsettled[i] = self.types[i].requested;
                 continue;
+            }
+            if i == VHDS && self.vhds {
+                let routes: BTreeSet<String> = self.types[3].sent.keys().cloned().collect();
+                let t = &mut self.types[VHDS];
+                // The proxy drops virtual hosts with their route configuration.
+                let dropped: Vec<String> = t
+                    .sent
+                    .keys()
+                    .filter(|n| !in_held_route(&routes, n))
+                    .cloned()
+                    .collect();
+                t.held_routes = Some(routes);
+                for n in dropped {
+                    t.sent.remove(&n);
+                }
             }
             // EDS: only clusters sent on a wildcard CDS subscription.
             let cds = &self.types[0];
