@@ -144,8 +144,9 @@ pub struct TypeTracker {
     namespaced: bool,
     /// VHDS: only the namespaces of the route configurations the proxy holds are in scope.
     held_namespaces: Option<BTreeSet<String>>,
-    /// The `sent` map last found within `held_namespaces` (a wake-up then skips the walk).
-    sent_within_held: Option<Arc<ResourceMap>>,
+    /// The `sent` map last found within `held_namespaces`, and the routes map they were read
+    /// from: a wake-up with both unchanged skips the walk.
+    sent_within_held: Option<(Arc<ResourceMap>, Arc<ResourceMap>)>,
     /// What the proxy holds (or will hold once the pending response is ACKed). Shares the
     /// snapshot's map when the proxy holds exactly what it subscribed to.
     sent: Arc<ResourceMap>,
@@ -212,16 +213,18 @@ impl TypeTracker {
                 .is_none_or(|held| covers(held, true, name))
     }
 
-    /// VHDS: limits the scope to the namespaces of these route configurations; virtual hosts
+    /// VHDS: limits the scope to the namespaces of the route configurations `routes` holds
+    /// (computed again only when it or `sent` changed); virtual hosts
     /// of others are forgotten (the proxy dropped them with their configuration).
-    fn hold_namespaces(&mut self, held: BTreeSet<String>) {
-        let same_sent = self
+    fn hold_namespaces(&mut self, routes: &Arc<ResourceMap>) {
+        let unchanged = self
             .sent_within_held
             .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, &self.sent));
-        if self.held_namespaces.as_ref() == Some(&held) && same_sent {
+            .is_some_and(|(s, r)| Arc::ptr_eq(s, &self.sent) && Arc::ptr_eq(r, routes));
+        if unchanged {
             return;
         }
+        let held: BTreeSet<String> = routes.keys().cloned().collect();
         if self.sent.keys().any(|n| !covers(&held, true, n)) {
             Arc::make_mut(&mut self.sent).retain(|n, _| covers(&held, true, n));
         }
@@ -229,7 +232,7 @@ impl TypeTracker {
             self.held_namespaces = Some(held);
             self.settled = None;
         }
-        self.sent_within_held = Some(Arc::clone(&self.sent));
+        self.sent_within_held = Some((Arc::clone(&self.sent), Arc::clone(routes)));
     }
 
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
@@ -753,8 +756,8 @@ impl StreamState {
                 continue;
             }
             if i == VHDS && self.vhds {
-                let held = self.types[RDS].sent.keys().cloned().collect();
-                self.types[VHDS].hold_namespaces(held);
+                let routes = Arc::clone(&self.types[RDS].sent);
+                self.types[VHDS].hold_namespaces(&routes);
             }
             let restrict = if i == EDS {
                 self.eds_restriction(snapshot)
