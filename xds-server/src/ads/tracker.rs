@@ -142,11 +142,10 @@ pub struct TypeTracker {
     names: BTreeSet<String>,
     /// Names are namespaces (VHDS): one covers every resource named `<name>/<...>`.
     namespaced: bool,
-    /// VHDS: only the namespaces of the route configurations the proxy holds are in scope.
-    held_namespaces: Option<BTreeSet<String>>,
-    /// The `sent` map last found within `held_namespaces`, and the routes map they were read
-    /// from: a wake-up with both unchanged skips the walk.
-    sent_within_held: Option<(Arc<ResourceMap>, Arc<ResourceMap>)>,
+    /// VHDS: the route configurations the proxy holds; only their namespaces are in scope.
+    held_routes: Option<Arc<ResourceMap>>,
+    /// The `sent` map last found within `held_routes` (a wake-up then skips the walk).
+    sent_within_held: Option<Arc<ResourceMap>>,
     /// What the proxy holds (or will hold once the pending response is ACKed). Shares the
     /// snapshot's map when the proxy holds exactly what it subscribed to.
     sent: Arc<ResourceMap>,
@@ -208,31 +207,34 @@ impl TypeTracker {
     fn in_scope(&self, name: &str) -> bool {
         (self.wildcard || covers(&self.names, self.namespaced, name))
             && self
-                .held_namespaces
+                .held_routes
                 .as_ref()
-                .is_none_or(|held| covers(held, true, name))
+                .is_none_or(|routes| in_route(routes, name))
     }
 
-    /// VHDS: limits the scope to the namespaces of the route configurations `routes` holds
-    /// (computed again only when it or `sent` changed); virtual hosts
-    /// of others are forgotten (the proxy dropped them with their configuration).
-    fn hold_namespaces(&mut self, routes: &Arc<ResourceMap>) {
-        let unchanged = self
+    /// VHDS: limits the scope to the namespaces of the route configurations in `routes` (what
+    /// the proxy holds of them); virtual hosts of others are forgotten (the proxy dropped them
+    /// with their configuration). Walks `sent` only when it or `routes` changed.
+    fn hold_routes(&mut self, routes: &Arc<ResourceMap>) {
+        let same_routes = self
+            .held_routes
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, routes));
+        let same_sent = self
             .sent_within_held
             .as_ref()
-            .is_some_and(|(s, r)| Arc::ptr_eq(s, &self.sent) && Arc::ptr_eq(r, routes));
-        if unchanged {
+            .is_some_and(|s| Arc::ptr_eq(s, &self.sent));
+        if same_routes && same_sent {
             return;
         }
-        let held: BTreeSet<String> = routes.keys().cloned().collect();
-        if self.sent.keys().any(|n| !covers(&held, true, n)) {
-            Arc::make_mut(&mut self.sent).retain(|n, _| covers(&held, true, n));
+        if self.sent.keys().any(|n| !in_route(routes, n)) {
+            Arc::make_mut(&mut self.sent).retain(|n, _| in_route(routes, n));
         }
-        if self.held_namespaces.as_ref() != Some(&held) {
-            self.held_namespaces = Some(held);
+        if !same_routes {
+            self.held_routes = Some(Arc::clone(routes));
             self.settled = None;
         }
-        self.sent_within_held = Some((Arc::clone(&self.sent), Arc::clone(routes)));
+        self.sent_within_held = Some(Arc::clone(&self.sent));
     }
 
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
@@ -301,7 +303,7 @@ impl TypeTracker {
     /// The subscribed part of `desired` (within `restrict` when given): its own map (no copy)
     /// when everything is subscribed.
     fn scoped(&self, desired: &TypeSnapshot, restrict: Option<&ResourceMap>) -> Arc<ResourceMap> {
-        if self.wildcard && restrict.is_none() && self.held_namespaces.is_none() {
+        if self.wildcard && restrict.is_none() && self.held_routes.is_none() {
             return Arc::clone(&desired.resources);
         }
         let keep = |n: &String| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(n));
@@ -475,6 +477,12 @@ fn covers(names: &BTreeSet<String>, namespaced: bool, name: &str) -> bool {
     } else {
         names.contains(name)
     }
+}
+
+/// Whether virtual host `name` (`<route configuration>/<vhost>`) belongs to one of `routes`.
+fn in_route(routes: &ResourceMap, name: &str) -> bool {
+    name.rsplit_once('/')
+        .is_some_and(|(route, _)| routes.contains_key(route))
 }
 
 /// How what a proxy holds differs from what it should hold.
@@ -757,7 +765,7 @@ impl StreamState {
             }
             if i == VHDS && self.vhds {
                 let routes = Arc::clone(&self.types[RDS].sent);
-                self.types[VHDS].hold_namespaces(&routes);
+                self.types[VHDS].hold_routes(&routes);
             }
             let restrict = if i == EDS {
                 self.eds_restriction(snapshot)
