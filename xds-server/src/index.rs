@@ -12,23 +12,27 @@
 //! applicable EnvoyFilters, own ports): proxies of the same scope share one [`ProxyConfig`].
 //! An endpoint-only change keeps the cached configurations and swaps in the re-encoded
 //! assignments of the changed EDS clusters: clusters, listeners and routes are not re-rendered.
-//! Encoded resources are interned by content, so an identical resource is one
-//! `Arc<Resource>` across proxies and across re-renders, and its version (hex SHA-256 of the
-//! encoding) is stable across restarts.
+//! A Service change keeps the configurations that cannot see it, splices it into those it can
+//! ([`splice`]) and drops the rest. Encoded resources are interned by content ([`interner`]),
+//! so an identical resource is one `Arc<Resource>` across proxies and across re-renders, and
+//! its version (hex SHA-256 of the encoding) is stable across restarts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::security::WorkloadMtls;
 use meshplane_crds::{AuthorizationPolicy, EnvoyFilter, MeshConfig, PeerAuthentication, Sidecar};
-use prost::{Message, Name};
-use sha2::{Digest, Sha256};
 
+mod interner;
 mod keyed;
+mod route_encoding;
+mod splice;
+
+use interner::Interner;
+use route_encoding::RouteParts;
 
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
@@ -70,6 +74,10 @@ pub const MAX_CACHED_SCOPES: usize = 16_384;
 /// A rendered configuration, with where its EDS resources sit.
 struct CachedConfig {
     config: Arc<ProxyConfig>,
+    /// The proxy it was rendered for (one of the scope's: they render alike).
+    node: ProxyNode,
+    /// What each of `config.routes` was assembled from, in the same order.
+    routes: Vec<RouteParts>,
     /// Positions in `config.endpoints` by the cluster whose endpoint change re-encodes them:
     /// a cluster's own assignment, and those of its subset clusters (`outbound|port|subset|host`,
     /// built from the same endpoints). An endpoint change finds what to patch here instead of
@@ -78,7 +86,7 @@ struct CachedConfig {
 }
 
 impl CachedConfig {
-    fn new(config: Arc<ProxyConfig>) -> Self {
+    fn new(config: Arc<ProxyConfig>, node: ProxyNode, routes: Vec<RouteParts>) -> Self {
         let mut eds_at: HashMap<String, Vec<usize>> = HashMap::new();
         for (at, r) in config.endpoints.iter().enumerate() {
             let parent = registry::parse_outbound_cluster_name(&r.name)
@@ -89,7 +97,12 @@ impl CachedConfig {
                 .or_default()
                 .push(at);
         }
-        CachedConfig { config, eds_at }
+        CachedConfig {
+            config,
+            node,
+            routes,
+            eds_at,
+        }
     }
 }
 
@@ -98,10 +111,9 @@ struct RenderCache {
     configs: HashMap<ScopeKey, CachedConfig>,
     /// Keys of `configs` in insertion order, for eviction.
     order: std::collections::VecDeque<ScopeKey>,
-    /// Encoded resources by (type URL, name, version).
-    interned: HashMap<(&'static str, String, String), Weak<Resource>>,
-    /// Size of `interned` at which dead entries are dropped.
-    prune_at: usize,
+    interner: Interner,
+    /// Configurations updated by splicing a Service change in (tests and debugging).
+    spliced: u64,
 }
 
 impl RenderCache {
@@ -436,7 +448,7 @@ impl TenantIndex {
             // Which hosts exist decides verdicts (HostNotFound).
             self.diagnostics = Arc::new(translate::diagnostics::diagnose(reg));
             // A Service change re-renders only the scopes that may see it.
-            let kept = service_models.is_some_and(|models| self.evict_seeing(&models));
+            let kept = service_models.is_some_and(|models| self.update_seeing(&models));
             if kept {
                 self.patch_endpoints(&clusters);
             } else {
@@ -784,12 +796,8 @@ impl TenantIndex {
         let registry = Arc::clone(&self.registry);
         let mut cache = self.lock_cache();
         let RenderCache {
-            configs,
-            interned,
-            prune_at,
-            ..
+            configs, interner, ..
         } = &mut *cache;
-        let mut interning = InternCache { interned, prune_at };
         // Scopes of one namespace and kind of marking share each assignment: encoded once.
         let mut fresh: HashMap<(String, bool, String), Arc<Resource>> = HashMap::new();
         for (key, cached) in configs.iter_mut() {
@@ -828,7 +836,7 @@ impl TenantIndex {
                         if marks_meshed {
                             translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
                         }
-                        let f = interning.intern(type_url::ENDPOINT, r.name.clone(), &cla);
+                        let f = interner.intern(type_url::ENDPOINT, r.name.clone(), &cla);
                         fresh.insert(memo, Arc::clone(&f));
                         f
                     }
@@ -839,16 +847,17 @@ impl TenantIndex {
         }
     }
 
-    /// Drops the cached configurations that may see a change of a Kubernetes Service
+    /// Updates the cached configurations that may see a change of a Kubernetes Service
     /// (`models`: what it was and what it is): those of gateways and proxyless clients, those
     /// of its namespace (inbound ports come from the Services selecting the workload), and
     /// those whose egress listeners import its hostname (any declaration of the hostname
     /// counts, whatever its `exportTo`). The others' translation reads nothing the change
-    /// touched. Returns false, dropping nothing, when that cannot be told per scope: a
-    /// VirtualService names the hostname (as a host, by wildcard, or as a destination), so any
-    /// scope it is visible to may route to it. Gateways need no such care: only gateway
-    /// proxies read them, and their configurations are always dropped.
-    fn evict_seeing(&self, models: &[ServiceModel]) -> bool {
+    /// touched. Each is spliced where [`splice`] can, else dropped. Returns false, dropping
+    /// nothing, when that cannot be told per scope: a VirtualService names the hostname (as a
+    /// host, by wildcard, or as a destination), so any scope it is visible to may route to it.
+    /// Gateways need no such care: only gateway proxies read them, and their configurations
+    /// are always dropped.
+    fn update_seeing(&self, models: &[ServiceModel]) -> bool {
         let registry = &self.registry;
         let hostnames: BTreeSet<&str> = models.iter().map(|m| m.hostname.as_str()).collect();
         if registry.virtual_services.iter().any(|vs| {
@@ -862,23 +871,53 @@ impl TenantIndex {
             .iter()
             .chain(hostnames.iter().flat_map(|h| registry.services_named(h)))
             .collect();
-        let mut cache = self.lock_cache();
-        let RenderCache { configs, order, .. } = &mut *cache;
-        configs.retain(|key, _| {
+        let sees = |key: &ScopeKey| {
             if key.traffic.kind() != ProxyKind::Sidecar
                 || candidates.iter().any(|m| m.namespace == key.namespace)
             {
-                return false;
+                return true;
             }
             let sidecar = key
                 .sidecar
                 .as_ref()
                 .and_then(|k| translate::scope::sidecar_by_key(registry, k));
-            !translate::scope::egress_scopes(sidecar)
+            translate::scope::egress_scopes(sidecar)
                 .iter()
                 .any(|e| candidates.iter().any(|m| e.imports(m, &key.namespace)))
-        });
-        order.retain(|k| configs.contains_key(k));
+        };
+        // Told once, when a configuration first needs it (none are cached while the initial
+        // state loads: telling costs a look at every host).
+        let mut change: Option<Option<splice::HostChange>> = None;
+        let mut cache = self.lock_cache();
+        let RenderCache {
+            configs,
+            order,
+            interner,
+            spliced,
+        } = &mut *cache;
+        let mut dropped = Vec::new();
+        for (key, cached) in configs.iter_mut() {
+            if !sees(key) {
+                continue;
+            }
+            let next = change
+                .get_or_insert_with(|| splice::HostChange::new(registry, models))
+                .as_ref()
+                .and_then(|c| splice::splice(registry, key, cached, c, interner));
+            match next {
+                Some(next) => {
+                    *cached = next;
+                    *spliced += 1;
+                }
+                None => dropped.push(key.clone()),
+            }
+        }
+        if !dropped.is_empty() {
+            for key in &dropped {
+                configs.remove(key);
+            }
+            order.retain(|k| configs.contains_key(k));
+        }
         true
     }
 
@@ -913,13 +952,12 @@ impl TenantIndex {
         if let Some(cached) = self.lock_cache().configs.get(&key) {
             return Arc::clone(&cached.config);
         }
-        let config = Arc::new(self.render_proxy_uncached(node));
+        let (config, routes, errors) = self.render_encoded(node);
+        self.report_patch_errors(node, &errors);
+        let config = Arc::new(config);
+        let cached = CachedConfig::new(Arc::clone(&config), node.clone(), routes);
         let mut cache = self.lock_cache();
-        if cache
-            .configs
-            .insert(key.clone(), CachedConfig::new(Arc::clone(&config)))
-            .is_none()
-        {
+        if cache.configs.insert(key.clone(), cached).is_none() {
             cache.order.push_back(key);
             while cache.order.len() > self.cache_limit {
                 if let Some(oldest) = cache.order.pop_front() {
@@ -938,9 +976,6 @@ impl TenantIndex {
     /// Renders a proxy's configuration without the scope cache (benchmarks, debugging).
     pub fn render_proxy_uncached(&self, node: &ProxyNode) -> ProxyConfig {
         let (config, errors) = self.render_proxy_checked(node);
-        for e in &errors {
-            tracing::debug!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
-        }
         self.report_patch_errors(node, &errors);
         config
     }
@@ -948,6 +983,9 @@ impl TenantIndex {
     /// Reports the patches that could not be applied for `node`, one finding per EnvoyFilter
     /// naming each of its failed patches (once per generation of the filter).
     fn report_patch_errors(&self, node: &ProxyNode, errors: &[envoyfilter::PatchError]) {
+        for e in errors {
+            tracing::debug!(proxy = %node.id, error = %e, "EnvoyFilter patch not applied");
+        }
         let mut by_filter: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for e in errors {
             by_filter
@@ -988,13 +1026,22 @@ impl TenantIndex {
         &self,
         node: &ProxyNode,
     ) -> (ProxyConfig, Vec<envoyfilter::PatchError>) {
-        let node = &*self.workload_node(node);
+        let (config, _, errors) = self.render_encoded(&self.workload_node(node));
+        (config, errors)
+    }
+
+    /// Translates, patches and encodes the configuration of `node` (a workload node).
+    fn render_encoded(
+        &self,
+        node: &ProxyNode,
+    ) -> (ProxyConfig, Vec<RouteParts>, Vec<envoyfilter::PatchError>) {
         let mut translated = translate::translate(&self.registry, node);
         let filters = envoyfilter::applicable(&self.registry, node);
         let errors = envoyfilter::apply(&filters, &mut translated);
         // Proxyless gRPC clients speak state of the world: VHDS is for Envoys only.
         let vhds = node.kind != ProxyKind::Grpc;
-        (encode(&mut self.lock_cache(), translated, vhds), errors)
+        let (config, routes) = encode(&mut self.lock_cache().interner, translated, vhds);
+        (config, routes, errors)
     }
 
     /// Whether a proxy receives any of these EDS clusters (for endpoint-only pushes).
@@ -1128,121 +1175,49 @@ where
         })
 }
 
-/// Hex SHA-256 of an encoding: the resource version.
-pub fn content_version(encoded: &[u8]) -> String {
-    let digest = Sha256::digest(encoded);
-    let mut s = String::with_capacity(64);
-    for b in digest {
-        s.push_str(&format!("{b:02x}"));
+/// A rendered configuration, encoded: route configurations from their virtual hosts'
+/// encodings ([`route_encoding`]); `vhds`: with their VHDS form too.
+fn encode(interner: &mut Interner, t: Translated, vhds: bool) -> (ProxyConfig, Vec<RouteParts>) {
+    let mut routes = Vec::with_capacity(t.routes.len());
+    let mut stubs = Vec::with_capacity(t.routes.len());
+    let mut parts = Vec::with_capacity(t.routes.len());
+    for rc in t.routes {
+        let encoded = route_encoding::encode_route(interner, rc);
+        routes.push(encoded.inline);
+        stubs.push(encoded.stub);
+        parts.push(encoded.parts);
     }
-    s
-}
-
-fn intern<M: Message + Name>(
-    cache: &mut RenderCache,
-    type_url: &'static str,
-    name: String,
-    msg: &M,
-) -> Arc<Resource> {
-    InternCache {
-        interned: &mut cache.interned,
-        prune_at: &mut cache.prune_at,
-    }
-    .intern(type_url, name, msg)
-}
-
-/// The interning part of the render cache, borrowable beside the configurations.
-struct InternCache<'a> {
-    interned: &'a mut HashMap<(&'static str, String, String), Weak<Resource>>,
-    prune_at: &'a mut usize,
-}
-
-impl InternCache<'_> {
-    fn intern<M: Message + Name>(
-        &mut self,
-        type_url: &'static str,
-        name: String,
-        msg: &M,
-    ) -> Arc<Resource> {
-        let encoded = msg.encode_to_vec();
-        let version = content_version(&encoded);
-        let key = (type_url, name, version);
-        if let Some(existing) = self.interned.get(&key).and_then(Weak::upgrade) {
-            return existing;
+    let vhds = vhds.then(|| {
+        let mut virtual_hosts: Vec<Arc<Resource>> = parts
+            .iter()
+            .flat_map(|p| p.virtual_hosts.iter().cloned())
+            .collect();
+        virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
+        VhdsRoutes {
+            routes: stubs,
+            virtual_hosts,
         }
-        let resource = Arc::new(Resource {
-            name: key.1.clone(),
-            type_url,
-            encoded: bytes::Bytes::from(encoded),
-            version: key.2.clone(),
-        });
-        // Drop entries of resources nobody holds any more each time the map doubles.
-        if self.interned.len() >= *self.prune_at {
-            self.interned.retain(|_, w| w.strong_count() > 0);
-            *self.prune_at = (self.interned.len() * 2).max(4096);
-        }
-        self.interned.insert(key, Arc::downgrade(&resource));
-        resource
-    }
-}
-
-/// Encodes a translated configuration; `vhds`: with the routes' VHDS form too.
-fn encode(cache: &mut RenderCache, t: Translated, vhds: bool) -> ProxyConfig {
-    let routes: Vec<Arc<Resource>> = t
-        .routes
-        .iter()
-        .map(|r| intern(cache, type_url::ROUTE, r.name.clone(), r))
-        .collect();
-    let vhds = vhds.then(|| encode_vhds(cache, t.routes, &routes));
-    ProxyConfig {
+    });
+    let config = ProxyConfig {
         clusters: t
             .clusters
             .iter()
-            .map(|c| intern(cache, type_url::CLUSTER, c.name.clone(), c))
+            .map(|c| interner.intern(type_url::CLUSTER, c.name.clone(), c))
             .collect(),
         endpoints: t
             .endpoints
             .iter()
-            .map(|e| intern(cache, type_url::ENDPOINT, e.cluster_name.clone(), e))
+            .map(|e| interner.intern(type_url::ENDPOINT, e.cluster_name.clone(), e))
             .collect(),
         listeners: t
             .listeners
             .iter()
-            .map(|l| intern(cache, type_url::LISTENER, l.name.clone(), l))
+            .map(|l| interner.intern(type_url::LISTENER, l.name.clone(), l))
             .collect(),
         routes,
         vhds,
-    }
-}
-
-/// The VHDS form of encoded routes (`inline`: their inline encodings, same order): a
-/// configuration without virtual hosts keeps its inline resource.
-fn encode_vhds(
-    cache: &mut RenderCache,
-    routes: Vec<RouteConfiguration>,
-    inline: &[Arc<Resource>],
-) -> VhdsRoutes {
-    let mut out = VhdsRoutes::default();
-    for (rc, encoded) in routes.into_iter().zip(inline) {
-        match translate::vhds::split(rc) {
-            Some(split) => {
-                let name = split.stub.name.clone();
-                out.routes
-                    .push(intern(cache, type_url::ROUTE, name, &split.stub));
-                for vh in &split.virtual_hosts {
-                    out.virtual_hosts.push(intern(
-                        cache,
-                        type_url::VIRTUAL_HOST,
-                        vh.name.clone(),
-                        vh,
-                    ));
-                }
-            }
-            None => out.routes.push(Arc::clone(encoded)),
-        }
-    }
-    out.virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    };
+    (config, parts)
 }
 
 #[cfg(test)]

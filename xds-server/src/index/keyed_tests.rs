@@ -281,6 +281,8 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
     let mut kept_across_service_changes = 0;
     // Of those, the ones made while the tenant had VirtualServices.
     let mut kept_beside_virtual_services = 0;
+    // Configurations updated in place by splicing a Service change in.
+    let mut spliced = 0;
     for seed in 1..=120u64 {
         let mut rng = Rng(seed * 104_729);
         let mut index = tenant_index();
@@ -309,7 +311,12 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
                 assert!(*cached == fresh, "{context}: proxy {}", p.id);
             }
         }
+        spliced += index.lock_cache().spliced;
     }
+    assert!(
+        spliced > 50,
+        "only {spliced} configurations were spliced on a Service change"
+    );
     assert!(
         kept_across_service_changes > 50,
         "only {kept_across_service_changes} Service changes kept a cached configuration"
@@ -367,4 +374,74 @@ fn a_service_change_reaches_scopes_routing_to_it_through_a_virtual_service() {
     index.apply(service("a", "other", "198.19.0.3", 80));
     assert_eq!(index.cached_scopes(), 1, "the client's scope stays cached");
     assert!(*index.render_proxy_shared(&client) == index.render_proxy_uncached(&client));
+}
+
+fn service_with_ports(namespace: &str, name: &str, ip: &str, ports: Value) -> SourceEvent {
+    SourceEvent::Upsert(Object::Service(typed(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterIP": ip, "selector": {"app": name}, "ports": ports},
+    }))))
+}
+
+/// Which Service changes are spliced into a cached configuration, which drop it, and that a
+/// spliced configuration is the one a full render gives.
+#[test]
+fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
+    let mut index = tenant_index();
+    index.apply(service("a", "front", "198.19.0.1", 80));
+    let client = proxy(ProxyKind::Sidecar, "b", None, "client");
+    let mut spliced = 0;
+    // `expect_splice`: the change keeps the client's scope cached, updated in place.
+    let mut check = |index: &mut TenantIndex, event: SourceEvent, expect_splice: bool| {
+        let before = index.render_proxy_shared(&client);
+        let context = format!("{event:?}");
+        assert_eq!(index.apply(event).kind, ChangeKind::Config, "{context}");
+        let now = index.lock_cache().spliced;
+        assert_eq!(now > spliced, expect_splice, "{context}");
+        assert_eq!(index.cached_scopes() == 1, expect_splice, "{context}");
+        spliced = now;
+        let cached = index.render_proxy_shared(&client);
+        assert!(*cached != *before, "{context}: the configuration changed");
+        assert!(*cached == index.render_proxy_uncached(&client), "{context}");
+    };
+    let http = |port: u16| json!([{"name": "http", "port": port, "targetPort": 8080}]);
+    // Another host on port 80: its cluster, assignment and virtual host join.
+    check(&mut index, service("a", "back", "198.19.0.2", 80), true);
+    // Its address changes: its virtual host's domains change.
+    check(&mut index, service("a", "back", "198.19.0.3", 80), true);
+    // A host sorting before the others joins at the front of the route configuration.
+    check(&mut index, service("a", "aaa", "198.19.0.4", 80), true);
+    // A TCP port owns filter chains of the listener: rendered anew.
+    let tcp = json!([{"name": "tcp-db", "port": 5432}]);
+    check(
+        &mut index,
+        service_with_ports("a", "db", "198.19.0.5", tcp),
+        false,
+    );
+    // A port without a route configuration yet gets its own listener: rendered anew.
+    check(
+        &mut index,
+        service("a", "metrics", "198.19.0.6", 9090),
+        false,
+    );
+    // The only host of a port leaving takes the listener's routes with it: rendered anew.
+    let delete = |name: &str| {
+        SourceEvent::Delete(ObjectKey {
+            kind: Kind::Service,
+            namespace: Some("a".to_string()),
+            name: name.to_string(),
+        })
+    };
+    check(&mut index, delete("metrics"), false);
+    // A host leaving a port others stay on: spliced out.
+    check(&mut index, delete("aaa"), true);
+    // A host claiming another's address: the first host keeps the domain, rendered anew.
+    check(&mut index, service("a", "copy", "198.19.0.1", 80), false);
+    // A Service in the client's own namespace may add inbound ports: rendered anew.
+    check(
+        &mut index,
+        service_with_ports("b", "local", "198.19.0.7", http(80)),
+        false,
+    );
 }

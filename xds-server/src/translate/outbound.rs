@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::CidrRange;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch, Listener};
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
@@ -606,6 +607,78 @@ fn domains(svc: &ServiceModel, port: u32, proxy_namespace: &str) -> Vec<String> 
         .collect()
 }
 
+/// The virtual host of one host's port, with the domains no earlier host of the route
+/// configuration took (`used`); none when it has none left.
+fn service_virtual_host(
+    registry: &Registry,
+    scope: &ProxyScope,
+    node: &ProxyNode,
+    svc: &ServiceModel,
+    port: u32,
+    used: &mut HashSet<String>,
+) -> Option<VirtualHost> {
+    let domains: Vec<String> = domains(svc, port, &scope.namespace)
+        .into_iter()
+        .filter(|d| used.insert(d.clone()))
+        .collect();
+    (!domains.is_empty()).then(|| VirtualHost {
+        name: virtual_host_name(&svc.hostname, port),
+        domains,
+        routes: service_routes(registry, scope, node, svc, port),
+        ..Default::default()
+    })
+}
+
+/// The name of a host's virtual host in the route configuration of `port`.
+pub fn virtual_host_name(hostname: &str, port: u32) -> String {
+    format!("{hostname}:{port}")
+}
+
+/// Every domain a host may claim in a route configuration, whatever the proxy's namespace
+/// and port: two hosts that share none never take a domain from each other.
+pub fn claimable_domains(svc: &ServiceModel) -> Vec<String> {
+    let mut names = vec![svc.hostname.clone()];
+    if let Some(short) = &svc.short_name {
+        names.push(short.clone());
+        names.push(format!("{short}.{}", svc.namespace));
+    }
+    names.extend(svc.addresses.iter().cloned());
+    names
+}
+
+/// What one imported host adds to a sidecar's outbound configuration, as [`super::translate`]
+/// renders it: its clusters and assignments (mutual TLS applied) and, per HTTP port, its
+/// virtual host, for a route configuration in which no other host claims its domains.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostOutbound {
+    pub clusters: Vec<Cluster>,
+    pub endpoints: Vec<ClusterLoadAssignment>,
+    /// By port (the route configuration's name).
+    pub virtual_hosts: Vec<(u32, VirtualHost)>,
+}
+
+/// The [`HostOutbound`] of `svc` for the sidecar `node`, which imports it.
+pub fn host_outbound(registry: &Registry, node: &ProxyNode, svc: &ServiceModel) -> HostOutbound {
+    let scope = super::scope::proxy_scope(registry, &node.namespace, &node.labels);
+    let mut out = Translated::default();
+    outbound_clusters(registry, &scope.namespace, node.sds, svc, &mut out);
+    super::mtls::apply(registry, node, &mut out);
+    let virtual_hosts = svc
+        .ports
+        .iter()
+        .filter(|sp| sp.protocol.is_http())
+        .filter_map(|sp| {
+            service_virtual_host(registry, &scope, node, svc, sp.port, &mut HashSet::new())
+                .map(|vh| (sp.port, vh))
+        })
+        .collect();
+    HostOutbound {
+        clusters: out.clusters,
+        endpoints: out.endpoints,
+        virtual_hosts,
+    }
+}
+
 fn route_config(
     name: &str,
     port: u32,
@@ -616,22 +689,10 @@ fn route_config(
     fallback: &str,
 ) -> RouteConfiguration {
     let mut used = HashSet::new();
-    let mut virtual_hosts: Vec<VirtualHost> = Vec::new();
-    for (svc, _) in services {
-        let domains: Vec<String> = domains(svc, port, &scope.namespace)
-            .into_iter()
-            .filter(|d| used.insert(d.clone()))
-            .collect();
-        if domains.is_empty() {
-            continue;
-        }
-        virtual_hosts.push(VirtualHost {
-            name: format!("{}:{port}", svc.hostname),
-            domains,
-            routes: service_routes(registry, scope, node, svc, port),
-            ..Default::default()
-        });
-    }
+    let mut virtual_hosts: Vec<VirtualHost> = services
+        .iter()
+        .filter_map(|(svc, _)| service_virtual_host(registry, scope, node, svc, port, &mut used))
+        .collect();
     virtual_hosts.push(fallback_virtual_host(fallback));
     RouteConfiguration {
         name: name.to_string(),

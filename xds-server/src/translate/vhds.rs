@@ -39,6 +39,15 @@ pub fn resource_name(route_config: &str, virtual_host: &str) -> String {
     format!("{route_config}/{escaped}")
 }
 
+/// The name of the virtual host whose VHDS resource is `resource` in `route_config`: the
+/// inverse of [`resource_name`]; none for a resource of another configuration.
+pub fn virtual_host_name(route_config: &str, resource: &str) -> Option<String> {
+    let escaped = resource.strip_prefix(route_config)?.strip_prefix('/')?;
+    // Every `%` of the escaped name starts `%25` or `%2F`: undoing `%2F` first cannot match
+    // across two escapes.
+    Some(escaped.replace("%2F", "/").replace("%25", "%"))
+}
+
 /// The VHDS form of `rc`, or `None` when it has no virtual hosts (it then stays inline).
 /// Takes the configuration, so its virtual hosts move rather than being copied.
 pub fn split(mut rc: RouteConfiguration) -> Option<Split> {
@@ -49,7 +58,16 @@ pub fn split(mut rc: RouteConfiguration) -> Option<Split> {
     for vh in &mut virtual_hosts {
         vh.name = resource_name(&rc.name, &vh.name);
     }
-    let stub = RouteConfiguration {
+    Some(Split {
+        stub: stub(rc),
+        virtual_hosts,
+    })
+}
+
+/// `rc` without its virtual hosts, pointing to VHDS over ADS for them.
+pub fn stub(rc: RouteConfiguration) -> RouteConfiguration {
+    RouteConfiguration {
+        virtual_hosts: Vec::new(),
         vhds: Some(Vhds {
             config_source: Some(ConfigSource {
                 config_source_specifier: Some(ConfigSourceSpecifier::Ads(
@@ -60,11 +78,7 @@ pub fn split(mut rc: RouteConfiguration) -> Option<Split> {
             }),
         }),
         ..rc
-    };
-    Some(Split {
-        stub,
-        virtual_hosts,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +158,18 @@ mod tests {
         );
         let distinct: std::collections::BTreeSet<&&str> = names.iter().collect();
         assert_eq!(distinct.len(), names.len(), "{names:?}");
+    }
+
+    #[test]
+    fn virtual_host_names_come_back_from_resource_names() {
+        for name in ["reviews:80", "ns/host", "ns%2Fhost", "%25/%", "a%2F%25b/"] {
+            let resource = resource_name("gw/https.443", name);
+            assert_eq!(
+                virtual_host_name("gw/https.443", &resource).as_deref(),
+                Some(name)
+            );
+        }
+        assert_eq!(virtual_host_name("80", "8080/reviews:80"), None);
     }
 
     #[test]
