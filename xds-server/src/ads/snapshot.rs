@@ -53,7 +53,8 @@ pub fn content_version(encoded: &[u8]) -> String {
     hex(&Sha256::digest(encoded))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -47,7 +47,20 @@ impl Interner {
             }
         }
         let (type_url, name) = named;
-        let key = (type_url, name, content_version(&encoded));
+        let version = content_version(&encoded);
+        self.intern_versioned(type_url, name, encoded, version)
+    }
+
+    /// The shared resource of an encoding whose version the caller derived from what it was
+    /// built of (equal for equal encodings, stable across restarts).
+    pub(super) fn intern_versioned(
+        &mut self,
+        type_url: &'static str,
+        name: String,
+        encoded: Vec<u8>,
+        version: String,
+    ) -> Arc<Resource> {
+        let key = (type_url, name, version);
         let resource = match self.by_version.get(&key).and_then(Weak::upgrade) {
             Some(existing) => existing,
             None => {

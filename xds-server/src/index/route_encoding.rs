@@ -9,12 +9,14 @@
 //! and reassemble the configuration without translating or encoding the others again
 //! (`super::splice`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes};
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 use prost::Message;
+use sha2::{Digest, Sha256};
 
 use super::interner::Interner;
 use crate::model::{type_url, Resource};
@@ -115,19 +117,21 @@ pub(super) fn encode_virtual_host(
 }
 
 /// The inline configuration of `parts`: each virtual host under its own name, followed by
-/// the bytes of its VHDS encoding after the name field.
+/// the bytes of its VHDS encoding after the name field. Its version hashes the parts' (the
+/// name, the tail and the virtual hosts' names and versions) rather than megabytes of bytes:
+/// as stable across restarts, and the same for the same configuration.
 pub(super) fn assemble(interner: &mut Interner, parts: &RouteParts) -> Arc<Resource> {
-    let inline: Vec<(String, Bytes)> = parts
+    let inline: Vec<(Cow<'_, str>, &[u8])> = parts
         .virtual_hosts
         .iter()
         .map(|vh| {
             let name = translate::vhds::virtual_host_name(&parts.name, &vh.name)
-                .unwrap_or_else(|| vh.name.clone());
+                .unwrap_or(Cow::Borrowed(vh.name.as_str()));
             let at = string_field_len(&vh.name).min(vh.encoded.len());
-            (name, vh.encoded.slice(at..))
+            (name, &vh.encoded[at..])
         })
         .collect();
-    let body_len = |name: &str, rest: &Bytes| string_field_len(name) + rest.len();
+    let body_len = |name: &str, rest: &[u8]| string_field_len(name) + rest.len();
     let len = string_field_len(&parts.name)
         + inline
             .iter()
@@ -146,7 +150,28 @@ pub(super) fn assemble(interner: &mut Interner, parts: &RouteParts) -> Arc<Resou
         buf.put_slice(rest);
     }
     buf.put_slice(&parts.tail);
-    interner.intern_encoded(type_url::ROUTE, parts.name.clone(), buf)
+    interner.intern_versioned(
+        type_url::ROUTE,
+        parts.name.clone(),
+        buf,
+        parts_version(parts),
+    )
+}
+
+/// The version of a configuration assembled from `parts`.
+fn parts_version(parts: &RouteParts) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"assembled\0");
+    hasher.update(parts.name.as_bytes());
+    hasher.update([0]);
+    hasher.update(Sha256::digest(&parts.tail));
+    for vh in &parts.virtual_hosts {
+        hasher.update(vh.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(vh.version.as_bytes());
+        hasher.update([b'\n']);
+    }
+    crate::ads::snapshot::hex(&hasher.finalize())
 }
 
 #[cfg(test)]
@@ -239,10 +264,17 @@ mod tests {
     fn reassembling_after_replacing_a_virtual_host_equals_encoding_anew() {
         let mut interner = Interner::default();
         let mut rc = route_config("80");
-        let mut parts = encode_route(&mut interner, rc.clone()).parts;
+        let original = encode_route(&mut interner, rc.clone());
+        let mut parts = original.parts.clone();
         let replacement = vhost("a/b%c", &["y", "z"]);
         parts.virtual_hosts[1] = encode_virtual_host(&mut interner, "80", replacement.clone());
         rc.virtual_hosts[1] = replacement;
-        assert_eq!(assemble(&mut interner, &parts).encoded, rc.encode_to_vec());
+        let reassembled = assemble(&mut interner, &parts);
+        assert_eq!(reassembled.encoded, rc.encode_to_vec());
+        assert_ne!(reassembled.version, original.inline.version);
+        // The version follows the content, in any process (a fresh interner: a restart).
+        let fresh = encode_route(&mut Interner::default(), rc);
+        assert_eq!(reassembled.version, fresh.inline.version);
+        assert!(Arc::ptr_eq(&reassembled, &assemble(&mut interner, &parts)));
     }
 }

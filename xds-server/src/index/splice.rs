@@ -176,7 +176,7 @@ pub(super) fn splice(
             let suffix = format!(":{port}");
             let at_host = parts.virtual_hosts[..catch_all].partition_point(|v| {
                 let name = vhds::virtual_host_name(&route_name, &v.name).unwrap_or_default();
-                name.strip_suffix(&suffix).unwrap_or(&name) < change.hostname
+                name.strip_suffix(suffix.as_str()).unwrap_or(&name) < change.hostname
             });
             parts.virtual_hosts.insert(at_host, Arc::clone(vh));
         }

@@ -16,6 +16,8 @@
 //! hosts never has an empty namespace, whose answer Envoy would not see (its watch gets no
 //! update), and a configuration without any stays inline (no VHDS at all).
 
+use std::borrow::Cow;
+
 use envoy_types::pb::envoy::config::core::v3::{
     config_source::ConfigSourceSpecifier, AggregatedConfigSource, ApiVersion, ConfigSource,
 };
@@ -41,11 +43,14 @@ pub fn resource_name(route_config: &str, virtual_host: &str) -> String {
 
 /// The name of the virtual host whose VHDS resource is `resource` in `route_config`: the
 /// inverse of [`resource_name`]; none for a resource of another configuration.
-pub fn virtual_host_name(route_config: &str, resource: &str) -> Option<String> {
+pub fn virtual_host_name<'a>(route_config: &str, resource: &'a str) -> Option<Cow<'a, str>> {
     let escaped = resource.strip_prefix(route_config)?.strip_prefix('/')?;
+    if !escaped.contains('%') {
+        return Some(Cow::Borrowed(escaped));
+    }
     // Every `%` of the escaped name starts `%25` or `%2F`: undoing `%2F` first cannot match
     // across two escapes.
-    Some(escaped.replace("%2F", "/").replace("%25", "%"))
+    Some(Cow::Owned(escaped.replace("%2F", "/").replace("%25", "%")))
 }
 
 /// The VHDS form of `rc`, or `None` when it has no virtual hosts (it then stays inline).
