@@ -198,7 +198,7 @@ mod tests {
             virtual_hosts: vec![
                 vhost(
                     "reviews.bookinfo.svc.cluster.local:80",
-                    &["reviews", "10.0.0.1"],
+                    &["reviews", "198.19.0.1"],
                 ),
                 vhost("a/b%c", &["x"]),
                 vhost("allow_any", &["*"]),
