@@ -103,6 +103,10 @@ pub struct Args {
     /// pushes: under load, batches grow instead of queueing.
     #[arg(long, default_value_t = 300)]
     pub debounce_max_ms: u64,
+    /// Push after this long without changes a change that comes while pushes are rare (none in
+    /// the last `--debounce-quiet-ms`); at most the quiet time.
+    #[arg(long, default_value_t = 20)]
+    pub debounce_isolated_quiet_ms: u64,
     /// Serve virtual hosts over VHDS to delta Envoys (`--vhds false`: routes inline for every
     /// client, as to state-of-the-world ones).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

@@ -164,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
     let debounce = DebounceConfig {
         quiet: Duration::from_millis(args.debounce_quiet_ms),
         max: Duration::from_millis(args.debounce_max_ms.max(args.debounce_quiet_ms)),
+        isolated_quiet: Duration::from_millis(args.debounce_isolated_quiet_ms),
     };
     let push = tokio::spawn(run_push_loop(
         pusher,

@@ -521,6 +521,7 @@ fn start_instance(
                     let debounce = DebounceConfig {
                         quiet: Duration::from_millis(1),
                         max: Duration::from_millis(5),
+                        isolated_quiet: Duration::from_millis(1),
                     };
                     tokio::spawn(run_push_loop(
                         pusher,

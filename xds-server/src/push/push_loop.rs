@@ -21,11 +21,19 @@ use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 /// Position of EDS in [`crate::model::type_url::ORDER`].
 const EDS: usize = 1;
 
-/// Debounce settings: push after `quiet` without changes, at the latest `max` after the first.
+/// Debounce settings: push after `quiet` without changes, at the latest `max` after the first;
+/// a change that comes while pushes are rare (none for `quiet`) waits only `isolated_quiet`.
+///
+/// One pair cannot serve both kinds of load: changes that come alone (S1's endpoint changes,
+/// 100 ms apart) want the shortest wait, while a stream of changes closer than `quiet` (S3's,
+/// 33 ms apart) wants batching up to `max`, each push costing a fan-out. A change that finds
+/// the last push at least `quiet` ago opens a batch with the short wait; one that comes sooner
+/// after a push opens a batch with the long one, so a steady stream keeps being batched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DebounceConfig {
     pub quiet: Duration,
     pub max: Duration,
+    pub isolated_quiet: Duration,
 }
 
 impl Default for DebounceConfig {
@@ -33,6 +41,7 @@ impl Default for DebounceConfig {
         Self {
             quiet: Duration::from_millis(100),
             max: Duration::from_secs(1),
+            isolated_quiet: Duration::from_millis(20),
         }
     }
 }
@@ -43,6 +52,8 @@ pub struct Debouncer {
     config: DebounceConfig,
     first: Option<Instant>,
     last: Option<Instant>,
+    /// When the last batch was taken.
+    pushed: Option<Instant>,
 }
 
 impl Debouncer {
@@ -51,6 +62,7 @@ impl Debouncer {
             config,
             first: None,
             last: None,
+            pushed: None,
         }
     }
     /// Records a change seen at `now`.
@@ -61,12 +73,24 @@ impl Debouncer {
     /// When the pending batch must be pushed, if there is one.
     pub fn deadline(&self) -> Option<Instant> {
         let (first, last) = (self.first?, self.last?);
-        Some((last + self.config.quiet).min(first + self.config.max))
+        let isolated = self
+            .pushed
+            .is_none_or(|p| first.saturating_duration_since(p) >= self.config.quiet);
+        let quiet = if isolated {
+            self.config.isolated_quiet.min(self.config.quiet)
+        } else {
+            self.config.quiet
+        };
+        Some((last + quiet).min(first + self.config.max))
     }
-    /// Takes the batch: returns when its first change was seen.
-    pub fn take(&mut self) -> Option<Instant> {
+    /// Takes the batch at `now`: returns when its first change was seen.
+    pub fn take(&mut self, now: Instant) -> Option<Instant> {
         self.last = None;
-        self.first.take()
+        let first = self.first.take();
+        if first.is_some() {
+            self.pushed = Some(now);
+        }
+        first
     }
 }
 
@@ -364,7 +388,7 @@ pub async fn run_push_loop(
             () = hub.connects.notified() => pusher.serve_waiting(),
             _ = sleep_until_opt(deadline) => {
                 let change = std::mem::take(&mut pending);
-                if let Some(first) = debouncer.take() {
+                if let Some(first) = debouncer.take(Instant::now()) {
                     hub.metrics().debounced(first.elapsed());
                     if hub.is_ready() {
                         pusher.push(first, &change);
@@ -728,24 +752,64 @@ status: {podIP: 198.18.1.1}
         assert_ne!(eds(&mut handles[3], all), eds(&mut handles[5], all));
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn debouncer_waits_for_quiet_but_not_longer_than_max() {
         let cfg = DebounceConfig {
-            quiet: Duration::from_millis(100),
-            max: Duration::from_millis(1000),
+            quiet: ms(100),
+            max: ms(1000),
+            isolated_quiet: ms(100),
         };
         let t0 = Instant::now();
         let mut d = Debouncer::new(cfg);
         assert_eq!(d.deadline(), None);
         d.on_change(t0);
-        assert_eq!(d.deadline(), Some(t0 + Duration::from_millis(100)));
-        d.on_change(t0 + Duration::from_millis(50));
-        assert_eq!(d.deadline(), Some(t0 + Duration::from_millis(150)));
+        assert_eq!(d.deadline(), Some(t0 + ms(100)));
+        d.on_change(t0 + ms(50));
+        assert_eq!(d.deadline(), Some(t0 + ms(150)));
         // A steady trickle of changes is cut off at max.
-        d.on_change(t0 + Duration::from_millis(950));
-        assert_eq!(d.deadline(), Some(t0 + Duration::from_millis(1000)));
-        assert_eq!(d.take(), Some(t0));
+        d.on_change(t0 + ms(950));
+        assert_eq!(d.deadline(), Some(t0 + ms(1000)));
+        assert_eq!(d.take(t0 + ms(1000)), Some(t0));
         assert_eq!(d.deadline(), None);
+    }
+
+    #[test]
+    fn a_change_alone_waits_less_than_a_stream_of_changes() {
+        let cfg = DebounceConfig {
+            quiet: ms(50),
+            max: ms(300),
+            isolated_quiet: ms(20),
+        };
+        let t0 = Instant::now();
+        let mut d = Debouncer::new(cfg);
+        // The first change ever, and one 80 ms after the last push: short waits.
+        d.on_change(t0);
+        assert_eq!(d.deadline(), Some(t0 + ms(20)));
+        assert_eq!(d.take(t0 + ms(20)), Some(t0));
+        d.on_change(t0 + ms(100));
+        assert_eq!(d.deadline(), Some(t0 + ms(120)));
+        // A change within the short wait extends it, up to max.
+        d.on_change(t0 + ms(110));
+        assert_eq!(d.deadline(), Some(t0 + ms(130)));
+        assert_eq!(d.take(t0 + ms(130)), Some(t0 + ms(100)));
+        // Changes 33 ms apart: the first comes 3 ms after that push, so the batch waits for
+        // the long quiet, which the stream never leaves: it is cut off at max.
+        let mut at = 133;
+        d.on_change(t0 + ms(at));
+        assert_eq!(d.deadline(), Some(t0 + ms(at + 50)));
+        while at + 33 < 133 + 300 {
+            at += 33;
+            d.on_change(t0 + ms(at));
+        }
+        assert_eq!(d.deadline(), Some(t0 + ms(133 + 300)));
+        assert_eq!(d.take(t0 + ms(433)), Some(t0 + ms(133)));
+        // The stream goes on: the next batch opens 32 ms after the push, batched again.
+        d.on_change(t0 + ms(465));
+        assert_eq!(d.deadline(), Some(t0 + ms(515)));
     }
 
     /// The value of the sample `line_start` (name and labels) in `text`, if present.

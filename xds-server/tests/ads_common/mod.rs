@@ -137,6 +137,7 @@ impl Harness {
         let debounce = DebounceConfig {
             quiet: Duration::from_millis(1),
             max: Duration::from_millis(5),
+            isolated_quiet: Duration::from_millis(1),
         };
         tokio::spawn(run_push_loop(
             pusher,
