@@ -1182,9 +1182,9 @@ fn encode(interner: &mut Interner, t: Translated, vhds: bool) -> (ProxyConfig, V
     let mut stubs = Vec::with_capacity(t.routes.len());
     let mut parts = Vec::with_capacity(t.routes.len());
     for rc in t.routes {
-        let encoded = route_encoding::encode_route(interner, rc);
+        let encoded = route_encoding::encode_route(interner, rc, vhds);
         routes.push(encoded.inline);
-        stubs.push(encoded.stub);
+        stubs.extend(encoded.stub);
         parts.push(encoded.parts);
     }
     let vhds = vhds.then(|| {

@@ -42,9 +42,9 @@ pub(super) struct RouteParts {
 pub(super) struct EncodedRoute {
     /// With its virtual hosts inline.
     pub inline: Arc<Resource>,
-    /// For VHDS clients: the stub pointing to VHDS (the inline one when it has no virtual
-    /// hosts).
-    pub stub: Arc<Resource>,
+    /// For VHDS clients, when asked for: the stub pointing to VHDS (the inline one when it
+    /// has no virtual hosts).
+    pub stub: Option<Arc<Resource>>,
     pub parts: RouteParts,
 }
 
@@ -75,8 +75,13 @@ fn encode_named(name: &str, msg: &impl Message) -> Vec<u8> {
     buf
 }
 
-/// Encodes `rc` and its VHDS form, sharing each virtual host's encoding.
-pub(super) fn encode_route(interner: &mut Interner, mut rc: RouteConfiguration) -> EncodedRoute {
+/// Encodes `rc` and, with `vhds`, its VHDS stub; each virtual host is encoded once, as its
+/// VHDS resource, which the inline form shares.
+pub(super) fn encode_route(
+    interner: &mut Interner,
+    mut rc: RouteConfiguration,
+    vhds: bool,
+) -> EncodedRoute {
     let virtual_hosts = std::mem::take(&mut rc.virtual_hosts);
     let name = std::mem::take(&mut rc.name);
     let tail = Bytes::from(rc.encode_to_vec());
@@ -91,12 +96,14 @@ pub(super) fn encode_route(interner: &mut Interner, mut rc: RouteConfiguration) 
         virtual_hosts,
     };
     let inline = assemble(interner, &parts);
-    let stub = if parts.virtual_hosts.is_empty() {
-        Arc::clone(&inline)
-    } else {
-        let stub = translate::vhds::stub(rc);
-        interner.intern(type_url::ROUTE, stub.name.clone(), &stub)
-    };
+    let stub = vhds.then(|| {
+        if parts.virtual_hosts.is_empty() {
+            Arc::clone(&inline)
+        } else {
+            let stub = translate::vhds::stub(rc);
+            interner.intern(type_url::ROUTE, stub.name.clone(), &stub)
+        }
+    });
     EncodedRoute {
         inline,
         stub,
@@ -125,7 +132,7 @@ pub(super) fn assemble(interner: &mut Interner, parts: &RouteParts) -> Arc<Resou
         .virtual_hosts
         .iter()
         .map(|vh| {
-            let name = translate::vhds::virtual_host_name(&parts.name, &vh.name)
+            let name = translate::vhds::inline_name(&parts.name, &vh.name)
                 .unwrap_or(Cow::Borrowed(vh.name.as_str()));
             let at = string_field_len(&vh.name).min(vh.encoded.len());
             (name, &vh.encoded[at..])
@@ -221,7 +228,7 @@ mod tests {
             },
             RouteConfiguration::default(),
         ] {
-            let encoded = encode_route(&mut interner, rc.clone());
+            let encoded = encode_route(&mut interner, rc.clone(), true);
             assert_eq!(encoded.inline.encoded, rc.encode_to_vec(), "{}", rc.name);
             assert_eq!(encoded.inline.name, rc.name);
             assert_eq!(
@@ -235,9 +242,10 @@ mod tests {
     fn virtual_hosts_are_the_vhds_form() {
         let mut interner = Interner::default();
         let rc = route_config("80");
-        let encoded = encode_route(&mut interner, rc.clone());
+        let encoded = encode_route(&mut interner, rc.clone(), true);
         let split = translate::vhds::split(rc).expect("has virtual hosts");
-        assert_eq!(encoded.stub.encoded, split.stub.encode_to_vec());
+        let stub = encoded.stub.expect("asked for");
+        assert_eq!(stub.encoded, split.stub.encode_to_vec());
         assert_eq!(encoded.parts.virtual_hosts.len(), split.virtual_hosts.len());
         for (resource, vh) in encoded.parts.virtual_hosts.iter().zip(&split.virtual_hosts) {
             assert_eq!(resource.name, vh.name);
@@ -255,8 +263,11 @@ mod tests {
                 name: "inbound|8080||".into(),
                 ..Default::default()
             },
+            true,
         );
-        assert!(Arc::ptr_eq(&encoded.inline, &encoded.stub));
+        assert!(encoded
+            .stub
+            .is_some_and(|stub| Arc::ptr_eq(&encoded.inline, &stub)));
         assert!(encoded.parts.virtual_hosts.is_empty());
     }
 
@@ -264,7 +275,7 @@ mod tests {
     fn reassembling_after_replacing_a_virtual_host_equals_encoding_anew() {
         let mut interner = Interner::default();
         let mut rc = route_config("80");
-        let original = encode_route(&mut interner, rc.clone());
+        let original = encode_route(&mut interner, rc.clone(), false);
         let mut parts = original.parts.clone();
         let replacement = vhost("a/b%c", &["y", "z"]);
         parts.virtual_hosts[1] = encode_virtual_host(&mut interner, "80", replacement.clone());
@@ -273,7 +284,7 @@ mod tests {
         assert_eq!(reassembled.encoded, rc.encode_to_vec());
         assert_ne!(reassembled.version, original.inline.version);
         // The version follows the content, in any process (a fresh interner: a restart).
-        let fresh = encode_route(&mut Interner::default(), rc);
+        let fresh = encode_route(&mut Interner::default(), rc, false);
         assert_eq!(reassembled.version, fresh.inline.version);
         assert!(Arc::ptr_eq(&reassembled, &assemble(&mut interner, &parts)));
     }

@@ -120,10 +120,13 @@ pub(super) fn splice(
         .sidecar
         .as_ref()
         .and_then(|k| scope::sidecar_by_key(registry, k));
-    let egress = match scope::egress_scopes(sidecar).as_slice() {
-        [only] if only.port.is_none() => only.clone(),
-        _ => return None,
+    let scopes = scope::egress_scopes(sidecar);
+    let [egress] = scopes.as_slice() else {
+        return None;
     };
+    if egress.port.is_some() {
+        return None;
+    }
     let imported = change.after.filter(|m| {
         m.visible_from(&key.namespace, &registry.mesh_config) && egress.imports(m, &key.namespace)
     });
@@ -175,7 +178,7 @@ pub(super) fn splice(
             let catch_all = parts.virtual_hosts.len().saturating_sub(1);
             let suffix = format!(":{port}");
             let at_host = parts.virtual_hosts[..catch_all].partition_point(|v| {
-                let name = vhds::virtual_host_name(&route_name, &v.name).unwrap_or_default();
+                let name = vhds::inline_name(&route_name, &v.name).unwrap_or_default();
                 name.strip_suffix(suffix.as_str()).unwrap_or(&name) < change.hostname
             });
             parts.virtual_hosts.insert(at_host, Arc::clone(vh));

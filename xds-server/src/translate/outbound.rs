@@ -592,19 +592,25 @@ fn listener_for_group(
 
 /// Domains under which a host's port is reachable from a proxy in `proxy_namespace`.
 fn domains(svc: &ServiceModel, port: u32, proxy_namespace: &str) -> Vec<String> {
+    // The bare short name resolves only inside the service's own namespace.
+    host_names(svc, svc.namespace == proxy_namespace)
+        .into_iter()
+        .flat_map(|n| [format!("{n}:{port}"), n])
+        .collect()
+}
+
+/// The names of a host: its hostname, short names (the bare one with `bare_short`) and
+/// addresses.
+fn host_names(svc: &ServiceModel, bare_short: bool) -> Vec<String> {
     let mut names = vec![svc.hostname.clone()];
     if let Some(short) = &svc.short_name {
-        // The bare short name resolves only inside the service's own namespace.
-        if svc.namespace == proxy_namespace {
+        if bare_short {
             names.push(short.clone());
         }
         names.push(format!("{short}.{}", svc.namespace));
     }
     names.extend(svc.addresses.iter().cloned());
     names
-        .into_iter()
-        .flat_map(|n| [format!("{n}:{port}"), n])
-        .collect()
 }
 
 /// The virtual host of one host's port, with the domains no earlier host of the route
@@ -637,13 +643,7 @@ pub fn virtual_host_name(hostname: &str, port: u32) -> String {
 /// Every domain a host may claim in a route configuration, whatever the proxy's namespace
 /// and port: two hosts that share none never take a domain from each other.
 pub fn claimable_domains(svc: &ServiceModel) -> Vec<String> {
-    let mut names = vec![svc.hostname.clone()];
-    if let Some(short) = &svc.short_name {
-        names.push(short.clone());
-        names.push(format!("{short}.{}", svc.namespace));
-    }
-    names.extend(svc.addresses.iter().cloned());
-    names
+    host_names(svc, true)
 }
 
 /// What one imported host adds to a sidecar's outbound configuration, as [`super::translate`]

@@ -43,7 +43,7 @@ pub fn resource_name(route_config: &str, virtual_host: &str) -> String {
 
 /// The name of the virtual host whose VHDS resource is `resource` in `route_config`: the
 /// inverse of [`resource_name`]; none for a resource of another configuration.
-pub fn virtual_host_name<'a>(route_config: &str, resource: &'a str) -> Option<Cow<'a, str>> {
+pub fn inline_name<'a>(route_config: &str, resource: &'a str) -> Option<Cow<'a, str>> {
     let escaped = resource.strip_prefix(route_config)?.strip_prefix('/')?;
     if !escaped.contains('%') {
         return Some(Cow::Borrowed(escaped));
@@ -170,11 +170,11 @@ mod tests {
         for name in ["reviews:80", "ns/host", "ns%2Fhost", "%25/%", "a%2F%25b/"] {
             let resource = resource_name("gw/https.443", name);
             assert_eq!(
-                virtual_host_name("gw/https.443", &resource).as_deref(),
+                inline_name("gw/https.443", &resource).as_deref(),
                 Some(name)
             );
         }
-        assert_eq!(virtual_host_name("80", "8080/reviews:80"), None);
+        assert_eq!(inline_name("80", "8080/reviews:80"), None);
     }
 
     #[test]
