@@ -18,6 +18,7 @@
 //! before renaming the file; every affected stream records when it ACKed a response that
 //! satisfies all of the change's conditions.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -65,6 +66,18 @@ fn stat_index(type_url: &str) -> Option<usize> {
 struct RouteConfigurationHead {
     #[prost(message, optional, tag = "9")]
     vhds: Option<envoy_types::pb::envoy::config::route::v3::Vhds>,
+}
+
+/// The name of an encoded xDS resource: field 1 of clusters, listeners, route configurations
+/// and assignments (`cluster_name`) alike.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Named {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+fn resource_name(encoded: &[u8]) -> String {
+    Named::decode(encoded).map(|n| n.name).unwrap_or_default()
 }
 
 /// Whether an encoded `RouteConfiguration` points to VHDS (undecodable: no).
@@ -232,6 +245,9 @@ pub struct StreamReport {
     pub responses: [u64; 4],
     /// Per type of [`TYPES`]; VHDS responses count under RDS (index 3).
     pub bytes: [u64; 4],
+    /// Bytes of the first response of each type (the initial config; a later SotW EDS
+    /// response carries only what changed).
+    pub first_bytes: [u64; 4],
     /// Responses after the stream's first of each type (the first VHDS response, too, is part
     /// of the initial state: only later ones count under RDS).
     pub responses_after_sync: [u64; 4],
@@ -246,7 +262,8 @@ pub struct StreamReport {
     /// Receive-to-ACK-sent time of every response (the client's own share of a push).
     pub ack_delay_max: Duration,
     pub error: Option<String>,
-    /// With [`StreamSpec::capture`]: encoded resources of the last response of each type.
+    /// With [`StreamSpec::capture`]: encoded resources of the last response of each type (of
+    /// endpoints, every assignment held: SotW sends the changed ones).
     pub captured: [Vec<Vec<u8>>; 4],
 }
 
@@ -460,6 +477,9 @@ struct Watching {
 /// Protocol-independent per-stream bookkeeping.
 struct Tracker {
     capture: bool,
+    /// With `capture`: the assignments held, by name (a SotW EDS response carries what
+    /// changed).
+    captured_endpoints: BTreeMap<String, Vec<u8>>,
     report: StreamReport,
     visibility: Visibility,
     next_change: usize,
@@ -493,6 +513,7 @@ impl Tracker {
     fn new(index: usize, spec: &StreamSpec) -> Self {
         Tracker {
             capture: spec.capture,
+            captured_endpoints: BTreeMap::new(),
             report: StreamReport {
                 index,
                 protocol: Some(spec.protocol),
@@ -535,6 +556,9 @@ impl Tracker {
         } else {
             self.report.responses[t] == 0
         };
+        if first && !seen.vhds {
+            self.report.first_bytes[t] = seen.bytes;
+        }
         if !first {
             self.report.responses_after_sync[t] += 1;
         }
@@ -546,7 +570,12 @@ impl Tracker {
         live.responses.fetch_add(1, Ordering::Relaxed);
         live.bytes.fetch_add(seen.bytes, Ordering::Relaxed);
         self.report.ack_delay_max = self.report.ack_delay_max.max(acked_at - received);
-        if self.capture && !seen.delta {
+        if self.capture && !seen.delta && t == 1 {
+            for v in &seen.values {
+                self.captured_endpoints.insert(resource_name(v), v.to_vec());
+            }
+            self.report.captured[t] = self.captured_endpoints.values().cloned().collect();
+        } else if self.capture && !seen.delta {
             self.report.captured[t] = seen.values.iter().map(|v| v.to_vec()).collect();
         }
         if nacked {
@@ -1269,6 +1298,15 @@ mod tests {
                 r.responses
             );
             assert!(r.bytes.iter().all(|b| *b > 0));
+            assert!(
+                r.first_bytes
+                    .iter()
+                    .zip(&r.bytes)
+                    .all(|(f, b)| *f > 0 && f <= b),
+                "the initial config is the first response of each type: {:?} of {:?}",
+                r.first_bytes,
+                r.bytes
+            );
             let sees = r.index % 2 == 0;
             assert_eq!(r.expected_changes, if sees { 2 } else { 0 });
             assert_eq!(r.converged.len(), r.expected_changes, "stream {}", r.index);
@@ -1372,6 +1410,26 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec()
+    }
+
+    #[test]
+    fn resource_names_are_read_from_field_one_of_every_type() {
+        use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+        use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+        let cla = ClusterLoadAssignment {
+            cluster_name: "outbound|80||a.ns.svc.cluster.local".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            resource_name(&cla.encode_to_vec()),
+            "outbound|80||a.ns.svc.cluster.local"
+        );
+        let cluster = Cluster {
+            name: "c1".into(),
+            ..Default::default()
+        };
+        assert_eq!(resource_name(&cluster.encode_to_vec()), "c1");
+        assert_eq!(resource_name(&route_config("80", false)), "80");
     }
 
     #[test]

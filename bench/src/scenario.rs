@@ -936,13 +936,7 @@ pub async fn s2(env: &Env) -> Result<String> {
 
 /// Bytes of a stream's first response of each type (its initial config).
 fn first_bytes(r: &StreamReport) -> u64 {
-    // Captured streams know their initial sizes only through `bytes` when nothing followed;
-    // for the others, approximate with the average response size of the type times one.
-    r.bytes
-        .iter()
-        .zip(r.responses.iter())
-        .map(|(b, n)| if *n == 0 { 0 } else { b / n })
-        .sum()
+    r.first_bytes.iter().sum()
 }
 
 fn per_type_bytes(reports: &[StreamReport], protocol: Protocol, changes: usize) -> f64 {

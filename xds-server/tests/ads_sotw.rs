@@ -188,6 +188,20 @@ async fn listeners_and_routes_wait_for_the_acks_of_what_they_name() {
     c.ack(&cds).await;
     let cds = c.recv().await;
     assert_eq!(sotw_bodies(&cds), ["c1:c"], "CDS c, coalesced");
+    // Envoy re-creates a changed cluster, which warms until an EDS response carries its
+    // assignment again.
+    let eds = c.recv().await;
+    assert_eq!(
+        (eds.type_url.as_str(), sotw_bodies(&eds)),
+        (type_url::ENDPOINT, vec!["c1:c".to_string()])
+    );
+    c.request(
+        type_url::ENDPOINT,
+        &eds_names,
+        &eds.version_info,
+        &eds.nonce,
+    )
+    .await;
     c.ack(&cds).await;
     let lds = c.recv().await;
     assert_eq!(
@@ -257,13 +271,75 @@ async fn named_subscriptions_get_only_their_resources() {
     assert_eq!(sotw_names(&r), ["c2"]);
     c.request(type_url::ENDPOINT, &["c1", "c2"], &r.version_info, &r.nonce)
         .await;
-    let both = c.recv().await;
-    assert_eq!(sotw_names(&both), ["c1", "c2"]);
+    // Endpoints are not state of the world: the answer carries the newly named one only.
+    let added = c.recv().await;
+    assert_eq!(sotw_names(&added), ["c1"]);
     // Explicit wildcard.
     let mut w = SotwClient::open(&h, node("shop", "web-2"), type_url::ENDPOINT, &["*"])
         .await
         .expect("admitted");
     assert_eq!(sotw_names(&w.recv().await), ["c1", "c2"]);
+}
+
+/// xDS keeps state of the world for listeners and clusters only: an endpoint change sends the
+/// changed assignment; a cluster change sends every cluster, then the changed cluster's
+/// assignment again (Envoy re-creates the cluster, and the new one warms on it).
+#[tokio::test]
+async fn sotw_endpoints_carry_what_changed_and_a_changed_cluster_its_assignment_again() {
+    let h = Harness::start().await;
+    let two = |cluster_c2: &str, endpoints_c1: &str| {
+        let mut cfg = config("a");
+        cfg.clusters.push(res(type_url::CLUSTER, "c2", cluster_c2));
+        cfg.endpoints = vec![
+            res(type_url::ENDPOINT, "c1", endpoints_c1),
+            res(type_url::ENDPOINT, "c2", "a"),
+        ];
+        cfg
+    };
+    h.set("shop", two("a", "a")).await;
+    let mut c = SotwClient::open(&h, node("shop", "web-1"), type_url::CLUSTER, &[])
+        .await
+        .expect("admitted");
+    let cds = c.recv().await;
+    assert_eq!(sotw_names(&cds), ["c1", "c2"]);
+    let names = ["c1", "c2"];
+    c.request(type_url::ENDPOINT, &names, "", "").await;
+    let eds = c.recv().await;
+    assert_eq!(sotw_names(&eds), names, "the first answer has everything");
+    c.ack(&cds).await;
+    c.request(type_url::ENDPOINT, &names, &eds.version_info, &eds.nonce)
+        .await;
+
+    h.set("shop", two("a", "moved")).await;
+    let eds = c.recv().await;
+    assert_eq!(eds.type_url, type_url::ENDPOINT);
+    assert_eq!(
+        sotw_bodies(&eds),
+        ["c1:moved"],
+        "the changed assignment only"
+    );
+    assert_ne!(
+        eds.version_info, "",
+        "versioned as the whole subscribed set"
+    );
+    c.request(type_url::ENDPOINT, &names, &eds.version_info, &eds.nonce)
+        .await;
+
+    h.set("shop", two("b", "moved")).await;
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, type_url::CLUSTER);
+    assert_eq!(
+        sotw_bodies(&cds),
+        ["c1:a", "c2:b"],
+        "clusters: the whole set"
+    );
+    let eds = c.recv().await;
+    assert_eq!(eds.type_url, type_url::ENDPOINT);
+    assert_eq!(
+        sotw_bodies(&eds),
+        ["c2:a"],
+        "the changed cluster's assignment again"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Real Envoy over delta ADS: routing to two namespaces' services, its virtual hosts over
-//! VHDS (a new service on a port joins that route configuration as one virtual host), then a
-//! Sidecar narrowing the proxy's imports to its own namespace makes the other host unroutable.
+//! VHDS (a new service on a port joins that route configuration as one virtual host), a
+//! cluster change warming at once on its assignment sent again, then a Sidecar narrowing the proxy's imports to its own namespace makes the other host unroutable.
 
 mod envoy_common;
 
@@ -123,6 +123,18 @@ async fn sidecar_narrowing_makes_the_other_namespace_unroutable() {
             .filter(|(s, b)| *s == 200 && b == "upstream-a")
     })
     .await;
+
+    // web's cluster changes, its endpoints do not: the re-created cluster gets its assignment
+    // again and warms at once, without waiting out its initial fetch.
+    server.write("web-rule.yaml", &least_request_rule("web", "shop", "web"));
+    envoy
+        .await_active_lb_policy("web.shop.svc.cluster.local", "LEAST_REQUEST")
+        .await;
+    assert_eq!(envoy.fetch_timeouts().await, Vec::<String>::new());
+    assert_eq!(
+        http_get(web, "web.shop.svc.cluster.local", "/").await,
+        Some((200, "upstream-a".to_string()))
+    );
 
     server.write("sidecar.yaml", SIDECAR);
     eventually("api.bank is no longer routable", || async {

@@ -1,5 +1,6 @@
 //! Real Envoy over state-of-the-world ADS: routing through a bound listener, an endpoint
-//! change shifting traffic, and an EnvoyFilter whose output Envoy rejects (NACK) while traffic
+//! change shifting traffic while the assignments left out of the (partial) EDS response keep
+//! serving, a cluster change warming at once on its assignment sent again, and an EnvoyFilter whose output Envoy rejects (NACK) while traffic
 //! keeps flowing on the last good config.
 
 mod envoy_common;
@@ -9,6 +10,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use envoy_common::*;
 
 const HOST: &str = "web.shop.svc.cluster.local";
+const API: &str = "api.shop.svc.cluster.local";
 
 const BAD_FILTER: &str = r#"apiVersion: networking.meshplane.io/v1alpha1
 kind: EnvoyFilter
@@ -30,6 +32,10 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
         (
             "web.yaml",
             &service("web", "shop", "198.19.0.10", port, target, "127.0.0.2"),
+        ),
+        (
+            "api.yaml",
+            &service("api", "shop", "198.19.0.11", port, target, "127.0.0.2"),
         ),
     ])
     .await;
@@ -54,6 +60,23 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
             .filter(|(s, b)| *s == 200 && b == "upstream-b")
     })
     .await;
+    // That EDS response carried web's assignment only: api keeps the one it had.
+    assert_eq!(
+        http_get(listener, API, "/").await,
+        Some((200, "upstream-a".to_string())),
+        "{}",
+        envoy.log()
+    );
+
+    // api's cluster changes, its endpoints do not: the re-created cluster gets its assignment
+    // again and warms at once, without waiting out its initial fetch.
+    server.write("api-rule.yaml", &least_request_rule("api", "shop", "api"));
+    envoy.await_active_lb_policy(API, "LEAST_REQUEST").await;
+    assert_eq!(envoy.fetch_timeouts().await, Vec::<String>::new());
+    assert_eq!(
+        http_get(listener, API, "/").await,
+        Some((200, "upstream-a".to_string()))
+    );
 
     let proxies = server.monitoring_get("/debug/proxies").await;
     let list: serde_json::Value = serde_json::from_str(&proxies).expect("debug JSON");

@@ -1,7 +1,8 @@
 //! Property test of what a proxy sees on the wire: random config changes, ACKs, NACKs,
 //! subscription changes and reconnects against one [`StreamState`], with a simulated proxy
-//! that keeps only what it accepted and, like Envoy, holds its CDS ACK while new clusters warm
-//! (until their endpoints arrived). On every response the server emits:
+//! that keeps only what it accepted and, like Envoy, holds its CDS ACK while new or changed
+//! clusters warm (until an EDS response carries their endpoints). On every response the server
+//! emits:
 //!
 //! - every cluster a listener, route or virtual host names is one the proxy already accepted
 //!   (the CDS response carrying it was sent and ACKed);
@@ -277,15 +278,21 @@ impl Proxy {
                     }
                 }
             }
-            let before: BTreeSet<String> = self.held[t].keys().cloned().collect();
+            let before: BTreeMap<String, String> = self.held[t]
+                .iter()
+                .map(|(n, (v, _))| (n.clone(), v.clone()))
+                .collect();
             self.apply(t, &out);
             self.accepted_version[t] = out.version.clone();
             if t == CDS {
                 self.cds_seen += 1;
+                // New clusters warm, and so does every cluster that changed: Envoy
+                // re-creates it. Each waits for an EDS response carrying its assignment (one
+                // the proxy took before, for an older cluster or none, is not handed over).
                 let waiting: BTreeSet<String> = self.held[CDS]
-                    .keys()
-                    .filter(|n| !before.contains(*n) && !self.held[EDS].contains_key(*n))
-                    .cloned()
+                    .iter()
+                    .filter(|(n, (v, _))| before.get(*n) != Some(v))
+                    .map(|(n, _)| n.clone())
                     .collect();
                 if self.cds_seen > 1 && !waiting.is_empty() {
                     // Envoy pauses CDS while clusters warm: the ACK goes once they have
@@ -416,8 +423,9 @@ impl Proxy {
         }
         let entry = |r: &Arc<Resource>| (r.name.clone(), (r.version.clone(), r.encoded.clone()));
         match self.protocol {
-            Protocol::Sotw => self.held[t] = out.resources.iter().map(entry).collect(),
-            Protocol::Delta => {
+            Protocol::Sotw if t != EDS => self.held[t] = out.resources.iter().map(entry).collect(),
+            // Endpoints: a SotW response carries what changed, as a delta one.
+            Protocol::Sotw | Protocol::Delta => {
                 for r in &out.resources {
                     let (n, v) = entry(r);
                     self.held[t].insert(n, v);
@@ -553,6 +561,8 @@ fn run(protocol: Protocol, vhds: bool, seed: u64) {
     for step in 0..80 {
         let context = format!("{protocol:?} vhds {vhds} seed {seed} step {step}");
         match rng.below(10) {
+            // The config changes (any type, any resource, removals included).
+            0 | 1 => snapshot = random_config(&mut rng, false),
             3 if rng.chance(20) => {
                 // The stream drops: what was on the wire is lost, the proxy keeps what it
                 // accepted and resubscribes on a new stream.

@@ -13,8 +13,16 @@
 //!   rejected, so they never name a cluster the proxy has not accepted. Endpoints go only for
 //!   clusters already sent on the stream, without waiting for the CDS ACK: Envoy holds that ACK
 //!   until its new clusters warmed, which takes their endpoints;
+//! - a cluster that changes is re-created by Envoy, and the new one warms until an EDS
+//!   response carries its assignment (Envoy does not hand it the one it holds, it waits out
+//!   its initial fetch): so the assignment of every cluster a CDS response changes or adds goes
+//!   (again) after it;
 //! - removals only once nothing is in flight, one type at a time in reverse order (make before
 //!   break), each after the types that depend on it are settled;
+//! - a SotW response of endpoints carries what changed, as an incremental one would
+//!   ([`carries_whole_state`]; xDS keeps state of the world for listeners and clusters only):
+//!   an assignment left out stays with the proxy until it unsubscribes (Envoy hands each
+//!   assignment to the watch of its cluster and drops it with the watch);
 //! - a delta Envoy ([`StreamState::with_vhds`]) gets route configurations as VHDS stubs and
 //!   their virtual hosts as a fifth type after them, once the clusters and the routes are
 //!   ACKed. A subscribed name covers every virtual host named `<name>/<vhost>` (namespace
@@ -52,6 +60,15 @@ const RDS: usize = 3;
 /// subscribes CDS first on its own. Virtual hosts name clusters, and Envoy takes them only for
 /// route configurations it already processed.
 pub const DEPENDS_ON: [&[usize]; TYPE_COUNT] = [&[], &[], &[CDS], &[CDS, LDS], &[CDS, RDS]];
+
+/// Whether a state-of-the-world response of the type carries every resource the proxy
+/// subscribed to. xDS requires it of listeners and clusters only; endpoints carry what changed
+/// (an endpoint change sends one assignment, not the scope's thousands). Routes stay whole
+/// although xDS would allow less: the removal of a route configuration is sequenced against
+/// the clusters it names (make before break), and only a whole response expresses it.
+pub fn carries_whole_state(type_url: &str) -> bool {
+    type_url != type_url::ENDPOINT
+}
 
 /// Which ADS variant a stream speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +254,32 @@ impl TypeTracker {
         self.sent_within_held = Some(Arc::clone(&self.sent));
     }
 
+    /// The proxy dropped these resources with what named them: they count as not sent (on a
+    /// NACK of the pending response too).
+    fn forget(&mut self, names: &[&String]) {
+        if names.is_empty() {
+            return;
+        }
+        // A reconnecting SotW proxy holds what its version says: no longer all of it.
+        if self.resume_version.take().is_some() {
+            self.settled = None;
+        }
+        if !names.iter().any(|n| self.sent.contains_key(*n)) {
+            return;
+        }
+        let sent = Arc::make_mut(&mut self.sent);
+        for n in names {
+            sent.remove(*n);
+        }
+        if let Some(p) = &mut self.pending {
+            let prev = Arc::make_mut(&mut p.prev_sent);
+            for n in names {
+                prev.remove(*n);
+            }
+        }
+        self.settled = None;
+    }
+
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
     fn settle(
         &mut self,
@@ -355,6 +398,40 @@ impl TypeTracker {
         // Whether the proxy will hold exactly `scoped` (nothing kept for make-before-break).
         let complete;
         let (next_sent, version, resources, removed) = match protocol {
+            Protocol::Sotw if !carries_whole_state(type_url) => {
+                // What changed goes; what is gone needs no response (the proxy forgets an
+                // assignment with its cluster). The proxy is then taken to hold exactly the
+                // subscribed part, so the version is that of `scoped`, as a whole response's
+                // would be: a reconnecting proxy reports it and is resumed by it.
+                let upserts: Vec<Arc<Resource>> = walk(&self.sent, &scoped)
+                    .changed
+                    .into_iter()
+                    .cloned()
+                    .collect();
+                complete = true;
+                let version = if whole {
+                    desired.version.clone()
+                } else {
+                    set_version(scoped.values())
+                };
+                if let Some(resume) = self.resume_version.take() {
+                    if resume == version {
+                        self.sent = scoped;
+                        self.sent_version = Some(version.clone());
+                        self.acked_version = Some(version);
+                        self.responded = true;
+                        self.settled = restrict.is_none().then(|| desired.version.clone());
+                        return None;
+                    }
+                }
+                if self.responded && upserts.is_empty() {
+                    self.sent = scoped;
+                    self.force = false;
+                    self.settled = restrict.is_none().then(|| desired.version.clone());
+                    return None;
+                }
+                (scoped, version, upserts, Vec::new())
+            }
             Protocol::Sotw => {
                 let kept: Vec<(&String, &Arc<Resource>)> = if final_phase {
                     Vec::new()
@@ -772,15 +849,7 @@ impl StreamState {
             } else {
                 None
             };
-            if let Some(o) = self.types[i].plan(
-                type_url::ORDER[i],
-                desired,
-                false,
-                restrict.as_deref(),
-                self.protocol,
-                &mut self.nonce,
-                snapshot.changed_at,
-            ) {
+            if let Some(o) = self.plan(i, desired, false, restrict.as_deref(), snapshot) {
                 out.push(o);
             }
             unsettled[i] = self.types[i].unsettled(desired) || restrict.is_some();
@@ -799,20 +868,47 @@ impl StreamState {
             if held {
                 continue;
             }
-            if let Some(o) = self.types[i].plan(
-                type_url::ORDER[i],
-                snapshot.desired(i, self.vhds),
-                true,
-                None,
-                self.protocol,
-                &mut self.nonce,
-                snapshot.changed_at,
-            ) {
+            if let Some(o) = self.plan(i, snapshot.desired(i, self.vhds), true, None, snapshot) {
                 out.push(o);
                 break;
             }
         }
         out
+    }
+
+    /// Plans type `i`; a CDS response makes the assignments of the clusters it changes or adds
+    /// due again, after it (the re-created or new clusters warm on them).
+    fn plan(
+        &mut self,
+        i: usize,
+        desired: &TypeSnapshot,
+        final_phase: bool,
+        restrict: Option<&ResourceMap>,
+        snapshot: &Snapshot,
+    ) -> Option<Outgoing> {
+        let before = (i == CDS).then(|| Arc::clone(&self.types[CDS].sent));
+        let out = self.types[i].plan(
+            type_url::ORDER[i],
+            desired,
+            final_phase,
+            restrict,
+            self.protocol,
+            &mut self.nonce,
+            snapshot.changed_at,
+        )?;
+        if let Some(before) = before {
+            let after = Arc::clone(&self.types[CDS].sent);
+            // Added ones too: an assignment sent ahead of its cluster (whose CDS response
+            // the proxy then rejected, or on a new stream, where the proxy's clusters are
+            // unknown) was taken by no cluster.
+            let recreated: Vec<&String> = walk(&before, &after)
+                .changed
+                .into_iter()
+                .map(|r| &r.name)
+                .collect();
+            self.types[EDS].forget(&recreated);
+        }
+        Some(out)
     }
 }
 

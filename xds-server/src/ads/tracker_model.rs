@@ -172,6 +172,31 @@ impl TypeTracker {
             .map(|(n, r)| (n.clone(), Arc::clone(r)))
             .collect();
         let (next_sent, version, resources, removed) = match protocol {
+            Protocol::Sotw if type_url == type_url::ENDPOINT => {
+                // Endpoints are not state of the world: a response carries what changed, and
+                // nothing is ever removed by one.
+                let version = set_version(scoped.values());
+                if let Some(resume) = self.resume_version.take() {
+                    if resume == version {
+                        self.sent = scoped;
+                        self.sent_version = Some(version.clone());
+                        self.acked_version = Some(version);
+                        self.responded = true;
+                        return None;
+                    }
+                }
+                let upserts: Vec<Arc<Resource>> = scoped
+                    .values()
+                    .filter(|r| self.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
+                    .cloned()
+                    .collect();
+                if self.responded && upserts.is_empty() {
+                    self.sent = scoped;
+                    self.force = false;
+                    return None;
+                }
+                (scoped, version, upserts, Vec::new())
+            }
             Protocol::Sotw => {
                 let mut target = scoped;
                 if !final_phase {
@@ -443,15 +468,7 @@ impl StreamState {
                     .chain(self.types[1].sent.keys())
                     .any(|n| !cds.sent.contains_key(n)))
             .then(|| cds.sent.clone());
-            if let Some(o) = self.types[i].plan(
-                type_url::ORDER[i],
-                desired,
-                false,
-                restrict.as_ref(),
-                self.protocol,
-                &mut self.nonce,
-                snapshot.changed_at,
-            ) {
+            if let Some(o) = self.plan(i, desired, false, restrict.as_ref(), snapshot) {
                 out.push(o);
             }
             unsettled[i] = self.types[i].unsettled(desired) || restrict.is_some();
@@ -467,19 +484,60 @@ impl StreamState {
                 continue;
             }
             let desired = self.desired(snapshot, i);
-            if let Some(o) = self.types[i].plan(
-                type_url::ORDER[i],
-                desired,
-                true,
-                None,
-                self.protocol,
-                &mut self.nonce,
-                snapshot.changed_at,
-            ) {
+            if let Some(o) = self.plan(i, desired, true, None, snapshot) {
                 out.push(o);
                 break;
             }
         }
         out
+    }
+
+    /// Plans type `i`; clusters a CDS response changes or adds are (re-)created by the proxy
+    /// and need their endpoints after it: they leave what the proxy holds of EDS.
+    fn plan(
+        &mut self,
+        i: usize,
+        desired: &TypeSnapshot,
+        final_phase: bool,
+        restrict: Option<&BTreeMap<String, Arc<Resource>>>,
+        snapshot: &Snapshot,
+    ) -> Option<Outgoing> {
+        let before: BTreeMap<String, String> = if i == 0 {
+            self.types[0]
+                .sent
+                .iter()
+                .map(|(n, r)| (n.clone(), r.version.clone()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let out = self.types[i].plan(
+            type_url::ORDER[i],
+            desired,
+            final_phase,
+            restrict,
+            self.protocol,
+            &mut self.nonce,
+            snapshot.changed_at,
+        )?;
+        if i == 0 {
+            let changed: Vec<String> = self.types[0]
+                .sent
+                .iter()
+                .filter(|(n, r)| before.get(*n) != Some(&r.version))
+                .map(|(n, _)| n.clone())
+                .collect();
+            let eds = &mut self.types[1];
+            if !changed.is_empty() {
+                eds.resume_version = None;
+            }
+            for n in &changed {
+                eds.sent.remove(n);
+                if let Some(p) = &mut eds.pending {
+                    p.prev_sent.remove(n);
+                }
+            }
+        }
+        Some(out)
     }
 }

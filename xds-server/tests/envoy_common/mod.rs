@@ -345,6 +345,38 @@ static_resources:
             .unwrap_or_default()
     }
 
+    /// Waits until Envoy runs `host`'s cluster with load balancing `policy` (a change made by
+    /// a DestinationRule, which Envoy applies by re-creating the cluster: it warms first).
+    pub async fn await_active_lb_policy(&self, host: &str, policy: &str) {
+        eventually(
+            &format!("{host}'s active cluster balances {policy}"),
+            || async {
+                let dump = self
+                    .admin_get("/config_dump?resource=dynamic_active_clusters")
+                    .await;
+                let v: serde_json::Value = serde_json::from_str(&dump).ok()?;
+                v["configs"].as_array()?.iter().find(|c| {
+                    let cluster = &c["cluster"];
+                    cluster["name"].as_str().is_some_and(|n| n.ends_with(host))
+                        && cluster["lb_policy"] == policy
+                })?;
+                Some(())
+            },
+        )
+        .await;
+    }
+
+    /// The `init_fetch_timeout` counters that are not zero: resources Envoy waited for until
+    /// its initial fetch timed out (a warming cluster the server sent no assignment).
+    pub async fn fetch_timeouts(&self) -> Vec<String> {
+        self.admin_get("/stats?filter=init_fetch_timeout")
+            .await
+            .lines()
+            .filter(|l| !l.ends_with(": 0"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Envoy's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self._dir.path().join("envoy.log")).unwrap_or_default()
@@ -398,6 +430,16 @@ pub fn namespace(name: &str, member: bool) -> String {
 }
 
 /// Manifests: an HTTP Service on `port` with one EndpointSlice to `ip:target`.
+/// A DestinationRule setting `host`'s load balancing to least-request: a cluster change that
+/// leaves its endpoints alone.
+pub fn least_request_rule(name: &str, ns: &str, host: &str) -> String {
+    format!(
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: DestinationRule\n\
+         metadata: {{name: {name}, namespace: {ns}}}\n\
+         spec:\n  host: {host}\n  trafficPolicy: {{loadBalancer: {{simple: LEAST_REQUEST}}}}\n"
+    )
+}
+
 pub fn service(name: &str, ns: &str, cluster_ip: &str, port: u16, target: u16, ip: &str) -> String {
     format!(
         r#"apiVersion: v1
