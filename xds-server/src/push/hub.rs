@@ -309,8 +309,14 @@ impl ProxyHandle {
     /// Publishes the stream's protocol state for the debug endpoints (shared references and
     /// versions; the lists are built when an endpoint asks).
     pub fn publish(&self, state: &StreamState) {
-        let types = state.types().map(|(_, t)| TypeState::of(t)).collect();
-        *lock(&self.status) = types;
+        let mut status = lock(&self.status);
+        if status.is_empty() {
+            *status = state.types().map(|(_, t)| TypeState::of(t)).collect();
+        } else {
+            for (slot, (_, t)) in status.iter_mut().zip(state.types()) {
+                slot.update(t);
+            }
+        }
     }
 }
 

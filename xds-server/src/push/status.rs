@@ -65,6 +65,27 @@ impl TypeState {
         }
     }
 
+    /// Takes what changed in `t` in place: a stream publishes at every message, and most
+    /// messages change a flag or nothing, so versions are copied only when they differ.
+    pub(super) fn update(&mut self, t: &TypeTracker) {
+        fn set(slot: &mut Option<String>, value: Option<&str>) {
+            if slot.as_deref() != value {
+                *slot = value.map(str::to_string);
+            }
+        }
+        self.subscribed = t.subscribed();
+        set(&mut self.sent_version, t.sent_version());
+        set(&mut self.acked_version, t.acked_version());
+        self.awaiting_ack = t.awaiting_ack();
+        if self.last_nack.as_ref() != t.last_nack() {
+            self.last_nack = t.last_nack().cloned();
+        }
+        self.rejected = t.rejected();
+        if !Arc::ptr_eq(&self.held, t.held_map()) {
+            self.held = Arc::clone(t.held_map());
+        }
+    }
+
     fn status(&self, index: usize, with_resources: bool) -> TypeStatus {
         TypeStatus {
             type_name: short_name(index),
@@ -134,5 +155,79 @@ impl Hub {
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::ads::snapshot::{content_version, Snapshot};
+    use crate::ads::tracker::{Protocol, StreamState};
+    use crate::model::{type_url, ProxyConfig, Resource};
+
+    fn mk_config(tag: &str) -> ProxyConfig {
+        let res = |type_url: &'static str, name: &str| {
+            let encoded = Bytes::from(format!("{name}:{tag}"));
+            Arc::new(Resource {
+                name: name.to_string(),
+                type_url,
+                version: content_version(&encoded),
+                encoded,
+            })
+        };
+        ProxyConfig {
+            clusters: vec![res(type_url::CLUSTER, "c1")],
+            endpoints: vec![res(type_url::ENDPOINT, "c1")],
+            listeners: vec![res(type_url::LISTENER, "l1")],
+            routes: vec![res(type_url::ROUTE, "r1")],
+            vhds: None,
+        }
+    }
+
+    fn statuses(types: &[TypeState]) -> serde_json::Value {
+        let list: Vec<TypeStatus> = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.status(i, true))
+            .collect();
+        serde_json::to_value(list).expect("serializable")
+    }
+
+    /// Updated in place at every step, the published state is what a fresh copy would be:
+    /// subscriptions, sent and ACKed versions, a NACK, and the held resources.
+    #[test]
+    fn updating_in_place_equals_taking_a_fresh_copy() {
+        let mut state = StreamState::new(Protocol::Sotw);
+        let mut published: Vec<TypeState> = state.types().map(|(_, t)| TypeState::of(t)).collect();
+        let mut steps = 0;
+        let mut check = |state: &StreamState, published: &mut Vec<TypeState>| {
+            for (slot, (_, t)) in published.iter_mut().zip(state.types()) {
+                slot.update(t);
+            }
+            let fresh: Vec<TypeState> = state.types().map(|(_, t)| TypeState::of(t)).collect();
+            assert_eq!(statuses(published), statuses(&fresh), "step {steps}");
+            steps += 1;
+        };
+        check(&state, &mut published);
+        for (tag, reject) in [("a", false), ("b", true), ("c", false)] {
+            let snapshot = Snapshot::new(&mk_config(tag), Instant::now());
+            state.on_sotw_request(type_url::CLUSTER, "", "", &[], None);
+            check(&state, &mut published);
+            for out in state.next_responses(&snapshot) {
+                check(&state, &mut published);
+                let error = reject.then_some("rejected");
+                state.on_sotw_request(out.type_url, &out.nonce, &out.version, &[], error);
+                check(&state, &mut published);
+            }
+        }
+        assert!(
+            statuses(&published)[0]["last_nack"].is_object(),
+            "the NACK was published: {}",
+            statuses(&published)
+        );
     }
 }
