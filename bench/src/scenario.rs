@@ -224,6 +224,12 @@ pub fn conditions(m: &Mutation) -> Vec<Condition> {
                     present: true,
                 });
             }
+            // Routable: its virtual host (inline in the route configuration, or over VHDS).
+            c.push(Condition {
+                type_index: 3,
+                pattern: host.as_bytes().to_vec(),
+                present: true,
+            });
             c
         }
         Mutation::ServiceRemoved { host, .. } => {
@@ -605,7 +611,7 @@ fn s1_table(title: &str, p: &S1Params, r: &S1Result) -> Table {
         ),
     );
     t.row(
-        "new-service propagation p50 / p99 (CDS+EDS ACKed)",
+        "new-service propagation p50 / p99 (cluster, endpoints and route ACKed)",
         format!(
             "{} / {} ({} samples)",
             ms(r.svc_p50),
@@ -1311,4 +1317,33 @@ async fn s4_phases(
 /// S5: the operator at scale against the API stand-in; see [`crate::operator_scale`].
 pub async fn s5(env: &Env) -> Result<String> {
     crate::operator_scale::run(env).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new service counts as propagated once it is routable: its cluster, an endpoint and
+    /// its virtual host (route slot, which VHDS responses fill too) were ACKed.
+    #[test]
+    fn a_new_service_converges_on_cluster_endpoints_and_route() {
+        let host = "svc-7.ns-01.svc.cluster.local";
+        let added = Mutation::ServiceAdded {
+            namespace: "ns-01".into(),
+            host: host.into(),
+            endpoint_ips: vec![Ipv4Addr::new(198, 18, 4, 7)],
+        };
+        let slots: Vec<(usize, Vec<u8>)> = conditions(&added)
+            .into_iter()
+            .map(|c| (c.type_index, c.pattern))
+            .collect();
+        assert_eq!(
+            slots,
+            vec![
+                (0, host.as_bytes().to_vec()),
+                (1, pb_string("198.18.4.7")),
+                (3, host.as_bytes().to_vec()),
+            ]
+        );
+    }
 }
