@@ -280,6 +280,25 @@ impl TypeTracker {
         self.settled = None;
     }
 
+    /// SotW reconnect: whether the proxy reported holding `version`, the version of `target`.
+    /// Then it holds `target` and nothing is sent; either way the report is used up.
+    fn resumes(
+        &mut self,
+        target: &Arc<ResourceMap>,
+        version: &str,
+        settled: Option<String>,
+    ) -> bool {
+        if self.resume_version.take().as_deref() != Some(version) {
+            return false;
+        }
+        self.sent = Arc::clone(target);
+        self.sent_version = Some(version.to_string());
+        self.acked_version = Some(version.to_string());
+        self.responded = true;
+        self.settled = settled;
+        true
+    }
+
     /// Settles the pending response named by `nonce`; returns the outcome if it was one.
     fn settle(
         &mut self,
@@ -414,20 +433,14 @@ impl TypeTracker {
                 } else {
                     set_version(scoped.values())
                 };
-                if let Some(resume) = self.resume_version.take() {
-                    if resume == version {
-                        self.sent = scoped;
-                        self.sent_version = Some(version.clone());
-                        self.acked_version = Some(version);
-                        self.responded = true;
-                        self.settled = restrict.is_none().then(|| desired.version.clone());
-                        return None;
-                    }
+                let settled = restrict.is_none().then(|| desired.version.clone());
+                if self.resumes(&scoped, &version, settled.clone()) {
+                    return None;
                 }
                 if self.responded && upserts.is_empty() {
                     self.sent = scoped;
                     self.force = false;
-                    self.settled = restrict.is_none().then(|| desired.version.clone());
+                    self.settled = settled;
                     return None;
                 }
                 (scoped, version, upserts, Vec::new())
@@ -477,16 +490,9 @@ impl TypeTracker {
                     let version = set_version(target.values());
                     (Arc::new(target), version)
                 };
-                if let Some(resume) = self.resume_version.take() {
-                    if resume == version {
-                        self.sent = target;
-                        self.sent_version = Some(version.clone());
-                        self.acked_version = Some(version);
-                        self.responded = true;
-                        self.settled =
-                            (complete && restrict.is_none()).then(|| desired.version.clone());
-                        return None;
-                    }
+                let settled = (complete && restrict.is_none()).then(|| desired.version.clone());
+                if self.resumes(&target, &version, settled) {
+                    return None;
                 }
                 if self.responded && !self.force && self.sent_version.as_ref() == Some(&version) {
                     self.settled =
