@@ -60,6 +60,10 @@ enum Command {
         /// Also append the tables to this file.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Every N-th simulated proxy speaks delta xDS, the others state of the world (1: all
+        /// delta, as injected sidecars by default; 0: none). S1 to S4 and scale10k.
+        #[arg(long, default_value_t = 4)]
+        delta_every: usize,
     },
     /// Writes a mesh state for `meshplane-xds --source dir:DIR`.
     Gen {
@@ -140,6 +144,7 @@ async fn main() -> Result<()> {
             docs,
             envoy_bin,
             out,
+            delta_every,
         } => {
             let xds_bin = xds_bin.unwrap_or_else(|| default_bin("meshplane-xds"));
             // S5 runs the operator and the API stand-in instead (and checks for them itself).
@@ -158,6 +163,7 @@ async fn main() -> Result<()> {
                 docs,
                 size,
                 envoy_bin,
+                delta_every,
             };
             let names = if name == Name::All {
                 vec![

@@ -42,6 +42,20 @@ pub struct Env {
     pub size: Size,
     /// The Envoy binary of the fleet scenario (default: `ENVOY_BIN`, then `.venv`'s).
     pub envoy_bin: Option<PathBuf>,
+    /// Every `delta_every`-th simulated proxy speaks delta xDS, the others state of the world
+    /// (1: all delta, as injected sidecars by default; 0: none). S1 to S4 and the scale point.
+    pub delta_every: usize,
+}
+
+/// How the proxies of a run split between the protocols, for the tables.
+fn protocol_mix(delta_every: usize) -> String {
+    match delta_every {
+        0 => "every proxy SotW".to_string(),
+        1 => "every proxy delta".to_string(),
+        2 => "every 2nd delta".to_string(),
+        3 => "every 3rd delta".to_string(),
+        n => format!("every {n}th delta"),
+    }
 }
 
 pub(crate) const TENANT: &str = "bench";
@@ -361,6 +375,8 @@ pub struct S1Params {
     pub churn: Duration,
     pub endpoint_changes_per_sec: u32,
     pub new_service_every: Duration,
+    /// See [`Env::delta_every`].
+    pub delta_every: usize,
 }
 
 /// Figures of one S1-shaped run.
@@ -414,7 +430,7 @@ async fn drive_s1(server: &Server, mesh: &mut MeshState, p: &S1Params) -> Result
     let idle = server.sample()?;
     r.idle_rss = idle.1.rss_bytes;
     let (sampler, sampling) = Sampler::start(server.pid, Duration::from_millis(200));
-    let specs = proxies(p.proxies, &mesh.namespaces, true, 4, 0)?;
+    let specs = proxies(p.proxies, &mesh.namespaces, true, p.delta_every, 0)?;
     let handle = load::start(load_config(server), specs);
     r.synced = handle.wait_synced(SYNC_TIMEOUT).await;
     let after_storm = server.sample()?;
@@ -526,7 +542,7 @@ fn mutate(
     planned.apply()
 }
 
-fn s1_params(size: Size) -> S1Params {
+fn s1_params(size: Size, delta_every: usize) -> S1Params {
     match size {
         Size::Short => S1Params {
             services: 100,
@@ -536,6 +552,7 @@ fn s1_params(size: Size) -> S1Params {
             churn: Duration::from_secs(20),
             endpoint_changes_per_sec: 10,
             new_service_every: Duration::from_secs(5),
+            delta_every,
         },
         Size::Full => S1Params {
             services: 1000,
@@ -545,13 +562,14 @@ fn s1_params(size: Size) -> S1Params {
             churn: Duration::from_secs(300),
             endpoint_changes_per_sec: 10,
             new_service_every: Duration::from_secs(10),
+            delta_every,
         },
     }
 }
 
 fn s1_table(title: &str, p: &S1Params, r: &S1Result) -> Table {
     let mut t = Table::new(title);
-    t.row("size", format!("{} services × {} endpoints, {} namespaces, {} proxies (scoped: own namespace + `shared`; every 4th delta)", p.services, p.endpoints_per_service, p.namespaces, p.proxies));
+    t.row("size", format!("{} services × {} endpoints, {} namespaces, {} proxies (scoped: own namespace + `shared`; {})", p.services, p.endpoints_per_service, p.namespaces, p.proxies, protocol_mix(p.delta_every)));
     t.row(
         "churn",
         format!(
@@ -638,6 +656,7 @@ fn s1_table(title: &str, p: &S1Params, r: &S1Result) -> Table {
 /// The 10,000-proxy scale point: S1's shape (scoped, 2 endpoints per service, 20 namespaces)
 /// with 2,000 services and 10,000 proxies on one instance, a short churn after the storm.
 pub async fn scale10k(env: &Env) -> Result<String> {
+    let delta_every = env.delta_every;
     let p = match env.size {
         Size::Short => S1Params {
             services: 200,
@@ -647,6 +666,7 @@ pub async fn scale10k(env: &Env) -> Result<String> {
             churn: Duration::from_secs(5),
             endpoint_changes_per_sec: 10,
             new_service_every: Duration::from_secs(5),
+            delta_every,
         },
         Size::Full => S1Params {
             services: 2000,
@@ -656,6 +676,7 @@ pub async fn scale10k(env: &Env) -> Result<String> {
             churn: Duration::from_secs(30),
             endpoint_changes_per_sec: 10,
             new_service_every: Duration::from_secs(10),
+            delta_every,
         },
     };
     let r = run_s1(env, "scale10k", &p).await?;
@@ -664,7 +685,7 @@ pub async fn scale10k(env: &Env) -> Result<String> {
 
 /// S1: Istio-doc parity.
 pub async fn s1(env: &Env) -> Result<String> {
-    let p = s1_params(env.size);
+    let p = s1_params(env.size, env.delta_every);
     let r = run_s1(env, "s1", &p).await?;
     Ok(s1_table("S1 — Istio-doc parity", &p, &r).render())
 }
@@ -686,6 +707,7 @@ pub async fn curves(env: &Env) -> Result<String> {
             churn: Duration::from_secs(churn),
             endpoint_changes_per_sec: 10,
             new_service_every: Duration::from_secs(10.min(churn / 2).max(1)),
+            delta_every: env.delta_every,
         };
         let r = run_s1(env, &format!("curve-{n}"), &p).await?;
         let per_proxy = r.loaded_rss.saturating_sub(r.idle_rss) as f64 / n as f64;
@@ -782,7 +804,7 @@ pub async fn s2(env: &Env) -> Result<String> {
     let ready_after = load_started.elapsed();
     let result = async {
         let idle = server.sample()?;
-        let specs = proxies(proxies_n, &mesh.namespaces, false, 4, 0)?;
+        let specs = proxies(proxies_n, &mesh.namespaces, false, env.delta_every, 0)?;
         let handle = load::start(load_config(&server), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         let storm_end = server.sample()?;
@@ -835,13 +857,16 @@ pub async fn s2(env: &Env) -> Result<String> {
     let per_proxy_per_push_delta = per_type_bytes(&reports, Protocol::Delta, changes);
     let cpu_per_change = (c1.1.cpu_seconds - c0.1.cpu_seconds) / changes.max(1) as f64;
     let encode_once = reports.first().map(encode_once_cost).transpose()?.flatten();
-    let initial_bytes = reports.first().map(first_bytes).unwrap_or(0);
+    let initial_bytes = reports
+        .iter()
+        .find(|r| r.protocol == Some(Protocol::Sotw))
+        .map(first_bytes);
     let pushes =
         m1.sum("meshplane_xds_pushes_total", &[]) - m0.sum("meshplane_xds_pushes_total", &[]);
     let (errs, first_err) = errors(&reports);
 
     let mut t = Table::new("S2 — unscoped big tenant");
-    t.row("size", format!("{services} services × {eps} endpoints ({} endpoints), 20 namespaces, no Sidecars, {proxies_n} proxies (every 4th delta)", services * eps));
+    t.row("size", format!("{services} services × {eps} endpoints ({} endpoints), 20 namespaces, no Sidecars, {proxies_n} proxies ({})", services * eps, protocol_mix(env.delta_every)));
     t.row(
         "churn",
         format!("a service added or removed every {every} s for {churn} s ({changes} changes)"),
@@ -865,7 +890,7 @@ pub async fn s2(env: &Env) -> Result<String> {
     );
     t.row(
         "full config per proxy (first response of each type, SotW)",
-        bytes(initial_bytes as f64),
+        initial_bytes.map_or_else(|| "n/a (no SotW proxy)".to_string(), |b| bytes(b as f64)),
     );
     t.row(
         "bytes per proxy per change: all / SotW / delta",
@@ -1032,7 +1057,7 @@ pub async fn s3(env: &Env) -> Result<String> {
     mesh.write_all()?;
     let server = Server::start(env, &dir, &env.work.join("s3").join("xds.log")).await?;
     let result = async {
-        let specs = proxies(streams, &mesh.namespaces, true, 4, 100)?;
+        let specs = proxies(streams, &mesh.namespaces, true, env.delta_every, 100)?;
         let handle = load::start(load_config(&server), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1071,7 +1096,7 @@ pub async fn s3(env: &Env) -> Result<String> {
     let watched: usize = reports.iter().map(|r| r.expected_changes).sum();
     let (errs, first_err) = errors(&reports);
     let mut t = Table::new("S3 — rollout churn with NACKing clients");
-    t.row("size", format!("{services} services × {eps} endpoints, {namespaces} namespaces (scoped), {streams} streams (every 4th delta, 1% NACK every EDS update)"));
+    t.row("size", format!("{services} services × {eps} endpoints, {namespaces} namespaces (scoped), {streams} streams ({}, 1% NACK every EDS update)", protocol_mix(env.delta_every)));
     t.row(
         "churn",
         format!("{to_replace} endpoints (25%) replaced at {rate}/s"),
@@ -1179,7 +1204,7 @@ pub async fn s4(env: &Env) -> Result<String> {
                 Server::start(env, &dir, &env.work.join(format!("s4-{i}")).join("xds.log")).await?;
             let handle = load::start(
                 load_config(&server),
-                proxies(proxies_n, &mesh.namespaces, true, 4, 0)?,
+                proxies(proxies_n, &mesh.namespaces, true, env.delta_every, 0)?,
             );
             handle.wait_synced(SYNC_TIMEOUT).await;
             servers.push(server);

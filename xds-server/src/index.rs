@@ -37,8 +37,8 @@ use route_encoding::RouteParts;
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
-    type_url, Kind, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode, Resource, SourceEvent,
-    VhdsRoutes,
+    list_key, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode,
+    Resource, SourceEvent, VhdsRoutes,
 };
 use crate::push::ConfigGenerator;
 pub use crate::push::{Change, ChangeKind};
@@ -82,27 +82,75 @@ struct CachedConfig {
     /// a cluster's own assignment, and those of its subset clusters (`outbound|port|subset|host`,
     /// built from the same endpoints). An endpoint change finds what to patch here instead of
     /// looking at every assignment of every configuration.
-    eds_at: HashMap<String, Vec<usize>>,
+    eds_at: Arc<EdsIndex>,
 }
+
+/// Positions of assignments by the cluster whose endpoint change re-encodes them.
+type EdsIndex = HashMap<String, Vec<usize>>;
 
 impl CachedConfig {
     fn new(config: Arc<ProxyConfig>, node: ProxyNode, routes: Vec<RouteParts>) -> Self {
-        let mut eds_at: HashMap<String, Vec<usize>> = HashMap::new();
-        for (at, r) in config.endpoints.iter().enumerate() {
+        Self::indexed(config, node, routes, &mut EdsIndexMemo::default())
+    }
+
+    /// Like [`CachedConfig::new`], taking the index of its assignments from `memo` when a
+    /// configuration updated before it holds the same ones.
+    fn indexed(
+        config: Arc<ProxyConfig>,
+        node: ProxyNode,
+        routes: Vec<RouteParts>,
+        memo: &mut EdsIndexMemo,
+    ) -> Self {
+        CachedConfig {
+            eds_at: memo.index(&config),
+            config,
+            node,
+            routes,
+        }
+    }
+}
+
+/// The [`EdsIndex`]es built during one update, by the assignments they index: configurations
+/// holding the same assignments (interned to the same `Arc`s, as every unscoped namespace's
+/// are) share one instead of each parsing and hashing every name again.
+#[derive(Default)]
+struct EdsIndexMemo {
+    /// By the number of assignments and the addresses of the first and last; the candidates
+    /// are then compared in full. The configurations are held, so no address is reused.
+    built: HashMap<ListKey, Vec<IndexedConfig>>,
+}
+
+/// A configuration and the index of its assignments.
+type IndexedConfig = (Arc<ProxyConfig>, Arc<EdsIndex>);
+
+impl EdsIndexMemo {
+    fn index(&mut self, config: &Arc<ProxyConfig>) -> Arc<EdsIndex> {
+        let list = &config.endpoints;
+        let candidates = self.built.entry(list_key(list)).or_default();
+        let same = |other: &ProxyConfig| {
+            other.endpoints.len() == list.len()
+                && other
+                    .endpoints
+                    .iter()
+                    .zip(list)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        };
+        if let Some((_, index)) = candidates.iter().find(|(c, _)| same(c)) {
+            return Arc::clone(index);
+        }
+        let mut index = EdsIndex::new();
+        for (at, r) in list.iter().enumerate() {
             let parent = registry::parse_outbound_cluster_name(&r.name)
                 .filter(|(_, subset, _)| !subset.is_empty())
                 .map(|(port, _, host)| registry::outbound_cluster_name(port, host));
-            eds_at
+            index
                 .entry(parent.unwrap_or_else(|| r.name.clone()))
                 .or_default()
                 .push(at);
         }
-        CachedConfig {
-            config,
-            node,
-            routes,
-            eds_at,
-        }
+        let index = Arc::new(index);
+        candidates.push((Arc::clone(config), Arc::clone(&index)));
+        index
     }
 }
 
@@ -896,6 +944,7 @@ impl TenantIndex {
             spliced,
         } = &mut *cache;
         let mut dropped = Vec::new();
+        let mut indexes = EdsIndexMemo::default();
         for (key, cached) in configs.iter_mut() {
             if !sees(key) {
                 continue;
@@ -903,7 +952,7 @@ impl TenantIndex {
             let next = change
                 .get_or_insert_with(|| splice::HostChange::new(registry, models))
                 .as_ref()
-                .and_then(|c| splice::splice(registry, key, cached, c, interner));
+                .and_then(|c| splice::splice(registry, key, cached, c, interner, &mut indexes));
             match next {
                 Some(next) => {
                     *cached = next;

@@ -254,6 +254,18 @@ pub struct Resource {
     pub version: String,
 }
 
+/// A resource list's length and the addresses of its first and last resource: lists with
+/// different keys hold different resources; lists with the same key are compared in full.
+/// Memos of what was built from a list use it while they hold the list's resources (so that no
+/// address is reused).
+pub type ListKey = (usize, usize, usize);
+
+/// The [`ListKey`] of `list`.
+pub fn list_key(list: &[Arc<Resource>]) -> ListKey {
+    let address = |r: Option<&Arc<Resource>>| r.map_or(0, |r| Arc::as_ptr(r) as usize);
+    (list.len(), address(list.first()), address(list.last()))
+}
+
 /// The full configuration of one proxy, per type, sorted by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProxyConfig {

@@ -445,3 +445,52 @@ fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
         false,
     );
 }
+
+/// Configurations holding the same assignments (the same interned `Arc`s) share one index of
+/// them; other assignments get their own. Subset assignments are indexed under the cluster
+/// whose endpoints they are built from.
+#[test]
+fn configurations_with_the_same_assignments_share_their_index() {
+    let assignment = |name: &str| {
+        Arc::new(Resource {
+            name: name.to_string(),
+            type_url: type_url::ENDPOINT,
+            encoded: bytes::Bytes::from(name.to_string()),
+            version: name.to_string(),
+        })
+    };
+    let web = assignment("outbound|80||web.a.svc.cluster.local");
+    let web_v1 = assignment("outbound|80|v1|web.a.svc.cluster.local");
+    let api = assignment("outbound|80||api.b.svc.cluster.local");
+    let config = |endpoints: Vec<Arc<Resource>>| {
+        Arc::new(ProxyConfig {
+            endpoints,
+            ..ProxyConfig::default()
+        })
+    };
+    let mut memo = EdsIndexMemo::default();
+    let one = memo.index(&config(vec![
+        Arc::clone(&api),
+        Arc::clone(&web),
+        Arc::clone(&web_v1),
+    ]));
+    let two = memo.index(&config(vec![
+        Arc::clone(&api),
+        Arc::clone(&web),
+        Arc::clone(&web_v1),
+    ]));
+    assert!(Arc::ptr_eq(&one, &two));
+    assert_eq!(
+        one.get("outbound|80||web.a.svc.cluster.local"),
+        Some(&vec![1, 2])
+    );
+    assert_eq!(
+        one.get("outbound|80||api.b.svc.cluster.local"),
+        Some(&vec![0])
+    );
+    // Same length and ends, another assignment between them: its own index.
+    let other = assignment("outbound|80||web.a.svc.cluster.local");
+    let three = memo.index(&config(vec![Arc::clone(&api), other, Arc::clone(&web_v1)]));
+    assert!(!Arc::ptr_eq(&one, &three));
+    assert_eq!(*three, *one);
+}

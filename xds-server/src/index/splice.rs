@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::interner::Interner;
 use super::route_encoding;
-use super::{CachedConfig, ScopeKey};
+use super::{CachedConfig, EdsIndexMemo, ScopeKey};
 use crate::model::{type_url, ProxyConfig, ProxyKind, Resource};
 use crate::translate::registry::{self, Registry, ServiceModel};
 use crate::translate::{self, scope, vhds};
@@ -78,11 +78,7 @@ impl<'a> HostChange<'a> {
             .services
             .iter()
             .filter(|s| s.hostname != hostname)
-            .any(|s| {
-                translate::claimable_domains(s)
-                    .iter()
-                    .any(|d| own.contains(d))
-            });
+            .any(|s| translate::claims_any(s, &own));
         if collides {
             return None;
         }
@@ -96,8 +92,11 @@ impl<'a> HostChange<'a> {
 
     /// Whether `resource` is one of the host's clusters or assignments.
     fn owns(&self, resource: &Resource) -> bool {
-        registry::parse_outbound_cluster_name(&resource.name)
-            .is_some_and(|(_, _, host)| host == self.hostname)
+        // The host is the name's last part: a name that does not end with it cannot be the
+        // host's, which spares parsing the other 9,999 names of a 10,000-service scope.
+        resource.name.ends_with(self.hostname)
+            && registry::parse_outbound_cluster_name(&resource.name)
+                .is_some_and(|(_, _, host)| host == self.hostname)
     }
 }
 
@@ -109,6 +108,7 @@ pub(super) fn splice(
     cached: &CachedConfig,
     change: &HostChange<'_>,
     interner: &mut Interner,
+    indexes: &mut EdsIndexMemo,
 ) -> Option<CachedConfig> {
     if key.traffic.kind() != ProxyKind::Sidecar
         || !key.envoy_filters.is_empty()
@@ -205,10 +205,11 @@ pub(super) fn splice(
         let r = interner.intern(type_url::ENDPOINT, e.cluster_name.clone(), e);
         insert_sorted(&mut config.endpoints, r);
     }
-    Some(CachedConfig::new(
+    Some(CachedConfig::indexed(
         Arc::new(config),
         cached.node.clone(),
         routes,
+        indexes,
     ))
 }
 

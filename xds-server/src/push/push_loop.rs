@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::generator::{Change, ChangeKind, ConfigGenerator};
 use super::hub::{Hub, Target};
-use crate::ads::snapshot::{Snapshot, TypeSnapshot};
+use crate::ads::snapshot::{Snapshot, TypeMemo, TypeSnapshot};
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 
 /// Position of EDS in [`crate::model::type_url::ORDER`].
@@ -165,8 +165,9 @@ impl Pusher {
         let mut shared = std::mem::take(&mut self.latest);
         // Proxies of one scope get one snapshot, as after a push (endpoint pushes group by it).
         let mut retimed: HashMap<usize, (Arc<Snapshot>, Arc<Snapshot>)> = HashMap::new();
+        let mut types = TypeMemo::default();
         for (target, connected_at) in self.hub.take_waiting() {
-            let rendered = self.render(&target, None, now, &mut shared);
+            let rendered = self.render(&target, None, now, &mut shared, &mut types);
             let next = match retimed.get(&(Arc::as_ptr(&rendered) as usize)) {
                 Some((_, next)) => Arc::clone(next),
                 None => {
@@ -209,13 +210,14 @@ impl Pusher {
         current: Option<&Snapshot>,
         changed_at: Instant,
         shared: &mut Shared<Arc<Snapshot>>,
+        types: &mut TypeMemo,
     ) -> Arc<Snapshot> {
         let config = self.generator.render(&target.node);
         let key = Arc::as_ptr(&config) as usize;
         if let Some((_, snapshot)) = shared.get(&key) {
             return Arc::clone(snapshot);
         }
-        let mut snapshot = Snapshot::reusing(&config, changed_at, current);
+        let mut snapshot = Snapshot::reusing_in(&config, changed_at, current, types);
         snapshot.epoch = Some(self.epoch);
         let snapshot = Arc::new(snapshot);
         shared.insert(key, (config, Arc::clone(&snapshot)));
@@ -245,6 +247,7 @@ impl Pusher {
     /// Re-renders every connected proxy and hands changed snapshots to their streams.
     pub fn push_all(&mut self, changed_at: Instant) {
         let mut shared = Shared::new();
+        let mut types = TypeMemo::default();
         let mut pushed = 0usize;
         for target in self.hub.targets() {
             let current = Arc::clone(&target.snapshot.borrow());
@@ -252,7 +255,7 @@ impl Pusher {
                 // Not served yet: its first config comes from `serve_waiting`.
                 continue;
             }
-            let next = self.render(&target, Some(&current), changed_at, &mut shared);
+            let next = self.render(&target, Some(&current), changed_at, &mut shared, &mut types);
             pushed += usize::from(self.offer(&target, next));
         }
         self.latest = shared;
@@ -269,6 +272,7 @@ impl Pusher {
         // Cached configs holding these clusters were patched: their snapshots are stale.
         self.latest.clear();
         let mut full = Shared::new();
+        let mut types = TypeMemo::default();
         let mut eds: Shared<Arc<TypeSnapshot>> = Shared::new();
         let mut groups: HashMap<usize, EndpointGroup> = HashMap::new();
         let (mut pushed, mut rendered) = (0usize, 0usize);
@@ -277,7 +281,7 @@ impl Pusher {
             let next = match current.epoch {
                 None => continue,
                 Some(e) if e != self.epoch => {
-                    self.render(&target, Some(&current), changed_at, &mut full)
+                    self.render(&target, Some(&current), changed_at, &mut full, &mut types)
                 }
                 Some(_) => {
                     let key = Arc::as_ptr(&current) as usize;
@@ -285,8 +289,9 @@ impl Pusher {
                         Some(group) if group.holds(&target.node, &current) => group.next.clone(),
                         _ => {
                             rendered += 1;
-                            let next =
-                                self.patch_eds(&target, &current, clusters, changed_at, &mut eds);
+                            let next = self.patch_eds(
+                                &target, &current, clusters, changed_at, &mut eds, &mut types,
+                            );
                             groups.insert(
                                 key,
                                 EndpointGroup {
@@ -315,7 +320,8 @@ impl Pusher {
     }
 
     /// `current` with the EDS of a fresh render of `target` (shared through `eds` by the
-    /// proxies of one config), or `None` when `current` holds none of `clusters`.
+    /// proxies of one config, through `types` by configs with the same assignments), or `None`
+    /// when `current` holds none of `clusters`.
     fn patch_eds(
         &self,
         target: &Target,
@@ -323,6 +329,7 @@ impl Pusher {
         clusters: &BTreeSet<String>,
         changed_at: Instant,
         eds: &mut Shared<Arc<TypeSnapshot>>,
+        types: &mut TypeMemo,
     ) -> Option<Arc<Snapshot>> {
         if !clusters
             .iter()
@@ -335,7 +342,7 @@ impl Pusher {
         let endpoints = match eds.get(&key) {
             Some((_, t)) => Arc::clone(t),
             None => {
-                let t = Arc::new(TypeSnapshot::new(&config.endpoints));
+                let t = types.snapshot(&config.endpoints);
                 eds.insert(key, (config, Arc::clone(&t)));
                 t
             }

@@ -54,7 +54,7 @@ use meshplane_crds::security::WorkloadMtls;
 
 use crate::model::{ProxyKind, ProxyNode};
 pub use inbound::{inbound_ports, InboundPort};
-pub use outbound::{claimable_domains, host_outbound, virtual_host_name, HostOutbound};
+pub use outbound::{claimable_domains, claims_any, host_outbound, virtual_host_name, HostOutbound};
 pub use registry::Registry;
 use scope::ProxyScope;
 

@@ -602,15 +602,28 @@ fn domains(svc: &ServiceModel, port: u32, proxy_namespace: &str) -> Vec<String> 
 /// The names of a host: its hostname, short names (the bare one with `bare_short`) and
 /// addresses.
 fn host_names(svc: &ServiceModel, bare_short: bool) -> Vec<String> {
-    let mut names = vec![svc.hostname.clone()];
-    if let Some(short) = &svc.short_name {
-        if bare_short {
-            names.push(short.clone());
-        }
-        names.push(format!("{short}.{}", svc.namespace));
-    }
-    names.extend(svc.addresses.iter().cloned());
+    let mut names = Vec::new();
+    any_host_name(svc, bare_short, |n| {
+        names.push(n.to_string());
+        false
+    });
     names
+}
+
+/// Whether `f` holds for one of the names of [`host_names`], asked in their order.
+fn any_host_name(svc: &ServiceModel, bare_short: bool, mut f: impl FnMut(&str) -> bool) -> bool {
+    if f(&svc.hostname) {
+        return true;
+    }
+    if let Some(short) = &svc.short_name {
+        if bare_short && f(short) {
+            return true;
+        }
+        if f(&format!("{short}.{}", svc.namespace)) {
+            return true;
+        }
+    }
+    svc.addresses.iter().any(|a| f(a))
 }
 
 /// The virtual host of one host's port, with the domains no earlier host of the route
@@ -644,6 +657,12 @@ pub fn virtual_host_name(hostname: &str, port: u32) -> String {
 /// and port: two hosts that share none never take a domain from each other.
 pub fn claimable_domains(svc: &ServiceModel) -> Vec<String> {
     host_names(svc, true)
+}
+
+/// Whether `svc` may claim one of `domains` ([`claimable_domains`] without building them: a
+/// Service change asks it of every other Service of the registry).
+pub fn claims_any(svc: &ServiceModel, domains: &HashSet<String>) -> bool {
+    any_host_name(svc, true, |n| domains.contains(n))
 }
 
 /// What one imported host adds to a sidecar's outbound configuration, as [`super::translate`]
@@ -745,5 +764,58 @@ fn prefix_match() -> RouteMatch {
     RouteMatch {
         path_specifier: Some(PathSpecifier::Prefix("/".to_string())),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashSet};
+
+    use super::*;
+    use crate::translate::registry::ServiceSource;
+
+    fn mk_service(short_name: Option<&str>) -> ServiceModel {
+        ServiceModel {
+            hostname: "web.shop.svc.cluster.local".into(),
+            namespace: "shop".into(),
+            short_name: short_name.map(str::to_string),
+            addresses: vec!["198.19.0.10".into()],
+            ports: vec![],
+            export_to: vec![],
+            source: ServiceSource::Kubernetes {
+                selector: BTreeMap::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_host_claims_exactly_its_claimable_domains() {
+        for svc in [mk_service(Some("web")), mk_service(None)] {
+            let claimable = claimable_domains(&svc);
+            for d in &claimable {
+                assert!(claims_any(&svc, &HashSet::from([d.clone()])), "{d}");
+            }
+            let others: HashSet<String> = [
+                "web.pay",
+                "web.shop:80",
+                "shop.svc.cluster.local",
+                "198.19.0.1",
+                "api",
+            ]
+            .iter()
+            .map(|d| d.to_string())
+            .filter(|d| !claimable.contains(d))
+            .collect();
+            assert!(!claims_any(&svc, &others));
+        }
+        assert_eq!(
+            claimable_domains(&mk_service(Some("web"))),
+            [
+                "web.shop.svc.cluster.local",
+                "web",
+                "web.shop",
+                "198.19.0.10"
+            ]
+        );
     }
 }
