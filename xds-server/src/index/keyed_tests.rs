@@ -4,6 +4,8 @@
 //! reported is what comparing the registries before and after says. Pods change labels (what
 //! DestinationRule subsets select) and slices name them by `targetRef` or by address.
 
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use prost::Message;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -438,12 +440,36 @@ fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
     check(&mut index, delete("aaa"), true);
     // A host claiming another's address: the first host keeps the domain, rendered anew.
     check(&mut index, service("a", "copy", "198.19.0.1", 80), false);
-    // A Service in the client's own namespace may add inbound ports: rendered anew.
+    // A Service in the client's own namespace that does not select it: spliced, with the bare
+    // short name among its domains there.
     check(
         &mut index,
         service_with_ports("b", "local", "198.19.0.7", http(80)),
-        false,
+        true,
     );
+    let routes = index.render_proxy_shared(&client).routes.clone();
+    let domains: Vec<String> = routes
+        .iter()
+        .filter(|r| r.name == "80")
+        .filter_map(|r| RouteConfiguration::decode(r.encoded.clone()).ok())
+        .flat_map(|rc| rc.virtual_hosts)
+        .filter(|v| v.name == "local.b.svc.cluster.local:80")
+        .flat_map(|v| v.domains)
+        .collect();
+    assert!(domains.iter().any(|d| d == "local"), "{domains:?}");
+    // One selecting the client adds its inbound ports: the client moves to a scope of its own,
+    // rendered anew, and the one it left is spliced.
+    let before = index.render_proxy_shared(&client);
+    assert_eq!(
+        index
+            .apply(service_with_ports("b", "client", "198.19.0.8", http(80)))
+            .kind,
+        ChangeKind::Config
+    );
+    let after = index.render_proxy_shared(&client);
+    assert!(*after != *before);
+    assert!(*after == index.render_proxy_uncached(&client));
+    assert_eq!(index.cached_scopes(), 2);
 }
 
 /// Configurations holding the same assignments (the same interned `Arc`s) share one index of

@@ -12,9 +12,12 @@
 //!   with HTTP ports only: TCP ports own filter chains of the port's listener;
 //! - no other host claims one of its domains: a route configuration gives a domain to the
 //!   first host that claims it, so a neighbour's virtual host could change with it;
-//! - the scope is a sidecar's without EnvoyFilters, outside the host's namespace (there the
-//!   inbound side reads the Services selecting the workload), with the one catch-all egress
-//!   listener (one route configuration per port, hosts in registry order: by hostname);
+//! - the scope is a sidecar's without EnvoyFilters, with the one catch-all egress listener
+//!   (one route configuration per port, hosts in registry order: by hostname). In the host's
+//!   own namespace too: the inbound side reads the Services selecting the workload only
+//!   through the inbound ports, which are part of the scope's key (a proxy whose workload the
+//!   Service starts or stops selecting moves to another scope), and the bare short name the
+//!   host gains there is one of its claimable domains;
 //! - each route configuration the host leaves or joins keeps another host's virtual host, so
 //!   it and its listener exist before and after, unchanged but for that virtual host.
 //!
@@ -35,8 +38,6 @@ pub(super) struct HostChange<'a> {
     hostname: &'a str,
     /// The host's model now, while the Service exists.
     after: Option<&'a ServiceModel>,
-    /// Namespaces of its models, before and after.
-    namespaces: BTreeSet<&'a str>,
     /// Ports of its models, before and after.
     ports: BTreeSet<u32>,
 }
@@ -85,7 +86,6 @@ impl<'a> HostChange<'a> {
         Some(HostChange {
             hostname,
             after,
-            namespaces: all.iter().map(|m| m.namespace.as_str()).collect(),
             ports,
         })
     }
@@ -110,10 +110,7 @@ pub(super) fn splice(
     interner: &mut Interner,
     indexes: &mut EdsIndexMemo,
 ) -> Option<CachedConfig> {
-    if key.traffic.kind() != ProxyKind::Sidecar
-        || !key.envoy_filters.is_empty()
-        || change.namespaces.contains(key.namespace.as_str())
-    {
+    if key.traffic.kind() != ProxyKind::Sidecar || !key.envoy_filters.is_empty() {
         return None;
     }
     let sidecar = key
