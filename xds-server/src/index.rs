@@ -37,8 +37,8 @@ use route_encoding::RouteParts;
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::envoyfilter;
 use crate::model::{
-    list_key, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind, ProxyNode,
-    Resource, SourceEvent, VhdsRoutes,
+    list_key, same_resources, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind,
+    ProxyNode, Resource, SourceEvent, VhdsRoutes,
 };
 use crate::push::ConfigGenerator;
 pub use crate::push::{Change, ChangeKind};
@@ -127,15 +127,10 @@ impl EdsIndexMemo {
     fn index(&mut self, config: &Arc<ProxyConfig>) -> Arc<EdsIndex> {
         let list = &config.endpoints;
         let candidates = self.built.entry(list_key(list)).or_default();
-        let same = |other: &ProxyConfig| {
-            other.endpoints.len() == list.len()
-                && other
-                    .endpoints
-                    .iter()
-                    .zip(list)
-                    .all(|(a, b)| Arc::ptr_eq(a, b))
-        };
-        if let Some((_, index)) = candidates.iter().find(|(c, _)| same(c)) {
+        if let Some((_, index)) = candidates
+            .iter()
+            .find(|(c, _)| same_resources(c.endpoints.iter(), list))
+        {
             return Arc::clone(index);
         }
         let mut index = EdsIndex::new();

@@ -254,6 +254,15 @@ pub struct Resource {
     pub version: String,
 }
 
+/// Whether `a` holds exactly the resources of `b` (the same `Arc`s, in the same order): then
+/// whatever was built from one was built from the other.
+pub fn same_resources<'a>(
+    a: impl ExactSizeIterator<Item = &'a Arc<Resource>>,
+    b: &[Arc<Resource>],
+) -> bool {
+    a.len() == b.len() && a.zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
 /// A resource list's length and the addresses of its first and last resource: lists with
 /// different keys hold different resources; lists with the same key are compared in full.
 /// Memos of what was built from a list use it while they hold the list's resources (so that no

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{list_key, type_url, ListKey, ProxyConfig, Resource};
+use crate::model::{list_key, same_resources, type_url, ListKey, ProxyConfig, Resource};
 
 /// Number of resource types served over ADS.
 pub const TYPE_COUNT: usize = type_url::ORDER.len();
@@ -116,12 +116,7 @@ impl TypeSnapshot {
     /// Whether this snapshot was built from exactly these resources (the same `Arc`s, in name
     /// order): then it can be reused without hashing anything.
     pub fn built_from(&self, list: &[Arc<Resource>]) -> bool {
-        self.resources.len() == list.len()
-            && self
-                .resources
-                .values()
-                .zip(list)
-                .all(|(a, b)| Arc::ptr_eq(a, b))
+        same_resources(self.resources.values(), list)
     }
 
     /// Encoded bytes of the resources.
