@@ -130,6 +130,19 @@ impl TypeTracker {
     }
 
     /// Whether `nonce` answers something other than our latest response of the type.
+    /// SotW reconnect: whether the proxy reported holding `version`, that of `target`; then it
+    /// holds `target`. The report is used up either way.
+    fn resumes(&mut self, target: &BTreeMap<String, Arc<Resource>>, version: &str) -> bool {
+        if self.resume_version.take().as_deref() != Some(version) {
+            return false;
+        }
+        self.sent = target.clone();
+        self.sent_version = Some(version.to_string());
+        self.acked_version = Some(version.to_string());
+        self.responded = true;
+        true
+    }
+
     fn is_stale(&self, nonce: &str) -> bool {
         match &self.last_nonce {
             // Nothing sent on this stream yet: a nonce from a previous stream is just noise.
@@ -176,14 +189,8 @@ impl TypeTracker {
                 // Endpoints are not state of the world: a response carries what changed, and
                 // nothing is ever removed by one.
                 let version = set_version(scoped.values());
-                if let Some(resume) = self.resume_version.take() {
-                    if resume == version {
-                        self.sent = scoped;
-                        self.sent_version = Some(version.clone());
-                        self.acked_version = Some(version);
-                        self.responded = true;
-                        return None;
-                    }
+                if self.resumes(&scoped, &version) {
+                    return None;
                 }
                 let upserts: Vec<Arc<Resource>> = scoped
                     .values()
@@ -211,14 +218,8 @@ impl TypeTracker {
                     }
                 }
                 let version = set_version(target.values());
-                if let Some(resume) = self.resume_version.take() {
-                    if resume == version {
-                        self.sent = target;
-                        self.sent_version = Some(version.clone());
-                        self.acked_version = Some(version);
-                        self.responded = true;
-                        return None;
-                    }
+                if self.resumes(&target, &version) {
+                    return None;
                 }
                 if self.responded && !self.force && self.sent_version.as_ref() == Some(&version) {
                     return None;
