@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 mod dependency_order;
+pub mod map_diff;
 pub mod snapshot;
 pub mod stream;
 pub mod tracker;

@@ -2,11 +2,12 @@
 //! name, with a content-hash version per type.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use super::map_diff::{names_within, walk};
 use crate::model::{list_key, same_resources, type_url, ListKey, ProxyConfig, Resource};
 
 /// Number of resource types served over ADS.
@@ -67,37 +68,37 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Resources of one type by name, shared between snapshots and the streams that hold them.
 pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
-/// Whether every name of `inner` is a name of `outer`, in one walk over both.
-pub fn names_within(inner: &ResourceMap, outer: &ResourceMap) -> bool {
-    if std::ptr::eq(inner, outer) {
-        return true;
-    }
-    if inner.len() > outer.len() {
-        return false;
-    }
-    let mut o = outer.keys();
-    'next: for name in inner.keys() {
-        for candidate in o.by_ref() {
-            match candidate.as_str().cmp(name.as_str()) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => continue 'next,
-                std::cmp::Ordering::Greater => return false,
-            }
-        }
-        return false;
-    }
-    true
-}
-
 /// The resources of one type for one proxy. Built once per rendered config and shared (by
 /// `Arc`) by every stream and snapshot holding the same content, so the per-type hash is
 /// computed once, not per stream wake-up.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct TypeSnapshot {
     pub resources: Arc<ResourceMap>,
     /// [`set_version`] of `resources`.
     pub version: String,
+    /// What changed since the snapshot of the type this one succeeded in its scope.
+    since: Option<Since>,
 }
+
+/// The names that differ between a type snapshot and its predecessor: computed once per push
+/// and type, so that the streams holding the predecessor need not each walk both.
+#[derive(Clone, Debug)]
+struct Since {
+    /// The predecessor's resources. Weak: a snapshot does not keep the one it replaced alive,
+    /// and the allocation outlives the map while this lives, so no other map takes its address.
+    base: Weak<ResourceMap>,
+    /// Names added or changed (in `resources`) or removed (not in them), in name order.
+    changed: Vec<String>,
+}
+
+impl PartialEq for TypeSnapshot {
+    /// Same content; how it was reached does not matter.
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version && self.resources == other.resources
+    }
+}
+
+impl Eq for TypeSnapshot {}
 
 impl TypeSnapshot {
     /// The snapshot of a resource list.
@@ -110,7 +111,37 @@ impl TypeSnapshot {
         Self {
             resources: Arc::new(resources),
             version,
+            since: None,
         }
+    }
+
+    /// The snapshot of a resource list that succeeds `previous` in its scope.
+    pub fn after(list: &[Arc<Resource>], previous: &TypeSnapshot) -> Self {
+        Self::new(list).succeeding(previous)
+    }
+
+    /// The same content, recording what changed since `previous`.
+    fn succeeding(mut self, previous: &TypeSnapshot) -> Self {
+        let diff = walk(&previous.resources, &self.resources);
+        let mut changed: Vec<String> = diff
+            .changed
+            .iter()
+            .map(|r| r.name.clone())
+            .chain(diff.gone.iter().map(|(n, _)| (*n).clone()))
+            .collect();
+        changed.sort_unstable();
+        self.since = Some(Since {
+            base: Arc::downgrade(&previous.resources),
+            changed,
+        });
+        self
+    }
+
+    /// The names added, changed or removed since `held`, if `held` is the very map of the
+    /// snapshot this one succeeded.
+    pub fn changed_since(&self, held: &Arc<ResourceMap>) -> Option<&[String]> {
+        let since = self.since.as_ref()?;
+        std::ptr::eq(since.base.as_ptr(), Arc::as_ptr(held)).then_some(since.changed.as_slice())
     }
 
     /// Whether this snapshot was built from exactly these resources (the same `Arc`s, in name
@@ -140,13 +171,36 @@ pub struct TypeMemo {
 }
 
 impl TypeMemo {
-    /// The snapshot of `list`: one built before from the same resources, else a new one.
-    pub fn snapshot(&mut self, list: &[Arc<Resource>]) -> Arc<TypeSnapshot> {
+    /// The snapshot of `list` succeeding `previous`: one built before from the same resources
+    /// (its map and hash shared), else a new one. Scopes with another predecessor get their own
+    /// record of what changed, around the shared map.
+    pub fn snapshot(
+        &mut self,
+        list: &[Arc<Resource>],
+        previous: Option<&TypeSnapshot>,
+    ) -> Arc<TypeSnapshot> {
         let candidates = self.built.entry(list_key(list)).or_default();
-        if let Some(t) = candidates.iter().find(|t| t.built_from(list)) {
-            return Arc::clone(t);
+        let base = previous.map(|p| Arc::as_ptr(&p.resources));
+        let mut same_resources = None;
+        for t in candidates.iter().filter(|t| t.built_from(list)) {
+            let t_base = t.since.as_ref().map(|s| s.base.as_ptr());
+            if t_base == base {
+                return Arc::clone(t);
+            }
+            same_resources = Some(t);
         }
-        let t = Arc::new(TypeSnapshot::new(list));
+        let built = match same_resources {
+            Some(t) => TypeSnapshot {
+                resources: Arc::clone(&t.resources),
+                version: t.version.clone(),
+                since: None,
+            },
+            None => TypeSnapshot::new(list),
+        };
+        let t = Arc::new(match previous {
+            Some(p) => built.succeeding(p),
+            None => built,
+        });
         candidates.push(Arc::clone(&t));
         t
     }
@@ -196,13 +250,13 @@ impl Snapshot {
             let list = config.of_type(type_url::ORDER[i]);
             match previous.map(|p| &p.types[i]) {
                 Some(t) if t.built_from(list) => Arc::clone(t),
-                _ => memo.snapshot(list),
+                previous => memo.snapshot(list, previous.map(|t| &**t)),
             }
         });
         let vhds_routes = match (&config.vhds, previous) {
             (None, _) => Arc::clone(&types[RDS]),
             (Some(v), Some(p)) if p.vhds_routes.built_from(&v.routes) => Arc::clone(&p.vhds_routes),
-            (Some(v), _) => memo.snapshot(&v.routes),
+            (Some(v), p) => memo.snapshot(&v.routes, p.map(|p| &*p.vhds_routes)),
         };
         Self::from_types(types, vhds_routes, changed_at, None)
     }

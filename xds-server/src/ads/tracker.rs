@@ -37,8 +37,9 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
+use super::map_diff::{diff, names_within};
 use super::snapshot::{
-    names_within, set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
+    set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
 };
 use crate::model::{type_url, Resource};
 
@@ -368,6 +369,9 @@ impl TypeTracker {
         if self.wildcard && restrict.is_none() && self.held_routes.is_none() {
             return Arc::clone(&desired.resources);
         }
+        if restrict.is_none() && self.still_whole(desired) {
+            return Arc::clone(&desired.resources);
+        }
         let keep = |n: &String| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(n));
         if desired.resources.keys().all(keep) {
             return Arc::clone(&desired.resources);
@@ -380,6 +384,18 @@ impl TypeTracker {
                 .map(|(n, r)| (n.clone(), Arc::clone(r)))
                 .collect(),
         )
+    }
+
+    /// Whether every resource of `desired` is in scope, known from what changed since the
+    /// proxy took all of its predecessor: the subscription has not changed since (it is
+    /// settled), so only the names added or changed need a look.
+    fn still_whole(&self, desired: &TypeSnapshot) -> bool {
+        self.settled.is_some()
+            && desired.changed_since(&self.sent).is_some_and(|names| {
+                names
+                    .iter()
+                    .all(|n| !desired.resources.contains_key(n) || self.in_scope(n))
+            })
     }
 
     /// Plans the next response of this type, if one is due. With `restrict`, only resources
@@ -422,7 +438,7 @@ impl TypeTracker {
                 // assignment with its cluster). The proxy is then taken to hold exactly the
                 // subscribed part, so the version is that of `scoped`, as a whole response's
                 // would be: a reconnecting proxy reports it and is resumed by it.
-                let upserts: Vec<Arc<Resource>> = walk(&self.sent, &scoped)
+                let upserts: Vec<Arc<Resource>> = diff(&self.sent, &scoped, desired)
                     .changed
                     .into_iter()
                     .cloned()
@@ -450,7 +466,7 @@ impl TypeTracker {
                     Vec::new()
                 } else {
                     // Keep resources removed from the config until the additions are ACKed.
-                    let diff = walk(&self.sent, &scoped);
+                    let diff = diff(&self.sent, &scoped, desired);
                     let gone = diff.gone.len();
                     let kept: Vec<_> = diff
                         .gone
@@ -503,7 +519,7 @@ impl TypeTracker {
                 (target, version, resources, Vec::new())
             }
             Protocol::Delta => {
-                let diff = walk(&self.sent, &scoped);
+                let diff = diff(&self.sent, &scoped, desired);
                 let upserts: Vec<Arc<Resource>> = diff.changed.into_iter().cloned().collect();
                 let stale: Vec<String> = diff.gone.into_iter().map(|(n, _)| n.clone()).collect();
                 complete = final_phase || stale.is_empty();
@@ -537,6 +553,10 @@ impl TypeTracker {
             desired_version: desired.version.clone(),
         });
         self.settled = complete.then(|| desired.version.clone());
+        if complete && self.held_routes.is_some() {
+            // What it now holds is the subscribed part, all within the held routes.
+            self.sent_within_held = Some(Arc::clone(&self.sent));
+        }
         self.last_nonce = Some(nonce.clone());
         self.responded = true;
         self.force = false;
@@ -568,55 +588,6 @@ fn in_route(routes: &ResourceMap, name: &str) -> bool {
         .is_some_and(|(route, _)| routes.contains_key(route))
 }
 
-/// How what a proxy holds differs from what it should hold.
-struct MapDiff<'a> {
-    /// Resources of `desired` the proxy lacks or holds in another version.
-    changed: Vec<&'a Arc<Resource>>,
-    /// Entries held that `desired` no longer has.
-    gone: Vec<(&'a String, &'a Arc<Resource>)>,
-}
-
-/// Compares `held` with `desired` in one walk over both (each is sorted by name), so a push
-/// costs one pass rather than a tree search per resource; entries that are the same `Arc` are
-/// equal without comparing anything.
-fn walk<'a>(held: &'a ResourceMap, desired: &'a ResourceMap) -> MapDiff<'a> {
-    let mut diff = MapDiff {
-        changed: Vec::new(),
-        gone: Vec::new(),
-    };
-    if std::ptr::eq(held, desired) {
-        return diff;
-    }
-    let mut h = held.iter().peekable();
-    let mut d = desired.iter().peekable();
-    loop {
-        match (h.peek(), d.peek()) {
-            (None, None) => break,
-            (Some(_), None) => diff.gone.extend(h.by_ref()),
-            (None, Some(_)) => diff.changed.extend(d.by_ref().map(|(_, r)| r)),
-            (Some((hn, hr)), Some((dn, dr))) => {
-                if Arc::ptr_eq(hr, dr) {
-                    h.next();
-                    d.next();
-                    continue;
-                }
-                match hn.as_str().cmp(dn.as_str()) {
-                    std::cmp::Ordering::Less => diff.gone.extend(h.next()),
-                    std::cmp::Ordering::Greater => diff.changed.extend(d.next().map(|(_, r)| r)),
-                    std::cmp::Ordering::Equal => {
-                        if hr.version != dr.version {
-                            diff.changed.push(dr);
-                        }
-                        h.next();
-                        d.next();
-                    }
-                }
-            }
-        }
-    }
-    diff
-}
-
 /// Protocol state of one ADS stream.
 #[derive(Clone, Debug)]
 pub struct StreamState {
@@ -640,6 +611,20 @@ impl SubsetMemo {
         self.0
             .as_ref()
             .is_some_and(|(i, o)| Arc::ptr_eq(i, inner) && Arc::ptr_eq(o, outer))
+    }
+
+    /// Whether `inner` is within `outer`'s resources because it was found within the map
+    /// `outer` succeeded, and none of the names `outer` removed is one of `inner`'s (a look per
+    /// changed name instead of a walk over both).
+    fn holds_after(&self, inner: &Arc<ResourceMap>, outer: &TypeSnapshot) -> bool {
+        self.0.as_ref().is_some_and(|(i, o)| {
+            Arc::ptr_eq(i, inner)
+                && outer.changed_since(o).is_some_and(|names| {
+                    names
+                        .iter()
+                        .all(|n| outer.resources.contains_key(n) || !inner.contains_key(n))
+                })
+        })
     }
 
     fn record(&mut self, inner: &Arc<ResourceMap>, outer: &Arc<ResourceMap>) {
@@ -818,11 +803,14 @@ impl StreamState {
         // The proxy was sent exactly the snapshot's clusters, which name every desired
         // assignment: only what it holds of EDS needs a look.
         let held = &self.types[EDS].sent;
-        let within = ((snapshot.endpoints_within_clusters
-            && Arc::ptr_eq(&cds.sent, &snapshot.types[CDS].resources))
+        let clusters = &snapshot.types[CDS];
+        let sent_whole = Arc::ptr_eq(&cds.sent, &clusters.resources);
+        let within = ((snapshot.endpoints_within_clusters && sent_whole)
             || self.eds_checked.holds(desired, &cds.sent)
             || names_within(desired, &cds.sent))
-            && (self.eds_checked.holds(held, &cds.sent) || names_within(held, &cds.sent));
+            && (self.eds_checked.holds(held, &cds.sent)
+                || (sent_whole && self.eds_checked.holds_after(held, clusters))
+                || names_within(held, &cds.sent));
         if !within {
             return Some(Arc::clone(&cds.sent));
         }
@@ -907,7 +895,7 @@ impl StreamState {
             // Added ones too: an assignment sent ahead of its cluster (whose CDS response
             // the proxy then rejected, or on a new stream, where the proxy's clusters are
             // unknown) was taken by no cluster.
-            let recreated: Vec<&String> = walk(&before, &after)
+            let recreated: Vec<&String> = diff(&before, &after, desired)
                 .changed
                 .into_iter()
                 .map(|r| &r.name)
@@ -920,6 +908,7 @@ impl StreamState {
 
 #[cfg(test)]
 mod tests {
+    use super::super::map_diff::tests::diffs_from_changes;
     use super::super::tracker_model;
     use super::*;
 
@@ -986,6 +975,43 @@ mod tests {
                 virtual_hosts,
             }),
         }
+    }
+
+    /// `config` with one resource of one type added, changed or removed, the others shared:
+    /// the kind of change a push usually makes.
+    fn successor(config: &crate::model::ProxyConfig, rng: &mut Rng) -> crate::model::ProxyConfig {
+        let mut next = config.clone();
+        let i = rng.below(TYPE_COUNT as u64) as usize;
+        let name = NAMES[rng.below(NAMES.len() as u64) as usize];
+        let (list, name) = match i {
+            0 => (&mut next.clusters, name.to_string()),
+            1 => (&mut next.endpoints, name.to_string()),
+            2 => (&mut next.listeners, name.to_string()),
+            3 => (&mut next.routes, name.to_string()),
+            _ => match &mut next.vhds {
+                Some(v) => (&mut v.virtual_hosts, format!("{name}/x")),
+                None => (&mut next.routes, name.to_string()),
+            },
+        };
+        let at = list.partition_point(|r| r.name < name);
+        let present = list.get(at).is_some_and(|r| r.name == name);
+        if present && rng.chance(30) {
+            list.remove(at);
+        } else {
+            let body = format!("{name}{}", rng.below(3));
+            let r = Arc::new(Resource {
+                type_url: type_url::ORDER[i],
+                name,
+                version: super::super::snapshot::content_version(body.as_bytes()),
+                encoded: Bytes::from(body),
+            });
+            if present {
+                list[at] = r;
+            } else {
+                list.insert(at, r);
+            }
+        }
+        next
     }
 
     fn random_names(rng: &mut Rng) -> Vec<String> {
@@ -1068,12 +1094,26 @@ mod tests {
             state = state.with_vhds();
             model = model.with_vhds();
         }
-        let mut snapshot = Snapshot::new(&random_config(&mut rng), Instant::now());
+        let mut config = random_config(&mut rng);
+        let mut snapshot = Snapshot::new(&config, Instant::now());
         let mut last: Vec<Outgoing> = Vec::new();
         for step in 0..60 {
             let type_url = type_url::ORDER[rng.below(TYPE_COUNT as u64) as usize];
             match rng.below(10) {
-                0..=2 => snapshot = Snapshot::new(&random_config(&mut rng), Instant::now()),
+                0..=2 => {
+                    // Mostly as the push loop builds them: recording what changed since the
+                    // last one, which settled streams plan from.
+                    config = if rng.chance(50) {
+                        successor(&config, &mut rng)
+                    } else {
+                        random_config(&mut rng)
+                    };
+                    snapshot = if rng.chance(80) {
+                        Snapshot::reusing(&config, Instant::now(), Some(&snapshot))
+                    } else {
+                        Snapshot::new(&config, Instant::now())
+                    };
+                }
                 3..=6 => {
                     // Answer one of the last responses (or something stale), keeping or
                     // changing the subscription.
@@ -1180,24 +1220,33 @@ mod tests {
 
     #[test]
     fn sotw_matches_the_recomputing_model() {
+        let before = diffs_from_changes();
         for seed in 1..=400 {
             matches_the_recomputing_model(Protocol::Sotw, false, seed * 7919);
         }
+        // The sequences reach the plans taken from a snapshot's recorded changes.
+        assert!(diffs_from_changes() - before > 100);
     }
 
     #[test]
     fn delta_matches_the_recomputing_model() {
+        let before = diffs_from_changes();
         for seed in 1..=400 {
             matches_the_recomputing_model(Protocol::Delta, false, seed * 7919);
         }
+        // The sequences reach the plans taken from a snapshot's recorded changes.
+        assert!(diffs_from_changes() - before > 100);
     }
 
     /// Delta Envoys with VHDS: route stubs, and virtual hosts subscribed by namespace.
     #[test]
     fn vhds_matches_the_recomputing_model() {
+        let before = diffs_from_changes();
         for seed in 1..=400 {
             matches_the_recomputing_model(Protocol::Delta, true, seed * 7919);
         }
+        // The sequences reach the plans taken from a snapshot's recorded changes.
+        assert!(diffs_from_changes() - before > 100);
     }
 
     fn resource(url: &'static str, name: &str, body: &str) -> Arc<Resource> {
@@ -1354,68 +1403,6 @@ mod tests {
         ack(&mut envoy, &more[0]);
         let later = envoy.next_responses(&snapshot);
         assert_eq!(names(&later[0]), ["8080/a"]);
-    }
-
-    fn map(entries: &[(&str, &str)]) -> ResourceMap {
-        entries
-            .iter()
-            .map(|(n, v)| {
-                let r = Arc::new(Resource {
-                    name: n.to_string(),
-                    type_url: type_url::CLUSTER,
-                    encoded: Bytes::from(v.to_string()),
-                    version: v.to_string(),
-                });
-                (n.to_string(), r)
-            })
-            .collect()
-    }
-
-    /// The one-walk diff gives what per-name look-ups give, on random pairs of maps.
-    #[test]
-    fn the_ordered_walk_equals_per_name_lookups() {
-        let mut rng = Rng(0x9e37_79b9);
-        for _ in 0..2_000 {
-            let mut pick = || {
-                let mut entries: Vec<(String, String)> = Vec::new();
-                for n in NAMES.iter().chain(["ab", "b0", ""].iter()) {
-                    if rng.chance(50) {
-                        entries.push((n.to_string(), rng.below(2).to_string()));
-                    }
-                }
-                let refs: Vec<(&str, &str)> = entries
-                    .iter()
-                    .map(|(n, v)| (n.as_str(), v.as_str()))
-                    .collect();
-                map(&refs)
-            };
-            let (held, desired) = (pick(), pick());
-            let diff = walk(&held, &desired);
-            let changed: Vec<&str> = diff.changed.iter().map(|r| r.name.as_str()).collect();
-            let gone: Vec<&str> = diff.gone.iter().map(|(n, _)| n.as_str()).collect();
-            let expect_changed: Vec<&str> = desired
-                .values()
-                .filter(|r| held.get(&r.name).map(|h| &h.version) != Some(&r.version))
-                .map(|r| r.name.as_str())
-                .collect();
-            let expect_gone: Vec<&str> = held
-                .keys()
-                .filter(|n| !desired.contains_key(*n))
-                .map(String::as_str)
-                .collect();
-            assert_eq!(changed, expect_changed);
-            assert_eq!(gone, expect_gone);
-            assert_eq!(
-                names_within(&held, &desired),
-                held.keys().all(|n| desired.contains_key(n))
-            );
-        }
-        // The same map: nothing differs, without a look.
-        let m = map(&[("a", "1")]);
-        let same = walk(&m, &m);
-        assert!(same.changed.is_empty() && same.gone.is_empty());
-        assert!(names_within(&m, &m) && names_within(&map(&[]), &m));
-        assert!(!names_within(&map(&[("b", "1")]), &m));
     }
 
     #[test]

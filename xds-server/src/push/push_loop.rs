@@ -342,7 +342,7 @@ impl Pusher {
         let endpoints = match eds.get(&key) {
             Some((_, t)) => Arc::clone(t),
             None => {
-                let t = types.snapshot(&config.endpoints);
+                let t = types.snapshot(&config.endpoints, Some(&current.types[EDS]));
                 eds.insert(key, (config, Arc::clone(&t)));
                 t
             }
