@@ -35,6 +35,14 @@ pub fn diff<'a>(
     walk(held, target)
 }
 
+/// Marks a look at every resource of a type: counted in tests, which check that a settled
+/// stream's wake-up for a small change takes none.
+#[inline]
+pub(crate) fn walked() {
+    #[cfg(test)]
+    tests::count_walk();
+}
+
 /// The diff of a successor from the names changed since its predecessor `held`: each one is
 /// either in `target` (added or changed) or only in `held` (removed).
 fn from_changes<'a>(
@@ -67,6 +75,7 @@ pub fn walk<'a>(held: &'a ResourceMap, desired: &'a ResourceMap) -> MapDiff<'a> 
     if std::ptr::eq(held, desired) {
         return diff;
     }
+    walked();
     let mut h = held.iter().peekable();
     let mut d = desired.iter().peekable();
     loop {
@@ -105,6 +114,7 @@ pub fn names_within(inner: &ResourceMap, outer: &ResourceMap) -> bool {
     if inner.len() > outer.len() {
         return false;
     }
+    walked();
     let mut o = outer.keys();
     'next: for name in inner.keys() {
         for candidate in o.by_ref() {
@@ -130,6 +140,16 @@ pub(crate) mod tests {
 
     thread_local! {
         static FROM_CHANGES: Cell<usize> = const { Cell::new(0) };
+        static WALKS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(super) fn count_walk() {
+        WALKS.with(|c| c.set(c.get() + 1));
+    }
+
+    /// How many looks at every resource of a type this thread took ([`walked`]).
+    pub(crate) fn walks() -> usize {
+        WALKS.with(Cell::get)
     }
 
     pub(super) fn count_diff_from_changes() {

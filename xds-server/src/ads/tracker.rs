@@ -37,7 +37,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::map_diff::{diff, names_within};
+use super::map_diff::{diff, names_within, walked};
 use super::snapshot::{
     set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
 };
@@ -182,6 +182,10 @@ pub struct TypeTracker {
     /// resources: until the content or the subscription changes there is nothing to plan, so a
     /// wake-up costs a string comparison instead of a walk over every resource.
     settled: Option<String>,
+    /// A snapshot map whose every name is in the current scope: set when the subscribed part
+    /// of a snapshot was all of it, dropped when the subscription or the held routes change.
+    /// Whether its successor is all in scope too then takes a look per changed name.
+    whole_in_scope: Option<Arc<ResourceMap>>,
 }
 
 impl TypeTracker {
@@ -245,12 +249,14 @@ impl TypeTracker {
         if same_routes && same_sent {
             return;
         }
+        walked();
         if self.sent.keys().any(|n| !in_route(routes, n)) {
             Arc::make_mut(&mut self.sent).retain(|n, _| in_route(routes, n));
         }
         if !same_routes {
             self.held_routes = Some(Arc::clone(routes));
             self.settled = None;
+            self.whole_in_scope = None;
         }
         self.sent_within_held = Some(Arc::clone(&self.sent));
     }
@@ -372,6 +378,7 @@ impl TypeTracker {
         if restrict.is_none() && self.still_whole(desired) {
             return Arc::clone(&desired.resources);
         }
+        walked();
         let keep = |n: &String| self.in_scope(n) && restrict.is_none_or(|r| r.contains_key(n));
         if desired.resources.keys().all(keep) {
             return Arc::clone(&desired.resources);
@@ -386,16 +393,17 @@ impl TypeTracker {
         )
     }
 
-    /// Whether every resource of `desired` is in scope, known from what changed since the
-    /// proxy took all of its predecessor: the subscription has not changed since (it is
-    /// settled), so only the names added or changed need a look.
+    /// Whether every resource of `desired` is in scope, known from its predecessor being all
+    /// in scope ([`Self::whole_in_scope`]): only the names added or changed need a look.
     fn still_whole(&self, desired: &TypeSnapshot) -> bool {
-        self.settled.is_some()
-            && desired.changed_since(&self.sent).is_some_and(|names| {
-                names
-                    .iter()
-                    .all(|n| !desired.resources.contains_key(n) || self.in_scope(n))
-            })
+        self.whole_in_scope.as_ref().is_some_and(|base| {
+            Arc::ptr_eq(base, &desired.resources)
+                || desired.changed_since(base).is_some_and(|names| {
+                    names
+                        .iter()
+                        .all(|n| !desired.resources.contains_key(n) || self.in_scope(n))
+                })
+        })
     }
 
     /// Plans the next response of this type, if one is due. With `restrict`, only resources
@@ -430,6 +438,9 @@ impl TypeTracker {
         let final_phase = final_phase && restrict.is_none();
         let scoped = self.scoped(desired, restrict);
         let whole = Arc::ptr_eq(&scoped, &desired.resources);
+        if whole {
+            self.whole_in_scope = Some(Arc::clone(&scoped));
+        }
         // Whether the proxy will hold exactly `scoped` (nothing kept for make-before-break).
         let complete;
         let (next_sent, version, resources, removed) = match protocol {
@@ -600,6 +611,26 @@ pub struct StreamState {
     eds_checked: SubsetMemo,
 }
 
+/// Whether `clusters` adds none of the names of `inner` to `sent`, its predecessor: then
+/// whatever of `inner` is within `clusters` is within `sent` too (a look per changed name).
+fn adds_none_of(clusters: &TypeSnapshot, sent: &Arc<ResourceMap>, inner: &ResourceMap) -> bool {
+    clusters.changed_since(sent).is_some_and(|names| {
+        names
+            .iter()
+            .all(|n| sent.contains_key(n) || !inner.contains_key(n))
+    })
+}
+
+/// Whether what `desired` removed from `held`, its predecessor, is within `sent`: then, with
+/// `desired` within `sent`, so is `held` (a look per changed name).
+fn removes_within(desired: &TypeSnapshot, held: &Arc<ResourceMap>, sent: &ResourceMap) -> bool {
+    desired.changed_since(held).is_some_and(|names| {
+        names
+            .iter()
+            .all(|n| desired.resources.contains_key(n) || sent.contains_key(n))
+    })
+}
+
 /// One verified "the names of this map are within that map", kept by the maps' `Arc`s (which
 /// also keeps their addresses from being reused): a stream holds the snapshot's maps, so the
 /// same check on the next push finds them again without a walk.
@@ -707,6 +738,7 @@ impl StreamState {
         }
         if first || resubscribed {
             t.settled = None;
+            t.whole_in_scope = None;
         }
         t.wildcard = wildcard;
         t.names = names;
@@ -739,6 +771,7 @@ impl StreamState {
         t.requested = true;
         if first || !subscribe.is_empty() || !unsubscribe.is_empty() {
             t.settled = None;
+            t.whole_in_scope = None;
         }
         if first {
             // An empty first subscription is the legacy wildcard.
@@ -775,10 +808,16 @@ impl StreamState {
             }
         }
         let namespaced = t.namespaced;
-        if !t.wildcard && t.sent.keys().any(|n| !covers(&t.names, namespaced, n)) {
-            let names = &t.names;
-            Arc::make_mut(&mut t.sent).retain(|n, _| covers(names, namespaced, n));
-            t.settled = None;
+        // Only a narrowed subscription (or what a new stream said it holds) can leave held
+        // names uncovered: an ACK need not walk them.
+        let narrowed = first || !unsubscribe.is_empty();
+        if narrowed && !t.wildcard {
+            walked();
+            if t.sent.keys().any(|n| !covers(&t.names, namespaced, n)) {
+                let names = &t.names;
+                Arc::make_mut(&mut t.sent).retain(|n, _| covers(names, namespaced, n));
+                t.settled = None;
+            }
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
@@ -800,17 +839,21 @@ impl StreamState {
             return None;
         }
         let desired = &snapshot.types[EDS].resources;
-        // The proxy was sent exactly the snapshot's clusters, which name every desired
-        // assignment: only what it holds of EDS needs a look.
         let held = &self.types[EDS].sent;
         let clusters = &snapshot.types[CDS];
-        let sent_whole = Arc::ptr_eq(&cds.sent, &clusters.resources);
-        let within = ((snapshot.endpoints_within_clusters && sent_whole)
-            || self.eds_checked.holds(desired, &cds.sent)
-            || names_within(desired, &cds.sent))
-            && (self.eds_checked.holds(held, &cds.sent)
-                || (sent_whole && self.eds_checked.holds_after(held, clusters))
-                || names_within(held, &cds.sent));
+        let sent = &cds.sent;
+        // Each check below is cheaper than the next: the last ones walk every name.
+        let desired_within = (snapshot.endpoints_within_clusters
+            && (Arc::ptr_eq(sent, &clusters.resources) || adds_none_of(clusters, sent, desired)))
+            || self.eds_checked.holds(desired, sent)
+            || names_within(desired, sent);
+        let within = desired_within
+            && (Arc::ptr_eq(held, desired)
+                || removes_within(&snapshot.types[EDS], held, sent)
+                || self.eds_checked.holds(held, sent)
+                || (Arc::ptr_eq(sent, &clusters.resources)
+                    && self.eds_checked.holds_after(held, clusters))
+                || names_within(held, sent));
         if !within {
             return Some(Arc::clone(&cds.sent));
         }
@@ -908,7 +951,7 @@ impl StreamState {
 
 #[cfg(test)]
 mod tests {
-    use super::super::map_diff::tests::diffs_from_changes;
+    use super::super::map_diff::tests::{diffs_from_changes, walks};
     use super::super::tracker_model;
     use super::*;
 
@@ -1429,5 +1472,149 @@ mod tests {
         assert!(state.next_responses(&snapshot).is_empty());
         let (_, cds) = state.types().next().expect("cds tracker");
         assert!(Arc::ptr_eq(cds.held_map(), &snapshot.types[0].resources));
+    }
+
+    /// A stream that holds its whole configuration and gets a successor with one cluster, its
+    /// assignment and its virtual host added plans it without a look at the other resources
+    /// (the snapshot recorded what changed), and gets just those (all of CDS over SotW).
+    #[test]
+    fn a_settled_stream_plans_a_small_change_without_walking_its_resources() {
+        let res = |url: &'static str, name: &str| resource(url, name, name);
+        let config = |services: std::ops::Range<usize>| {
+            let n = services.len();
+            let names: Vec<String> = services.map(|i| format!("svc{i:03}")).collect();
+            let of = |url| names.iter().map(|c| res(url, c)).collect::<Vec<_>>();
+            crate::model::ProxyConfig {
+                clusters: of(type_url::CLUSTER),
+                endpoints: of(type_url::ENDPOINT),
+                listeners: vec![res(type_url::LISTENER, "out")],
+                routes: vec![resource(type_url::ROUTE, "80", &format!("{n} hosts"))],
+                vhds: Some(crate::model::VhdsRoutes {
+                    routes: vec![resource(type_url::ROUTE, "80", "stub")],
+                    virtual_hosts: names
+                        .iter()
+                        .map(|c| res(type_url::VIRTUAL_HOST, &format!("80/{c}")))
+                        .collect(),
+                }),
+            }
+        };
+        for (protocol, vhds) in [
+            (Protocol::Delta, true),
+            (Protocol::Delta, false),
+            (Protocol::Sotw, false),
+        ] {
+            let mut s = StreamState::new(protocol);
+            if vhds {
+                s = s.with_vhds();
+            }
+            // SotW: the assignments by wildcard, as the bench's clients. (Envoy names them,
+            // and a new cluster makes that a new subscription whose request lists every name:
+            // the stream then looks at each, in the size of the request.)
+            let sotw_names = |url: &str| match url {
+                type_url::ENDPOINT => vec![WILDCARD.to_string()],
+                type_url::ROUTE => vec!["80".to_string()],
+                _ => Vec::new(),
+            };
+            // Answers every response with an ACK until nothing is due.
+            let settle = |s: &mut StreamState, snapshot: &Snapshot| {
+                let mut sent = Vec::new();
+                loop {
+                    let out = s.next_responses(snapshot);
+                    if out.is_empty() {
+                        return sent;
+                    }
+                    for o in out {
+                        match protocol {
+                            Protocol::Sotw => s.on_sotw_request(
+                                o.type_url,
+                                &o.nonce,
+                                &o.version,
+                                &sotw_names(o.type_url),
+                                None,
+                            ),
+                            Protocol::Delta => s.on_delta_request(
+                                o.type_url,
+                                &o.nonce,
+                                &[],
+                                &[],
+                                &HashMap::new(),
+                                None,
+                            ),
+                        };
+                        sent.push(o);
+                    }
+                }
+            };
+            let before = Snapshot::new(&config(0..50), Instant::now());
+            let star = vec![WILDCARD.to_string()];
+            match protocol {
+                Protocol::Sotw => {
+                    for url in &type_url::ORDER[..VHDS] {
+                        s.on_sotw_request(url, "", "", &sotw_names(url), None);
+                    }
+                }
+                Protocol::Delta => {
+                    for url in &type_url::ORDER[..VHDS] {
+                        s.on_delta_request(url, "", &star, &[], &HashMap::new(), None);
+                    }
+                    if vhds {
+                        let ns = vec!["80".to_string()];
+                        s.on_delta_request(
+                            type_url::VIRTUAL_HOST,
+                            "",
+                            &ns,
+                            &[],
+                            &HashMap::new(),
+                            None,
+                        );
+                    }
+                }
+            }
+            settle(&mut s, &before);
+            // Built as the push loop does, once for every stream (that walks, per type).
+            let grown = Snapshot::reusing(&config(0..51), Instant::now(), Some(&before));
+            let shrunk = Snapshot::reusing(&config(1..51), Instant::now(), Some(&grown));
+            let walked = walks();
+            let sent = settle(&mut s, &grown);
+            let got: Vec<(&str, usize)> = sent
+                .iter()
+                .map(|o| (o.type_url, o.resources.len()))
+                .collect();
+            let mut want = vec![(type_url::CLUSTER, 1), (type_url::ENDPOINT, 1)];
+            if protocol == Protocol::Sotw {
+                want[0].1 = 51;
+            }
+            // The inline route configuration changed too; VHDS clients get the new host.
+            want.push(match vhds {
+                true => (type_url::VIRTUAL_HOST, 1),
+                false => (type_url::ROUTE, 1),
+            });
+            assert_eq!(got, want, "{protocol:?} vhds {vhds}");
+            // A service removed: what names it goes first, the cluster last.
+            let sent = settle(&mut s, &shrunk);
+            let got: Vec<(&str, usize, Vec<String>)> = sent
+                .iter()
+                .map(|o| (o.type_url, o.resources.len(), o.removed.clone()))
+                .collect();
+            let gone = || vec!["svc000".to_string()];
+            let want = match (protocol, vhds) {
+                (Protocol::Sotw, _) => vec![
+                    (type_url::ROUTE, 1, vec![]),
+                    (type_url::CLUSTER, 50, vec![]),
+                ],
+                (Protocol::Delta, true) => vec![
+                    (type_url::VIRTUAL_HOST, 0, vec!["80/svc000".to_string()]),
+                    (type_url::ENDPOINT, 0, gone()),
+                    (type_url::CLUSTER, 0, gone()),
+                ],
+                (Protocol::Delta, false) => vec![
+                    (type_url::ROUTE, 1, vec![]),
+                    (type_url::ENDPOINT, 0, gone()),
+                    (type_url::CLUSTER, 0, gone()),
+                ],
+            };
+            assert_eq!(got, want, "{protocol:?} vhds {vhds}");
+            assert_eq!(walks(), walked, "{protocol:?} vhds {vhds}: walked");
+        }
     }
 }
