@@ -38,15 +38,55 @@ pub fn set_version<'a>(resources: impl IntoIterator<Item = &'a Arc<Resource>>) -
         .into_iter()
         .map(|r| (r.name.as_str(), r.version.as_str()))
         .collect();
-    pairs.sort_unstable();
-    let mut hasher = Sha256::new();
-    for (name, version) in pairs {
-        hasher.update(name.as_bytes());
-        hasher.update([0]);
-        hasher.update(version.as_bytes());
-        hasher.update([b'\n']);
+    if !pairs.is_sorted() {
+        pairs.sort_unstable();
     }
-    hex(&hasher.finalize())
+    let mut hasher = PairHasher::default();
+    for (name, version) in pairs {
+        hasher.pair(name, version);
+    }
+    hasher.finish()
+}
+
+/// Sha256 over `name \0 version \n` lines (and any other bytes), fed through a buffer: one
+/// update per 64 KiB instead of four per line, which for 10,000 resources cost more than the
+/// hashing itself. The digest is that of the same bytes fed one by one.
+#[derive(Default)]
+pub struct PairHasher {
+    hasher: Sha256,
+    buf: Vec<u8>,
+}
+
+impl PairHasher {
+    const FLUSH_AT: usize = 64 * 1024;
+
+    /// Appends raw bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        self.flush_if_full();
+    }
+
+    /// Appends one `name \0 version \n` line.
+    pub fn pair(&mut self, name: &str, version: &str) {
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.buf.extend_from_slice(version.as_bytes());
+        self.buf.push(b'\n');
+        self.flush_if_full();
+    }
+
+    fn flush_if_full(&mut self) {
+        if self.buf.len() >= Self::FLUSH_AT {
+            self.hasher.update(&self.buf);
+            self.buf.clear();
+        }
+    }
+
+    /// Lower-case hex of the digest.
+    pub fn finish(mut self) -> String {
+        self.hasher.update(&self.buf);
+        hex(&self.hasher.finalize())
+    }
 }
 
 /// Content hash of one encoded resource (used by generators to fill `Resource::version`).
@@ -76,6 +116,8 @@ pub struct TypeSnapshot {
     pub resources: Arc<ResourceMap>,
     /// [`set_version`] of `resources`.
     pub version: String,
+    /// Encoded bytes of the resources.
+    pub bytes: usize,
     /// What changed since the snapshot of the type this one succeeded in its scope.
     since: Option<Since>,
 }
@@ -108,9 +150,11 @@ impl TypeSnapshot {
             .map(|r| (r.name.clone(), Arc::clone(r)))
             .collect();
         let version = set_version(resources.values());
+        let bytes = resources.values().map(|r| r.encoded.len()).sum();
         Self {
             resources: Arc::new(resources),
             version,
+            bytes,
             since: None,
         }
     }
@@ -148,11 +192,6 @@ impl TypeSnapshot {
     /// order): then it can be reused without hashing anything.
     pub fn built_from(&self, list: &[Arc<Resource>]) -> bool {
         same_resources(self.resources.values(), list)
-    }
-
-    /// Encoded bytes of the resources.
-    pub fn bytes(&self) -> usize {
-        self.resources.values().map(|r| r.encoded.len()).sum()
     }
 }
 
@@ -193,6 +232,7 @@ impl TypeMemo {
             Some(t) => TypeSnapshot {
                 resources: Arc::clone(&t.resources),
                 version: t.version.clone(),
+                bytes: t.bytes,
                 since: None,
             },
             None => TypeSnapshot::new(list),
@@ -204,6 +244,34 @@ impl TypeMemo {
         candidates.push(Arc::clone(&t));
         t
     }
+}
+
+/// Whether every assignment of `types` names one of its clusters. From what changed since
+/// `previous` when that held there: each assignment added or changed names a cluster, and no
+/// cluster removed has an assignment (a look per changed name); by a walk otherwise.
+fn endpoints_within_clusters(
+    types: &[Arc<TypeSnapshot>; TYPE_COUNT],
+    previous: Option<&Snapshot>,
+) -> bool {
+    let (clusters, endpoints) = (&types[0], &types[1]);
+    let changes = |now: &TypeSnapshot, before: &TypeSnapshot| -> Option<Vec<String>> {
+        if Arc::ptr_eq(&now.resources, &before.resources) {
+            return Some(Vec::new());
+        }
+        now.changed_since(&before.resources).map(<[String]>::to_vec)
+    };
+    if let Some(p) = previous.filter(|p| p.endpoints_within_clusters) {
+        let e = changes(endpoints, &p.types[1]);
+        let c = changes(clusters, &p.types[0]);
+        if let (Some(e), Some(c)) = (e, c) {
+            return e.iter().all(|n| {
+                !endpoints.resources.contains_key(n) || clusters.resources.contains_key(n)
+            }) && c.iter().all(|n| {
+                clusters.resources.contains_key(n) || !endpoints.resources.contains_key(n)
+            });
+        }
+    }
+    names_within(&endpoints.resources, &clusters.resources)
 }
 
 /// A proxy's whole configuration, indexed by push order ([`type_url::ORDER`]): routes inline
@@ -258,7 +326,7 @@ impl Snapshot {
             (Some(v), Some(p)) if p.vhds_routes.built_from(&v.routes) => Arc::clone(&p.vhds_routes),
             (Some(v), p) => memo.snapshot(&v.routes, p.map(|p| &*p.vhds_routes)),
         };
-        Self::from_types(types, vhds_routes, changed_at, None)
+        Self::from_types(types, vhds_routes, changed_at, None, previous)
     }
 
     /// A snapshot of already built types.
@@ -267,9 +335,10 @@ impl Snapshot {
         vhds_routes: Arc<TypeSnapshot>,
         changed_at: Instant,
         epoch: Option<u64>,
+        previous: Option<&Snapshot>,
     ) -> Self {
-        let bytes = types[..VHDS].iter().map(|t| t.bytes()).sum();
-        let endpoints_within_clusters = names_within(&types[1].resources, &types[0].resources);
+        let bytes = types[..VHDS].iter().map(|t| t.bytes).sum();
+        let endpoints_within_clusters = endpoints_within_clusters(&types, previous);
         Self {
             types,
             vhds_routes,
@@ -284,7 +353,13 @@ impl Snapshot {
     pub fn with_endpoints(&self, endpoints: Arc<TypeSnapshot>, changed_at: Instant) -> Self {
         let mut types = self.types.clone();
         types[1] = endpoints;
-        Self::from_types(types, Arc::clone(&self.vhds_routes), changed_at, self.epoch)
+        Self::from_types(
+            types,
+            Arc::clone(&self.vhds_routes),
+            changed_at,
+            self.epoch,
+            Some(self),
+        )
     }
 
     /// What a stream should hold of type `index` (position in [`type_url::ORDER`]); `vhds`:
@@ -347,6 +422,72 @@ mod tests {
             set_version(std::iter::empty()),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
+    }
+
+    /// Whether every assignment names a cluster, found from the changes since the previous
+    /// snapshot, is what a walk finds, along random sequences of configurations.
+    #[test]
+    fn endpoints_within_clusters_follows_the_changes() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let mut pick = |keep: &[Arc<Resource>]| -> Vec<Arc<Resource>> {
+            names
+                .iter()
+                .filter_map(|n| {
+                    let roll = next() % 10;
+                    let held = keep.iter().find(|r| r.name == *n);
+                    match (roll, held) {
+                        (0..=5, Some(r)) => Some(Arc::clone(r)),
+                        (0..=2, None) | (6..=7, _) => Some(res(n, &[b'0' + (roll as u8)])),
+                        _ => None,
+                    }
+                })
+                .collect()
+        };
+        let mut config = ProxyConfig::default();
+        let mut snapshot = Snapshot::new(&config, Instant::now());
+        let mut derived = 0;
+        for step in 0..3_000 {
+            config = ProxyConfig {
+                clusters: pick(&config.clusters),
+                endpoints: pick(&config.endpoints),
+                ..ProxyConfig::default()
+            };
+            let previous_within = snapshot.endpoints_within_clusters;
+            snapshot = if step % 7 == 0 {
+                Snapshot::new(&config, Instant::now())
+            } else {
+                Snapshot::reusing(&config, Instant::now(), Some(&snapshot))
+            };
+            derived += usize::from(previous_within && step % 7 != 0);
+            let walked = names_within(&snapshot.types[1].resources, &snapshot.types[0].resources);
+            assert_eq!(snapshot.endpoints_within_clusters, walked, "step {step}");
+        }
+        assert!(derived > 300, "{derived} derived");
+    }
+
+    /// The buffered hasher gives the digest of the bytes fed one by one, across its flushes.
+    #[test]
+    fn the_pair_hasher_digests_what_it_was_fed() {
+        let mut hasher = PairHasher::default();
+        let mut plain = Sha256::new();
+        hasher.update(b"head\0");
+        plain.update(b"head\0");
+        for i in 0..20_000 {
+            let (name, version) = (
+                format!("outbound|80||svc{i}.ns.svc.cluster.local"),
+                i.to_string(),
+            );
+            hasher.pair(&name, &version);
+            plain.update(format!("{name}\0{version}\n").as_bytes());
+        }
+        assert_eq!(hasher.finish(), hex(&plain.finalize()));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use super::interner::Interner;
+use crate::ads::snapshot::PairHasher;
 use crate::model::{type_url, Resource};
 use crate::translate;
 
@@ -167,18 +168,15 @@ pub(super) fn assemble(interner: &mut Interner, parts: &RouteParts) -> Arc<Resou
 
 /// The version of a configuration assembled from `parts`.
 fn parts_version(parts: &RouteParts) -> String {
-    let mut hasher = Sha256::new();
+    let mut hasher = PairHasher::default();
     hasher.update(b"assembled\0");
     hasher.update(parts.name.as_bytes());
-    hasher.update([0]);
-    hasher.update(Sha256::digest(&parts.tail));
+    hasher.update(&[0]);
+    hasher.update(&Sha256::digest(&parts.tail));
     for vh in &parts.virtual_hosts {
-        hasher.update(vh.name.as_bytes());
-        hasher.update([0]);
-        hasher.update(vh.version.as_bytes());
-        hasher.update([b'\n']);
+        hasher.pair(&vh.name, &vh.version);
     }
-    crate::ads::snapshot::hex(&hasher.finalize())
+    hasher.finish()
 }
 
 #[cfg(test)]

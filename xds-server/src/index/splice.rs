@@ -185,7 +185,13 @@ pub(super) fn splice(
             *r = inline;
         }
         if let Some(v) = &mut config.vhds {
-            v.virtual_hosts.retain(|r| r.name != vhost_name);
+            // Sorted by name: a search, not a comparison with each of 10,000 names.
+            if let Ok(i) = v
+                .virtual_hosts
+                .binary_search_by(|r| r.name.as_str().cmp(vhost_name.as_str()))
+            {
+                v.virtual_hosts.remove(i);
+            }
             if let Some(vh) = joined {
                 insert_sorted(&mut v.virtual_hosts, vh);
             }
