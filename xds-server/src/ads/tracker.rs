@@ -23,6 +23,9 @@
 //!   ([`carries_whole_state`]; xDS keeps state of the world for listeners and clusters only):
 //!   an assignment left out stays with the proxy until it unsubscribes (Envoy hands each
 //!   assignment to the watch of its cluster and drops it with the watch);
+//! - what a proxy lacks is found from the names its snapshot records as changed since its
+//!   predecessor when the proxy holds that predecessor whole ([`super::map_diff::diff`]), so a
+//!   settled stream plans in the size of the change; otherwise by a walk over both;
 //! - a delta Envoy ([`StreamState::with_vhds`]) gets route configurations as VHDS stubs and
 //!   their virtual hosts as a fifth type after them, once the clusters and the routes are
 //!   ACKed. A subscribed name covers every virtual host named `<name>/<vhost>` (namespace
@@ -1026,14 +1029,18 @@ mod tests {
         let mut next = config.clone();
         let i = rng.below(TYPE_COUNT as u64) as usize;
         let name = NAMES[rng.below(NAMES.len() as u64) as usize];
-        let (list, name) = match i {
-            0 => (&mut next.clusters, name.to_string()),
-            1 => (&mut next.endpoints, name.to_string()),
-            2 => (&mut next.listeners, name.to_string()),
-            3 => (&mut next.routes, name.to_string()),
+        let (list, name, url) = match i {
+            0 => (&mut next.clusters, name.to_string(), type_url::CLUSTER),
+            1 => (&mut next.endpoints, name.to_string(), type_url::ENDPOINT),
+            2 => (&mut next.listeners, name.to_string(), type_url::LISTENER),
+            3 => (&mut next.routes, name.to_string(), type_url::ROUTE),
             _ => match &mut next.vhds {
-                Some(v) => (&mut v.virtual_hosts, format!("{name}/x")),
-                None => (&mut next.routes, name.to_string()),
+                Some(v) => (
+                    &mut v.virtual_hosts,
+                    format!("{name}/x"),
+                    type_url::VIRTUAL_HOST,
+                ),
+                None => (&mut next.routes, name.to_string(), type_url::ROUTE),
             },
         };
         let at = list.partition_point(|r| r.name < name);
@@ -1043,7 +1050,7 @@ mod tests {
         } else {
             let body = format!("{name}{}", rng.below(3));
             let r = Arc::new(Resource {
-                type_url: type_url::ORDER[i],
+                type_url: url,
                 name,
                 version: super::super::snapshot::content_version(body.as_bytes()),
                 encoded: Bytes::from(body),
