@@ -17,4 +17,6 @@ pub mod shared_members;
 pub mod source_dir;
 pub mod source_kube;
 pub mod tenancy;
+#[cfg(test)]
+mod test_rng;
 pub mod translate;

@@ -24,29 +24,13 @@ use bytes::Bytes;
 use super::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
 use super::tracker::{Outgoing, Protocol, StreamState};
 use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
+use crate::test_rng::Rng;
 
 const CDS: usize = 0;
 const EDS: usize = 1;
 const LDS: usize = 2;
 const RDS: usize = 3;
 const CLUSTERS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
-
-/// Deterministic xorshift: reproducible sequences without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// A resource whose bytes carry the clusters it names: `name#generation>c1,c3`.
 fn resource(type_index: usize, name: &str, generation: u64, names: &[&str]) -> Arc<Resource> {

@@ -137,6 +137,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::model::type_url;
+    use crate::test_rng::Rng;
 
     thread_local! {
         static FROM_CHANGES: Cell<usize> = const { Cell::new(0) };
@@ -160,19 +161,6 @@ pub(crate) mod tests {
     /// that their sequences exercise that path, not only that results agree).
     pub(crate) fn diffs_from_changes() -> usize {
         FROM_CHANGES.with(Cell::get)
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.next() % 100 < percent
-        }
     }
 
     fn res(name: &str, version: &str) -> Arc<Resource> {

@@ -428,19 +428,13 @@ mod tests {
     /// snapshot, is what a walk finds, along random sequences of configurations.
     #[test]
     fn endpoints_within_clusters_follows_the_changes() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
         let names = ["a", "b", "c", "d", "e", "f"];
         let mut pick = |keep: &[Arc<Resource>]| -> Vec<Arc<Resource>> {
             names
                 .iter()
                 .filter_map(|n| {
-                    let roll = next() % 10;
+                    let roll = rng.below(10);
                     let held = keep.iter().find(|r| r.name == *n);
                     match (roll, held) {
                         (0..=5, Some(r)) => Some(Arc::clone(r)),

@@ -957,23 +957,7 @@ mod tests {
     use super::super::map_diff::tests::{diffs_from_changes, walks};
     use super::super::tracker_model;
     use super::*;
-
-    /// Deterministic xorshift: reproducible sequences without a dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-    }
+    use crate::test_rng::Rng;
 
     const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 

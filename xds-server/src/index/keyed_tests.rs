@@ -10,23 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::*;
-
-/// Deterministic xorshift: reproducible sequences without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use crate::test_rng::Rng;
 
 /// `a` and `b` are members, `c` is not.
 const NAMESPACES: [&str; 3] = ["a", "b", "c"];
