@@ -136,6 +136,7 @@ pub(crate) mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::ads::snapshot::TypeMemo;
     use crate::model::type_url;
     use crate::test_rng::Rng;
 
@@ -247,7 +248,7 @@ pub(crate) mod tests {
         for _ in 0..2_000 {
             let next_map = pick(&mut rng, &previous.resources);
             let list: Vec<Arc<Resource>> = next_map.values().cloned().collect();
-            let next = TypeSnapshot::after(&list, &previous);
+            let next = TypeMemo::default().snapshot(&list, Some(&previous));
             let held = &previous.resources;
             assert_eq!(
                 names(&diff(held, &next.resources, &next)),
@@ -260,7 +261,7 @@ pub(crate) mod tests {
                 names(&diff(&copy, &next.resources, &next)),
                 names(&walk(&copy, &next.resources))
             );
-            previous = next;
+            previous = (*next).clone();
         }
         assert_eq!(diffs_from_changes() - before, 2_000);
     }

@@ -159,11 +159,6 @@ impl TypeSnapshot {
         }
     }
 
-    /// The snapshot of a resource list that succeeds `previous` in its scope.
-    pub fn after(list: &[Arc<Resource>], previous: &TypeSnapshot) -> Self {
-        Self::new(list).succeeding(previous)
-    }
-
     /// The same content, recording what changed since `previous`.
     fn succeeding(mut self, previous: &TypeSnapshot) -> Self {
         let diff = walk(&previous.resources, &self.resources);
@@ -182,8 +177,11 @@ impl TypeSnapshot {
     }
 
     /// The names added, changed or removed since `held`, if `held` is the very map of the
-    /// snapshot this one succeeded.
+    /// snapshot this one succeeded (none if it is this one's own).
     pub fn changed_since(&self, held: &Arc<ResourceMap>) -> Option<&[String]> {
+        if Arc::ptr_eq(held, &self.resources) {
+            return Some(&[]);
+        }
         let since = self.since.as_ref()?;
         std::ptr::eq(since.base.as_ptr(), Arc::as_ptr(held)).then_some(since.changed.as_slice())
     }
@@ -254,15 +252,9 @@ fn endpoints_within_clusters(
     previous: Option<&Snapshot>,
 ) -> bool {
     let (clusters, endpoints) = (&types[0], &types[1]);
-    let changes = |now: &TypeSnapshot, before: &TypeSnapshot| -> Option<Vec<String>> {
-        if Arc::ptr_eq(&now.resources, &before.resources) {
-            return Some(Vec::new());
-        }
-        now.changed_since(&before.resources).map(<[String]>::to_vec)
-    };
     if let Some(p) = previous.filter(|p| p.endpoints_within_clusters) {
-        let e = changes(endpoints, &p.types[1]);
-        let c = changes(clusters, &p.types[0]);
+        let e = endpoints.changed_since(&p.types[1].resources);
+        let c = clusters.changed_since(&p.types[0].resources);
         if let (Some(e), Some(c)) = (e, c) {
             return e.iter().all(|n| {
                 !endpoints.resources.contains_key(n) || clusters.resources.contains_key(n)

@@ -400,12 +400,11 @@ impl TypeTracker {
     /// in scope ([`Self::whole_in_scope`]): only the names added or changed need a look.
     fn still_whole(&self, desired: &TypeSnapshot) -> bool {
         self.whole_in_scope.as_ref().is_some_and(|base| {
-            Arc::ptr_eq(base, &desired.resources)
-                || desired.changed_since(base).is_some_and(|names| {
-                    names
-                        .iter()
-                        .all(|n| !desired.resources.contains_key(n) || self.in_scope(n))
-                })
+            desired.changed_since(base).is_some_and(|names| {
+                names
+                    .iter()
+                    .all(|n| !desired.resources.contains_key(n) || self.in_scope(n))
+            })
         })
     }
 
