@@ -4,6 +4,7 @@
 #[cfg(test)]
 mod dependency_order;
 pub mod map_diff;
+pub mod payload;
 pub mod snapshot;
 pub mod stream;
 pub mod tracker;

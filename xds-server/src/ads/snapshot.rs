@@ -2,12 +2,13 @@
 //! name, with a content-hash version per type.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
 use super::map_diff::{names_within, walk};
+use super::payload::{AnyFields, Resources};
 use crate::model::{list_key, same_resources, type_url, ListKey, ProxyConfig, Resource};
 
 /// Number of resource types served over ADS.
@@ -120,6 +121,9 @@ pub struct TypeSnapshot {
     pub bytes: usize,
     /// What changed since the snapshot of the type this one succeeded in its scope.
     since: Option<Since>,
+    /// The resources framed for a SotW response, once a stream sent them all; shared by the
+    /// snapshots of the same map.
+    any_fields: Arc<OnceLock<Arc<AnyFields>>>,
 }
 
 /// The names that differ between a type snapshot and its predecessor: computed once per push
@@ -156,7 +160,17 @@ impl TypeSnapshot {
             version,
             bytes,
             since: None,
+            any_fields: Arc::default(),
         }
+    }
+
+    /// Every resource, framed for a SotW response on first use and then shared by every
+    /// stream that sends them all ([`super::payload`]).
+    pub fn whole(&self) -> Resources {
+        let fields = self
+            .any_fields
+            .get_or_init(|| Arc::new(super::wire::any_fields(self.resources.values())));
+        Resources::Whole(Arc::clone(&self.resources), Arc::clone(fields))
     }
 
     /// The same content, recording what changed since `previous`.
@@ -232,6 +246,7 @@ impl TypeMemo {
                 version: t.version.clone(),
                 bytes: t.bytes,
                 since: None,
+                any_fields: Arc::clone(&t.any_fields),
             },
             None => TypeSnapshot::new(list),
         };

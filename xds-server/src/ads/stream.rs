@@ -91,7 +91,7 @@ impl Wire for Delta {
     fn encode(out: Outgoing) -> DeltaResponse {
         DeltaResponse {
             system_version_info: out.version,
-            resources: out.resources,
+            resources: out.resources.into_list(),
             type_url: out.type_url,
             nonce: out.nonce,
             removed_resources: out.removed,

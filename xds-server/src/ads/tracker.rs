@@ -41,6 +41,7 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 
 use super::map_diff::{diff, names_within, walked};
+use super::payload::Resources;
 use super::snapshot::{
     set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
 };
@@ -100,7 +101,7 @@ pub struct Outgoing {
     pub nonce: String,
     /// SotW `version_info`; delta `system_version_info`.
     pub version: String,
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: Resources,
     /// Delta only: names the proxy must drop.
     pub removed: Vec<String>,
     /// When the change behind this response was first seen.
@@ -472,6 +473,12 @@ impl TypeTracker {
                     self.settled = settled;
                     return None;
                 }
+                // All of them (a first response): framed once for every stream.
+                let upserts = if whole && upserts.len() == scoped.len() {
+                    desired.whole()
+                } else {
+                    Resources::Listed(upserts)
+                };
                 (scoped, version, upserts, Vec::new())
             }
             Protocol::Sotw => {
@@ -528,7 +535,12 @@ impl TypeTracker {
                         (complete && restrict.is_none()).then(|| desired.version.clone());
                     return None;
                 }
-                let resources = target.values().cloned().collect();
+                let resources = if complete && whole {
+                    // The snapshot's own map: framed once for every stream that sends it.
+                    desired.whole()
+                } else {
+                    Resources::Listed(target.values().cloned().collect())
+                };
                 (target, version, resources, Vec::new())
             }
             Protocol::Delta => {
@@ -552,7 +564,7 @@ impl TypeTracker {
                     }
                     Arc::new(next)
                 };
-                (next, desired.version.clone(), upserts, removed)
+                (next, desired.version.clone(), upserts.into(), removed)
             }
         };
         *nonce += 1;
@@ -1289,6 +1301,77 @@ mod tests {
             encoded: Bytes::from(body.to_string()),
             version: super::super::snapshot::content_version(body.as_bytes()),
         })
+    }
+
+    /// SotW streams that send a snapshot's whole set share one framing of it: the first
+    /// clusters, the first assignments (all of them) and the clusters after a change; a
+    /// stream that subscribed to some names only gets those, listed.
+    #[test]
+    fn sotw_streams_share_the_framing_of_a_whole_snapshot() {
+        let config = |n: usize| crate::model::ProxyConfig {
+            clusters: (0..n)
+                .map(|i| resource(type_url::CLUSTER, &format!("c{i}"), "c"))
+                .collect(),
+            endpoints: (0..n)
+                .map(|i| resource(type_url::ENDPOINT, &format!("c{i}"), "e"))
+                .collect(),
+            ..Default::default()
+        };
+        let framing = |o: &Outgoing| match &o.resources {
+            Resources::Whole(_, fields) => Some(Arc::clone(fields)),
+            Resources::Listed(_) => None,
+        };
+        let ack = |s: &mut StreamState, o: &Outgoing, names: &[String]| {
+            s.on_sotw_request(o.type_url, &o.nonce, &o.version, names, None);
+        };
+        let wildcard = vec![WILDCARD.to_string()];
+        let mut snapshot = Snapshot::new(&config(3), Instant::now());
+        let mut streams: Vec<StreamState> = (0..2)
+            .map(|_| {
+                let mut s = StreamState::new(Protocol::Sotw);
+                s.on_sotw_request(type_url::CLUSTER, "", "", &[], None);
+                s.on_sotw_request(type_url::ENDPOINT, "", "", &wildcard, None);
+                s
+            })
+            .collect();
+        for round in 0..2 {
+            let mut framings = Vec::new();
+            for s in &mut streams {
+                let out = s.next_responses(&snapshot);
+                let cds = out.iter().find(|o| o.type_url == type_url::CLUSTER);
+                let cds = cds.expect("clusters");
+                assert_eq!(cds.resources.len(), 3 + round);
+                framings.push(framing(cds).expect("the whole set"));
+                if round == 0 {
+                    let eds = out.iter().find(|o| o.type_url == type_url::ENDPOINT);
+                    let eds = eds.expect("every assignment");
+                    assert!(framing(eds).is_some());
+                    ack(s, eds, &wildcard);
+                }
+                ack(s, cds, &[]);
+                let rest = s.next_responses(&snapshot);
+                for o in &rest {
+                    // After the change, the new assignment alone.
+                    assert_eq!(o.type_url, type_url::ENDPOINT);
+                    assert!(framing(o).is_none());
+                    assert_eq!(o.resources.len(), 1);
+                    ack(s, o, &wildcard);
+                }
+            }
+            assert!(Arc::ptr_eq(&framings[0], &framings[1]), "framed once");
+            snapshot = Snapshot::reusing(&config(4), Instant::now(), Some(&snapshot));
+        }
+        let mut named = StreamState::new(Protocol::Sotw);
+        named.on_sotw_request(type_url::CLUSTER, "", "", &[], None);
+        named.on_sotw_request(type_url::ENDPOINT, "", "", &["c1".to_string()], None);
+        let out = named.next_responses(&snapshot);
+        let eds = out.iter().find(|o| o.type_url == type_url::ENDPOINT);
+        let eds = eds.expect("the named assignment");
+        assert!(framing(eds).is_none());
+        assert_eq!(
+            eds.resources.iter().map(|r| &r.name).collect::<Vec<_>>(),
+            ["c1"]
+        );
     }
 
     /// A VHDS stream gets the route stubs, then the virtual hosts of the namespaces it

@@ -271,7 +271,7 @@ impl TypeTracker {
             type_url,
             nonce,
             version,
-            resources,
+            resources: resources.into(),
             removed,
             changed_at,
         })

@@ -4,8 +4,10 @@
 //! that serves it. prost's `DiscoveryResponse` would need each of them copied into an owned
 //! `Any` per response and then encoded again; the messages here hold the shared resources and
 //! write their bytes into the gRPC frame directly, in the field order prost uses, so the wire
-//! bytes are those of the generated messages (the tests check it). They are only ever sent:
-//! decoding one skips every field.
+//! bytes are those of the generated messages (the tests check it). A SotW response carrying a
+//! snapshot's whole set goes further: its `Any` fields are framed once per snapshot
+//! ([`any_fields`], [`super::payload`]) and every stream passes on the same buffers. They are
+//! only ever sent: decoding one skips every field.
 //!
 //! [`AdsService`] is the ADS gRPC service over these messages (the generated server fixes its
 //! responses to prost's types); it frames each response itself, lazily, in data frames of
@@ -28,6 +30,7 @@ use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 use tonic::{Status, Streaming};
 
+use super::payload::{AnyFields, Resources};
 use super::stream::{Delta, Sotw, Wire};
 use super::AdsServer;
 use crate::model::Resource;
@@ -90,8 +93,28 @@ fn put_any(tag: u32, r: &Resource, out: &mut impl Sink) {
     }
 }
 
+/// The `resources` fields of a SotW response carrying `resources`, framed once to be shared
+/// by every stream that sends them ([`Resources::Whole`]).
+pub fn any_fields<'a>(resources: impl IntoIterator<Item = &'a Arc<Resource>>) -> AnyFields {
+    let mut out = Chunker::new();
+    let mut len = 0;
+    for r in resources {
+        len += field_len(any_len(r));
+        put_any(2, r, &mut out);
+        if out.buf.len() >= CHUNK {
+            out.flush();
+        }
+    }
+    out.flush();
+    AnyFields {
+        segments: out.ready.into(),
+        len,
+    }
+}
+
 /// A response written part by part, so a stream can frame it lazily: part 0 holds the fields
-/// before the resources, parts `1..=n` one resource each, the last part the fields after them.
+/// before the resources, parts `1..=n` one resource each (or one shared piece of
+/// [`AnyFields`] each), the last part the fields after them.
 pub trait Parts: prost::Message {
     /// Number of parts (resources + 2).
     fn parts(&self) -> usize;
@@ -114,25 +137,38 @@ fn encode_parts(message: &impl Parts, buf: &mut impl BufMut) {
 #[derive(Clone, Debug, Default)]
 pub struct SotwResponse {
     pub version_info: String,
-    pub resources: Vec<Arc<Resource>>,
+    pub resources: Resources,
     pub type_url: &'static str,
     pub nonce: String,
 }
 
 impl Parts for SotwResponse {
     fn parts(&self) -> usize {
-        self.resources.len() + 2
+        match &self.resources {
+            Resources::Listed(list) => list.len() + 2,
+            Resources::Whole(_, fields) => fields.segments().len() + 2,
+        }
     }
 
     fn write_part(&self, i: usize, out: &mut impl Sink) {
         if i == 0 {
             put_scalar(1, self.version_info.as_bytes(), out.raw());
-        } else if let Some(r) = self.resources.get(i - 1) {
-            put_any(2, r, out);
-        } else {
-            put_scalar(4, self.type_url.as_bytes(), out.raw());
-            put_scalar(5, self.nonce.as_bytes(), out.raw());
+            return;
         }
+        match &self.resources {
+            Resources::Listed(list) => {
+                if let Some(r) = list.get(i - 1) {
+                    return put_any(2, r, out);
+                }
+            }
+            Resources::Whole(_, fields) => {
+                if let Some(segment) = fields.segments().get(i - 1) {
+                    return out.shared(segment);
+                }
+            }
+        }
+        put_scalar(4, self.type_url.as_bytes(), out.raw());
+        put_scalar(5, self.nonce.as_bytes(), out.raw());
     }
 }
 
@@ -153,12 +189,12 @@ impl prost::Message for SotwResponse {
     }
 
     fn encoded_len(&self) -> usize {
+        let resources = match &self.resources {
+            Resources::Listed(list) => list.iter().map(|r| field_len(any_len(r))).sum(),
+            Resources::Whole(_, fields) => fields.len(),
+        };
         scalar_len(self.version_info.as_bytes())
-            + self
-                .resources
-                .iter()
-                .map(|r| field_len(any_len(r)))
-                .sum::<usize>()
+            + resources
             + scalar_len(self.type_url.as_bytes())
             + scalar_len(self.nonce.as_bytes())
     }
@@ -336,7 +372,7 @@ where
 
 /// Bytes copied into one data frame before it goes out: small enough that a stream holds
 /// little more than what HTTP/2 is about to write, large enough to keep frames few.
-const CHUNK: usize = 64 * 1024;
+pub const CHUNK: usize = 64 * 1024;
 /// Resource encodings at least this long go out as their own data frame, shared rather than
 /// copied (a 10,000-service route configuration is megabytes, sent to every SotW proxy).
 const SHARE_MIN: usize = 16 * 1024;
@@ -540,33 +576,91 @@ mod tests {
         }
     }
 
+    /// Both forms of a response's resources: listed, and framed once for a whole snapshot.
+    fn both_forms(resources: &[Arc<Resource>]) -> [Resources; 2] {
+        let snapshot = crate::ads::snapshot::TypeSnapshot::new(resources);
+        [Resources::Listed(resources.to_vec()), snapshot.whole()]
+    }
+
     #[test]
     fn sotw_responses_are_byte_identical_to_prost_encoding() {
+        // Many small resources too, so the whole form spans several pieces.
+        let many: Vec<Arc<Resource>> = (0..100)
+            .map(|i| res(&format!("c{i:03}"), type_url::CLUSTER, vec![i as u8; 2_000]))
+            .collect();
         for (resources, version, nonce) in [
             (resources(), "v1", "7"),
             (Vec::new(), "", ""),
             (resources()[..1].to_vec(), "", "1"),
+            (many, "v2", "9"),
         ] {
-            let ours = SotwResponse {
-                version_info: version.into(),
-                resources: resources.clone(),
-                type_url: type_url::ENDPOINT,
-                nonce: nonce.into(),
-            };
-            let theirs = DiscoveryResponse {
-                version_info: version.into(),
-                resources: resources.iter().map(|r| any(r)).collect(),
-                type_url: type_url::ENDPOINT.into(),
-                nonce: nonce.into(),
-                ..Default::default()
-            };
-            let bytes = ours.encode_to_vec();
-            assert_eq!(bytes.len(), ours.encoded_len());
-            assert_eq!(bytes, theirs.encode_to_vec());
-            assert_eq!(
-                DiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
-                theirs
-            );
+            for form in both_forms(&resources) {
+                let ours = SotwResponse {
+                    version_info: version.into(),
+                    resources: form,
+                    type_url: type_url::ENDPOINT,
+                    nonce: nonce.into(),
+                };
+                let theirs = DiscoveryResponse {
+                    version_info: version.into(),
+                    resources: resources.iter().map(|r| any(r)).collect(),
+                    type_url: type_url::ENDPOINT.into(),
+                    nonce: nonce.into(),
+                    ..Default::default()
+                };
+                let bytes = ours.encode_to_vec();
+                assert_eq!(bytes.len(), ours.encoded_len());
+                assert_eq!(bytes, theirs.encode_to_vec());
+                assert_eq!(
+                    DiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
+                    theirs
+                );
+            }
+        }
+    }
+
+    /// A whole snapshot is framed once: every stream that sends it passes on the same pieces.
+    #[tokio::test]
+    async fn a_whole_snapshot_is_framed_once_for_every_stream() {
+        let many: Vec<Arc<Resource>> = (0..100)
+            .map(|i| res(&format!("c{i:03}"), type_url::CLUSTER, vec![i as u8; 2_000]))
+            .chain(resources())
+            .collect();
+        let snapshot = crate::ads::snapshot::TypeSnapshot::new(&many);
+        let response = |nonce: &str| SotwResponse {
+            version_info: snapshot.version.clone(),
+            resources: snapshot.whole(),
+            type_url: type_url::CLUSTER,
+            nonce: nonce.into(),
+        };
+        let (one, two) = (response("1"), response("2"));
+        let (Resources::Whole(_, a), Resources::Whole(_, b)) = (&one.resources, &two.resources)
+        else {
+            panic!("whole snapshots");
+        };
+        assert!(Arc::ptr_eq(a, b), "framed once");
+        let pieces: Vec<bytes::Bytes> = a.segments().to_vec();
+        assert!(pieces.len() > 2);
+        let out = frames(vec![one.clone(), two.clone()], None).await;
+        let mut expected = Vec::new();
+        for m in [&one, &two] {
+            let encoded = m.encode_to_vec();
+            expected.push(0u8);
+            expected.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+            expected.extend_from_slice(&encoded);
+        }
+        assert_eq!(data(&out), expected);
+        // Every piece long enough to go by reference went out as itself, once per response.
+        let shared = |p: &bytes::Bytes| {
+            out.iter()
+                .filter_map(|f| f.data_ref())
+                .filter(|d| d.as_ptr() == p.as_ptr() && d.len() == p.len())
+                .count()
+        };
+        let long: Vec<&bytes::Bytes> = pieces.iter().filter(|p| p.len() >= SHARE_MIN).collect();
+        assert!(long.len() >= 2);
+        for p in long {
+            assert_eq!(shared(p), 2);
         }
     }
 
@@ -683,7 +777,7 @@ mod tests {
     async fn responses_are_length_prefixed_frames_then_the_status_as_trailers() {
         let response = SotwResponse {
             version_info: "v1".into(),
-            resources: resources(),
+            resources: resources().into(),
             type_url: type_url::ENDPOINT,
             nonce: "1".into(),
         };
@@ -697,7 +791,10 @@ mod tests {
         assert_eq!(grpc_status(last), Some("0"));
         assert!(out[..out.len() - 1].iter().all(|f| f.is_data()));
         // The large resource goes as the shared bytes themselves, once per message.
-        let big = &response.resources[6].encoded;
+        let Resources::Listed(listed) = &response.resources else {
+            panic!("listed");
+        };
+        let big = &listed[6].encoded;
         assert!(big.len() >= SHARE_MIN);
         let shared = out
             .iter()
