@@ -8,6 +8,8 @@ use clap::{Parser, ValueEnum};
 use meshplane_contracts::instance::{env, flags, SOURCE_DIR_PREFIX, SOURCE_KUBE};
 use meshplane_contracts::webhook_tls;
 
+use crate::push::DebounceConfig;
+
 /// Where the tenant's configuration comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -96,16 +98,16 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub tags: Vec<String>,
     /// Push after this long without changes.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = millis(DebounceConfig::default().quiet))]
     pub debounce_quiet_ms: u64,
     /// Push at the latest this long after the first change. Short, because a push only re-renders
     /// what changed (endpoint-only changes patch EDS alone) and the push loop never overlaps
     /// pushes: under load, batches grow instead of queueing.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = millis(DebounceConfig::default().max))]
     pub debounce_max_ms: u64,
     /// Push after this long without changes a change that comes while pushes are rare (none in
     /// the last `--debounce-quiet-ms`); at most the quiet time.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = millis(DebounceConfig::default().isolated_quiet))]
     pub debounce_isolated_quiet_ms: u64,
     /// Serve virtual hosts over VHDS to delta Envoys (`--vhds false`: routes inline for every
     /// client, as to state-of-the-world ones).
@@ -130,6 +132,11 @@ pub struct Args {
     /// and only then, proxies' node metadata `LOOPBACK_ADDR` is honoured.
     #[arg(long, env = "MESHPLANE_LOOPBACK_ADDR", hide = true)]
     pub loopback_addr: Option<String>,
+}
+
+/// A default duration as a flag's milliseconds.
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

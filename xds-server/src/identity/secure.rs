@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt as _;
 
 use super::service::CertificateServer;
 use super::serving::ServingCert;
@@ -91,12 +92,19 @@ fn accept_tls(
 ) -> ReceiverStream<Result<SecureConn, std::io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
+        let mut incoming = crate::ads::accepted(listener);
         loop {
             let accepted = tokio::select! {
-                a = listener.accept() => a,
+                a = incoming.next() => match a {
+                    Some(a) => a,
+                    None => return,
+                },
                 _ = shutdown.wait_for(|s| *s) => return,
             };
-            let (tcp, remote) = match accepted {
+            let (tcp, remote) = match accepted.and_then(|tcp| {
+                let remote = tcp.peer_addr()?;
+                Ok((tcp, remote))
+            }) {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting on the TLS port");

@@ -36,11 +36,13 @@ pub struct DebounceConfig {
     pub isolated_quiet: Duration,
 }
 
+/// The shipped settings (the flags' defaults): a push re-renders only what changed and the
+/// loop never overlaps pushes, so under load batches grow instead of queueing.
 impl Default for DebounceConfig {
     fn default() -> Self {
         Self {
-            quiet: Duration::from_millis(100),
-            max: Duration::from_secs(1),
+            quiet: Duration::from_millis(50),
+            max: Duration::from_millis(300),
             isolated_quiet: Duration::from_millis(20),
         }
     }
