@@ -257,14 +257,26 @@ pub struct StreamReport {
     pub nacks_sent: u64,
     /// Changes this stream had to see (registered while it was synced).
     pub expected_changes: usize,
-    /// (change id, latency from the mutation to the ACK that completed it).
-    pub converged: Vec<(usize, Duration)>,
+    /// The changes this stream saw applied, in the order they completed.
+    pub converged: Vec<Converged>,
     /// Receive-to-ACK-sent time of every response (the client's own share of a push).
     pub ack_delay_max: Duration,
     pub error: Option<String>,
     /// With [`StreamSpec::capture`]: encoded resources of the last response of each type (of
     /// endpoints, every assignment held: SotW sends the changed ones).
     pub captured: [Vec<Vec<u8>>; 4],
+}
+
+/// One change one stream saw applied.
+#[derive(Clone, Debug)]
+pub struct Converged {
+    /// The change's id in the [`ChangeLog`].
+    pub change: usize,
+    /// From the mutation to the ACK that completed it.
+    pub after: Duration,
+    /// From the mutation to the ACK of the response that met each of the change's conditions,
+    /// in [`Change::conditions`] order (where a change's time goes: cluster, endpoints, route).
+    pub conditions: Vec<Duration>,
 }
 
 /// Counters readable while the run goes on.
@@ -612,10 +624,17 @@ impl Tracker {
                 }
             }
             if w.met.iter().all(Option::is_some) {
-                let last = w.met.iter().flatten().max().copied().unwrap_or(acked_at);
-                self.report
-                    .converged
-                    .push((w.change.id, last.saturating_duration_since(w.change.at)));
+                let conditions: Vec<Duration> = w
+                    .met
+                    .iter()
+                    .flatten()
+                    .map(|m| m.saturating_duration_since(w.change.at))
+                    .collect();
+                self.report.converged.push(Converged {
+                    change: w.change.id,
+                    after: conditions.iter().max().copied().unwrap_or_default(),
+                    conditions,
+                });
                 changes.converged_pairs.fetch_add(1, Ordering::Relaxed);
                 done.push(wi);
             }

@@ -307,20 +307,54 @@ pub(crate) fn convergence(
     reports: &[StreamReport],
     kind: &str,
 ) -> (Vec<Duration>, usize) {
-    let of_kind: std::collections::HashSet<usize> = log
-        .iter()
-        .filter(|c| c.kind == kind)
-        .map(|c| c.id)
-        .collect();
-    let lat: Vec<Duration> = reports
-        .iter()
-        .filter(|r| !r.nack)
-        .flat_map(|r| r.converged.iter())
-        .filter(|(id, _)| of_kind.contains(id))
-        .map(|(_, d)| *d)
+    let lat: Vec<Duration> = converged_pairs(log, reports, |c| c.kind == kind)
+        .map(|done| done.after)
         .collect();
     let n = lat.len();
     (lat, n)
+}
+
+/// The (stream, change) pairs that converged, of the changes `which` selects (NACKing streams
+/// left out).
+fn converged_pairs<'a>(
+    log: &'a [std::sync::Arc<load::Change>],
+    reports: &'a [StreamReport],
+    which: impl Fn(&load::Change) -> bool + 'a,
+) -> impl Iterator<Item = &'a load::Converged> + 'a {
+    reports
+        .iter()
+        .filter(|r| !r.nack)
+        .flat_map(|r| r.converged.iter())
+        .filter(move |done| log.get(done.change).is_some_and(|c| which(c)))
+}
+
+/// Per condition of the changes of `kind` (all alike: the first one's list names them), the
+/// p99 from the mutation until the condition was met, with the name of its resource type.
+fn condition_p99(
+    log: &[std::sync::Arc<load::Change>],
+    reports: &[StreamReport],
+    kind: &str,
+) -> Vec<(&'static str, Option<Duration>)> {
+    let Some(first) = log.iter().find(|c| c.kind == kind) else {
+        return Vec::new();
+    };
+    first
+        .conditions
+        .iter()
+        .enumerate()
+        .map(|(i, cond)| {
+            let mut lat: Vec<Duration> = converged_pairs(log, reports, |c| c.kind == kind)
+                .filter_map(|done| done.conditions.get(i).copied())
+                .collect();
+            (
+                load::TYPE_NAMES
+                    .get(cond.type_index)
+                    .copied()
+                    .unwrap_or("?"),
+                quantile(&mut lat, 0.99),
+            )
+        })
+        .collect()
 }
 
 /// Pairs expected (all kinds) minus pairs converged, over non-NACKing streams.
@@ -394,6 +428,12 @@ pub struct S1Result {
     pub svc_p50: Option<Duration>,
     pub svc_p99: Option<Duration>,
     pub svc_samples: usize,
+    /// New services: p99 until each condition was met (cluster, endpoints, route), by type.
+    pub svc_condition_p99: Vec<(&'static str, Option<Duration>)>,
+    /// New services in the namespace every scope imports (a push to every proxy): p50, p99.
+    pub svc_shared: (Option<Duration>, Option<Duration>),
+    /// New services elsewhere (a push to one namespace's proxies): p50, p99.
+    pub svc_elsewhere: (Option<Duration>, Option<Duration>),
     pub missing: usize,
     pub changes: usize,
     pub pushes: f64,
@@ -475,6 +515,15 @@ async fn drive_s1(server: &Server, mesh: &mut MeshState, p: &S1Params) -> Result
     r.ep_p99 = quantile(&mut ep, 0.99);
     r.svc_p50 = quantile(&mut svc, 0.5);
     r.svc_p99 = quantile(&mut svc, 0.99);
+    r.svc_condition_p99 = condition_p99(&log, &reports, "service-add");
+    for (shared, out) in [(true, &mut r.svc_shared), (false, &mut r.svc_elsewhere)] {
+        let mut lat: Vec<Duration> = converged_pairs(&log, &reports, |c| {
+            c.kind == "service-add" && (c.namespace == SHARED_NAMESPACE) == shared
+        })
+        .map(|done| done.after)
+        .collect();
+        *out = (quantile(&mut lat, 0.5), quantile(&mut lat, 0.99));
+    }
     r.missing = missing_pairs(&reports);
     (r.errors, r.first_error) = errors(&reports);
     Ok(r)
@@ -635,6 +684,30 @@ fn s1_table(title: &str, p: &S1Params, r: &S1Result) -> Table {
             ms(r.svc_p50),
             ms(r.svc_p99),
             r.svc_samples
+        ),
+    );
+    if !r.svc_condition_p99.is_empty() {
+        let (names, values): (Vec<&str>, Vec<String>) = r
+            .svc_condition_p99
+            .iter()
+            .map(|(name, p99)| (*name, ms(*p99)))
+            .unzip();
+        t.row(
+            format!(
+                "new-service p99 until each was ACKed: {}",
+                names.join(" / ")
+            ),
+            values.join(" / "),
+        );
+    }
+    t.row(
+        "new-service p50 / p99: added to `shared` (every proxy) · elsewhere (one namespace)",
+        format!(
+            "{} / {} · {} / {}",
+            ms(r.svc_shared.0),
+            ms(r.svc_shared.1),
+            ms(r.svc_elsewhere.0),
+            ms(r.svc_elsewhere.1)
         ),
     );
     t.row(
@@ -1233,12 +1306,12 @@ pub async fn s4(env: &Env) -> Result<String> {
     let mut noisy = Vec::new();
     for (log, reports) in all_reports.iter().skip(1) {
         for r in reports {
-            for (id, d) in &r.converged {
-                if let Some(c) = log.get(*id) {
+            for done in &r.converged {
+                if let Some(c) = log.get(done.change) {
                     if c.at < quiet_end {
-                        quiet.push(*d)
+                        quiet.push(done.after)
                     } else {
-                        noisy.push(*d)
+                        noisy.push(done.after)
                     }
                 }
             }
@@ -1370,5 +1443,57 @@ mod tests {
                 (3, host.as_bytes().to_vec()),
             ]
         );
+    }
+
+    /// Where a new service's time goes: each condition's own time, named by its type, over
+    /// the pairs of the selected changes; NACKing streams are left out as in the totals.
+    #[test]
+    fn new_service_time_splits_by_condition_and_namespace() {
+        let added = Mutation::ServiceAdded {
+            namespace: "ns-01".into(),
+            host: "svc-7.ns-01.svc.cluster.local".into(),
+            endpoint_ips: vec![Ipv4Addr::new(198, 18, 4, 7)],
+        };
+        let change = |id, namespace: &str| {
+            std::sync::Arc::new(load::Change {
+                id,
+                kind: "service-add",
+                namespace: namespace.into(),
+                conditions: conditions(&added),
+                at: Instant::now(),
+            })
+        };
+        let log = vec![change(0, "ns-01"), change(1, SHARED_NAMESPACE)];
+        let ms = Duration::from_millis;
+        let done = |change, times: [u64; 3]| load::Converged {
+            change,
+            after: ms(times.into_iter().max().unwrap_or(0)),
+            conditions: times.into_iter().map(ms).collect(),
+        };
+        let reports = vec![
+            StreamReport {
+                converged: vec![done(0, [10, 12, 30]), done(1, [100, 110, 150])],
+                ..Default::default()
+            },
+            StreamReport {
+                nack: true,
+                converged: vec![done(1, [900, 900, 900])],
+                ..Default::default()
+            },
+        ];
+        assert_eq!(
+            condition_p99(&log, &reports, "service-add"),
+            vec![
+                ("cds", Some(ms(100))),
+                ("eds", Some(ms(110))),
+                ("rds", Some(ms(150)))
+            ]
+        );
+        let shared: Vec<Duration> =
+            converged_pairs(&log, &reports, |c| c.namespace == SHARED_NAMESPACE)
+                .map(|done| done.after)
+                .collect();
+        assert_eq!(shared, vec![ms(150)]);
+        assert!(condition_p99(&log, &reports, "endpoint").is_empty());
     }
 }
