@@ -2,6 +2,7 @@
 //! generator, process sampling, and the scenarios of issue 8 (S5: the operator against the
 //! API stand-in), and the HTTP/1.1 client and upstream of the benches that drive real Envoys.
 
+pub mod ads_view;
 pub mod chart;
 pub mod envoy;
 pub mod fleet;

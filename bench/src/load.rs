@@ -3,8 +3,9 @@
 //! Each stream identifies itself like a meshplane sidecar (node id and metadata of contract 7),
 //! subscribes like Envoy (CDS and LDS wildcard first, EDS once clusters arrived, RDS once
 //! listeners arrived; the server accepts wildcard for all four, so EDS/RDS ask for `*` instead
-//! of decoding names) and ACKs every response without decoding the resources: it counts bytes
-//! and keeps nonces and versions. Optionally it NACKs every EDS response after the first.
+//! of decoding names) and ACKs every response without decoding the resources: it reads responses
+//! as [`crate::ads_view`] views (each resource's bytes a slice of the received frame), counts
+//! bytes and keeps nonces and versions. Optionally it NACKs every EDS response after the first.
 //!
 //! Streams identify as Envoy (`Node.user_agent_name`), so the server serves delta streams Virtual
 //! Host Discovery: route configurations arrive as stubs pointing to VHDS over ADS. Like Envoy, a
@@ -24,16 +25,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::ads_view::{AdsClient, DeltaResponseView, Received};
 
 /// Type URLs in ADS push order.
 pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -154,8 +154,33 @@ pub struct Change {
     pub kind: &'static str,
     pub namespace: String,
     pub conditions: Vec<Condition>,
+    /// A searcher per condition's pattern, built once for every stream that checks it.
+    finders: Vec<memchr::memmem::Finder<'static>>,
     /// Just before the file rename.
     pub at: Instant,
+}
+
+impl Change {
+    pub fn new(
+        id: usize,
+        kind: &'static str,
+        namespace: &str,
+        conditions: Vec<Condition>,
+        at: Instant,
+    ) -> Self {
+        let finders = conditions
+            .iter()
+            .map(|c| memchr::memmem::Finder::new(&c.pattern).into_owned())
+            .collect();
+        Change {
+            id,
+            kind,
+            namespace: namespace.to_string(),
+            conditions,
+            finders,
+            at,
+        }
+    }
 }
 
 /// Append-only log of changes, read by every stream.
@@ -187,13 +212,13 @@ impl ChangeLog {
     ) -> usize {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let id = inner.changes.len();
-        inner.changes.push(Arc::new(Change {
+        inner.changes.push(Arc::new(Change::new(
             id,
             kind,
-            namespace: namespace.to_string(),
+            namespace,
             conditions,
-            at: Instant::now(),
-        }));
+            Instant::now(),
+        )));
         let owed = inner.watchers.iter().filter(|v| v.sees(namespace)).count();
         self.expected_pairs.fetch_add(owed, Ordering::Relaxed);
         id
@@ -618,8 +643,9 @@ impl Tracker {
         }
         let mut done = Vec::new();
         for (wi, w) in self.watching.iter_mut().enumerate() {
-            for (ci, cond) in w.change.conditions.iter().enumerate() {
-                if w.met[ci].is_none() && cond.type_index == t && holds(cond, seen) {
+            let change = &w.change;
+            for (ci, (cond, finder)) in change.conditions.iter().zip(&change.finders).enumerate() {
+                if w.met[ci].is_none() && cond.type_index == t && holds(cond, finder, seen) {
                     w.met[ci] = Some(acked_at);
                 }
             }
@@ -645,8 +671,8 @@ impl Tracker {
     }
 }
 
-fn holds(cond: &Condition, seen: &Seen<'_>) -> bool {
-    let finder = memchr::memmem::Finder::new(&cond.pattern);
+/// Whether `seen` meets `cond`; `finder` searches for its pattern.
+fn holds(cond: &Condition, finder: &memchr::memmem::Finder<'_>, seen: &Seen<'_>) -> bool {
     let found = seen.values.iter().any(|v| finder.find(v).is_some());
     match (cond.present, seen.delta) {
         (true, _) => found,
@@ -674,9 +700,7 @@ impl StreamCtx {
     }
 
     async fn run(self, index: usize, spec: StreamSpec, channel: Channel) {
-        let client = AggregatedDiscoveryServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+        let client = AdsClient::new(channel, MAX_MESSAGE);
         let node = node_for(&spec, &self.config.tenant, &self.config.revision);
         let mut tracker = Tracker::new(index, &spec);
         let result = match spec.protocol {
@@ -697,7 +721,7 @@ impl StreamCtx {
 
     async fn run_sotw(
         &self,
-        mut client: AggregatedDiscoveryServiceClient<Channel>,
+        mut client: AdsClient,
         node: Node,
         tracker: &mut Tracker,
     ) -> Result<(), String> {
@@ -711,15 +735,17 @@ impl StreamCtx {
         send(&tx, subscribe(CDS, Some(node))).await?;
         send(&tx, subscribe(LDS, None)).await?;
         let mut inbound = client
-            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .sotw(ReceiverStream::new(rx))
             .await
-            .map_err(|s| format!("open: {s}"))?
-            .into_inner();
+            .map_err(|s| format!("open: {s}"))?;
         let mut acked_version = [String::new(), String::new(), String::new(), String::new()];
         let mut subscribed = [true, false, true, false];
         let mut stop = self.stop.clone();
         loop {
-            let msg: DiscoveryResponse = tokio::select! {
+            let Received {
+                message: msg,
+                wire_len,
+            } = tokio::select! {
                 m = inbound.message() => match m {
                     Ok(Some(m)) => m,
                     Ok(None) => return Err("server closed the stream".into()),
@@ -769,8 +795,8 @@ impl StreamCtx {
             let seen = Seen {
                 type_index: t,
                 vhds: false,
-                bytes: msg.encoded_len() as u64,
-                values: msg.resources.iter().map(|a| a.value.as_slice()).collect(),
+                bytes: wire_len as u64,
+                values: msg.resources.iter().map(|a| &a.value[..]).collect(),
                 removed: &[],
                 delta: false,
             };
@@ -780,7 +806,7 @@ impl StreamCtx {
 
     async fn run_delta(
         &self,
-        mut client: AggregatedDiscoveryServiceClient<Channel>,
+        mut client: AdsClient,
         node: Node,
         tracker: &mut Tracker,
     ) -> Result<(), String> {
@@ -795,15 +821,17 @@ impl StreamCtx {
         send(&tx, subscribe(CDS, Some(node), Vec::new())).await?;
         send(&tx, subscribe(LDS, None, Vec::new())).await?;
         let mut inbound = client
-            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .delta(ReceiverStream::new(rx))
             .await
-            .map_err(|s| format!("open: {s}"))?
-            .into_inner();
+            .map_err(|s| format!("open: {s}"))?;
         let mut subscribed = [true, false, true, false];
         let mut vhds = VhdsState::default();
         let mut stop = self.stop.clone();
         loop {
-            let msg: DeltaDiscoveryResponse = tokio::select! {
+            let Received {
+                message: msg,
+                wire_len,
+            } = tokio::select! {
                 m = inbound.message() => match m {
                     Ok(Some(m)) => m,
                     Ok(None) => return Err("server closed the stream".into()),
@@ -857,11 +885,11 @@ impl StreamCtx {
             let seen = Seen {
                 type_index: t,
                 vhds: is_vhds,
-                bytes: msg.encoded_len() as u64,
+                bytes: wire_len as u64,
                 values: msg
                     .resources
                     .iter()
-                    .filter_map(|r| r.resource.as_ref().map(|a| a.value.as_slice()))
+                    .filter_map(|r| r.resource.as_ref().map(|a| &a.value[..]))
                     .collect(),
                 removed: &msg.removed_resources,
                 delta: true,
@@ -884,7 +912,7 @@ struct VhdsState {
 impl VhdsState {
     /// Folds an ACKed RDS response: returns the namespaces to subscribe (route configurations
     /// that now point to VHDS) and to unsubscribe (removed, or back with inline virtual hosts).
-    fn routes(&mut self, msg: &DeltaDiscoveryResponse) -> (Vec<String>, Vec<String>) {
+    fn routes(&mut self, msg: &DeltaResponseView) -> (Vec<String>, Vec<String>) {
         let (mut add, mut drop) = (Vec::new(), Vec::new());
         for r in &msg.resources {
             let Some(any) = &r.resource else { continue };
@@ -910,7 +938,7 @@ impl VhdsState {
     /// Folds an ACKed VHDS response: it answers the namespaces of the virtual hosts it carries
     /// or removes (`<route config>/<vhost>`); an empty one is the server's answer to a
     /// subscription with no virtual hosts, so it answers every pending namespace.
-    fn answered(&mut self, msg: &DeltaDiscoveryResponse) {
+    fn answered(&mut self, msg: &DeltaResponseView) {
         if msg.resources.is_empty() && msg.removed_resources.is_empty() {
             self.pending.clear();
             return;
@@ -945,6 +973,9 @@ mod tests {
         AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
     };
     use envoy_types::pb::envoy::service::discovery::v3::Resource as DeltaResource;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryResponse, DiscoveryResponse,
+    };
     use envoy_types::pb::google::protobuf::Any;
     use std::collections::{HashMap, HashSet};
     use tokio_stream::wrappers::TcpListenerStream;
@@ -1480,30 +1511,34 @@ mod tests {
             resource: Some(any(4, b"vhost")),
             ..Default::default()
         };
+        // What the stream reads: the response's bytes, decoded as a view.
+        let view = |r: DeltaDiscoveryResponse| {
+            DeltaResponseView::decode(r.encode_to_vec().as_slice()).expect("decodes")
+        };
         let mut state = VhdsState::default();
-        let rds = DeltaDiscoveryResponse {
+        let rds = view(DeltaDiscoveryResponse {
             resources: vec![rc("80", true), rc("8080", true), rc("9080", false)],
             ..Default::default()
-        };
+        });
         let (mut add, drop) = state.routes(&rds);
         add.sort();
         assert_eq!((add, drop), (vec!["80".into(), "8080".into()], vec![]));
         // The same route configurations again: nothing new to subscribe.
         assert_eq!(state.routes(&rds), (vec![], vec![]));
         // An answer for 80 leaves 8080 pending; an empty answer answers the rest.
-        state.answered(&DeltaDiscoveryResponse {
+        state.answered(&view(DeltaDiscoveryResponse {
             resources: vec![vhost("80/a"), vhost("80/b")],
             ..Default::default()
-        });
+        }));
         assert_eq!(state.pending, HashSet::from(["8080".to_string()]));
-        state.answered(&DeltaDiscoveryResponse::default());
+        state.answered(&view(DeltaDiscoveryResponse::default()));
         assert!(state.pending.is_empty());
         // 8080 back inline, 80 removed: both unsubscribed.
-        let (add, mut drop) = state.routes(&DeltaDiscoveryResponse {
+        let (add, mut drop) = state.routes(&view(DeltaDiscoveryResponse {
             resources: vec![rc("8080", false)],
             removed_resources: vec!["80".into()],
             ..Default::default()
-        });
+        }));
         drop.sort();
         assert_eq!((add, drop), (vec![], vec!["80".into(), "8080".into()]));
         assert!(state.subscribed.is_empty());

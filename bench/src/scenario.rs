@@ -1455,13 +1455,13 @@ mod tests {
             endpoint_ips: vec![Ipv4Addr::new(198, 18, 4, 7)],
         };
         let change = |id, namespace: &str| {
-            std::sync::Arc::new(load::Change {
+            std::sync::Arc::new(load::Change::new(
                 id,
-                kind: "service-add",
-                namespace: namespace.into(),
-                conditions: conditions(&added),
-                at: Instant::now(),
-            })
+                "service-add",
+                namespace,
+                conditions(&added),
+                Instant::now(),
+            ))
         };
         let log = vec![change(0, "ns-01"), change(1, SHARED_NAMESPACE)];
         let ms = Duration::from_millis;
