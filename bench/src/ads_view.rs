@@ -13,17 +13,13 @@ use std::marker::PhantomData;
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use meshplane_xds::ads::wire::{DELTA_PATH, SOTW_PATH};
 use prost::bytes::Buf;
 use prost::{DecodeError, Message};
 use tonic::client::Grpc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, Streaming};
 use tonic::transport::Channel;
 use tonic_prost::ProstEncoder;
-
-const SOTW_PATH: &str =
-    "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
-const DELTA_PATH: &str =
-    "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// A `google.protobuf.Any` as read: its value only (the type URL is skipped).
 #[derive(Clone, PartialEq, Message)]

@@ -284,9 +284,11 @@ impl prost::Message for DeltaResponse {
 
 /// gRPC service name of ADS.
 pub const SERVICE_NAME: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
-const SOTW_PATH: &str =
+/// Method path of state-of-the-world ADS (the load generator calls it too).
+pub const SOTW_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
-const DELTA_PATH: &str =
+/// Method path of incremental (delta) ADS.
+pub const DELTA_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// The ADS gRPC service of an [`AdsServer`], answering with [`SotwResponse`] and
