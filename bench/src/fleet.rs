@@ -94,8 +94,11 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
+        # Frames as large as the node agent accepts (meshplane_ca::grpc::instance_http2), so
+        # that these Envoys and the simulated proxies beside them get pushes written alike.
+        explicit_http_config: {{http2_protocol_options: {{custom_settings_parameters: [{{identifier: 5, value: {frame}}}]}}}}
 "#,
+            frame = meshplane_ca::grpc::INSTANCE_MAX_FRAME_SIZE,
             ip = spec.ip,
             pod = spec.pod,
         );

@@ -28,6 +28,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
+use meshplane_ca::grpc::instance_http2;
 use prost::Message;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
@@ -474,7 +475,8 @@ async fn connect(addr: &str) -> Result<Channel, tonic::transport::Error> {
     let mut last = None;
     // The server may still be binding its port, or the accept queue may overflow in a storm.
     for attempt in 0..20u64 {
-        match Endpoint::from_shared(format!("http://{addr}"))?
+        // The node agent's HTTP/2 settings: they decide how the server writes large pushes.
+        match instance_http2(Endpoint::from_shared(format!("http://{addr}"))?)
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .connect()
@@ -488,7 +490,7 @@ async fn connect(addr: &str) -> Result<Channel, tonic::transport::Error> {
     match last {
         Some(e) => Err(e),
         None => {
-            Endpoint::from_shared(format!("http://{addr}"))?
+            instance_http2(Endpoint::from_shared(format!("http://{addr}"))?)
                 .connect()
                 .await
         }

@@ -160,6 +160,27 @@ where
     }
 }
 
+/// Largest HTTP/2 frame a connection to the instance accepts (SETTINGS_MAX_FRAME_SIZE).
+/// The instance's HTTP/2 writes a large data frame with a system call of its own and never
+/// sends a frame larger than this: at the protocol's default of 16 KiB a state-of-the-world
+/// route configuration of 10,000 services (about 5 MB) took some 300 writes per proxy on a
+/// plain socket; at 1 MiB, five (docs/benchmarks.md, "The node agent accepts 1 MiB frames").
+pub const INSTANCE_MAX_FRAME_SIZE: u32 = 1024 * 1024;
+
+/// Initial HTTP/2 flow-control window of a connection to the instance, per stream and for the
+/// connection: Envoy's own default for its xDS connections (256 MiB), so that a large push
+/// flows without waiting for window updates, as it does when Envoy talks ADS directly.
+pub const INSTANCE_WINDOW: u32 = 256 * 1024 * 1024;
+
+/// The HTTP/2 settings every connection to the instance uses: the node agent's (ADS and
+/// certificates) and the load generator's simulated proxies, which stand for it.
+pub fn instance_http2(endpoint: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
+    endpoint
+        .max_frame_size(INSTANCE_MAX_FRAME_SIZE)
+        .initial_stream_window_size(INSTANCE_WINDOW)
+        .initial_connection_window_size(INSTANCE_WINDOW)
+}
+
 /// Why a channel to an instance could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {
@@ -235,11 +256,59 @@ async fn connect_owned(
         })?
         .connect_timeout(std::time::Duration::from_secs(10))
         .http2_keep_alive_interval(std::time::Duration::from_secs(30));
-    endpoint
+    instance_http2(endpoint)
         .connect_with_connector(connect)
         .await
         .map_err(|source| ChannelError::Connect {
             target: target.to_owned(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// The settings a client sends in its first SETTINGS frame, by identifier.
+    async fn advertised(
+        stream: &mut tokio::net::TcpStream,
+    ) -> std::collections::BTreeMap<u16, u32> {
+        let mut preface = [0u8; 24];
+        stream.read_exact(&mut preface).await.expect("preface");
+        assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        let mut header = [0u8; 9];
+        stream.read_exact(&mut header).await.expect("frame header");
+        assert_eq!(header[3], 0x4, "the first frame is SETTINGS");
+        let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.expect("settings");
+        payload
+            .chunks_exact(6)
+            .map(|c| {
+                (
+                    u16::from_be_bytes([c[0], c[1]]),
+                    u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_connection_to_the_instance_advertises_large_frames_and_windows() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let endpoint = instance_http2(
+            tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("uri"),
+        );
+        let client = tokio::spawn(async move { endpoint.connect().await });
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let settings = advertised(&mut stream).await;
+        // RFC 9113 6.5.2: 0x4 INITIAL_WINDOW_SIZE, 0x5 MAX_FRAME_SIZE.
+        assert_eq!(settings.get(&0x5), Some(&INSTANCE_MAX_FRAME_SIZE));
+        assert_eq!(settings.get(&0x4), Some(&INSTANCE_WINDOW));
+        client.abort();
+    }
 }
