@@ -94,11 +94,12 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        # Frames as large as the node agent accepts (meshplane_ca::grpc::instance_http2), so
+        # Frames as large as an injected bootstrap and the node agent accept (contract 6), so
         # that these Envoys and the simulated proxies beside them get pushes written alike.
-        explicit_http_config: {{http2_protocol_options: {{custom_settings_parameters: [{{identifier: 5, value: {frame}}}]}}}}
+        explicit_http_config: {{http2_protocol_options: {{custom_settings_parameters: [{{identifier: {id}, value: {frame}}}]}}}}
 "#,
-            frame = meshplane_ca::grpc::INSTANCE_MAX_FRAME_SIZE,
+            id = meshplane_contracts::bootstrap::HTTP2_SETTINGS_MAX_FRAME_SIZE,
+            frame = meshplane_contracts::bootstrap::ADS_MAX_FRAME_SIZE,
             ip = spec.ip,
             pod = spec.pod,
         );

@@ -160,12 +160,8 @@ where
     }
 }
 
-/// Largest HTTP/2 frame a connection to the instance accepts (SETTINGS_MAX_FRAME_SIZE).
-/// The instance's HTTP/2 writes a large data frame with a system call of its own and never
-/// sends a frame larger than this: at the protocol's default of 16 KiB a state-of-the-world
-/// route configuration of 10,000 services (about 5 MB) took some 300 writes per proxy on a
-/// plain socket; at 1 MiB, five (docs/benchmarks.md, "The node agent accepts 1 MiB frames").
-pub const INSTANCE_MAX_FRAME_SIZE: u32 = 1024 * 1024;
+/// Largest HTTP/2 frame a connection to the instance accepts (contract 6).
+pub const INSTANCE_MAX_FRAME_SIZE: u32 = meshplane_contracts::bootstrap::ADS_MAX_FRAME_SIZE;
 
 /// Initial HTTP/2 flow-control window of a connection to the instance, per stream and for the
 /// connection: Envoy's own default for its xDS connections (256 MiB), so that a large push

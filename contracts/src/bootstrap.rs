@@ -7,7 +7,8 @@
 //! cluster's `transport_socket.sni` is the instance Service's host, which its certificate must
 //! name, verified against [`ROOT_CERT`] under [`MOUNT_DIR`]. It carries no `node`: the proxy
 //! launcher sets that (contract 7); the node agent (contract 11) reads the address and the SNI
-//! from [`ADS_CLUSTER`] and carries ADS there itself, with the token.
+//! from [`ADS_CLUSTER`] and carries ADS there itself, with the token. [`ADS_CLUSTER`]
+//! accepts HTTP/2 frames of up to [`ADS_MAX_FRAME_SIZE`].
 
 use crate::error::ContractError;
 use crate::Data;
@@ -27,6 +28,16 @@ pub const MOUNT_DIR: &str = "/etc/meshplane/bootstrap";
 pub const REVISION: &str = "revision";
 /// The static cluster carrying ADS to the instance.
 pub const ADS_CLUSTER: &str = "xds-grpc";
+/// Largest HTTP/2 frame (SETTINGS_MAX_FRAME_SIZE) a connection carrying ADS from a proxy
+/// accepts: the bootstrap's [`ADS_CLUSTER`] advertises it (`custom_settings_parameters`,
+/// identifier 5), and so does the node agent's connection to the instance. An HTTP/2 sender
+/// writes a large data frame with a system call of its own and never sends a frame larger
+/// than this: at the protocol's default of 16 KiB, a state-of-the-world route configuration of
+/// 10,000 services (about 5 MB) took some 300 writes per proxy on a plain socket; at 1 MiB,
+/// five (docs/benchmarks.md, "The node agent accepts 1 MiB frames").
+pub const ADS_MAX_FRAME_SIZE: u32 = 1024 * 1024;
+/// SETTINGS_MAX_FRAME_SIZE's identifier (RFC 9113, section 6.5.2).
+pub const HTTP2_SETTINGS_MAX_FRAME_SIZE: u32 = 0x5;
 /// Path of the readiness listener.
 pub const READY_PATH: &str = "/healthz/ready";
 /// Path on the readiness listener that serves Envoy's own `/stats/prometheus` (the proxy's

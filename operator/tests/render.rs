@@ -253,6 +253,13 @@ fn bootstrap_uses_the_cluster_ip_when_assigned_and_http2_over_tls_for_xds() {
         ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
         ["http2_protocol_options"]
         .is_object());
+    // Contract 6: large pushes arrive in large frames.
+    assert_eq!(
+        cluster["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
+            ["http2_protocol_options"]["custom_settings_parameters"],
+        serde_json::json!([{"identifier": 5, "value": 1_048_576}])
+    );
     // Contract 11: the TLS port, the Service's name as SNI and as the name its certificate
     // must carry, checked against the mounted bundle.
     let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]

@@ -1,7 +1,8 @@
 //! Contract 6: the bootstrap ConfigMap in every member namespace of the tenant.
 
 use meshplane_contracts::bootstrap::{
-    BootstrapData, ADS_CLUSTER, MOUNT_DIR, READY_PATH, ROOT_CERT, STATS_PATH,
+    BootstrapData, ADS_CLUSTER, ADS_MAX_FRAME_SIZE, HTTP2_SETTINGS_MAX_FRAME_SIZE, MOUNT_DIR,
+    READY_PATH, ROOT_CERT, STATS_PATH,
 };
 use meshplane_crds::names::{self, ports};
 use serde_json::{json, Value};
@@ -83,7 +84,13 @@ pub fn envoy_bootstrap(ads_host: &str, server_name: &str) -> Value {
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                            "explicit_http_config": {"http2_protocol_options": {}},
+                            // Large pushes in few writes (contract 6).
+                            "explicit_http_config": {"http2_protocol_options": {
+                                "custom_settings_parameters": [{
+                                    "identifier": HTTP2_SETTINGS_MAX_FRAME_SIZE,
+                                    "value": ADS_MAX_FRAME_SIZE,
+                                }],
+                            }},
                         }
                     },
                 },
