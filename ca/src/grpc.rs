@@ -160,19 +160,17 @@ where
     }
 }
 
-/// Largest HTTP/2 frame a connection to the instance accepts (contract 6).
-pub const INSTANCE_MAX_FRAME_SIZE: u32 = meshplane_contracts::bootstrap::ADS_MAX_FRAME_SIZE;
-
 /// Initial HTTP/2 flow-control window of a connection to the instance, per stream and for the
 /// connection: Envoy's own default for its xDS connections (256 MiB), so that a large push
 /// flows without waiting for window updates, as it does when Envoy talks ADS directly.
 pub const INSTANCE_WINDOW: u32 = 256 * 1024 * 1024;
 
 /// The HTTP/2 settings every connection to the instance uses: the node agent's (ADS and
-/// certificates) and the load generator's simulated proxies, which stand for it.
+/// certificates) and the load generator's simulated proxies, which stand for it. Frames as
+/// large as contract 6 has the bootstrap's ADS cluster accept.
 pub fn instance_http2(endpoint: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
     endpoint
-        .max_frame_size(INSTANCE_MAX_FRAME_SIZE)
+        .max_frame_size(meshplane_contracts::bootstrap::ADS_MAX_FRAME_SIZE)
         .initial_stream_window_size(INSTANCE_WINDOW)
         .initial_connection_window_size(INSTANCE_WINDOW)
 }
@@ -303,7 +301,10 @@ mod tests {
         let (mut stream, _) = listener.accept().await.expect("accept");
         let settings = advertised(&mut stream).await;
         // RFC 9113 6.5.2: 0x4 INITIAL_WINDOW_SIZE, 0x5 MAX_FRAME_SIZE.
-        assert_eq!(settings.get(&0x5), Some(&INSTANCE_MAX_FRAME_SIZE));
+        assert_eq!(
+            settings.get(&0x5),
+            Some(&meshplane_contracts::bootstrap::ADS_MAX_FRAME_SIZE)
+        );
         assert_eq!(settings.get(&0x4), Some(&INSTANCE_WINDOW));
         client.abort();
     }
