@@ -128,11 +128,15 @@ pub struct AdsClient {
 }
 
 impl AdsClient {
-    /// A client on `channel` accepting responses up to `max_message` bytes.
-    pub fn new(channel: Channel, max_message: usize) -> Self {
-        let grpc = Grpc::new(channel)
+    /// A client on `channel` accepting responses up to `max_message` bytes (decompressed),
+    /// compressed with zstd if `zstd`.
+    pub fn new(channel: Channel, max_message: usize, zstd: bool) -> Self {
+        let mut grpc = Grpc::new(channel)
             .max_decoding_message_size(max_message)
             .max_encoding_message_size(max_message);
+        if zstd {
+            grpc = grpc.accept_compressed(tonic::codec::CompressionEncoding::Zstd);
+        }
         Self { grpc }
     }
 

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::load::{self, StreamSpec};
+use crate::load::{self, LoadConfig, StreamSpec};
 use crate::meshgen::{MeshSpec, MeshState, Mutation, SHARED_NAMESPACE};
 use crate::procstat;
 use crate::scenario::{
@@ -214,7 +214,7 @@ pub async fn run(env: &Env) -> Result<String> {
 }
 
 async fn drive(
-    _env: &Env,
+    env: &Env,
     server: &Server,
     mesh: &mut MeshState,
     p: &Params,
@@ -226,7 +226,12 @@ async fn drive(
 
     // Phase 1: the load generator.
     let idle = server.sample()?;
-    let handle = load::start(load_config(server), specs.clone());
+    // Like for like: the Envoys talk to the instance directly and do not accept compression.
+    let config = LoadConfig {
+        accept_zstd: false,
+        ..load_config(server, env)
+    };
+    let handle = load::start(config, specs.clone());
     let synced = handle.wait_synced(Duration::from_secs(300)).await;
     let loaded = server.sample()?;
     let mut touched = HashMap::new();

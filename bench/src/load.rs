@@ -134,6 +134,9 @@ pub struct LoadConfig {
     pub streams_per_connection: usize,
     /// Connection attempts in flight at once during the connect storm.
     pub connect_concurrency: usize,
+    /// Whether the simulated proxies accept zstd-compressed responses, as the node agent
+    /// that carries a meshed pod's ADS does (Envoy talking to the instance directly does not).
+    pub accept_zstd: bool,
 }
 
 /// What must hold on the wire for a change to count as applied.
@@ -702,7 +705,7 @@ impl StreamCtx {
     }
 
     async fn run(self, index: usize, spec: StreamSpec, channel: Channel) {
-        let client = AdsClient::new(channel, MAX_MESSAGE);
+        let client = AdsClient::new(channel, MAX_MESSAGE, self.config.accept_zstd);
         let node = node_for(&spec, &self.config.tenant, &self.config.revision);
         let mut tracker = Tracker::new(index, &spec);
         let result = match spec.protocol {
@@ -1264,6 +1267,7 @@ mod tests {
             revision: "r".into(),
             streams_per_connection: 2,
             connect_concurrency: 4,
+            accept_zstd: true,
         }
     }
 

@@ -64,6 +64,10 @@ enum Command {
         /// delta, as injected sidecars by default; 0: none). S1 to S4 and scale10k.
         #[arg(long, default_value_t = 4)]
         delta_every: usize,
+        /// The simulated proxies do not accept zstd-compressed responses (as Envoy talking to
+        /// the instance directly); by default they accept them, as the node agent does.
+        #[arg(long)]
+        plain_ads: bool,
     },
     /// Writes a mesh state for `meshplane-xds --source dir:DIR`.
     Gen {
@@ -145,6 +149,7 @@ async fn main() -> Result<()> {
             envoy_bin,
             out,
             delta_every,
+            plain_ads,
         } => {
             let xds_bin = xds_bin.unwrap_or_else(|| default_bin("meshplane-xds"));
             // S5 runs the operator and the API stand-in instead (and checks for them itself).
@@ -164,6 +169,7 @@ async fn main() -> Result<()> {
                 size,
                 envoy_bin,
                 delta_every,
+                plain_ads,
             };
             let names = if name == Name::All {
                 vec![

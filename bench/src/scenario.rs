@@ -45,6 +45,9 @@ pub struct Env {
     /// Every `delta_every`-th simulated proxy speaks delta xDS, the others state of the world
     /// (1: all delta, as injected sidecars by default; 0: none). S1 to S4 and the scale point.
     pub delta_every: usize,
+    /// The simulated proxies do not accept compressed responses (as Envoy talking to the
+    /// instance directly); by default they do, as the node agent does.
+    pub plain_ads: bool,
 }
 
 /// How the proxies of a run split between the protocols, for the tables.
@@ -290,13 +293,14 @@ pub fn proxies(
         .collect()
 }
 
-pub(crate) fn load_config(server: &Server) -> LoadConfig {
+pub(crate) fn load_config(server: &Server, env: &Env) -> LoadConfig {
     LoadConfig {
         addr: server.xds_addr.clone(),
         tenant: TENANT.into(),
         revision: REVISION.into(),
         streams_per_connection: 1,
         connect_concurrency: 128,
+        accept_zstd: !env.plain_ads,
     }
 }
 
@@ -459,19 +463,24 @@ pub async fn run_s1(env: &Env, name: &str, p: &S1Params) -> Result<S1Result> {
     let mut mesh = MeshState::new(spec, &dir)?;
     mesh.write_all()?;
     let server = Server::start(env, &dir, &env.work.join(name).join("xds.log")).await?;
-    let result = drive_s1(&server, &mut mesh, p).await;
+    let result = drive_s1(&server, env, &mut mesh, p).await;
     server.stop().await;
     result
 }
 
-async fn drive_s1(server: &Server, mesh: &mut MeshState, p: &S1Params) -> Result<S1Result> {
+async fn drive_s1(
+    server: &Server,
+    env: &Env,
+    mesh: &mut MeshState,
+    p: &S1Params,
+) -> Result<S1Result> {
     let mut r = S1Result::default();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = server.sample()?;
     r.idle_rss = idle.1.rss_bytes;
     let (sampler, sampling) = Sampler::start(server.pid, Duration::from_millis(200));
     let specs = proxies(p.proxies, &mesh.namespaces, true, p.delta_every, 0)?;
-    let handle = load::start(load_config(server), specs);
+    let handle = load::start(load_config(server, env), specs);
     r.synced = handle.wait_synced(SYNC_TIMEOUT).await;
     let after_storm = server.sample()?;
     r.storm_vcpu = procstat::vcpu(idle, after_storm);
@@ -878,7 +887,7 @@ pub async fn s2(env: &Env) -> Result<String> {
     let result = async {
         let idle = server.sample()?;
         let specs = proxies(proxies_n, &mesh.namespaces, false, env.delta_every, 0)?;
-        let handle = load::start(load_config(&server), specs);
+        let handle = load::start(load_config(&server, env), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         let storm_end = server.sample()?;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1131,7 +1140,7 @@ pub async fn s3(env: &Env) -> Result<String> {
     let server = Server::start(env, &dir, &env.work.join("s3").join("xds.log")).await?;
     let result = async {
         let specs = proxies(streams, &mesh.namespaces, true, env.delta_every, 100)?;
-        let handle = load::start(load_config(&server), specs);
+        let handle = load::start(load_config(&server, env), specs);
         let synced = handle.wait_synced(SYNC_TIMEOUT).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let m0 = server.metrics().await;
@@ -1276,7 +1285,7 @@ pub async fn s4(env: &Env) -> Result<String> {
             let server =
                 Server::start(env, &dir, &env.work.join(format!("s4-{i}")).join("xds.log")).await?;
             let handle = load::start(
-                load_config(&server),
+                load_config(&server, env),
                 proxies(proxies_n, &mesh.namespaces, true, env.delta_every, 0)?,
             );
             handle.wait_synced(SYNC_TIMEOUT).await;

@@ -108,13 +108,38 @@ fn mtls_listener(port: u16) -> Arc<Resource> {
         name: "mtls".into(),
         type_url: type_url::LISTENER,
         version: content_version(&encoded),
+        packed: Default::default(),
         encoded,
     })
 }
 
 /// A cluster, so that CDS has something to answer like every real proxy config has.
 fn blackhole_cluster() -> Arc<Resource> {
-    let json = serde_json::json!({"name": "blackhole", "type": "STATIC", "connect_timeout": "1s"});
+    static_cluster("blackhole", "")
+}
+
+/// Clusters enough for the instance to send them compressed (over 256 KiB in all): the agent
+/// decompresses them for Envoy.
+fn bulk_clusters() -> Vec<Arc<Resource>> {
+    (0..BULK_CLUSTERS)
+        .map(|i| {
+            let note = format!("bulk-{i} retry_on connect-failure,refused-stream ").repeat(24);
+            static_cluster(&format!("bulk-{i:03}"), &note)
+        })
+        .collect()
+}
+
+/// Number of [`bulk_clusters`].
+const BULK_CLUSTERS: usize = 300;
+
+/// A STATIC cluster without hosts, carrying `note` in its metadata.
+fn static_cluster(name: &str, note: &str) -> Arc<Resource> {
+    let json = serde_json::json!({
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "metadata": {"filter_metadata": {"meshplane.test": {"note": note}}},
+    });
     let encoded = bytes::Bytes::from(
         meshplane_xds::translate::protojson::encode_message(
             "envoy.config.cluster.v3.Cluster",
@@ -123,9 +148,10 @@ fn blackhole_cluster() -> Arc<Resource> {
         .expect("cluster encodes"),
     );
     Arc::new(Resource {
-        name: "blackhole".into(),
+        name: name.into(),
         type_url: type_url::CLUSTER,
         version: content_version(&encoded),
+        packed: Default::default(),
         encoded,
     })
 }
@@ -140,7 +166,10 @@ impl ConfigGenerator for Generator {
     }
     fn render(&self, _node: &ProxyNode) -> Arc<ProxyConfig> {
         Arc::new(ProxyConfig {
-            clusters: vec![blackhole_cluster()],
+            clusters: [blackhole_cluster()]
+                .into_iter()
+                .chain(bulk_clusters())
+                .collect(),
             listeners: vec![Arc::clone(&self.listener)],
             ..Default::default()
         })
@@ -348,6 +377,19 @@ fn start_proxy(dir: &Path, admin_port: u16, instance: SocketAddr) -> Proxy {
     Proxy(child)
 }
 
+/// The body of an Envoy admin `GET path`.
+async fn admin_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_string())
+}
+
 fn write_atomically(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
@@ -534,7 +576,8 @@ async fn envoy_serves_mtls_with_its_sds_certificate_and_outlives_its_first_token
     let instance_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let listener_port = free_port();
     let instance = start_instance(&standin, &ca_dir, instance_addr, listener_port).await;
-    let _proxy = start_proxy(dir.path(), free_port(), instance_addr);
+    let admin_port = free_port();
+    let _proxy = start_proxy(dir.path(), admin_port, instance_addr);
     let _log = LogOnPanic(dir.path().join("proxy.log"));
 
     // Envoy got its listener over TLS ADS and its certificate over SDS: it serves mutual TLS
@@ -556,6 +599,20 @@ async fn envoy_serves_mtls_with_its_sds_certificate_and_outlives_its_first_token
         "{body}"
     );
     assert_eq!(instance.connected(), 1);
+    // The clusters came compressed (the agent accepts zstd, they are over 256 KiB): Envoy holds
+    // every one of them.
+    let bulk = eventually("Envoy holding the bulk clusters", || async {
+        let clusters = admin_get(admin_port, "/clusters").await?;
+        let names: BTreeSet<&str> = clusters
+            .lines()
+            .filter_map(|l| l.split_once("::observability_name::"))
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("bulk-"))
+            .collect();
+        (names.len() == BULK_CLUSTERS).then_some(names.len())
+    })
+    .await;
+    assert_eq!(bulk, BULK_CLUSTERS);
     // Without a client certificate the handshake is refused.
     assert!(mtls_get(listener_port, &root, None).await.is_err());
     // A client of another tenant's root is refused too.

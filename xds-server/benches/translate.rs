@@ -162,6 +162,7 @@ fn with_changed_endpoint(config: &ProxyConfig, tag: &str) -> ProxyConfig {
         name,
         type_url: type_url::ENDPOINT,
         version: content_version(&encoded),
+        packed: Default::default(),
         encoded,
     });
     next

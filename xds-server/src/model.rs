@@ -252,6 +252,9 @@ pub struct Resource {
     pub encoded: bytes::Bytes,
     /// Content hash of `encoded` (hex), used as the resource version: stable across restarts.
     pub version: String,
+    /// `encoded` compressed, for the streams that send a large resource compressed
+    /// ([`crate::ads::compressed`]); made by the first of them.
+    pub packed: crate::ads::compressed::Packed,
 }
 
 /// Whether `a` holds exactly the resources of `b` (the same `Arc`s, in the same order): then

@@ -39,6 +39,7 @@ fn resource(type_index: usize, name: &str, generation: u64, names: &[&str]) -> A
         name: name.to_string(),
         type_url: type_url::ORDER[type_index],
         version: content_version(body.as_bytes()),
+        packed: Default::default(),
         encoded: Bytes::from(body),
     })
 }

@@ -170,6 +170,7 @@ pub(crate) mod tests {
             type_url: type_url::CLUSTER,
             encoded: Bytes::from(version.to_string()),
             version: version.to_string(),
+            packed: Default::default(),
         })
     }
 

@@ -1,6 +1,7 @@
 //! The Aggregated Discovery Service: admission of each stream, then one task per stream that
 //! runs the protocol state machine ([`tracker`]) against the proxy's snapshots.
 
+pub mod compressed;
 #[cfg(test)]
 mod dependency_order;
 pub mod map_diff;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::compressed::Packed;
 use super::snapshot::ResourceMap;
 use crate::model::Resource;
 
@@ -105,6 +106,8 @@ impl<'a> IntoIterator for &'a Resources {
 pub struct AnyFields {
     pub(super) segments: Vec<Bytes>,
     pub(super) len: usize,
+    /// The fields compressed, for the streams that send them so ([`super::compressed`]).
+    pub(super) packed: Packed,
 }
 
 impl AnyFields {
@@ -120,6 +123,12 @@ impl AnyFields {
     /// The encoding, in pieces.
     pub fn segments(&self) -> &[Bytes] {
         &self.segments
+    }
+
+    /// The encoding as one zstd frame, compressed by the first stream that asks.
+    pub fn packed(&self) -> Option<Bytes> {
+        self.packed
+            .get_or_compress(self.segments.iter().map(|s| s.as_ref()))
     }
 }
 

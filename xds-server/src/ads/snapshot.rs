@@ -414,6 +414,7 @@ mod tests {
             type_url: type_url::CLUSTER,
             encoded: bytes::Bytes::copy_from_slice(body),
             version: content_version(body),
+            packed: Default::default(),
         })
     }
 

@@ -799,6 +799,7 @@ impl StreamState {
                         type_url: url,
                         encoded: Bytes::new(),
                         version: version.clone(),
+                        packed: Default::default(),
                     }),
                 );
             }
@@ -992,6 +993,7 @@ mod tests {
                         type_url: type_url::ORDER[i.min(VHDS)],
                         name,
                         version: super::super::snapshot::content_version(body.as_bytes()),
+                        packed: Default::default(),
                         encoded: Bytes::from(body),
                     }));
                 }
@@ -1048,6 +1050,7 @@ mod tests {
                 type_url: url,
                 name,
                 version: super::super::snapshot::content_version(body.as_bytes()),
+                packed: Default::default(),
                 encoded: Bytes::from(body),
             });
             if present {
@@ -1300,6 +1303,7 @@ mod tests {
             type_url: url,
             encoded: Bytes::from(body.to_string()),
             version: super::super::snapshot::content_version(body.as_bytes()),
+            packed: Default::default(),
         })
     }
 
@@ -1529,6 +1533,7 @@ mod tests {
                 type_url: type_url::CLUSTER,
                 encoded: Bytes::from(name.to_string()),
                 version: name.into(),
+                packed: Default::default(),
             })
         };
         let config = crate::model::ProxyConfig {

@@ -399,6 +399,7 @@ impl StreamState {
                         type_url: url,
                         encoded: Bytes::new(),
                         version: version.clone(),
+                        packed: Default::default(),
                     }),
                 );
             }

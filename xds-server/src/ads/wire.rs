@@ -9,6 +9,9 @@
 //! ([`any_fields`], [`super::payload`]) and every stream passes on the same buffers. They are
 //! only ever sent: decoding one skips every field.
 //!
+//! To a client that accepts zstd, a response carrying a large shared piece goes compressed,
+//! the piece's compressed frame made once and shared as well ([`super::compressed`]).
+//!
 //! [`AdsService`] is the ADS gRPC service over these messages (the generated server fixes its
 //! responses to prost's types); it frames each response itself, lazily, in data frames of
 //! about 64 KiB that HTTP/2 asks for as it writes, with large resource encodings passed on
@@ -30,6 +33,7 @@ use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 use tonic::{Status, Streaming};
 
+use super::compressed::{accepts_zstd, Packer, PACK_MIN};
 use super::payload::{AnyFields, Resources};
 use super::stream::{Delta, Sotw, Wire};
 use super::AdsServer;
@@ -109,6 +113,7 @@ pub fn any_fields<'a>(resources: impl IntoIterator<Item = &'a Arc<Resource>>) ->
     AnyFields {
         segments: out.ready.into(),
         len,
+        ..AnyFields::default()
     }
 }
 
@@ -120,6 +125,26 @@ pub trait Parts: prost::Message {
     fn parts(&self) -> usize;
     /// Writes part `i`, in prost's field order.
     fn write_part(&self, i: usize, out: &mut impl Sink);
+    /// Writes the message compressed, if it carries a shared piece worth it (at least
+    /// [`PACK_MIN`] bytes): the bytes around the shared pieces go to [`Packer::raw`], the
+    /// shared pieces as their one compressed frame. `false`: it goes uncompressed.
+    fn pack(&self, out: &mut Packer) -> bool;
+}
+
+/// Writes the `Any` field holding `r`, a large encoding as its shared compressed frame.
+fn pack_any(tag: u32, r: &Resource, out: &mut Packer) {
+    if r.encoded.len() < PACK_MIN {
+        return put_any(tag, r, out.raw());
+    }
+    put_delimited(tag, any_len(r), out.raw());
+    put_scalar(1, r.type_url.as_bytes(), out.raw());
+    put_delimited(2, r.encoded.len(), out.raw());
+    out.frame(r.packed.get_or_compress([r.encoded.as_ref()]));
+}
+
+/// Whether any of `list` is large enough to send compressed.
+fn any_large(list: &[Arc<Resource>]) -> bool {
+    list.iter().any(|r| r.encoded.len() >= PACK_MIN)
 }
 
 /// prost's `encode_raw` for a [`Parts`] message (used by tests and `encode_to_vec`; streams
@@ -169,6 +194,25 @@ impl Parts for SotwResponse {
         }
         put_scalar(4, self.type_url.as_bytes(), out.raw());
         put_scalar(5, self.nonce.as_bytes(), out.raw());
+    }
+
+    fn pack(&self, out: &mut Packer) -> bool {
+        match &self.resources {
+            Resources::Whole(_, fields) if fields.len() >= PACK_MIN => {
+                put_scalar(1, self.version_info.as_bytes(), out.raw());
+                out.frame(fields.packed());
+            }
+            Resources::Listed(list) if any_large(list) => {
+                put_scalar(1, self.version_info.as_bytes(), out.raw());
+                for r in list {
+                    pack_any(2, r, out);
+                }
+            }
+            _ => return false,
+        }
+        put_scalar(4, self.type_url.as_bytes(), out.raw());
+        put_scalar(5, self.nonce.as_bytes(), out.raw());
+        true
     }
 }
 
@@ -234,14 +278,35 @@ impl Parts for DeltaResponse {
             put_any(2, r, out);
             put_scalar(3, r.name.as_bytes(), out.raw());
         } else {
-            let buf = out.raw();
-            put_scalar(4, self.type_url.as_bytes(), buf);
-            put_scalar(5, self.nonce.as_bytes(), buf);
-            for name in &self.removed_resources {
-                // Repeated strings are written even when empty.
-                put_delimited(6, name.len(), buf);
-                buf.put_slice(name.as_bytes());
-            }
+            self.write_tail(out.raw());
+        }
+    }
+
+    fn pack(&self, out: &mut Packer) -> bool {
+        if !any_large(&self.resources) {
+            return false;
+        }
+        put_scalar(1, self.system_version_info.as_bytes(), out.raw());
+        for r in &self.resources {
+            put_delimited(2, delta_resource_len(r), out.raw());
+            put_scalar(1, r.version.as_bytes(), out.raw());
+            pack_any(2, r, out);
+            put_scalar(3, r.name.as_bytes(), out.raw());
+        }
+        self.write_tail(out.raw());
+        true
+    }
+}
+
+impl DeltaResponse {
+    /// The fields after the resources.
+    fn write_tail(&self, buf: &mut Vec<u8>) {
+        put_scalar(4, self.type_url.as_bytes(), buf);
+        put_scalar(5, self.nonce.as_bytes(), buf);
+        for name in &self.removed_resources {
+            // Repeated strings are written even when empty.
+            put_delimited(6, name.len(), buf);
+            buf.put_slice(name.as_bytes());
         }
     }
 }
@@ -316,6 +381,8 @@ const REQUEST_BUFFER: usize = 1024;
 
 /// Header naming the compression of a call's messages.
 const GRPC_ENCODING: &str = "grpc-encoding";
+/// Header listing the compressions a client can read.
+const GRPC_ACCEPT_ENCODING: &str = "grpc-accept-encoding";
 
 /// Length of the gRPC message prefix (flag and length).
 const GRPC_HEADER: usize = 5;
@@ -347,6 +414,12 @@ where
         ))
         .into_http();
     }
+    // The node agent accepts zstd: large responses go compressed ([`super::compressed`]).
+    let zstd = accepts_zstd(
+        req.headers()
+            .get(GRPC_ACCEPT_ENCODING)
+            .map(http::HeaderValue::as_bytes),
+    );
     let request = tonic::Request::from_http(req.map(|body| {
         Streaming::new_request(
             tonic_prost::ProstCodec::<W::Resp, W::Req>::raw_decoder(BufferSettings::new(
@@ -361,12 +434,17 @@ where
     match server.open::<W>(request).await {
         Err(status) => status.into_http(),
         Ok(responses) => {
-            let body = http_body_util::StreamBody::new(GrpcFrames::new(responses));
+            let frames = GrpcFrames::new(responses).compressing(zstd);
+            let body = http_body_util::StreamBody::new(frames);
             let mut response = http::Response::new(tonic::body::Body::new(body));
-            response.headers_mut().insert(
+            let headers = response.headers_mut();
+            headers.insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("application/grpc"),
             );
+            if zstd {
+                headers.insert(GRPC_ENCODING, http::HeaderValue::from_static("zstd"));
+            }
             response
         }
     }
@@ -400,6 +478,31 @@ impl Chunker {
             self.ready.push_back(bytes::Bytes::from(full));
         }
     }
+
+    /// Queues `message` compressed, prefix and frames, if it is worth compressing and fits a
+    /// gRPC message; `false`: it was not queued.
+    fn compressed(&mut self, message: &impl Parts) -> bool {
+        let mut packer = Packer::default();
+        if !message.pack(&mut packer) {
+            return false;
+        }
+        let Some((frames, len)) = packer.finish() else {
+            return false;
+        };
+        let Ok(len) = u32::try_from(len) else {
+            return false;
+        };
+        // Compressed, then the big-endian length.
+        let mut prefix = [1u8; GRPC_HEADER];
+        prefix[1..].copy_from_slice(&len.to_be_bytes());
+        self.raw().extend_from_slice(&prefix);
+        for frame in frames {
+            // Frames of a few bytes join the prefix; the shared ones go as they are.
+            self.shared(&frame);
+        }
+        self.flush();
+        true
+    }
 }
 
 impl Sink for Chunker {
@@ -431,6 +534,9 @@ struct GrpcFrames<M> {
     current: Option<(M, usize)>,
     out: Chunker,
     done: bool,
+    /// Whether the client accepts zstd: then a message that carries a large shared piece goes
+    /// compressed, whole, as frames shared or made when it is taken off the queue.
+    zstd: bool,
 }
 
 impl<M> GrpcFrames<M> {
@@ -440,7 +546,13 @@ impl<M> GrpcFrames<M> {
             current: None,
             out: Chunker::new(),
             done: false,
+            zstd: false,
         }
+    }
+
+    fn compressing(mut self, zstd: bool) -> Self {
+        self.zstd = zstd;
+        self
     }
 }
 
@@ -473,6 +585,7 @@ impl<M: Parts + Unpin> Stream for GrpcFrames<M> {
                 continue;
             }
             let status = match std::task::ready!(Pin::new(&mut this.messages).poll_next(cx)) {
+                Some(Ok(message)) if this.zstd && this.out.compressed(&message) => continue,
                 Some(Ok(message)) => match u32::try_from(message.encoded_len()) {
                     Ok(len) => {
                         // Not compressed, then the big-endian length.
@@ -551,6 +664,7 @@ mod tests {
             name: name.into(),
             type_url,
             version: crate::ads::snapshot::content_version(&body),
+            packed: Default::default(),
             encoded: bytes::Bytes::from(body),
         })
     }
@@ -707,6 +821,16 @@ mod tests {
 
     /// The frames of a response stream of `messages` then `end` (`None`: it just ends).
     async fn frames(messages: Vec<SotwResponse>, end: Option<Status>) -> Vec<Frame<bytes::Bytes>> {
+        frames_of(messages, end, false).await
+    }
+
+    /// The frames of a response stream of `messages` then `end`, to a client that accepts
+    /// zstd if `zstd`.
+    async fn frames_of<M: Parts + Unpin + Send + 'static>(
+        messages: Vec<M>,
+        end: Option<Status>,
+        zstd: bool,
+    ) -> Vec<Frame<bytes::Bytes>> {
         use futures::StreamExt;
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         for m in messages {
@@ -717,6 +841,7 @@ mod tests {
         }
         drop(tx);
         GrpcFrames::new(ReceiverStream::new(rx))
+            .compressing(zstd)
             .map(|f| f.expect("infallible"))
             .collect()
             .await
@@ -816,5 +941,169 @@ mod tests {
             .and_then(Status::from_header_map)
             .expect("a status in the trailers");
         assert_eq!(status.message(), "not a member");
+    }
+
+    /// The gRPC messages of `data`: whether each was compressed, and its bytes (decompressed
+    /// as a gRPC client does).
+    fn messages(mut data: &[u8]) -> Vec<(bool, Vec<u8>)> {
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            let (prefix, rest) = data.split_at(GRPC_HEADER);
+            let len = u32::from_be_bytes(prefix[1..].try_into().expect("four bytes")) as usize;
+            let (body, rest) = rest.split_at(len);
+            let bytes = if prefix[0] == 1 {
+                let mut plain = Vec::new();
+                let mut decoder = zstd::stream::read::Decoder::new(body).expect("decoder");
+                std::io::copy(&mut decoder, &mut plain).expect("zstd");
+                plain
+            } else {
+                body.to_vec()
+            };
+            out.push((prefix[0] == 1, bytes));
+            data = rest;
+        }
+        out
+    }
+
+    /// A body of `len` bytes that compresses as configuration does: a repeated pattern with
+    /// names that differ (pseudo-random bytes), so it compresses to about a third.
+    fn config_like(len: usize, seed: u8) -> Vec<u8> {
+        let mut state = u32::from(seed) + 1;
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            out.extend_from_slice(b"retry_on: connect-failure,refused-stream; host: ");
+            for _ in 0..16 {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                out.push((state >> 16) as u8);
+            }
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// To a client that accepts zstd, a response carrying a large shared piece goes
+    /// compressed, its large piece compressed once for every stream; the bytes it decompresses
+    /// to are the response's encoding. Small responses, and clients that do not accept zstd,
+    /// get the plain encoding.
+    #[tokio::test]
+    async fn large_responses_go_compressed_their_large_pieces_compressed_once() {
+        let route = res(
+            "80",
+            type_url::ROUTE,
+            config_like(crate::ads::compressed::PACK_MIN + 1, 7),
+        );
+        let response = |nonce: &str, resources: Vec<Arc<Resource>>| SotwResponse {
+            version_info: "v".into(),
+            resources: resources.into(),
+            type_url: type_url::ROUTE,
+            nonce: nonce.into(),
+        };
+        let big = || {
+            response(
+                "1",
+                vec![
+                    Arc::clone(&route),
+                    res("small", type_url::ROUTE, vec![1; 10]),
+                ],
+            )
+        };
+        let small = response("2", resources()[..5].to_vec());
+        let sent = vec![
+            big(),
+            small.clone(),
+            response("3", vec![Arc::clone(&route)]),
+        ];
+        let out = frames_of(sent.clone(), None, true).await;
+        let got = messages(&data(&out));
+        let flags: Vec<bool> = got.iter().map(|(z, _)| *z).collect();
+        assert_eq!(flags, [true, false, true]);
+        for ((_, bytes), message) in got.iter().zip(&sent) {
+            assert_eq!(bytes, &message.encode_to_vec());
+        }
+        let wire = data(&out).len();
+        let plain_wire = data(&frames_of(sent.clone(), None, false).await).len();
+        assert!(
+            wire < plain_wire / 2,
+            "{wire} bytes on the wire, {plain_wire} plain"
+        );
+        // The route's frame was made once, kept with the resource, sent by reference twice.
+        let packed = route
+            .packed
+            .get_or_compress([&b"not looked at"[..]])
+            .expect("packed");
+        let by_reference = out
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .filter(|d| d.as_ptr() == packed.as_ptr() && d.len() == packed.len())
+            .count();
+        assert_eq!(by_reference, 2);
+
+        // A client that does not accept zstd gets the plain encoding of the same responses.
+        let plain = messages(&data(&frames_of(sent.clone(), None, false).await));
+        assert!(plain.iter().all(|(z, _)| !z));
+        assert_eq!(plain.len(), 3);
+        for ((_, bytes), message) in plain.iter().zip(&sent) {
+            assert_eq!(bytes, &message.encode_to_vec());
+        }
+    }
+
+    /// A whole snapshot large enough goes as the snapshot's one compressed frame; delta
+    /// responses carrying a large resource go compressed as well.
+    #[tokio::test]
+    async fn whole_snapshots_and_delta_responses_go_compressed() {
+        let many: Vec<Arc<Resource>> = (0..200u8)
+            .map(|i| {
+                res(
+                    &format!("c{i:03}"),
+                    type_url::CLUSTER,
+                    config_like(2_000, i),
+                )
+            })
+            .collect();
+        let snapshot = crate::ads::snapshot::TypeSnapshot::new(&many);
+        let response = |nonce: &str| SotwResponse {
+            version_info: snapshot.version.clone(),
+            resources: snapshot.whole(),
+            type_url: type_url::CLUSTER,
+            nonce: nonce.into(),
+        };
+        let sent = vec![response("1"), response("2")];
+        let out = frames_of(sent.clone(), None, true).await;
+        let got = messages(&data(&out));
+        assert_eq!(got.len(), 2);
+        for ((zstd, bytes), message) in got.iter().zip(&sent) {
+            assert!(zstd);
+            assert_eq!(bytes, &message.encode_to_vec());
+        }
+        let Resources::Whole(_, fields) = &sent[0].resources else {
+            panic!("whole");
+        };
+        let packed = fields.packed().expect("packed");
+        let by_reference = out
+            .iter()
+            .filter_map(|f| f.data_ref())
+            .filter(|d| d.as_ptr() == packed.as_ptr())
+            .count();
+        assert_eq!(by_reference, 2, "one frame for both streams");
+
+        let delta = DeltaResponse {
+            system_version_info: "s".into(),
+            resources: vec![
+                res("80", type_url::ROUTE, config_like(300_000, 1)),
+                res("81", type_url::ROUTE, vec![2; 40]),
+            ],
+            type_url: type_url::ROUTE,
+            nonce: "4".into(),
+            removed_resources: vec!["82".into()],
+        };
+        let got = messages(&data(&frames_of(vec![delta.clone()], None, true).await));
+        assert_eq!(got, [(true, delta.encode_to_vec())]);
+        assert_eq!(
+            DeltaDiscoveryResponse::decode(got[0].1.as_slice())
+                .expect("decodes")
+                .resources
+                .len(),
+            2
+        );
     }
 }

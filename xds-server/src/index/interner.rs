@@ -69,6 +69,7 @@ impl Interner {
                     type_url,
                     encoded: bytes::Bytes::from(encoded),
                     version: key.2.clone(),
+                    packed: Default::default(),
                 });
                 // Drop entries of resources nobody holds any more each time the map doubles.
                 if self.by_version.len() >= self.prune_at {

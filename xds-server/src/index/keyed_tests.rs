@@ -467,6 +467,7 @@ fn configurations_with_the_same_assignments_share_their_index() {
             type_url: type_url::ENDPOINT,
             encoded: bytes::Bytes::from(name.to_string()),
             version: name.to_string(),
+            packed: Default::default(),
         })
     };
     let web = assignment("outbound|80||web.a.svc.cluster.local");

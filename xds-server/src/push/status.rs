@@ -176,6 +176,7 @@ mod tests {
                 name: name.to_string(),
                 type_url,
                 version: content_version(&encoded),
+                packed: Default::default(),
                 encoded,
             })
         };

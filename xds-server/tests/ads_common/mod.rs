@@ -72,6 +72,7 @@ pub fn res(type_url: &'static str, name: &str, body: &str) -> Arc<Resource> {
         name: name.into(),
         type_url,
         version: content_version(&encoded),
+        packed: Default::default(),
         encoded,
     })
 }
@@ -246,17 +247,37 @@ pub fn nack(message: &str) -> Option<RpcStatus> {
     })
 }
 
+/// The `grpc-encoding` of a response.
+fn encoding(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    metadata
+        .get("grpc-encoding")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// A state-of-the-world client stream.
 pub struct SotwClient {
     pub tx: mpsc::Sender<DiscoveryRequest>,
     pub rx: Streaming<DiscoveryResponse>,
     node: Node,
+    /// The response's `grpc-encoding` (how its messages may be compressed).
+    pub encoding: Option<String>,
 }
 
 impl SotwClient {
     /// Opens a stream whose first request subscribes to `type_url` with `names`.
     pub async fn open(
         h: &Harness,
+        node: Node,
+        type_url: &str,
+        names: &[&str],
+    ) -> Result<SotwClient, tonic::Status> {
+        Self::open_on(h.client().await, node, type_url, names).await
+    }
+
+    /// Like [`SotwClient::open`], on `client`.
+    pub async fn open_on(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
         node: Node,
         type_url: &str,
         names: &[&str],
@@ -270,13 +291,12 @@ impl SotwClient {
         })
         .await
         .expect("queue first request");
-        let rx = h
-            .client()
-            .await
+        let rx = client
             .stream_aggregated_resources(ReceiverStream::new(rx))
             .await?;
         Ok(SotwClient {
             tx,
+            encoding: encoding(rx.metadata()),
             rx: rx.into_inner(),
             node,
         })
@@ -331,11 +351,23 @@ impl SotwClient {
 pub struct DeltaClient {
     pub tx: mpsc::Sender<DeltaDiscoveryRequest>,
     pub rx: Streaming<DeltaDiscoveryResponse>,
+    /// The response's `grpc-encoding` (how its messages may be compressed).
+    pub encoding: Option<String>,
 }
 
 impl DeltaClient {
     pub async fn open(
         h: &Harness,
+        node: Node,
+        type_url: &str,
+        subscribe: &[&str],
+    ) -> Result<DeltaClient, tonic::Status> {
+        Self::open_on(h.client().await, node, type_url, subscribe).await
+    }
+
+    /// Like [`DeltaClient::open`], on `client`.
+    pub async fn open_on(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
         node: Node,
         type_url: &str,
         subscribe: &[&str],
@@ -349,13 +381,12 @@ impl DeltaClient {
         })
         .await
         .expect("queue first request");
-        let rx = h
-            .client()
-            .await
+        let rx = client
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await?;
         Ok(DeltaClient {
             tx,
+            encoding: encoding(rx.metadata()),
             rx: rx.into_inner(),
         })
     }
