@@ -735,6 +735,25 @@ mod tests {
         }
     }
 
+    /// How many data frames of `out` are `piece` itself (sent by reference, not copied).
+    fn by_reference(out: &[Frame<bytes::Bytes>], piece: &bytes::Bytes) -> usize {
+        out.iter()
+            .filter_map(|f| f.data_ref())
+            .filter(|d| d.as_ptr() == piece.as_ptr() && d.len() == piece.len())
+            .count()
+    }
+
+    /// Two SotW responses (nonces 1 and 2) carrying the whole snapshot of `clusters`.
+    fn whole_responses(clusters: &[Arc<Resource>]) -> [SotwResponse; 2] {
+        let snapshot = crate::ads::snapshot::TypeSnapshot::new(clusters);
+        ["1", "2"].map(|nonce| SotwResponse {
+            version_info: snapshot.version.clone(),
+            resources: snapshot.whole(),
+            type_url: type_url::CLUSTER,
+            nonce: nonce.into(),
+        })
+    }
+
     /// A whole snapshot is framed once: every stream that sends it passes on the same pieces.
     #[tokio::test]
     async fn a_whole_snapshot_is_framed_once_for_every_stream() {
@@ -742,14 +761,7 @@ mod tests {
             .map(|i| res(&format!("c{i:03}"), type_url::CLUSTER, vec![i as u8; 2_000]))
             .chain(resources())
             .collect();
-        let snapshot = crate::ads::snapshot::TypeSnapshot::new(&many);
-        let response = |nonce: &str| SotwResponse {
-            version_info: snapshot.version.clone(),
-            resources: snapshot.whole(),
-            type_url: type_url::CLUSTER,
-            nonce: nonce.into(),
-        };
-        let (one, two) = (response("1"), response("2"));
+        let [one, two] = whole_responses(&many);
         let (Resources::Whole(_, a), Resources::Whole(_, b)) = (&one.resources, &two.resources)
         else {
             panic!("whole snapshots");
@@ -767,12 +779,7 @@ mod tests {
         }
         assert_eq!(data(&out), expected);
         // Every piece long enough to go by reference went out as itself, once per response.
-        let shared = |p: &bytes::Bytes| {
-            out.iter()
-                .filter_map(|f| f.data_ref())
-                .filter(|d| d.as_ptr() == p.as_ptr() && d.len() == p.len())
-                .count()
-        };
+        let shared = |p: &bytes::Bytes| by_reference(&out, p);
         let long: Vec<&bytes::Bytes> = pieces.iter().filter(|p| p.len() >= SHARE_MIN).collect();
         assert!(long.len() >= 2);
         for p in long {
@@ -923,12 +930,7 @@ mod tests {
         };
         let big = &listed[6].encoded;
         assert!(big.len() >= SHARE_MIN);
-        let shared = out
-            .iter()
-            .filter_map(|f| f.data_ref())
-            .filter(|d| d.as_ptr() == big.as_ptr() && d.len() == big.len())
-            .count();
-        assert_eq!(shared, 2);
+        assert_eq!(by_reference(&out, big), 2);
 
         let refused = frames(Vec::new(), Some(Status::permission_denied("not a member"))).await;
         assert_eq!(refused.len(), 1, "the status ends the stream");
@@ -1031,12 +1033,7 @@ mod tests {
             .packed
             .get_or_compress([&b"not looked at"[..]])
             .expect("packed");
-        let by_reference = out
-            .iter()
-            .filter_map(|f| f.data_ref())
-            .filter(|d| d.as_ptr() == packed.as_ptr() && d.len() == packed.len())
-            .count();
-        assert_eq!(by_reference, 2);
+        assert_eq!(by_reference(&out, &packed), 2);
 
         // A client that does not accept zstd gets the plain encoding of the same responses.
         let plain = messages(&data(&frames_of(sent.clone(), None, false).await));
@@ -1060,14 +1057,7 @@ mod tests {
                 )
             })
             .collect();
-        let snapshot = crate::ads::snapshot::TypeSnapshot::new(&many);
-        let response = |nonce: &str| SotwResponse {
-            version_info: snapshot.version.clone(),
-            resources: snapshot.whole(),
-            type_url: type_url::CLUSTER,
-            nonce: nonce.into(),
-        };
-        let sent = vec![response("1"), response("2")];
+        let sent = whole_responses(&many).to_vec();
         let out = frames_of(sent.clone(), None, true).await;
         let got = messages(&data(&out));
         assert_eq!(got.len(), 2);
@@ -1079,12 +1069,7 @@ mod tests {
             panic!("whole");
         };
         let packed = fields.packed().expect("packed");
-        let by_reference = out
-            .iter()
-            .filter_map(|f| f.data_ref())
-            .filter(|d| d.as_ptr() == packed.as_ptr())
-            .count();
-        assert_eq!(by_reference, 2, "one frame for both streams");
+        assert_eq!(by_reference(&out, &packed), 2, "one frame for both streams");
 
         let delta = DeltaResponse {
             system_version_info: "s".into(),
