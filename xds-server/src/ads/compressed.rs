@@ -3,7 +3,7 @@
 //! `grpc-encoding: zstd` and flags each compressed message).
 //!
 //! The client that accepts it is the node agent, which carries a meshed pod's ADS to the
-//! instance (contract 6); Envoy talking ADS directly does not ask for it and gets what it got.
+//! instance (contract 11); Envoy talking ADS directly does not ask for it and gets what it got.
 //! At 10,000 services a state-of-the-world proxy's push is about 6 MiB, almost all of it a
 //! snapshot's whole set of clusters and one route configuration whose virtual hosts repeat the
 //! same retry policy and domain patterns. Copying those bytes to every such proxy was most of
