@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::chart::{small_multiples, Panel};
 use crate::load::{
-    self, Condition, LoadConfig, LoadHandle, Protocol, StreamReport, StreamSpec, Visibility,
+    self, Condition, LoadConfig, LoadHandle, Protocol, StreamReport, StreamSpec, Visibility, Within,
 };
 use crate::meshgen::{MeshSpec, MeshState, Mutation, Planned, SHARED_NAMESPACE};
 use crate::procstat::{self, Metrics, ProcSample, Sampler};
@@ -224,6 +224,7 @@ pub fn conditions(m: &Mutation) -> Vec<Condition> {
                 type_index: 1,
                 pattern: ip(new_ip),
                 present: true,
+                within: Within::Encoding,
             }]
         }
         Mutation::ServiceAdded {
@@ -233,12 +234,14 @@ pub fn conditions(m: &Mutation) -> Vec<Condition> {
                 type_index: 0,
                 pattern: host.as_bytes().to_vec(),
                 present: true,
+                within: Within::Name,
             }];
             if let Some(first) = endpoint_ips.first() {
                 c.push(Condition {
                     type_index: 1,
                     pattern: ip(first),
                     present: true,
+                    within: Within::Encoding,
                 });
             }
             // Routable: its virtual host (inline in the route configuration, or over VHDS).
@@ -246,6 +249,7 @@ pub fn conditions(m: &Mutation) -> Vec<Condition> {
                 type_index: 3,
                 pattern: host.as_bytes().to_vec(),
                 present: true,
+                within: Within::VirtualHostName,
             });
             c
         }
@@ -254,6 +258,7 @@ pub fn conditions(m: &Mutation) -> Vec<Condition> {
                 type_index: 0,
                 pattern: host.as_bytes().to_vec(),
                 present: false,
+                within: Within::Encoding,
             }]
         }
     }

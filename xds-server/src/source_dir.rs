@@ -5,7 +5,9 @@
 //! full resync (`Resync` of every kind, the objects, `Synced`, then `Ready`). After a change only
 //! the files named by the file events are read again, and only their objects are delivered: an
 //! `Upsert` per object they hold now, a `Delete` per object no file holds any more (an object
-//! held by several files is the one of the last file in path order). Objects that do not decode
+//! held by several files is the one of the last file in path order). Files written in place are
+//! read once their events have been quiet for [`DEBOUNCE`]; files renamed into place, the way
+//! atomic writers replace them, are read as soon as their events arrive. Objects that do not decode
 //! or fail `meshplane_crds::validation` are skipped with a warning naming file and object;
 //! the rest still apply. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
 //! EndpointSlice; `networking.meshplane.io/v1alpha1` ServiceEntry, Sidecar, EnvoyFilter;
@@ -24,8 +26,9 @@ use tokio::sync::mpsc;
 
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
-/// Quiet time after the last file event before the changed files are read. Only long enough to
-/// coalesce the several events of one write or rename; the push loop does the batching.
+/// Quiet time after the last file event before files written in place are read. Only long
+/// enough to coalesce the several events of one write; files renamed into place are read at
+/// once ([`Batch`]); the push loop does the batching.
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 
 /// Longest a burst of file events may delay a read of the changed files.
@@ -421,9 +424,85 @@ async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool
 }
 
 /// What the watcher reports: changed paths, or that everything must be read again.
+#[derive(Debug)]
 enum FsChange {
-    Paths(Vec<PathBuf>),
+    /// `whole`: the paths were replaced or removed in one step (a rename onto them, a removal),
+    /// so what is there now is complete; otherwise they may still be being written.
+    Paths {
+        paths: Vec<PathBuf>,
+        whole: bool,
+    },
     Rescan,
+}
+
+impl FsChange {
+    fn of(ev: notify::Event) -> Self {
+        use notify::event::{ModifyKind, RenameMode};
+        use notify::EventKind;
+        if ev.need_rescan() || ev.paths.is_empty() {
+            return FsChange::Rescan;
+        }
+        let whole = matches!(
+            ev.kind,
+            EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+                | EventKind::Remove(_)
+        );
+        FsChange::Paths {
+            paths: ev.paths,
+            whole,
+        }
+    }
+}
+
+/// The file events of one read of the directory, gathered while the debounce waits.
+///
+/// The wait exists for files written in place (an editor's several writes): reading one
+/// halfway would see part of its objects. A writer that renames a finished file into place
+/// (what `kubectl`-style tools and the bench's generator do) leaves nothing half-written, so
+/// once every visible path of the batch was last replaced whole the batch is read at once:
+/// the push loop's own debounce still batches what follows.
+#[derive(Debug, Default)]
+struct Batch {
+    changed: BTreeSet<PathBuf>,
+    rescan: bool,
+    /// Visible paths whose last event was an in-place change.
+    written_in_place: BTreeSet<PathBuf>,
+    /// Whether a visible path was replaced or removed whole.
+    replaced: bool,
+}
+
+impl Batch {
+    fn note(&mut self, change: FsChange) {
+        match change {
+            FsChange::Paths { paths, whole } => {
+                for path in paths {
+                    if !is_hidden_name(&path) {
+                        if whole {
+                            self.written_in_place.remove(&path);
+                            self.replaced = true;
+                        } else {
+                            self.written_in_place.insert(path.clone());
+                        }
+                    }
+                    self.changed.insert(path);
+                }
+            }
+            FsChange::Rescan => self.rescan = true,
+        }
+    }
+
+    /// Whether the batch can be read without waiting for quiet: a manifest was replaced whole
+    /// and none is being written in place.
+    fn complete(&self) -> bool {
+        !self.rescan && self.replaced && self.written_in_place.is_empty()
+    }
+}
+
+/// Whether a path's own name is hidden (the temporary file of a rename, an editor's swap file):
+/// not a manifest, so its writes never hold a read back.
+fn is_hidden_name(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
 }
 
 /// Runs the directory source until the receiver is dropped: the initial state, `Ready`, then
@@ -440,13 +519,7 @@ pub async fn run_dir_source(
         let change = match res {
             // Reading the manifests changes their access time (a metadata event); only
             // content, name, creation and removal events mean the directory changed.
-            Ok(ev) if changes_content(&ev.kind) => {
-                if ev.need_rescan() || ev.paths.is_empty() {
-                    FsChange::Rescan
-                } else {
-                    FsChange::Paths(ev.paths)
-                }
-            }
+            Ok(ev) if changes_content(&ev.kind) => FsChange::of(ev),
             Ok(_) => return,
             Err(e) => {
                 // Events may have been lost: read everything again.
@@ -475,27 +548,32 @@ pub async fn run_dir_source(
     // After a failed read the events it covered are gone: the next read takes everything.
     let mut failed = false;
     loop {
-        let mut changed = BTreeSet::new();
-        let mut rescan = failed;
-        let mut note = |change: FsChange| match change {
-            FsChange::Paths(paths) => changed.extend(paths),
-            FsChange::Rescan => rescan = true,
+        let mut batch = Batch {
+            rescan: failed,
+            ..Batch::default()
         };
         tokio::select! {
             ev = fs_rx.recv() => match ev {
-                Some(change) => note(change),
+                Some(change) => batch.note(change),
                 None => return Ok(()),
             },
             _ = tx.closed() => return Ok(()),
         }
         // Debounce: wait for a quiet period so an editor's burst of writes is read once, but
-        // never longer than DEBOUNCE_MAX, so a steady stream of changes cannot starve readers.
+        // never longer than DEBOUNCE_MAX, so a steady stream of changes cannot starve readers;
+        // a batch of files replaced whole is read as soon as the events already queued are in.
         let deadline = tokio::time::Instant::now() + DEBOUNCE_MAX;
         loop {
+            while let Ok(change) = fs_rx.try_recv() {
+                batch.note(change);
+            }
+            if batch.complete() || tokio::time::Instant::now() >= deadline {
+                break;
+            }
             let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
             match tokio::time::timeout_at(quiet, fs_rx.recv()).await {
                 Ok(Some(change)) => {
-                    note(change);
+                    batch.note(change);
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }
@@ -504,6 +582,9 @@ pub async fn run_dir_source(
                 Err(_) => break,
             }
         }
+        let Batch {
+            changed, rescan, ..
+        } = batch;
         let result = if rescan {
             DirState::load(&dir).map(|fresh| {
                 state = fresh;
@@ -607,6 +688,85 @@ metadata: {name: ignored}
             .iter()
             .map(|o| (o.key(), format!("{o:?}")))
             .collect()
+    }
+
+    fn fs(paths: &[&str], whole: bool) -> FsChange {
+        FsChange::Paths {
+            paths: paths.iter().map(PathBuf::from).collect(),
+            whole,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_complete_once_what_it_touched_was_replaced_whole() {
+        let batch = |changes: Vec<FsChange>| {
+            let mut b = Batch::default();
+            for c in changes {
+                b.note(c);
+            }
+            b
+        };
+        // An atomic writer: its hidden temporary file, then the rename onto the manifest.
+        let tmp = "/m/.a.yaml.tmp";
+        assert!(
+            !batch(vec![fs(&[tmp], false)]).complete(),
+            "nothing visible yet"
+        );
+        assert!(batch(vec![fs(&[tmp], false), fs(&["/m/a.yaml"], true)]).complete());
+        assert!(batch(vec![fs(&[tmp, "/m/a.yaml"], true)]).complete());
+        // A manifest written in place waits for quiet, even beside a rename ...
+        assert!(!batch(vec![fs(&["/m/b.yaml"], false)]).complete());
+        assert!(!batch(vec![fs(&["/m/b.yaml"], false), fs(&["/m/a.yaml"], true)]).complete());
+        // ... unless it was itself replaced (or removed) after the write.
+        assert!(batch(vec![fs(&["/m/b.yaml"], false), fs(&["/m/b.yaml"], true)]).complete());
+        assert!(!batch(vec![fs(&["/m/a.yaml"], true), fs(&["/m/a.yaml"], false)]).complete());
+        // Lost events: everything is read again after the quiet wait.
+        assert!(!batch(vec![fs(&["/m/a.yaml"], true), FsChange::Rescan]).complete());
+    }
+
+    /// What the kernel reports for the two ways of writing a manifest, read through notify.
+    #[test]
+    fn a_rename_into_place_completes_a_batch_and_a_write_in_place_does_not() {
+        use notify::Watcher as _;
+        let dir = std::env::temp_dir().join(format!("meshplane-dirbatch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            let _ = tx.send(res);
+        })
+        .expect("watcher");
+        watcher
+            .watch(&dir, notify::RecursiveMode::Recursive)
+            .expect("watch");
+        // The events until `path` shows up in the batch (at most 10 s).
+        let collect = |path: &Path| {
+            let mut batch = Batch::default();
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while !batch.changed.contains(path) {
+                let left = end.saturating_duration_since(std::time::Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(Ok(ev)) if changes_content(&ev.kind) => batch.note(FsChange::of(ev)),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        let a = dir.join("a.yaml");
+        let tmp = dir.join(".a.yaml.tmp");
+        std::fs::write(&tmp, svc("a", 80)).expect("write");
+        std::fs::rename(&tmp, &a).expect("rename");
+        let batch = collect(&a);
+        assert!(batch.changed.contains(&a), "{batch:?}");
+        assert!(batch.complete(), "{batch:?}");
+        let b = dir.join("b.yaml");
+        std::fs::write(&b, svc("b", 80)).expect("write");
+        let batch = collect(&b);
+        assert!(batch.changed.contains(&b), "{batch:?}");
+        assert!(!batch.complete(), "{batch:?}");
+        drop(watcher);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
