@@ -229,6 +229,7 @@ impl DirState {
 
     /// Reads everything again; the events are a full resync.
     fn reload(&mut self) -> Result<Vec<SourceEvent>, DirSourceError> {
+        tracing::debug!(dir = %self.root.display(), "manifest directory read again in full");
         *self = Self::load(&self.root)?;
         Ok(self.resync_events())
     }
@@ -513,7 +514,13 @@ pub async fn run_dir_source(
     tx: mpsc::Sender<SourceEvent>,
 ) -> Result<(), DirSourceError> {
     use notify::Watcher as _;
-    let dir = path.as_ref().to_path_buf();
+    // notify reports a relative directory's events under the working directory joined with it;
+    // the state's root must be that same absolute path, or no changed path falls under it and
+    // every change reads the whole directory again.
+    let dir = std::path::absolute(path.as_ref()).map_err(|source| DirSourceError::Read {
+        path: path.as_ref().to_path_buf(),
+        source,
+    })?;
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel::<FsChange>();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let change = match res {

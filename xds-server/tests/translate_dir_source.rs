@@ -132,6 +132,37 @@ async fn snapshot_then_changes_then_deletions() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Given as a relative path (as `scripts/bench.sh` does), the directory still delivers a change
+/// as the changed objects: the file watcher reports absolute paths, which once fell outside the
+/// relative root and made every change a full re-read.
+#[tokio::test]
+async fn a_relative_directory_delivers_changes_not_resyncs() {
+    let dir = scratch_dir("relative");
+    let cwd = std::env::current_dir().expect("cwd");
+    let up = "../".repeat(cwd.components().count().saturating_sub(1));
+    let relative = PathBuf::from(up).join(dir.strip_prefix("/").expect("absolute scratch dir"));
+    assert!(relative.is_relative());
+    let svc = |name: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{port: 80}}]}}\n")
+    };
+    std::fs::write(dir.join("a.yaml"), svc("a")).expect("write");
+    let (tx, mut rx) = mpsc::channel(64);
+    let source = tokio::spawn(run_dir_source(relative, tx));
+    let mut mirror = Mirror::default();
+    mirror.until(&mut rx, |n| n.len() == 1).await;
+    std::fs::write(dir.join(".b.yaml.tmp"), svc("b")).expect("write");
+    std::fs::rename(dir.join(".b.yaml.tmp"), dir.join("b.yaml")).expect("rename");
+    std::fs::write(dir.join("c.yaml"), svc("c")).expect("write");
+    let held = mirror.until(&mut rx, |n| n.len() == 3).await;
+    assert_eq!(held, names(&["Service/a", "Service/b", "Service/c"]));
+    assert_eq!(
+        mirror.resyncs, 1,
+        "changes come as changed objects, not resyncs"
+    );
+    source.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_file_renamed_into_place_is_read_again() {
     let dir = scratch_dir("rename");
