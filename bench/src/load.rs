@@ -1502,8 +1502,6 @@ mod tests {
             .is_some_and(|e| e.contains("connect")));
     }
 
-    /// An encoded route configuration: a stub pointing to VHDS over ADS, or one with its
-    /// virtual hosts inline.
     /// `cond` against one response holding `values` (of a VHDS response if `vhds`).
     fn holds_in(cond: &Condition, values: &[&[u8]], vhds: bool) -> bool {
         let finder = memchr::memmem::Finder::new(&cond.pattern);
@@ -1611,6 +1609,8 @@ mod tests {
         assert_eq!(fields(&[0xff], 1).count(), 0);
     }
 
+    /// An encoded route configuration: a stub pointing to VHDS over ADS, or one with its
+    /// virtual hosts inline.
     fn route_config(name: &str, vhds: bool) -> Vec<u8> {
         RouteConfiguration {
             name: name.into(),

@@ -161,10 +161,7 @@ impl DirState {
             }
             // Paths and everything below them are read again; hidden ones are not manifests.
             dropped.push(path.clone());
-            let hidden = rel
-                .components()
-                .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
-            if hidden {
+            if is_hidden(rel) {
                 continue;
             }
             if path.is_dir() {
@@ -464,6 +461,8 @@ impl FsChange {
 /// the push loop's own debounce still batches what follows.
 #[derive(Debug, Default)]
 struct Batch {
+    /// The watched directory: hidden is decided below it, as for reads.
+    root: PathBuf,
     changed: BTreeSet<PathBuf>,
     rescan: bool,
     /// Visible paths whose last event was an in-place change.
@@ -473,11 +472,20 @@ struct Batch {
 }
 
 impl Batch {
+    fn new(root: &Path, rescan: bool) -> Self {
+        Batch {
+            root: root.to_path_buf(),
+            rescan,
+            ..Batch::default()
+        }
+    }
+
     fn note(&mut self, change: FsChange) {
         match change {
             FsChange::Paths { paths, whole } => {
                 for path in paths {
-                    if !is_hidden_name(&path) {
+                    // A path outside the root makes the read take everything: wait for quiet.
+                    if !path.strip_prefix(&self.root).is_ok_and(is_hidden) {
                         if whole {
                             self.written_in_place.remove(&path);
                             self.replaced = true;
@@ -499,11 +507,12 @@ impl Batch {
     }
 }
 
-/// Whether a path's own name is hidden (the temporary file of a rename, an editor's swap file):
-/// not a manifest, so its writes never hold a read back.
-fn is_hidden_name(path: &Path) -> bool {
-    path.file_name()
-        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+/// Whether a path below the root is hidden (a rename's temporary file, an editor's swap file,
+/// anything in a dot directory): not a manifest, never read, and its writes never hold a read
+/// back.
+fn is_hidden(rel: &Path) -> bool {
+    rel.components()
+        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
 }
 
 /// Runs the directory source until the receiver is dropped: the initial state, `Ready`, then
@@ -555,10 +564,7 @@ pub async fn run_dir_source(
     // After a failed read the events it covered are gone: the next read takes everything.
     let mut failed = false;
     loop {
-        let mut batch = Batch {
-            rescan: failed,
-            ..Batch::default()
-        };
+        let mut batch = Batch::new(&dir, failed);
         tokio::select! {
             ev = fs_rx.recv() => match ev {
                 Some(change) => batch.note(change),
@@ -707,7 +713,7 @@ metadata: {name: ignored}
     #[test]
     fn a_batch_is_complete_once_what_it_touched_was_replaced_whole() {
         let batch = |changes: Vec<FsChange>| {
-            let mut b = Batch::default();
+            let mut b = Batch::new(Path::new("/m"), false);
             for c in changes {
                 b.note(c);
             }
@@ -727,6 +733,9 @@ metadata: {name: ignored}
         // ... unless it was itself replaced (or removed) after the write.
         assert!(batch(vec![fs(&["/m/b.yaml"], false), fs(&["/m/b.yaml"], true)]).complete());
         assert!(!batch(vec![fs(&["/m/a.yaml"], true), fs(&["/m/a.yaml"], false)]).complete());
+        // Writes below a dot directory are not manifests and hold nothing back.
+        let hidden = "/m/..data/b.yaml";
+        assert!(batch(vec![fs(&[hidden], false), fs(&["/m/a.yaml"], true)]).complete());
         // Lost events: everything is read again after the quiet wait.
         assert!(!batch(vec![fs(&["/m/a.yaml"], true), FsChange::Rescan]).complete());
     }
@@ -748,7 +757,7 @@ metadata: {name: ignored}
             .expect("watch");
         // The events until `path` shows up in the batch (at most 10 s).
         let collect = |path: &Path| {
-            let mut batch = Batch::default();
+            let mut batch = Batch::new(&dir, false);
             let end = std::time::Instant::now() + Duration::from_secs(10);
             while !batch.changed.contains(path) {
                 let left = end.saturating_duration_since(std::time::Instant::now());
