@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks of issue 8 against a release build of meshplane-xds (S5: of meshplane-operator
+# The benchmarks, against a release build of meshplane-xds (S5: of meshplane-operator
 # against the API stand-in kube-standin, both release builds as well).
 #   ./scripts/bench.sh short   CI smoke size: every scenario at small size, a few minutes, no speed assertions
-#   ./scripts/bench.sh full    the issue's sizes (S1 alone runs 5 minutes of churn); ~24 minutes on 2 cores
+#   ./scripts/bench.sh full    full sizes (S1 alone runs 5 minutes of churn); ~24 minutes on 2 cores
 #   ./scripts/bench.sh full s1 one scenario (s1 s2 s3 s4 s5 curves fleet scale10k mtls)
 # mtls runs meshplane-mtls-bench: two real Envoys on loopback (mutual TLS vs plaintext latency,
 # rotation under load) and one instance's certificate service against the stand-in's TokenReview.

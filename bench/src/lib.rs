@@ -1,6 +1,6 @@
 //! meshplane benchmarks: a mesh-state generator for the directory source, an ADS load
-//! generator, process sampling, and the scenarios of issue 8 (S5: the operator against the
-//! API stand-in), and the HTTP/1.1 client and upstream of the benches that drive real Envoys.
+//! generator, process sampling, and the benchmark scenarios S1 to S5 (S5: the operator against
+//! the API stand-in), and the HTTP/1.1 client and upstream of the benches that drive real Envoys.
 
 pub mod ads_view;
 pub mod chart;

@@ -1,5 +1,5 @@
-//! `meshplane-bench`: generate mesh state, or run the benchmark scenarios of issue 8 against
-//! a release build of `meshplane-xds` (S5: of `meshplane-operator` and `kube-standin`).
+//! `meshplane-bench`: generate mesh state, or run the benchmark scenarios (docs/benchmarks.md)
+//! against a release build of `meshplane-xds` (S5: of `meshplane-operator` and `kube-standin`).
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! The scenarios of issue 8: each generates a mesh, starts `meshplane-xds --source dir:`,
+//! The benchmark scenarios: each generates a mesh, starts `meshplane-xds --source dir:`,
 //! connects the load, drives mutations, samples the server and returns a markdown table.
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use crate::meshgen::{MeshSpec, MeshState, Mutation, Planned, SHARED_NAMESPACE};
 use crate::procstat::{self, Metrics, ProcSample, Sampler};
 use crate::stats::{bytes, ms, quantile};
 
-/// `short`: CI smoke sizes, seconds per scenario. `full`: the issue's sizes.
+/// `short`: CI smoke sizes, seconds per scenario. `full`: the sizes docs/benchmarks.md reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Size {
     Short,

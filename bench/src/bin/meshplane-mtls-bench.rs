@@ -1,5 +1,5 @@
 //! `meshplane-mtls-bench`: what the tenant's mutual TLS costs, and whether rotation holds under
-//! load (issue 12's "done when").
+//! load.
 //!
 //! Three tables:
 //!
