@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::envoyfilter_policy::EnvoyFilterPolicy;
 use crate::names;
+// Istio's type, which a Sidecar carries too; kept at this path for MeshConfig's readers.
+pub use crate::networking::{OutboundTrafficMode, OutboundTrafficPolicy};
 
 /// Desired state of one revision of a tenant's control plane.
 ///
@@ -340,25 +342,6 @@ fn default_trust_domain() -> String {
 
 fn default_export_to() -> Vec<String> {
     vec!["*".to_string()]
-}
-
-/// Outbound traffic policy (Istio's `outboundTrafficPolicy`).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub struct OutboundTrafficPolicy {
-    /// `ALLOW_ANY` passes traffic to unknown hosts through; `REGISTRY_ONLY` blocks it.
-    #[serde(default)]
-    pub mode: OutboundTrafficMode,
-}
-
-/// Mode of an [`OutboundTrafficPolicy`].
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum OutboundTrafficMode {
-    /// Unknown destinations pass through to their original address.
-    #[default]
-    AllowAny,
-    /// Unknown destinations are refused.
-    RegistryOnly,
 }
 
 /// Access-log settings.

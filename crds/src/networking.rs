@@ -205,7 +205,26 @@ pub struct SidecarSpec {
     pub egress: Vec<IstioEgressListener>,
     /// Policy for hosts not imported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outbound_traffic_policy: Option<crate::controlplane::OutboundTrafficPolicy>,
+    pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+}
+
+/// Outbound traffic policy (Istio's `outboundTrafficPolicy`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct OutboundTrafficPolicy {
+    /// `ALLOW_ANY` passes traffic to unknown hosts through; `REGISTRY_ONLY` blocks it.
+    #[serde(default)]
+    pub mode: OutboundTrafficMode,
+}
+
+/// Mode of an [`OutboundTrafficPolicy`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OutboundTrafficMode {
+    /// Unknown destinations pass through to their original address.
+    #[default]
+    AllowAny,
+    /// Unknown destinations are refused.
+    RegistryOnly,
 }
 
 /// How a listener receives traffic.

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::validation::{validate_label_key, validate_label_value, ValidationError};
+use crate::validation::{
+    validate_label_key, validate_label_selector, validate_label_value, ValidationError,
+};
 
 /// One parsed requirement of a selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,45 +39,29 @@ pub struct Selector {
 }
 
 impl Selector {
-    /// Parses and validates a `LabelSelector`; `field` names it in errors.
+    /// Parses a `LabelSelector` that [`validate_label_selector`] accepts; `field` names it in
+    /// errors.
     pub fn from_label_selector(sel: &LabelSelector, field: &str) -> Result<Self, ValidationError> {
-        let mut requirements = Vec::new();
-        for (k, v) in sel.match_labels.iter().flatten() {
-            validate_label_key(k, &format!("{field}.matchLabels"))?;
-            validate_label_value(v, &format!("{field}.matchLabels[{k}]"))?;
-            requirements.push(Requirement::In(k.clone(), vec![v.clone()]));
-        }
-        for (i, expr) in sel.match_expressions.iter().flatten().enumerate() {
-            let at = format!("{field}.matchExpressions[{i}]");
-            validate_label_key(&expr.key, &format!("{at}.key"))?;
+        validate_label_selector(sel, field)?;
+        let labels = sel
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()]));
+        let expressions = sel.match_expressions.iter().flatten().map(|expr| {
+            let key = expr.key.clone();
             let values = expr.values.clone().unwrap_or_default();
-            for v in &values {
-                validate_label_value(v, &format!("{at}.values"))?;
+            match expr.operator.as_str() {
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                // The only operator validate_label_selector admits besides these.
+                _ => Requirement::DoesNotExist(key),
             }
-            let invalid = |reason: &str| ValidationError::InvalidSelector {
-                field: at.clone(),
-                reason: reason.to_string(),
-            };
-            let req = match expr.operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => {
-                    return Err(invalid("operator In and NotIn need at least one value"))
-                }
-                "In" => Requirement::In(expr.key.clone(), values),
-                "NotIn" => Requirement::NotIn(expr.key.clone(), values),
-                "Exists" | "DoesNotExist" if !values.is_empty() => {
-                    return Err(invalid("operator Exists and DoesNotExist take no values"))
-                }
-                "Exists" => Requirement::Exists(expr.key.clone()),
-                "DoesNotExist" => Requirement::DoesNotExist(expr.key.clone()),
-                other => {
-                    return Err(invalid(&format!(
-                        "unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"
-                    )))
-                }
-            };
-            requirements.push(req);
-        }
-        Ok(Self { requirements })
+        });
+        Ok(Self {
+            requirements: labels.chain(expressions).collect(),
+        })
     }
 
     /// Parses the `key=value,key!=value,key,!key,key in (a,b),key notin (a)` form used in

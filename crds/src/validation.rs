@@ -7,12 +7,13 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
 use crate::names::{MAX_REVISION_LEN, MAX_TENANT_LEN};
 use crate::networking::{
     ApplyTo, EnvoyFilterSpec, Port, Resolution, ServiceEntrySpec, SidecarSpec,
 };
-use crate::selector::Selector;
 
 pub mod authorization;
 pub mod security;
@@ -236,6 +237,46 @@ pub fn validate_label_value(value: &str, field: &str) -> Result<(), ValidationEr
     }
 }
 
+/// A `LabelSelector` as the API server checks it: valid keys and values, and each expression's
+/// operator one of `In` and `NotIn` (with values) or `Exists` and `DoesNotExist` (without).
+pub fn validate_label_selector(sel: &LabelSelector, field: &str) -> Result<(), ValidationError> {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        validate_label_key(k, &format!("{field}.matchLabels"))?;
+        validate_label_value(v, &format!("{field}.matchLabels[{k}]"))?;
+    }
+    for (i, expr) in sel.match_expressions.iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{i}]");
+        validate_label_key(&expr.key, &format!("{at}.key"))?;
+        let values = expr.values.as_deref().unwrap_or_default();
+        for v in values {
+            validate_label_value(v, &format!("{at}.values"))?;
+        }
+        let invalid = |reason: String| ValidationError::InvalidSelector {
+            field: at.clone(),
+            reason,
+        };
+        match expr.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(invalid(
+                    "operator In and NotIn need at least one value".into(),
+                ))
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(invalid(
+                    "operator Exists and DoesNotExist take no values".into(),
+                ))
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(invalid(format!(
+                    "unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphanumeric)
@@ -415,7 +456,7 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
         errs.check(validate_dns1123_label(ns, "spec.namespace"));
     }
     if let Some(sel) = &mcp.spec.namespace_selector {
-        errs.check(Selector::from_label_selector(sel, "spec.namespaceSelector").map(|_| ()));
+        errs.check(validate_label_selector(sel, "spec.namespaceSelector"));
     }
     if !(1..=10).contains(&mcp.spec.replicas) {
         errs.0.push(ValidationError::InvalidPort {

@@ -15,7 +15,16 @@ use meshplane_contracts::grpc_agent::{self, env};
 use meshplane_contracts::node::{meta, CLUSTER_DOMAIN};
 use meshplane_crds::names;
 
-use crate::inject::{field_env, InjectionConfig};
+use crate::downward::pod_identity_env;
+
+/// The node a proxyless client presents besides its id (which the kubelet expands from
+/// [`app_env`]): the sidecar's tenant, revision and service cluster (contract 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Node<'a> {
+    pub tenant: &'a str,
+    pub revision: &'a str,
+    pub cluster: &'a str,
+}
 
 /// Whether the pod asks for it: the annotation is `"true"` or `"false"` (any case); anything
 /// else is refused, naming the annotation.
@@ -29,7 +38,7 @@ pub fn requested(annotations: Option<&BTreeMap<String, String>>) -> Result<bool,
 }
 
 /// gRPC's xDS bootstrap (gRFC A27), with `$(VAR)`s the kubelet expands from [`app_env`].
-pub fn bootstrap(config: &InjectionConfig, cluster: &str) -> String {
+pub fn bootstrap(node: Node<'_>) -> String {
     let var = |name: &str| format!("$({name})");
     let (pod, namespace, ip) = (
         var(env::POD_NAME),
@@ -45,12 +54,12 @@ pub fn bootstrap(config: &InjectionConfig, cluster: &str) -> String {
         "node": {
             // NodeId::injector_template's shape, from this container's own variables.
             "id": format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.{CLUSTER_DOMAIN}"),
-            "cluster": cluster,
+            "cluster": node.cluster,
             "metadata": {
                 meta::NAMESPACE: namespace,
                 meta::POD_NAME: pod,
-                meta::TENANT: config.tenant,
-                meta::REVISION: config.revision,
+                meta::TENANT: node.tenant,
+                meta::REVISION: node.revision,
                 grpc_agent::GENERATOR_METADATA: grpc_agent::GENERATOR,
             },
         },
@@ -59,7 +68,7 @@ pub fn bootstrap(config: &InjectionConfig, cluster: &str) -> String {
 }
 
 /// What an app container gets, unless it brings its own bootstrap (then nothing).
-pub fn app_env(container: &Container, config: &InjectionConfig, cluster: &str) -> Vec<EnvVar> {
+pub fn app_env(container: &Container, node: Node<'_>) -> Vec<EnvVar> {
     let own = container
         .env
         .iter()
@@ -68,16 +77,14 @@ pub fn app_env(container: &Container, config: &InjectionConfig, cluster: &str) -
     if own {
         return Vec::new();
     }
-    vec![
-        field_env(env::POD_NAME, "metadata.name"),
-        field_env(env::POD_NAMESPACE, "metadata.namespace"),
-        field_env(env::POD_IP, "status.podIP"),
-        EnvVar {
+    pod_identity_env(env::POD_NAME, env::POD_NAMESPACE, env::POD_IP)
+        .into_iter()
+        .chain([EnvVar {
             name: env::BOOTSTRAP_CONFIG.into(),
-            value: Some(bootstrap(config, cluster)),
+            value: Some(bootstrap(node)),
             ..Default::default()
-        },
-    ]
+        }])
+        .collect()
 }
 
 /// The launcher arguments that turn the agent's gRPC socket on.

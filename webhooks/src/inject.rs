@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, Pod, Probe, ProjectedVolumeSource, SecurityContext,
-    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
+    Pod, Probe, ProjectedVolumeSource, SecurityContext, ServiceAccountTokenProjection, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_contracts::bootstrap;
@@ -27,6 +27,7 @@ use meshplane_crds::capture::{init_container_args, CaptureAnnotationError, Captu
 use meshplane_crds::names::{self, ports, PROXY_UID};
 use serde_json::Value;
 
+use crate::downward::pod_identity_env;
 use crate::grpc_agent;
 
 /// Name of the injected proxy container.
@@ -258,7 +259,12 @@ pub fn inject(
             .get_or_insert_with(Vec::new)
             .extend(grpc_agent::agent_args());
         for (i, container) in containers.iter().enumerate() {
-            let env = grpc_agent::app_env(container, config, &cluster);
+            let node = grpc_agent::Node {
+                tenant: &config.tenant,
+                revision: &config.revision,
+                cluster: &cluster,
+            };
+            let env = grpc_agent::app_env(container, node);
             if !env.is_empty() {
                 let index = i.to_string();
                 push_appends(
@@ -356,20 +362,6 @@ fn to_value(v: impl serde::Serialize) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-pub(crate) fn field_env(name: &str, field_path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: field_path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 fn proxy_container(
     config: &InjectionConfig,
     capture: CaptureMode,
@@ -420,16 +412,16 @@ fn proxy_container(
         image: Some(config.proxy_image.clone()),
         command: Some(vec!["meshplane-proxy".into()]),
         args: Some(args),
-        env: Some(vec![
-            field_env(env::POD_NAME, "metadata.name"),
-            field_env(env::POD_NAMESPACE, "metadata.namespace"),
-            field_env(env::POD_IP, "status.podIP"),
-            EnvVar {
-                name: "TRUST_DOMAIN".into(),
-                value: Some(config.trust_domain.clone()),
-                ..Default::default()
-            },
-        ]),
+        env: Some(
+            pod_identity_env(env::POD_NAME, env::POD_NAMESPACE, env::POD_IP)
+                .into_iter()
+                .chain([EnvVar {
+                    name: "TRUST_DOMAIN".into(),
+                    value: Some(config.trust_domain.clone()),
+                    ..Default::default()
+                }])
+                .collect(),
+        ),
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
                 path: Some(READY_PATH.into()),

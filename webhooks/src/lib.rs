@@ -1,7 +1,8 @@
 //! Admission webhooks of a meshplane instance (contracts 4 and 5 of `docs/architecture.md`).
 //!
 //! - [`inject`]: the pure sidecar-injection decision and JSON patch for a Pod;
-//!   [`grpc_agent`]: what proxyless gRPC pods get besides (contract 13).
+//!   [`grpc_agent`]: what proxyless gRPC pods get besides (contract 13), which `inject` adds;
+//!   [`downward`]: the pod's own name, namespace and address as env vars, which both give.
 //! - [`validate`]: the pure validation of `ServiceEntry`, `EnvoyFilter` and `Sidecar`, shared
 //!   semantic rules plus the tenant-boundary rules, against a [`tenant::TenantView`].
 //! - [`review`]: the AdmissionReview v1 wire format.
@@ -12,6 +13,7 @@
 //!
 //! `docs/webhooks.md` explains the failure policy and the tenant-boundary rules.
 
+pub mod downward;
 pub mod grpc_agent;
 pub mod handlers;
 pub mod https;

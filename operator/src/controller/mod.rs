@@ -15,7 +15,8 @@
 //! - `caches`: the reflector stores membership is computed from, and [`Snapshot`].
 //! - `backoff`: per-object retry delays and per-watch (not shared) trigger backoff.
 //! - `context`, `settings`, `error`: what reconciles share, their tunables, their errors.
-//! - `controlplane`, `tag`, `migration`: the reconcile functions.
+//! - `controlplane`, `tag`, `migration`: the reconcile functions; `controlplane::plan` is the
+//!   control-plane reconcile's pure core (what to write, which Events, the status).
 
 mod access;
 mod backoff;

@@ -218,7 +218,7 @@ pub struct DesiredObject {
 }
 
 /// Facts observed in the cluster that the rendering depends on.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
     /// ClusterIP of the instance Service, once assigned.
     pub service_cluster_ip: Option<String>,

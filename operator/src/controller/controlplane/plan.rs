@@ -1,0 +1,1111 @@
+//! The pure core of a `MeshControlPlane` reconcile: from what the reconcile observed, what it
+//! writes and what it reports. No I/O; the controller (the parent module) observes, performs
+//! what is planned here and writes the status from the outcome, as `controller::migration`
+//! does with `migration::step`.
+//!
+//! - [`decide`]: a revision in conflict changes nothing and only reports why; an active one
+//!   is reconciled for its membership (docs/architecture.md step 2).
+//! - [`access_objects`], [`access_writes`]: the control namespace and the operator's access
+//!   bindings, applied before anything they grant rights on ("Who may do what").
+//! - [`writes`]: one pass over the rendered objects (contracts 1–6 and 8, step 3): what to
+//!   apply (a binding whose roleRef changed is replaced), what another owner holds and what
+//!   to prune (only objects carrying our labels, contract 8; access bindings last).
+//!   [`render_facts`] are what a pass renders from, and the writes themselves can change them
+//!   (the Service's ClusterIP, the root of the tenant CA of contract 11): another pass follows
+//!   while they do.
+//! - [`write_notices`], [`report`]: the Events about what was written and the status from the
+//!   outcome (contract 3's proxy counts and members-stale marks through [`status`]).
+//! - [`in_use`], [`teardown`]: a deletion held while injected pods run, and what deletion
+//!   removes, in order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use meshplane_crds::membership::{Membership, RevisionMembership};
+use meshplane_crds::{names, MeshControlPlane, MeshControlPlaneStatus};
+use serde_json::Value;
+
+use crate::apply;
+use crate::ca::TenantCa;
+use crate::render::{self, DesiredObject, Kind, ObjectKey, Observed, OperatorAccount, RenderInput};
+use crate::status::{self, types, InstanceFacts};
+use crate::tls::WebhookTls;
+use crate::webhook_probe::{ProbeResult, PROBE_EVERY};
+
+/// What an Event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Regarding {
+    /// The control plane reconciled.
+    ControlPlane,
+    /// A namespace, by name.
+    Namespace(String),
+}
+
+/// An Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub regarding: Regarding,
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Notice {
+    fn on_control_plane(warning: bool, reason: &str, message: String) -> Self {
+        Self {
+            regarding: Regarding::ControlPlane,
+            warning,
+            reason: reason.to_string(),
+            message,
+        }
+    }
+}
+
+/// A status to write and the Events that go with it (published first).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub status: MeshControlPlaneStatus,
+    pub notices: Vec<Notice>,
+}
+
+/// What a reconcile does with a control plane, given membership.
+#[derive(Debug)]
+pub enum Decision<'m> {
+    /// In conflict (a duplicate revision, a control namespace not its own, ...): no object is
+    /// written or pruned, only this is reported.
+    Conflicted(Report),
+    /// Active: its objects are reconciled for this membership.
+    Active {
+        revision: &'m RevisionMembership,
+        /// Member namespaces of the whole tenant (every revision's attached namespaces).
+        tenant_members: BTreeSet<String>,
+    },
+}
+
+fn condition<'s>(status: Option<&'s MeshControlPlaneStatus>, type_: &str) -> Option<&'s Condition> {
+    status?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether control plane `mcp` is active in `membership`, and if not, its status and a
+/// Warning Event, the latter only when it was not already Degraded for the same reason.
+pub fn decide<'m>(mcp: &MeshControlPlane, membership: &'m Membership, now: &Time) -> Decision<'m> {
+    let name = mcp.name_any();
+    let conflicts = membership.conflicts_of_control_plane(&name);
+    if let (true, Some(revision)) = (
+        conflicts.is_empty(),
+        membership.revision_of_control_plane(&name),
+    ) {
+        return Decision::Active {
+            revision,
+            tenant_members: membership.tenant_members(&revision.tenant),
+        };
+    }
+    let status = status::conflicted_status(mcp, &conflicts, now);
+    let was_degraded = condition(mcp.status.as_ref(), types::DEGRADED).is_some_and(|c| {
+        c.status == "True"
+            && status
+                .conditions
+                .iter()
+                .any(|n| n.type_ == types::DEGRADED && n.reason == c.reason)
+    });
+    let mut notices = Vec::new();
+    if !was_degraded {
+        let message = conflicts
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let reason = conflicts.first().map(|c| c.reason()).unwrap_or("Conflict");
+        notices.push(Notice::on_control_plane(true, reason, message));
+    }
+    Decision::Conflicted(Report { status, notices })
+}
+
+/// The objects of one revision the reconcile looks at by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    /// The webhook TLS Secret (contract 4).
+    pub webhook_tls: ObjectKey,
+    /// The instance Service, whose ClusterIP the bootstrap ConfigMaps carry (contract 6).
+    pub service: ObjectKey,
+    /// The instance Deployment.
+    pub deployment: ObjectKey,
+    /// The proxies ConfigMap (contract 3).
+    pub proxies: ObjectKey,
+    /// The mutating and the validating webhook configurations (contract 5).
+    pub webhooks: [ObjectKey; 2],
+}
+
+impl Named {
+    pub fn new(revision: &str, control_namespace: &str) -> Self {
+        let instance = names::instance_name(revision);
+        Self {
+            webhook_tls: key(
+                Kind::Secret,
+                Some(control_namespace),
+                &names::webhook_tls_secret(revision),
+            ),
+            service: key(Kind::Service, Some(control_namespace), &instance),
+            deployment: key(Kind::Deployment, Some(control_namespace), &instance),
+            proxies: key(
+                Kind::ConfigMap,
+                Some(control_namespace),
+                &render::proxies_configmap(revision),
+            ),
+            webhooks: [
+                key(
+                    Kind::MutatingWebhookConfiguration,
+                    None,
+                    &names::injector_webhook(revision),
+                ),
+                key(
+                    Kind::ValidatingWebhookConfiguration,
+                    None,
+                    &names::validator_webhook(revision),
+                ),
+            ],
+        }
+    }
+}
+
+fn key(kind: Kind, namespace: Option<&str>, name: &str) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    }
+}
+
+/// The namespaces where an observed access binding gives the operator its write powers.
+pub fn access_namespaces(
+    observed: &BTreeMap<ObjectKey, Value>,
+    operator: &OperatorAccount,
+) -> BTreeSet<String> {
+    observed
+        .iter()
+        .filter(|(k, _)| k.kind == Kind::RoleBinding)
+        .filter_map(|(_, o)| render::operator_access_namespace(o, operator))
+        .collect()
+}
+
+/// Whether `key` is one of the operator's access bindings: applied before, and removed after,
+/// everything it grants rights on.
+fn is_access_binding(
+    key: &ObjectKey,
+    observed: &BTreeMap<ObjectKey, Value>,
+    operator: &OperatorAccount,
+) -> bool {
+    key.kind == Kind::RoleBinding
+        && observed
+            .get(key)
+            .and_then(|o| render::operator_access_namespace(o, operator))
+            .is_some()
+}
+
+/// The control namespace and the operator's access bindings of the revision: until they exist
+/// the operator can neither read nor write the instance's Secrets, Deployments,
+/// ServiceAccounts, PDBs and NetworkPolicies.
+pub fn access_objects(
+    control_plane: &MeshControlPlane,
+    revision: &RevisionMembership,
+    tenant_members: &BTreeSet<String>,
+    operator: &OperatorAccount,
+) -> Vec<DesiredObject> {
+    // The access bindings do not depend on the certificate: render them with none.
+    let no_tls = WebhookTls {
+        ca_bundle_pem: String::new(),
+        cert_pem: String::new(),
+        key_pem: String::new(),
+    };
+    let input = RenderInput {
+        control_plane,
+        revision,
+        tenant_members,
+        tls: &no_tls,
+        observed: &Observed::default(),
+        operator,
+    };
+    render::render(&input)
+        .into_iter()
+        .filter(|d| {
+            d.key.kind == Kind::Namespace
+                || render::operator_access_namespace(&d.body, operator).is_some()
+        })
+        .collect()
+}
+
+/// Rendered objects not found by label: they may still exist under our name (unlabelled, or
+/// another owner's), so they are read by name before anything is decided about them.
+pub fn unobserved<'d>(
+    desired: &'d [DesiredObject],
+    observed: &BTreeMap<ObjectKey, Value>,
+) -> Vec<&'d ObjectKey> {
+    desired
+        .iter()
+        .map(|d| &d.key)
+        .filter(|k| !observed.contains_key(*k))
+        .collect()
+}
+
+/// Which of the [`access_objects`] to apply: those missing or changed, never another owner's.
+pub fn access_writes<'d>(
+    access: &'d [DesiredObject],
+    observed: &BTreeMap<ObjectKey, Value>,
+    owner_uid: &str,
+) -> Vec<&'d DesiredObject> {
+    let todo: BTreeSet<ObjectKey> = apply::plan(access, observed, owner_uid)
+        .apply
+        .into_iter()
+        .collect();
+    access.iter().filter(|d| todo.contains(&d.key)).collect()
+}
+
+/// The webhook certificate material of the revision's Secret, when there is one and it is
+/// ours; reused until a third of its validity remains (`tls::ensure`).
+pub fn webhook_tls(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    owner_uid: &str,
+) -> Option<WebhookTls> {
+    observed
+        .get(&named.webhook_tls)
+        .filter(|s| apply::is_ours(s, owner_uid))
+        .and_then(|s| WebhookTls::from_secret_data(s.get("data")?))
+}
+
+/// The facts a pass renders from that the writes can change: the ClusterIP the instance
+/// Service gets when it is created, and the tenant's root once its CA exists.
+pub fn render_facts(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    tenant_ca: Option<&TenantCa>,
+) -> Observed {
+    Observed {
+        service_cluster_ip: observed
+            .get(&named.service)
+            .and_then(|s| s.pointer("/spec/clusterIP")?.as_str().map(str::to_string)),
+        root_cert: tenant_ca.and_then(|ca| ca.trust_bundle.clone()),
+    }
+}
+
+/// One apply of a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apply {
+    pub object: DesiredObject,
+    /// Delete the object first: the API refuses to change a binding's roleRef.
+    pub replace: bool,
+}
+
+/// The writes of one pass, performed in this order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Writes {
+    /// Desired objects missing or changed, in apply order (dependencies first).
+    pub apply: Vec<Apply>,
+    /// Our objects no longer desired, in safe deletion order, the access bindings last (the
+    /// objects they grant rights on are removed first).
+    pub prune: Vec<ObjectKey>,
+    /// Desired objects that another owner holds: left alone, reported.
+    pub foreign: Vec<ObjectKey>,
+}
+
+/// Compares the rendered objects with the observed ones (every object carrying the revision's
+/// labels, and the rendered ones found by name).
+pub fn writes(
+    desired: Vec<DesiredObject>,
+    observed: &BTreeMap<ObjectKey, Value>,
+    owner_uid: &str,
+    operator: &OperatorAccount,
+) -> Writes {
+    let todo = apply::plan(&desired, observed, owner_uid);
+    let mut prune = todo.prune;
+    prune.sort_by_key(|k| is_access_binding(k, observed, operator));
+    let changed: BTreeSet<ObjectKey> = todo.apply.into_iter().collect();
+    let apply = desired
+        .into_iter()
+        .filter(|d| changed.contains(&d.key))
+        .map(|object| Apply {
+            replace: role_ref_changed(&object, observed),
+            object,
+        })
+        .collect();
+    Writes {
+        apply,
+        prune,
+        foreign: todo.foreign,
+    }
+}
+
+fn role_ref_changed(object: &DesiredObject, observed: &BTreeMap<ObjectKey, Value>) -> bool {
+    let role_ref = |v: &Value| v.get("roleRef").cloned();
+    matches!(
+        object.key.kind,
+        Kind::RoleBinding | Kind::ClusterRoleBinding
+    ) && observed
+        .get(&object.key)
+        .and_then(role_ref)
+        .is_some_and(|r| Some(r) != role_ref(&object.body))
+}
+
+/// Events about what the writes did to the tenant CA (issued, rotated, or refused for bad
+/// plugged material, the last only once) and to the webhook serving certificate for `host`.
+pub fn write_notices(
+    mcp: &MeshControlPlane,
+    tenant_ca: Option<&TenantCa>,
+    certificate_issued: bool,
+    host: &str,
+) -> Vec<Notice> {
+    let mut notices: Vec<Notice> = tenant_ca
+        .and_then(|ca| ca_notice(mcp, ca))
+        .into_iter()
+        .collect();
+    if certificate_issued {
+        notices.push(Notice::on_control_plane(
+            false,
+            "CertificateIssued",
+            format!("issued the webhook serving certificate for {host}"),
+        ));
+    }
+    notices
+}
+
+fn ca_notice(mcp: &MeshControlPlane, tenant_ca: &TenantCa) -> Option<Notice> {
+    if let Some(problem) = &tenant_ca.problem {
+        let known = condition(mcp.status.as_ref(), types::DEGRADED)
+            .is_some_and(|c| c.status == "True" && c.reason == status::CA_INVALID_REASON);
+        return (!known).then(|| {
+            Notice::on_control_plane(
+                true,
+                status::CA_INVALID_REASON,
+                format!("{problem}; the tenant keeps its current CA"),
+            )
+        });
+    }
+    let how = tenant_ca.written?;
+    let message = match (how, tenant_ca.phase.as_deref()) {
+        ("created", _) => format!("issued the tenant CA Secret {}", names::TENANT_CA_SECRET),
+        (_, Some(phase)) => format!(
+            "tenant CA Secret {} updated; root rotation phase {phase}",
+            names::TENANT_CA_SECRET
+        ),
+        _ => format!("tenant CA Secret {} updated", names::TENANT_CA_SECRET),
+    };
+    Some(Notice::on_control_plane(false, "TenantCAUpdated", message))
+}
+
+/// Whether the instance Deployment has an available replica.
+fn deployment_available(observed: &BTreeMap<ObjectKey, Value>, named: &Named) -> bool {
+    status::deployment_available(observed.get(&named.deployment))
+}
+
+/// Whether both webhook configurations are in place and ours.
+fn webhooks_applied(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    foreign: &[ObjectKey],
+) -> bool {
+    named
+        .webhooks
+        .iter()
+        .all(|k| observed.contains_key(k) && !foreign.contains(k))
+}
+
+/// Whether the revision's validating webhook is probed: only once the instance is available
+/// and its webhook configurations are in place.
+pub fn probe_due(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    foreign: &[ObjectKey],
+) -> bool {
+    deployment_available(observed, named) && webhooks_applied(observed, named, foreign)
+}
+
+/// What the writes left, as observed, and what was found out about the instance after them.
+pub struct Outcome<'a> {
+    pub observed: &'a BTreeMap<ObjectKey, Value>,
+    pub named: &'a Named,
+    /// Desired objects another owner holds (as of the last pass).
+    pub foreign: &'a [ObjectKey],
+    pub tenant_ca: Option<&'a TenantCa>,
+    /// What the probe of the validating webhook found, if it was due.
+    pub webhook_probe: Option<ProbeResult>,
+    /// The instance pods that exist (contract 3 counts only theirs).
+    pub live_instances: &'a BTreeSet<String>,
+    /// Why the requested ingress gateway is not run, if it is not.
+    pub gateway_problem: Option<String>,
+}
+
+impl Outcome<'_> {
+    fn instance_facts(&self) -> InstanceFacts {
+        let proxies = self.observed.get(&self.named.proxies);
+        InstanceFacts {
+            deployment_available: deployment_available(self.observed, self.named),
+            webhooks_applied: webhooks_applied(self.observed, self.named, self.foreign),
+            webhook_probe: self.webhook_probe.clone(),
+            connected_proxies: status::connected_proxies(proxies, self.live_instances),
+            members_stale: status::members_stale(proxies, self.live_instances),
+            foreign_objects: self.foreign.iter().map(ToString::to_string).collect(),
+            ca_problem: self
+                .tenant_ca
+                .and_then(|ca| ca.problem.as_ref())
+                .map(ToString::to_string),
+            gateway_problem: self.gateway_problem.clone(),
+        }
+    }
+}
+
+/// The status of an active revision from its reconcile's outcome, and the Events the change
+/// brings: a Warning on each namespace newly rejected, one when `MembersStale` turns True, and
+/// `ConflictResolved` when a Degraded revision has nothing left to report.
+pub fn report(
+    mcp: &MeshControlPlane,
+    revision: &RevisionMembership,
+    outcome: &Outcome<'_>,
+    now: &Time,
+) -> Report {
+    let facts = outcome.instance_facts();
+    let status = status::active_status(mcp, revision, &facts, now);
+    let previous = mcp.status.as_ref();
+    let known_rejected: BTreeSet<&str> = previous
+        .and_then(|s| s.rejected.as_ref())
+        .map(|r| r.namespaces.iter().map(|n| n.name.as_str()).collect())
+        .unwrap_or_default();
+    let mut notices: Vec<Notice> = revision
+        .rejected
+        .iter()
+        .filter(|(ns, _)| !known_rejected.contains(ns.as_str()))
+        .map(|(ns, rejection)| Notice {
+            regarding: Regarding::Namespace(ns.clone()),
+            warning: true,
+            reason: rejection.reason.as_str().to_string(),
+            message: rejection.message.clone(),
+        })
+        .collect();
+    let members_stale = |s: Option<&'_ MeshControlPlaneStatus>| {
+        condition(s, types::MEMBERS_STALE)
+            .filter(|c| c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    // Contract 3 carries the instance's word that it serves the members it last read.
+    if let (Some(message), None) = (members_stale(Some(&status)), members_stale(previous)) {
+        notices.push(Notice::on_control_plane(
+            true,
+            types::MEMBERS_STALE,
+            message,
+        ));
+    }
+    if condition(previous, types::DEGRADED).is_some_and(|c| c.status == "True")
+        && facts.foreign_objects.is_empty()
+        && facts.ca_problem.is_none()
+    {
+        notices.push(Notice::on_control_plane(
+            false,
+            "ConflictResolved",
+            "the revision is active again".into(),
+        ));
+    }
+    Report { status, notices }
+}
+
+/// When to look again: a webhook that does not answer yet soon, else at the resync.
+pub fn requeue_after(webhook_probe: Option<&ProbeResult>, resync: Duration) -> Duration {
+    match webhook_probe {
+        Some(ProbeResult::Failed(_)) => PROBE_EVERY.min(resync),
+        _ => resync,
+    }
+}
+
+/// The status of a control plane whose deletion waits for `pods` injected pods, with a
+/// Warning Event when the wait starts.
+pub fn in_use(mcp: &MeshControlPlane, pods: usize, now: &Time) -> Report {
+    let mut notices = Vec::new();
+    if condition(mcp.status.as_ref(), types::IN_USE).is_none() {
+        notices.push(Notice::on_control_plane(
+            true,
+            "InUse",
+            format!(
+                "deletion waits for {pods} pod(s) injected by revision {:?}; annotate {}=\"true\" to delete anyway",
+                mcp.revision(),
+                names::FORCE_DELETE_ANNOTATION
+            ),
+        ));
+    }
+    Report {
+        status: status::in_use_status(mcp, pods, now),
+        notices,
+    }
+}
+
+/// What deleting the control plane removes of the observed objects, in order: webhooks first,
+/// then per-namespace objects and RBAC, then the instance, and the operator's access bindings
+/// last (they grant the rights to delete the instance). Only objects it owns; never a
+/// namespace (a control namespace holds user config).
+pub fn teardown<'o>(
+    observed: &'o BTreeMap<ObjectKey, Value>,
+    owner_uid: &str,
+    operator: &OperatorAccount,
+) -> Vec<&'o ObjectKey> {
+    let owned = |o: &Value| {
+        o.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|os| {
+                os.iter()
+                    .any(|r| r.get("uid").and_then(Value::as_str) == Some(owner_uid))
+            })
+    };
+    let mut doomed: Vec<&ObjectKey> = Kind::DELETE_ORDER
+        .into_iter()
+        .flat_map(|kind| {
+            observed
+                .iter()
+                .filter(move |(k, o)| k.kind == kind && owned(o))
+                .map(|(k, _)| k)
+        })
+        .collect();
+    doomed.sort_by_key(|k| is_access_binding(k, observed, operator));
+    doomed
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+    use meshplane_crds::membership::{self, ControlPlaneFacts, NamespaceFacts};
+    use serde_json::json;
+
+    use super::*;
+    use crate::ca::CaProblem;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(NOW).expect("valid time"))
+    }
+
+    /// A control plane of `tenant` whose namespace selector refuses team green.
+    fn mk_control_plane(name: &str, tenant: &str, created: &str) -> MeshControlPlane {
+        serde_json::from_value(json!({
+            "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+            "metadata": {"name": name, "uid": format!("uid-{name}"), "generation": 1,
+                         "creationTimestamp": created},
+            "spec": {"tenant": tenant, "namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "NotIn", "values": ["green"]}]}},
+        }))
+        .expect("a valid control plane")
+    }
+
+    fn mk_namespace(name: &str, labels: &[(&str, &str)]) -> NamespaceFacts {
+        NamespaceFacts::new(name, labels)
+    }
+
+    /// blue-v1 with shop and cart joined and intruder (team green) rejected.
+    fn mk_membership(control_planes: &[&MeshControlPlane]) -> Membership {
+        let namespaces = [
+            mk_namespace("shop", &[(names::REV_LABEL, "blue-v1")]),
+            mk_namespace("cart", &[(names::REV_LABEL, "blue-v1")]),
+            mk_namespace(
+                "intruder",
+                &[(names::REV_LABEL, "blue-v1"), ("team", "green")],
+            ),
+        ];
+        let control_planes: Vec<ControlPlaneFacts> =
+            control_planes.iter().map(|c| (*c).into()).collect();
+        membership::compute(&namespaces, &control_planes, &[])
+    }
+
+    fn mk_tls() -> WebhookTls {
+        WebhookTls {
+            ca_bundle_pem: "ca".into(),
+            cert_pem: "cert".into(),
+            key_pem: "key".into(),
+        }
+    }
+
+    /// Every object of blue-v1, rendered for its membership.
+    fn mk_desired(mcp: &MeshControlPlane, membership: &Membership) -> Vec<DesiredObject> {
+        let Decision::Active {
+            revision,
+            tenant_members,
+        } = decide(mcp, membership, &now())
+        else {
+            panic!("blue-v1 is active");
+        };
+        render::render(&RenderInput {
+            control_plane: mcp,
+            revision,
+            tenant_members: &tenant_members,
+            tls: &mk_tls(),
+            observed: &Observed::default(),
+            operator: &OperatorAccount::default(),
+        })
+    }
+
+    /// The objects as the API holds them once applied.
+    fn mk_observed(objects: &[DesiredObject]) -> BTreeMap<ObjectKey, Value> {
+        objects
+            .iter()
+            .map(|d| (d.key.clone(), d.body.clone()))
+            .collect()
+    }
+
+    fn mk_blue() -> (MeshControlPlane, Membership) {
+        let mcp = mk_control_plane("blue-v1", "blue", "2026-01-01T00:00:00Z");
+        let membership = mk_membership(&[&mcp]);
+        (mcp, membership)
+    }
+
+    fn uid(mcp: &MeshControlPlane) -> String {
+        mcp.uid().unwrap_or_default()
+    }
+
+    /// Whether a pass writes nothing (the steady state).
+    fn writes_nothing(writes: &Writes) -> bool {
+        writes.apply.is_empty() && writes.prune.is_empty()
+    }
+
+    fn applied_keys(writes: &Writes) -> Vec<&ObjectKey> {
+        writes.apply.iter().map(|a| &a.object.key).collect()
+    }
+
+    #[test]
+    fn an_active_control_plane_is_reconciled_for_its_membership() {
+        let (mcp, membership) = mk_blue();
+        let Decision::Active {
+            revision,
+            tenant_members,
+        } = decide(&mcp, &membership, &now())
+        else {
+            panic!("blue-v1 is active");
+        };
+        assert_eq!(revision.tenant, "blue");
+        assert_eq!(
+            tenant_members,
+            BTreeSet::from(["cart".to_string(), "shop".to_string()])
+        );
+        assert!(revision.rejected.contains_key("intruder"));
+    }
+
+    #[test]
+    fn a_duplicate_revision_writes_nothing_and_warns_once() {
+        let (blue, _) = mk_blue();
+        let mut copy = mk_control_plane("blue-copy", "red", "2026-02-01T00:00:00Z");
+        copy.spec.revision = Some("blue-v1".into());
+        let membership = mk_membership(&[&blue, &copy]);
+        let Decision::Conflicted(report) = decide(&copy, &membership, &now()) else {
+            panic!("the later duplicate is in conflict");
+        };
+        assert_eq!(report.notices.len(), 1, "{:?}", report.notices);
+        let warning = &report.notices[0];
+        assert!(warning.warning);
+        assert_eq!(warning.reason, "RevisionConflict");
+        assert_eq!(warning.regarding, Regarding::ControlPlane);
+        let degraded = condition(Some(&report.status), types::DEGRADED).expect("Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "RevisionConflict")
+        );
+
+        // Already Degraded for that reason: the status stays, no second Warning.
+        copy.status = Some(report.status.clone());
+        let Decision::Conflicted(again) = decide(&copy, &membership, &now()) else {
+            panic!("still in conflict");
+        };
+        assert_eq!(again.notices, []);
+        assert_eq!(again.status, report.status);
+    }
+
+    #[test]
+    fn access_is_the_control_namespace_and_the_operators_bindings_only() {
+        let (mcp, membership) = mk_blue();
+        let revision = membership
+            .revision_of_control_plane("blue-v1")
+            .expect("active");
+        let members = membership.tenant_members("blue");
+        let operator = OperatorAccount::default();
+        let access = access_objects(&mcp, revision, &members, &operator);
+        let keys: Vec<String> = access.iter().map(|d| d.key.to_string()).collect();
+        assert_eq!(
+            keys,
+            [
+                "Namespace meshplane-blue",
+                "RoleBinding meshplane-blue/meshplane-blue-v1-operator"
+            ]
+        );
+        // Nothing there yet: all of it; already in place: nothing.
+        assert_eq!(
+            access_writes(&access, &BTreeMap::new(), &uid(&mcp)).len(),
+            2
+        );
+        let observed = mk_observed(&access);
+        assert_eq!(
+            access_writes(&access, &observed, &uid(&mcp)),
+            Vec::<&DesiredObject>::new()
+        );
+        assert_eq!(
+            access_namespaces(&observed, &operator),
+            BTreeSet::from(["meshplane-blue".to_string()])
+        );
+    }
+
+    #[test]
+    fn a_rejected_namespace_gets_no_bootstrap_configmap() {
+        let (mcp, membership) = mk_blue();
+        let writes = writes(
+            mk_desired(&mcp, &membership),
+            &BTreeMap::new(),
+            &uid(&mcp),
+            &OperatorAccount::default(),
+        );
+        let bootstrap = names::bootstrap_configmap("blue-v1");
+        let in_namespace = |ns: &str| {
+            writes
+                .apply
+                .iter()
+                .any(|a| a.object.key.namespace.as_deref() == Some(ns))
+        };
+        for member in ["shop", "cart"] {
+            assert!(
+                applied_keys(&writes).contains(&&key(Kind::ConfigMap, Some(member), &bootstrap)),
+                "{member}"
+            );
+        }
+        assert!(
+            !in_namespace("intruder"),
+            "nothing at all in a rejected namespace"
+        );
+        assert!(writes.prune.is_empty() && writes.foreign.is_empty());
+        assert!(writes.apply.iter().all(|a| !a.replace));
+    }
+
+    #[test]
+    fn the_steady_state_plans_no_writes() {
+        let (mcp, membership) = mk_blue();
+        let desired = mk_desired(&mcp, &membership);
+        let observed = mk_observed(&desired);
+        let writes = writes(desired, &observed, &uid(&mcp), &OperatorAccount::default());
+        assert!(writes_nothing(&writes), "{writes:?}");
+        assert_eq!(writes.foreign, []);
+    }
+
+    #[test]
+    fn only_the_changed_object_is_applied() {
+        let (mcp, membership) = mk_blue();
+        let desired = mk_desired(&mcp, &membership);
+        let members = key(
+            Kind::ConfigMap,
+            Some("meshplane-blue"),
+            &names::members_configmap("blue-v1"),
+        );
+        let mut observed = mk_observed(&desired);
+        if let Some(cm) = observed.get_mut(&members) {
+            cm["data"]["members"] = json!("shop\n");
+        }
+        let writes = writes(desired, &observed, &uid(&mcp), &OperatorAccount::default());
+        assert_eq!(applied_keys(&writes), [&members]);
+        assert!(writes.prune.is_empty());
+    }
+
+    #[test]
+    fn a_binding_whose_role_ref_changed_is_replaced() {
+        let (mcp, membership) = mk_blue();
+        let desired = mk_desired(&mcp, &membership);
+        let restarter = key(
+            Kind::RoleBinding,
+            Some("shop"),
+            &format!("{}-restarter", names::instance_name("blue-v1")),
+        );
+        let mut observed = mk_observed(&desired);
+        let binding = observed.get_mut(&restarter).expect("the restarter binding");
+        binding["roleRef"]["kind"] = json!("Role");
+        let writes = writes(desired, &observed, &uid(&mcp), &OperatorAccount::default());
+        assert_eq!(writes.apply.len(), 1, "{writes:?}");
+        assert_eq!(writes.apply[0].object.key, restarter);
+        assert!(writes.apply[0].replace);
+    }
+
+    #[test]
+    fn an_object_under_our_name_that_is_not_ours_is_left_alone_and_reported() {
+        let (mcp, membership) = mk_blue();
+        let desired = mk_desired(&mcp, &membership);
+        let taken = key(
+            Kind::ConfigMap,
+            Some("shop"),
+            &names::bootstrap_configmap("blue-v1"),
+        );
+        let mut observed = mk_observed(&desired);
+        observed.insert(
+            taken.clone(),
+            json!({"metadata": {"name": taken.name, "namespace": "shop"}, "data": {"mine": "yes"}}),
+        );
+        let writes = writes(desired, &observed, &uid(&mcp), &OperatorAccount::default());
+        assert_eq!(writes.foreign, [taken]);
+        assert!(writes_nothing(&writes), "{writes:?}");
+    }
+
+    #[test]
+    fn objects_no_longer_desired_are_pruned_webhooks_first_access_bindings_last() {
+        let (mcp, membership) = mk_blue();
+        let all = mk_desired(&mcp, &membership);
+        let observed = mk_observed(&all);
+        // shop leaves: its objects go, the others stay.
+        let desired: Vec<DesiredObject> = all
+            .iter()
+            .filter(|d| d.key.namespace.as_deref() != Some("shop"))
+            .cloned()
+            .collect();
+        let left = writes(desired, &observed, &uid(&mcp), &OperatorAccount::default());
+        assert!(!left.prune.is_empty());
+        assert!(left
+            .prune
+            .iter()
+            .all(|k| k.namespace.as_deref() == Some("shop")));
+        assert!(left.apply.is_empty());
+
+        // Nothing desired: everything of ours goes but the namespace, in the safe order.
+        let gone = writes(
+            Vec::new(),
+            &observed,
+            &uid(&mcp),
+            &OperatorAccount::default(),
+        );
+        assert_eq!(
+            gone.prune.first().map(|k| k.kind),
+            Some(Kind::MutatingWebhookConfiguration)
+        );
+        assert_eq!(
+            gone.prune.last().map(ToString::to_string).as_deref(),
+            Some("RoleBinding meshplane-blue/meshplane-blue-v1-operator")
+        );
+        assert!(gone.prune.iter().all(|k| k.kind != Kind::Namespace));
+    }
+
+    #[test]
+    fn another_pass_follows_while_the_service_ip_or_the_root_changes() {
+        let named = Named::new("blue-v1", "meshplane-blue");
+        let mut observed = BTreeMap::new();
+        let first = render_facts(&observed, &named, None);
+        assert_eq!(first, Observed::default());
+        observed.insert(
+            named.service.clone(),
+            json!({"spec": {"clusterIP": "10.0.0.7"}}),
+        );
+        let tenant_ca = TenantCa {
+            trust_bundle: Some("root".into()),
+            problem: None,
+            written: Some("created"),
+            phase: None,
+        };
+        let second = render_facts(&observed, &named, Some(&tenant_ca));
+        assert_ne!(second, first);
+        assert_eq!(second.service_cluster_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(second.root_cert.as_deref(), Some("root"));
+    }
+
+    #[test]
+    fn what_was_written_is_told_once() {
+        let (mut mcp, _) = mk_blue();
+        let issued = TenantCa {
+            trust_bundle: Some("root".into()),
+            problem: None,
+            written: Some("created"),
+            phase: None,
+        };
+        let notices = write_notices(
+            &mcp,
+            Some(&issued),
+            true,
+            "meshplane-blue-v1.meshplane-blue.svc",
+        );
+        let reasons: Vec<&str> = notices.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, ["TenantCAUpdated", "CertificateIssued"]);
+        assert!(notices.iter().all(|n| !n.warning));
+
+        let refused = TenantCa {
+            trust_bundle: Some("root".into()),
+            problem: Some(CaProblem::PluggedMissing {
+                namespace: "meshplane-blue".into(),
+                name: "cacerts".into(),
+            }),
+            written: None,
+            phase: None,
+        };
+        let warned = write_notices(&mcp, Some(&refused), false, "host");
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].warning);
+        assert_eq!(warned[0].reason, status::CA_INVALID_REASON);
+        // Once the status says so, the refusal is not told again; nothing written, nothing told.
+        mcp.status = Some(MeshControlPlaneStatus {
+            conditions: vec![Condition {
+                type_: types::DEGRADED.into(),
+                status: "True".into(),
+                reason: status::CA_INVALID_REASON.into(),
+                message: String::new(),
+                last_transition_time: now(),
+                observed_generation: Some(1),
+            }],
+            ..Default::default()
+        });
+        assert_eq!(write_notices(&mcp, Some(&refused), false, "host"), []);
+        let kept = TenantCa {
+            written: None,
+            ..issued
+        };
+        assert_eq!(write_notices(&mcp, Some(&kept), false, "host"), []);
+    }
+
+    /// An outcome of blue-v1 with every object in place and `proxies` as the proxies
+    /// ConfigMap's data.
+    fn mk_report(mcp: &MeshControlPlane, membership: &Membership, proxies: Value) -> Report {
+        let revision = membership
+            .revision_of_control_plane("blue-v1")
+            .expect("active");
+        let named = Named::new("blue-v1", "meshplane-blue");
+        let mut observed = mk_observed(&mk_desired(mcp, membership));
+        observed.insert(named.proxies.clone(), json!({"data": proxies}));
+        let live = BTreeSet::from(["xds-a".to_string()]);
+        let outcome = Outcome {
+            observed: &observed,
+            named: &named,
+            foreign: &[],
+            tenant_ca: None,
+            webhook_probe: None,
+            live_instances: &live,
+            gateway_problem: None,
+        };
+        report(mcp, revision, &outcome, &now())
+    }
+
+    #[test]
+    fn a_newly_rejected_namespace_is_warned_about_once() {
+        let (mut mcp, membership) = mk_blue();
+        let first = mk_report(&mcp, &membership, json!({"xds-a": "2"}));
+        assert_eq!(
+            first.notices,
+            [Notice {
+                regarding: Regarding::Namespace("intruder".into()),
+                warning: true,
+                reason: "OutsideSelector".into(),
+                message: membership.rejected["intruder"].message.clone(),
+            }]
+        );
+        assert_eq!(first.status.connected_proxies, Some(2));
+        mcp.status = Some(first.status);
+        let again = mk_report(&mcp, &membership, json!({"xds-a": "2"}));
+        assert_eq!(again.notices, []);
+        assert_eq!(Some(&again.status), mcp.status.as_ref(), "a steady status");
+    }
+
+    #[test]
+    fn members_stale_is_warned_about_when_it_turns_true() {
+        let (mut mcp, membership) = mk_blue();
+        mcp.status = Some(mk_report(&mcp, &membership, json!({})).status);
+        let stale = json!({"xds-a": "1", "xds-a.members-stale": "2026-12-02T03:40:00Z the members ConfigMap was deleted"});
+        let turned = mk_report(&mcp, &membership, stale.clone());
+        let reasons: Vec<&str> = turned.notices.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, [types::MEMBERS_STALE]);
+        assert!(turned.notices[0]
+            .message
+            .contains("xds-a since 2026-12-02T03:40:00Z"));
+        mcp.status = Some(turned.status);
+        assert_eq!(mk_report(&mcp, &membership, stale).notices, []);
+    }
+
+    #[test]
+    fn a_degraded_revision_that_reconciles_cleanly_is_told_resolved() {
+        let (mut mcp, membership) = mk_blue();
+        let mut copy = mk_control_plane("blue-copy", "red", "2026-02-01T00:00:00Z");
+        copy.spec.revision = Some("blue-v1".into());
+        let Decision::Conflicted(conflicted) =
+            decide(&copy, &mk_membership(&[&mcp, &copy]), &now())
+        else {
+            panic!("in conflict");
+        };
+        // Degraded, as it is while in conflict; now it reconciles with nothing to report.
+        mcp.status = Some(conflicted.status);
+        let resolved = mk_report(&mcp, &membership, json!({}));
+        assert!(
+            resolved
+                .notices
+                .iter()
+                .any(|n| n.reason == "ConflictResolved" && !n.warning),
+            "{:?}",
+            resolved.notices
+        );
+        let degraded = condition(Some(&resolved.status), types::DEGRADED).expect("Degraded");
+        assert_eq!(degraded.status, "False");
+    }
+
+    #[test]
+    fn a_webhook_that_does_not_answer_is_looked_at_again_soon() {
+        let resync = Duration::from_secs(300);
+        assert_eq!(
+            requeue_after(Some(&ProbeResult::Failed("refused".into())), resync),
+            PROBE_EVERY
+        );
+        assert_eq!(requeue_after(Some(&ProbeResult::Serving), resync), resync);
+        assert_eq!(requeue_after(None, resync), resync);
+        let short = Duration::from_secs(5);
+        assert_eq!(
+            requeue_after(Some(&ProbeResult::Failed("refused".into())), short),
+            short
+        );
+    }
+
+    #[test]
+    fn the_webhook_is_probed_only_once_the_instance_and_its_configurations_are_there() {
+        let named = Named::new("blue-v1", "meshplane-blue");
+        let mut observed: BTreeMap<ObjectKey, Value> = named
+            .webhooks
+            .iter()
+            .map(|k| (k.clone(), json!({})))
+            .collect();
+        assert!(!probe_due(&observed, &named, &[]), "no Deployment");
+        observed.insert(
+            named.deployment.clone(),
+            json!({"status": {"availableReplicas": 1}}),
+        );
+        assert!(probe_due(&observed, &named, &[]));
+        assert!(
+            !probe_due(&observed, &named, &named.webhooks[..1]),
+            "a configuration held by another owner"
+        );
+    }
+
+    #[test]
+    fn a_deletion_waits_for_injected_pods_and_warns_when_the_wait_starts() {
+        let (mut mcp, _) = mk_blue();
+        let first = in_use(&mcp, 2, &now());
+        assert_eq!(first.notices.len(), 1);
+        assert!(first.notices[0].message.contains("2 pod(s)"));
+        mcp.status = Some(first.status);
+        assert_eq!(in_use(&mcp, 2, &now()).notices, []);
+    }
+
+    #[test]
+    fn teardown_removes_webhooks_first_and_access_bindings_last_and_only_what_it_owns() {
+        let (mcp, membership) = mk_blue();
+        let mut observed = mk_observed(&mk_desired(&mcp, &membership));
+        let twin = key(Kind::ConfigMap, Some("bank"), "meshplane-green-bootstrap");
+        observed.insert(
+            twin.clone(),
+            json!({"metadata": {"ownerReferences": [{"uid": "uid-green"}]}}),
+        );
+        let operator = OperatorAccount::default();
+        let doomed: Vec<String> = teardown(&observed, &uid(&mcp), &operator)
+            .into_iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            doomed.first().map(String::as_str),
+            Some("MutatingWebhookConfiguration meshplane-blue-v1-injector")
+        );
+        assert_eq!(
+            doomed.last().map(String::as_str),
+            Some("RoleBinding meshplane-blue/meshplane-blue-v1-operator")
+        );
+        let at = |prefix: &str| doomed.iter().position(|d| d.starts_with(prefix));
+        assert!(at("ConfigMap shop/") < at("Deployment "), "{doomed:?}");
+        assert!(!doomed.contains(&twin.to_string()));
+        assert!(doomed.iter().all(|d| !d.starts_with("Namespace ")));
+    }
+}
