@@ -887,7 +887,7 @@ mod tests {
         assert_eq!(first, Observed::default());
         observed.insert(
             named.service.clone(),
-            json!({"spec": {"clusterIP": "10.0.0.7"}}),
+            json!({"spec": {"clusterIP": "198.18.0.7"}}),
         );
         let tenant_ca = TenantCa {
             trust_bundle: Some("root".into()),
@@ -897,7 +897,7 @@ mod tests {
         };
         let second = render_facts(&observed, &named, Some(&tenant_ca));
         assert_ne!(second, first);
-        assert_eq!(second.service_cluster_ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(second.service_cluster_ip.as_deref(), Some("198.18.0.7"));
         assert_eq!(second.root_cert.as_deref(), Some("root"));
     }
 
