@@ -403,7 +403,7 @@ impl FakeApi {
                         merge(&mut obj, &patch);
                         if path.plural == "services" && obj["spec"]["clusterIP"].is_null() {
                             st.next_ip += 1;
-                            obj["spec"]["clusterIP"] = json!(format!("10.96.0.{}", st.next_ip));
+                            obj["spec"]["clusterIP"] = json!(format!("198.19.96.{}", st.next_ip));
                         }
                     }
                     st.writes.push((
