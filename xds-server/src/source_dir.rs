@@ -7,9 +7,12 @@
 //! `Upsert` per object they hold now, a `Delete` per object no file holds any more (an object
 //! held by several files is the one of the last file in path order). Files written in place are
 //! read once their events have been quiet for [`DEBOUNCE`]; files renamed into place, the way
-//! atomic writers replace them, are read as soon as their events arrive. Objects that do not decode
-//! or fail `meshplane_crds::validation` are skipped with a warning naming file and object;
-//! the rest still apply. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
+//! atomic writers replace them, are read as soon as their events arrive. A file is used whole or
+//! not at all: when it is not valid YAML, cannot be read, or holds a document that does not
+//! decode or fails `meshplane_crds::validation`, none of it is taken, the objects it last held
+//! stay (a truncated or half-edited file never deletes them), and a warning names the file and
+//! each problem whenever it is read, until it is fixed. A file cut exactly between documents
+//! still reads as a shorter manifest: only what does not parse or validate is caught. Kinds: `v1` Namespace, Service, Pod; `discovery.k8s.io/v1`
 //! EndpointSlice; `networking.meshplane.io/v1alpha1` ServiceEntry, Sidecar, EnvoyFilter;
 //! `security.meshplane.io/v1alpha1` PeerAuthentication;
 //! `meshplane.io/v1alpha1` MeshControlPlane, MeshRevisionTag (for membership). Namespaced
@@ -81,20 +84,34 @@ pub enum DirSourceError {
     },
 }
 
-/// Reads every manifest under `dir`, in path order, skipping (with a warning) what is invalid.
+/// Reads every manifest under `dir`, in path order, leaving out (with a warning) the files
+/// that are not usable.
 pub fn load_dir(dir: &Path) -> Result<Vec<Object>, DirSourceError> {
     Ok(DirState::load(dir)?.objects())
 }
 
-/// The valid objects of one manifest file; none when it is gone or unreadable.
-fn read_file(file: &Path) -> Vec<Object> {
+/// What one read of a manifest file found.
+#[derive(Debug)]
+enum FileRead {
+    /// Every document decoded and passed validation (documents of kinds the xds-server does
+    /// not read are ignored); a file that is gone holds nothing.
+    Usable(Vec<Object>),
+    /// The file is not used; each problem says what is wrong and where.
+    Unusable(Vec<String>),
+}
+
+fn read_file(file: &Path) -> FileRead {
     match std::fs::read_to_string(file) {
-        Ok(text) => objects_from_yaml(&file.display().to_string(), &text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => {
-            tracing::warn!(file = %file.display(), error = %e, "manifest file not readable, skipped");
-            Vec::new()
+        Ok(text) => {
+            let Manifest { objects, problems } = read_manifest(&text);
+            if problems.is_empty() {
+                FileRead::Usable(objects)
+            } else {
+                FileRead::Unusable(problems)
+            }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileRead::Usable(Vec::new()),
+        Err(e) => FileRead::Unusable(vec![format!("not readable: {e}")]),
     }
 }
 
@@ -103,21 +120,43 @@ fn read_file(file: &Path) -> Vec<Object> {
 #[derive(Debug)]
 pub struct DirState {
     root: PathBuf,
+    /// The objects each file contributes: what it holds, or for an unusable file what it held
+    /// when it was last usable.
     files: BTreeMap<PathBuf, Vec<Object>>,
+    /// The files that are not usable now, with their problems.
+    unusable: BTreeMap<PathBuf, Vec<String>>,
     /// The files holding each object, so a change finds the object that now applies.
     holders: BTreeMap<ObjectKey, BTreeSet<PathBuf>>,
 }
 
 impl DirState {
-    /// Reads every manifest under `root`.
+    /// Reads every manifest under `root`; unusable files contribute nothing.
     pub fn load(root: &Path) -> Result<Self, DirSourceError> {
+        Self::load_keeping(root, None)
+    }
+
+    /// Reads every manifest under `root`; an unusable file keeps what it contributes to
+    /// `previous`.
+    fn load_keeping(root: &Path, previous: Option<&DirState>) -> Result<Self, DirSourceError> {
         let mut paths = Vec::new();
         collect_files(root, &mut paths)?;
-        let files = paths.into_iter().map(|p| {
-            let objects = read_file(&p);
-            (p, objects)
-        });
-        let files: BTreeMap<PathBuf, Vec<Object>> = files.collect();
+        let mut files: BTreeMap<PathBuf, Vec<Object>> = BTreeMap::new();
+        let mut unusable = BTreeMap::new();
+        for path in paths {
+            let objects = match read_file(&path) {
+                FileRead::Usable(objects) => objects,
+                FileRead::Unusable(problems) => {
+                    let kept = previous
+                        .and_then(|p| p.files.get(&path))
+                        .cloned()
+                        .unwrap_or_default();
+                    warn_unusable(&path, &problems, kept.len());
+                    unusable.insert(path.clone(), problems);
+                    kept
+                }
+            };
+            files.insert(path, objects);
+        }
         let mut holders: BTreeMap<ObjectKey, BTreeSet<PathBuf>> = BTreeMap::new();
         for (path, objects) in &files {
             for o in objects {
@@ -127,8 +166,14 @@ impl DirState {
         Ok(Self {
             root: root.to_path_buf(),
             files,
+            unusable,
             holders,
         })
+    }
+
+    /// The files that are not used now, with what is wrong in each, in path order.
+    pub fn unusable_files(&self) -> &BTreeMap<PathBuf, Vec<String>> {
+        &self.unusable
     }
 
     /// Every object, in path order (a later file's object replaces an earlier one's).
@@ -174,15 +219,41 @@ impl DirState {
                 read.entry(path.clone()).or_default();
             }
         }
-        for (file, objects) in &mut read {
-            *objects = read_file(file);
+        // An unusable file stays as it was: what it contributed is kept, nothing is re-sent.
+        let mut kept: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut problems: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        read.retain(|file, objects| match read_file(file) {
+            FileRead::Usable(found) => {
+                *objects = found;
+                true
+            }
+            FileRead::Unusable(found) => {
+                let held = self.files.get(file).map_or(0, Vec::len);
+                warn_unusable(file, &found, held);
+                kept.insert(file.clone());
+                problems.insert(file.clone(), found);
+                false
+            }
+        });
+        for path in &dropped {
+            let below: Vec<PathBuf> = self
+                .unusable
+                .range(path.clone()..)
+                .take_while(|(p, _)| p.starts_with(path))
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in below {
+                self.unusable.remove(&p);
+            }
         }
+        self.unusable.extend(problems);
         let mut affected: BTreeSet<ObjectKey> = BTreeSet::new();
         for path in dropped {
             let below: Vec<PathBuf> = self
                 .files
                 .range(path.clone()..)
                 .take_while(|(p, _)| p.starts_with(&path))
+                .filter(|(p, _)| !kept.contains(*p))
                 .map(|(p, _)| p.clone())
                 .collect();
             for p in below {
@@ -227,7 +298,7 @@ impl DirState {
     /// Reads everything again; the events are a full resync.
     fn reload(&mut self) -> Result<Vec<SourceEvent>, DirSourceError> {
         tracing::debug!(dir = %self.root.display(), "manifest directory read again in full");
-        *self = Self::load(&self.root)?;
+        *self = Self::load_keeping(&self.root, Some(self))?;
         Ok(self.resync_events())
     }
 
@@ -292,25 +363,58 @@ pub fn decode_document(doc: Value) -> Result<Option<Object>, SkippedObject> {
     object_from_value(doc).map_err(|(object, reason)| SkippedObject { object, reason })
 }
 
-/// The valid objects of one YAML stream; `file` names it in warnings.
-pub fn objects_from_yaml(file: &str, text: &str) -> Vec<Object> {
+/// What one YAML stream holds: the objects that decode and validate, and a problem for each
+/// document that does not (or for the stream, when it is not YAML).
+#[derive(Debug, Default)]
+pub struct Manifest {
+    /// Objects of the kinds the xds-server reads, in document order.
+    pub objects: Vec<Object>,
+    /// `Kind namespace/name: reason` per document left out, or why the stream is not YAML.
+    pub problems: Vec<String>,
+}
+
+/// Reads one YAML stream (multi-document) as the directory source does.
+pub fn read_manifest(text: &str) -> Manifest {
     let docs = match parse_documents(text) {
         Ok(d) => d,
         Err(e) => {
-            tracing::warn!(file, error = %e, "manifest file is not valid YAML, skipped");
-            return Vec::new();
+            return Manifest {
+                objects: Vec::new(),
+                problems: vec![format!("not valid YAML: {e}")],
+            }
         }
     };
-    docs.into_iter()
-        .filter_map(|doc| match object_from_value(doc) {
-            Ok(Some(obj)) => Some(obj),
-            Ok(None) => None,
-            Err((object, reason)) => {
-                tracing::warn!(file, object = %object, reason = %reason, "invalid object skipped");
-                None
-            }
-        })
-        .collect()
+    let mut manifest = Manifest::default();
+    for doc in docs {
+        match object_from_value(doc) {
+            Ok(Some(obj)) => manifest.objects.push(obj),
+            Ok(None) => {}
+            Err((object, reason)) => manifest.problems.push(format!("{object}: {reason}")),
+        }
+    }
+    manifest
+}
+
+/// The valid objects of one YAML stream, the invalid ones left out with a warning naming
+/// `file`: for tests and tools that build state from text. The directory source itself uses a
+/// file whole or not at all.
+pub fn objects_from_yaml(file: &str, text: &str) -> Vec<Object> {
+    let Manifest { objects, problems } = read_manifest(text);
+    for problem in problems {
+        tracing::warn!(file, problem = %problem, "manifest document skipped");
+    }
+    objects
+}
+
+fn warn_unusable(file: &Path, problems: &[String], kept: usize) {
+    for problem in problems {
+        tracing::warn!(
+            file = %file.display(),
+            problem = %problem,
+            kept_objects = kept,
+            "manifest file not used until it is fixed; the objects it last held stay"
+        );
+    }
 }
 
 fn describe(doc: &Value) -> String {
@@ -417,7 +521,13 @@ async fn send_all(events: Vec<SourceEvent>, tx: &mpsc::Sender<SourceEvent>) -> b
 
 /// Sends the directory's full state as one resync; false when the receiver is gone.
 async fn send_snapshot(state: &DirState, tx: &mpsc::Sender<SourceEvent>) -> bool {
-    tracing::info!(dir = %state.root.display(), files = state.file_count(), objects = state.holders.len(), "manifest directory read");
+    tracing::info!(
+        dir = %state.root.display(),
+        files = state.file_count(),
+        unusable = state.unusable.len(),
+        objects = state.holders.len(),
+        "manifest directory read"
+    );
     send_all(state.resync_events(), tx).await
 }
 
@@ -599,7 +709,7 @@ pub async fn run_dir_source(
             changed, rescan, ..
         } = batch;
         let result = if rescan {
-            DirState::load(&dir).map(|fresh| {
+            DirState::load_keeping(&dir, Some(&state)).map(|fresh| {
                 state = fresh;
                 state.resync_events()
             })
@@ -874,8 +984,13 @@ metadata: {name: ignored}
         check(&mut state, &[p("moved/b.yml")], "file removed");
         std::fs::remove_dir_all(p("new")).expect("rm dir");
         check(&mut state, &[p("new")], "directory removed");
+        // A broken file changes nothing; once fixed it reads like any other.
         write("a.yaml", "a: [unclosed");
-        check(&mut state, &[p("a.yaml")], "broken file");
+        let held = names(&state.objects());
+        assert!(state.update(&[p("a.yaml")]).expect("update").is_empty());
+        assert_eq!(names(&state.objects()), held, "broken file");
+        write("a.yaml", &svc("a3", 83));
+        check(&mut state, &[p("a.yaml")], "broken file fixed");
         // Unknown paths (outside, or the directory itself) read everything.
         write("moved/d.yaml", &svc("d", 80));
         check(
@@ -888,6 +1003,114 @@ metadata: {name: ignored}
             &mut state,
             std::slice::from_ref(&dir),
             "the directory itself",
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A manifest of `n` Services in namespace `shop`.
+    fn services(n: usize) -> String {
+        (0..n)
+            .map(|i| svc(&format!("s{i}"), 80))
+            .collect::<Vec<_>>()
+            .join("---\n")
+    }
+
+    fn held_names(state: &DirState) -> Vec<String> {
+        state.objects().iter().map(|o| o.key().name).collect()
+    }
+
+    #[test]
+    fn a_damaged_file_keeps_its_last_good_objects_until_it_is_fixed() {
+        let dir = std::env::temp_dir().join(format!("meshplane-dirgood-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let ns = dir.join("ns.yaml");
+        let many = dir.join("many.yaml");
+        let namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {meshplane.io/rev: blue}}\n";
+        std::fs::write(&ns, namespace).expect("write");
+        let text = services(30);
+        std::fs::write(&many, &text).expect("write");
+        let mut state = DirState::load(&dir).expect("load");
+        assert_eq!(state.objects().len(), 31);
+        let before = names(&state.objects());
+
+        // Truncated mid-document and renamed into place, as an interrupted copy leaves it.
+        let tmp = dir.join(".many.yaml.tmp");
+        let cut = text.find("{name: s15").expect("s15") + 8;
+        std::fs::write(&tmp, &text[..cut]).expect("write");
+        std::fs::rename(&tmp, &many).expect("rename");
+        let events = state.update(&[tmp.clone(), many.clone()]).expect("update");
+        assert!(events.is_empty(), "nothing deleted or re-sent: {events:?}");
+        assert_eq!(names(&state.objects()), before);
+        let problems = &state.unusable_files()[&many];
+        assert_eq!(problems.len(), 1, "{problems:?}");
+
+        // A garbled namespace file keeps the namespace (and with it its proxies' membership).
+        std::fs::write(
+            &ns,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: [shop",
+        )
+        .expect("write");
+        assert!(state
+            .update(std::slice::from_ref(&ns))
+            .expect("update")
+            .is_empty());
+        assert!(held_names(&state).contains(&"shop".to_string()));
+        assert_eq!(state.unusable_files().len(), 2);
+
+        // A full read again (lost events) keeps them too.
+        let events = state.update(std::slice::from_ref(&dir)).expect("update");
+        let upserts = events
+            .iter()
+            .filter(|e| matches!(e, SourceEvent::Upsert(_)))
+            .count();
+        assert_eq!(upserts, 31, "the resync still holds every kept object");
+        assert_eq!(state.unusable_files().len(), 2);
+
+        // Fixed with fewer objects: the ones it no longer holds go, the problem is cleared.
+        std::fs::write(&many, services(28)).expect("write");
+        let events = state.update(std::slice::from_ref(&many)).expect("update");
+        let deleted: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                SourceEvent::Delete(k) => Some(k.name.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, vec!["s28".to_string(), "s29".to_string()]);
+        assert!(!state.unusable_files().contains_key(&many));
+        // Removing a broken file removes what it held.
+        std::fs::remove_file(&ns).expect("rm");
+        let events = state.update(std::slice::from_ref(&ns)).expect("update");
+        assert!(matches!(&events[..], [SourceEvent::Delete(k)] if k.name == "shop"));
+        assert!(state.unusable_files().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_manifest_with_one_invalid_document_is_not_used_and_says_why() {
+        let yaml = format!(
+            "{}---\napiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {{name: bad, namespace: shop}}\nspec: {{hosts: [\"*\"]}}\n",
+            svc("web", 80)
+        );
+        let manifest = read_manifest(&yaml);
+        assert_eq!(manifest.objects.len(), 1);
+        assert_eq!(manifest.problems.len(), 1);
+        assert!(
+            manifest.problems[0].starts_with("ServiceEntry shop/bad: "),
+            "{:?}",
+            manifest.problems
+        );
+        let dir = std::env::temp_dir().join(format!("meshplane-dirbad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("mixed.yaml"), &yaml).expect("write");
+        std::fs::write(dir.join("ok.yaml"), svc("api", 80)).expect("write");
+        let state = DirState::load(&dir).expect("load");
+        assert_eq!(held_names(&state), vec!["api".to_string()]);
+        assert_eq!(
+            state.unusable_files().keys().collect::<Vec<_>>(),
+            vec![&dir.join("mixed.yaml")]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

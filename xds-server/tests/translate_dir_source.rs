@@ -86,7 +86,13 @@ async fn snapshot_then_changes_then_deletions() {
     .expect("write");
     std::fs::write(
         dir.join("nested/web.yml"),
-        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}]}\n---\napiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {name: invalid, namespace: shop}\nspec: {hosts: [\"*\"]}\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {ports: [{port: 80}]}\n",
+    )
+    .expect("write");
+    // A file holding an invalid object is not used; the rest of the directory is.
+    std::fs::write(
+        dir.join("nested/invalid.yaml"),
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {name: invalid, namespace: shop}\nspec: {hosts: [\"*\"]}\n",
     )
     .expect("write");
     std::fs::write(dir.join("notes.txt"), "not a manifest").expect("write");
@@ -159,6 +165,67 @@ async fn a_relative_directory_delivers_changes_not_resyncs() {
         mirror.resyncs, 1,
         "changes come as changed objects, not resyncs"
     );
+    source.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A truncated manifest renamed into place (an interrupted copy) and a garbled namespace file
+/// delete nothing: the running source keeps their last good objects and goes on delivering
+/// the changes of other files; fixing a file delivers what it now holds.
+#[tokio::test]
+async fn a_damaged_manifest_keeps_its_objects_while_other_changes_flow() {
+    let dir = scratch_dir("damaged");
+    let svc = |name: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec: {{ports: [{{port: 80}}]}}\n")
+    };
+    let many: String = (0..20)
+        .map(|i| svc(&format!("s{i:02}")))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    std::fs::write(
+        dir.join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {meshplane.io/rev: blue}}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.join("many.yaml"), &many).expect("write");
+    let (tx, mut rx) = mpsc::channel(256);
+    let source = tokio::spawn(run_dir_source(dir.clone(), tx));
+    let mut mirror = Mirror::default();
+    let first = mirror.until(&mut rx, |n| n.len() == 21).await;
+
+    let tmp = dir.join(".many.yaml.tmp");
+    let cut = many.find("{name: s10").expect("s10") + 8;
+    std::fs::write(&tmp, &many[..cut]).expect("write");
+    std::fs::rename(&tmp, dir.join("many.yaml")).expect("rename");
+    std::fs::write(
+        dir.join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: [shop",
+    )
+    .expect("write");
+    // Events arrive in order: once a later change is in, the damage's reads are in too.
+    std::fs::write(dir.join("later.yaml"), svc("later")).expect("write");
+    let held = mirror
+        .until(&mut rx, |n| n.contains(&"Service/later".to_string()))
+        .await;
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let mut expected = first.clone();
+    expected.push("Service/later".to_string());
+    assert_eq!(
+        sorted(held),
+        sorted(expected),
+        "nothing of the damaged files was deleted"
+    );
+
+    std::fs::write(dir.join("many.yaml"), svc("s00")).expect("write");
+    let held = mirror.until(&mut rx, |n| n.len() == 3).await;
+    assert_eq!(
+        sorted(held),
+        names(&["Namespace/shop", "Service/later", "Service/s00"])
+    );
+    assert_eq!(mirror.resyncs, 1);
     source.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
