@@ -390,6 +390,48 @@ fn validate_holds_envoy_filters_to_the_tenant_policy() {
     assert_eq!(reply.body["response"]["allowed"], true, "{}", reply.body);
 }
 
+/// Typed extensions beyond filters are held to the policy too: a Wasm access logger with inline
+/// code, a gRPC access log exporting credentials, and a request header picking where the
+/// passthrough cluster connects are each refused by default, nothing of the object admitted; a
+/// policy that allows them admits it.
+#[test]
+fn validate_holds_every_typed_extension_to_the_tenant_policy() {
+    let hcm = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+    let ef = json!({
+        "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "EnvoyFilter",
+        "metadata": {"name": "loggers", "namespace": "shop"},
+        "spec": {"configPatches": [
+            {"applyTo": "NETWORK_FILTER",
+             "match": {"listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+             "patch": {"operation": "MERGE", "value": {"typedConfig": {"@type": hcm, "accessLog": [
+                {"name": "wasm", "typedConfig": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.wasm.v3.WasmAccessLog",
+                    "config": {"vmConfig": {"runtime": "envoy.wasm.runtime.v8", "code": {"local": {"inlineBytes": "AGFzbQEAAAA="}}}}}},
+                {"name": "grpc", "typedConfig": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
+                    "commonConfig": {"logName": "x", "transportApiVersion": "V3",
+                        "grpcService": {"envoyGrpc": {"clusterName": "outbound|80||collector.shop.svc.cluster.local"}}},
+                    "additionalRequestHeadersToLog": ["authorization", "cookie"]}}]}}}},
+            {"applyTo": "CLUSTER", "match": {"cluster": {"name": "PassthroughCluster"}},
+             "patch": {"operation": "MERGE", "value": {"originalDstLbConfig": {"useHttpHeader": true}}}}
+        ]}
+    });
+    let request = config_review("u-val-ext", "EnvoyFilter", "envoyfilters", "shop", ef);
+    assert_golden(
+        "validate_envoy_filter_extensions_beyond_policy",
+        &webhooks().validate(&request),
+    );
+    let trusting = Webhooks::new(
+        webhooks_injection(),
+        Arc::new(
+            StaticTenant::new("blue", "meshplane-blue", ["shop", "payments"])
+                .with_envoy_filter_policy(EnvoyFilterPolicy::permissive()),
+        ),
+    );
+    let reply = trusting.validate(&request);
+    assert_eq!(reply.body["response"]["allowed"], true, "{}", reply.body);
+}
+
 #[test]
 fn validate_denies_crossing_the_tenant_boundary() {
     let se = json!({

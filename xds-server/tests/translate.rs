@@ -701,7 +701,7 @@ fn http_domains_cover_fqdn_short_names_and_cluster_ip() {
 /// The tenant's MeshControlPlane with an EnvoyFilter policy that allows every patch: the
 /// tests of patch mechanics use it; `the_envoy_filter_policy_holds_in_translation` tests the
 /// default policy.
-const ALLOW_ALL_PATCHES: &str = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {envoyFilterPolicy: {allowLua: true, allowAddedClusters: true, allowedFilterTypes: [\"*\"]}}\n";
+const ALLOW_ALL_PATCHES: &str = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {envoyFilterPolicy: {allowLua: true, allowAddedClusters: true, allowedFilterTypes: [\"*\"], allowedExtensionTypes: [\"*\"]}}\n";
 
 fn with_filter(patches: &str) -> String {
     let ef = format!(
