@@ -400,7 +400,7 @@ enum Finding {
 fn extensions(v: &Value, path: &str, out: &mut Vec<(String, Finding)>) {
     match v {
         Value::Object(map) => {
-            let get = |keys: &[&str]| keys.iter().find_map(|k| map.get(*k).map(|v| (*k, v)));
+            let get = |keys: &[&'static str]| keys.iter().find_map(|k| map.get(*k).map(|v| (*k, v)));
             let named_lua = map
                 .get("name")
                 .and_then(Value::as_str)
