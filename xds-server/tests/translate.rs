@@ -1344,3 +1344,39 @@ fn the_envoy_filter_policy_holds_in_translation() {
         "the tenant's admin allowed it"
     );
 }
+
+/// Typed extensions beyond filters (issue 43): a request header picking where the passthrough
+/// cluster connects and a gRPC access log exporting credentials, admitted while the webhook was
+/// down or read from a directory, are not applied under the default policy; a policy that
+/// allows them applies them.
+const EXPORTING_LOGS: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: export, namespace: shop}\nspec:\n  configPatches:\n  - applyTo: CLUSTER\n    match: {cluster: {name: PassthroughCluster}}\n    patch: {operation: MERGE, value: {originalDstLbConfig: {useHttpHeader: true}}}\n  - applyTo: NETWORK_FILTER\n    match: {listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}\n    patch: {operation: MERGE, value: {typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, accessLog: [{name: grpc, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig, commonConfig: {logName: x, transportApiVersion: V3, grpcService: {envoyGrpc: {clusterName: PassthroughCluster}}}, additionalRequestHeadersToLog: [authorization, cookie]}}]}}}\n";
+
+#[test]
+fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbConfig;
+    let applied = |index: &TenantIndex| {
+        let config = index.render_proxy(&web_proxy());
+        let header_picks = decode_all::<Cluster>(&config.clusters).iter().any(|c| {
+            matches!(&c.lb_config, Some(LbConfig::OriginalDstLbConfig(o)) if o.use_http_header)
+        });
+        let exports = decode_all::<Listener>(&config.listeners)
+            .iter()
+            .flat_map(|l| l.filter_chains.iter().flat_map(|c| c.filters.iter()))
+            .filter_map(|f| match &f.config_type {
+                Some(ConfigType::TypedConfig(any)) => {
+                    decode_any::<HttpConnectionManager>(any, "HttpConnectionManager").ok()
+                }
+                _ => None,
+            })
+            .any(|hcm| !hcm.access_log.is_empty());
+        (header_picks, exports)
+    };
+    let mut index = index_with(&[BASE, EXPORTING_LOGS]);
+    assert_eq!(
+        applied(&index),
+        (false, false),
+        "default policy: nothing of it applies"
+    );
+    feed(&mut index, &[BASE, EXPORTING_LOGS, ALLOW_ALL_PATCHES]);
+    assert_eq!(applied(&index), (true, true), "the tenant's admin allowed it");
+}
