@@ -319,7 +319,8 @@ pub struct MeshConfig {
     pub access_logging: AccessLogging,
     /// What the tenant's EnvoyFilters may do, enforced at admission and again when the instance
     /// translates them. Absent: the safe defaults — no Lua, no added or redirected clusters,
-    /// only filters that neither run code nor send request data elsewhere.
+    /// only filters and other typed extensions (access loggers, load-balancing policies,
+    /// transport sockets, ...) that neither run code nor send request data elsewhere.
     #[serde(default, skip_serializing_if = "EnvoyFilterPolicy::is_default")]
     pub envoy_filter_policy: EnvoyFilterPolicy,
 }

@@ -125,7 +125,12 @@ const FOREIGN_CONFIG_SOURCE_KEYS: &[&str] = &[
 /// A Wasm VM's code (`vmConfig.code.local`) given inline rather than as a file or a pinned
 /// remote module.
 const WASM_VM_KEYS: &[&str] = &["vmConfig", "vm_config"];
-const INLINE_KEYS: &[&str] = &["inlineBytes", "inline_bytes", "inlineString", "inline_string"];
+const INLINE_KEYS: &[&str] = &[
+    "inlineBytes",
+    "inline_bytes",
+    "inlineString",
+    "inline_string",
+];
 
 /// What the tenant's EnvoyFilters may do.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -210,7 +215,10 @@ fn default_filter_types() -> Vec<String> {
 }
 
 fn default_extension_types() -> Vec<String> {
-    DEFAULT_EXTENSION_TYPES.iter().map(|s| s.to_string()).collect()
+    DEFAULT_EXTENSION_TYPES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 impl Default for EnvoyFilterPolicy {
@@ -400,7 +408,8 @@ enum Finding {
 fn extensions(v: &Value, path: &str, out: &mut Vec<(String, Finding)>) {
     match v {
         Value::Object(map) => {
-            let get = |keys: &[&'static str]| keys.iter().find_map(|k| map.get(*k).map(|v| (*k, v)));
+            let get =
+                |keys: &[&'static str]| keys.iter().find_map(|k| map.get(*k).map(|v| (*k, v)));
             let named_lua = map
                 .get("name")
                 .and_then(Value::as_str)
@@ -416,8 +425,9 @@ fn extensions(v: &Value, path: &str, out: &mut Vec<(String, Finding)>) {
                 }
             }
             if let Some((key, Value::Object(ecds))) = discovered {
-                if let Some((urls_key, Value::Array(urls))) =
-                    TYPE_URLS_KEYS.iter().find_map(|k| ecds.get(*k).map(|v| (*k, v)))
+                if let Some((urls_key, Value::Array(urls))) = TYPE_URLS_KEYS
+                    .iter()
+                    .find_map(|k| ecds.get(*k).map(|v| (*k, v)))
                 {
                     for (i, url) in urls.iter().enumerate() {
                         let url = url.as_str().unwrap_or_default();
@@ -655,7 +665,10 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert_eq!(v[0].0, log);
         assert!(v[0].1.contains("extension type envoy.extensions.access_loggers.wasm.v3.WasmAccessLog is not allowed (allowedExtensionTypes)"), "{v:?}");
-        assert_eq!(v[1].0, format!("{log}.config.vmConfig.code.local.inlineBytes"));
+        assert_eq!(
+            v[1].0,
+            format!("{log}.config.vmConfig.code.local.inlineBytes")
+        );
         assert!(v[1].1.contains("inline Wasm code"), "{v:?}");
         let wasm_loggers = EnvoyFilterPolicy {
             allowed_extension_types: vec!["envoy.extensions.access_loggers.wasm.*".into()],
@@ -689,7 +702,9 @@ mod tests {
             "value": {}}));
         assert_eq!(violations(&EnvoyFilterPolicy::default(), wrapped).len(), 1);
         let exporting = EnvoyFilterPolicy {
-            allowed_extension_types: vec!["envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig".into()],
+            allowed_extension_types: vec![
+                "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig".into(),
+            ],
             ..EnvoyFilterPolicy::default()
         };
         assert!(violations(&exporting, patches).is_empty());
@@ -702,7 +717,10 @@ mod tests {
             "patch": {"operation": "MERGE", "value": {"originalDstLbConfig": {"useHttpHeader": true}}}}]);
         let v = violations(&EnvoyFilterPolicy::default(), patches.clone());
         assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].0, "spec.configPatches[0].patch.value.originalDstLbConfig");
+        assert_eq!(
+            v[0].0,
+            "spec.configPatches[0].patch.value.originalDstLbConfig"
+        );
         assert!(v[0].1.contains("allowAddedClusters"), "{v:?}");
         let snake = json!([{"applyTo": "CLUSTER", "patch": {"operation": "MERGE",
             "value": {"original_dst_lb_config": {"use_http_header": true, "http_header_name": "x-dst"}}}}]);
@@ -756,7 +774,11 @@ mod tests {
             ]
         );
         assert!(v[0].1.contains("without @type"), "{v:?}");
-        assert!(v[1].1.contains("filter type envoy.extensions.filters.http.wasm.v3.Wasm"), "{v:?}");
+        assert!(
+            v[1].1
+                .contains("filter type envoy.extensions.filters.http.wasm.v3.Wasm"),
+            "{v:?}"
+        );
         assert!(v[2].1.contains("server other than the instance"), "{v:?}");
         assert!(v[3].1.contains("google.protobuf.Struct"), "{v:?}");
         assert!(violations(&EnvoyFilterPolicy::permissive(), filters).is_empty());

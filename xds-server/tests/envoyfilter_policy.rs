@@ -102,7 +102,10 @@ fn every_message_type_is_refused_as_a_typed_config_unless_allow_listed() {
     let pool = protojson::pool().expect("descriptors load");
     let names: HashSet<String> = pool.all_messages().map(|m| m.full_name().into()).collect();
     for allowed in DEFAULT_FILTER_TYPES.iter().chain(DEFAULT_EXTENSION_TYPES) {
-        assert!(names.contains(*allowed), "{allowed} is not an Envoy message");
+        assert!(
+            names.contains(*allowed),
+            "{allowed} is not an Envoy message"
+        );
     }
     let policy = EnvoyFilterPolicy::default();
     let started = Instant::now();
@@ -231,7 +234,7 @@ fn every_any_field_reachable_from_a_patch_target_is_refused_by_default() {
         }
         for (m, path) in &paths {
             for f in m.fields() {
-                if !message_of(&f).is_some_and(|t| t.full_name() == ANY) {
+                if message_of(&f).is_none_or(|t| t.full_name() != ANY) {
                     continue;
                 }
                 let bad = &refused[checked % refused.len()];
@@ -249,9 +252,8 @@ fn every_any_field_reachable_from_a_patch_target_is_refused_by_default() {
                     (at, value)
                 };
                 let (at, value) = build(bad);
-                protojson::parse(root.full_name(), &value).unwrap_or_else(|e| {
-                    panic!("{apply_to} {at}: not a valid value: {e}")
-                });
+                protojson::parse(root.full_name(), &value)
+                    .unwrap_or_else(|e| panic!("{apply_to} {at}: not a valid value: {e}"));
                 let field = format!("spec.configPatches[0].patch.value.{at}");
                 let v = violations(&policy, apply_to, value);
                 assert!(

@@ -1356,9 +1356,9 @@ fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
     use envoy_types::pb::envoy::config::cluster::v3::cluster::LbConfig;
     let applied = |index: &TenantIndex| {
         let config = index.render_proxy(&web_proxy());
-        let header_picks = decode_all::<Cluster>(&config.clusters).iter().any(|c| {
-            matches!(&c.lb_config, Some(LbConfig::OriginalDstLbConfig(o)) if o.use_http_header)
-        });
+        let header_picks = decode_all::<Cluster>(&config.clusters).iter().any(
+            |c| matches!(&c.lb_config, Some(LbConfig::OriginalDstLbConfig(o)) if o.use_http_header),
+        );
         let exports = decode_all::<Listener>(&config.listeners)
             .iter()
             .flat_map(|l| l.filter_chains.iter().flat_map(|c| c.filters.iter()))
@@ -1378,5 +1378,9 @@ fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
         "default policy: nothing of it applies"
     );
     feed(&mut index, &[BASE, EXPORTING_LOGS, ALLOW_ALL_PATCHES]);
-    assert_eq!(applied(&index), (true, true), "the tenant's admin allowed it");
+    assert_eq!(
+        applied(&index),
+        (true, true),
+        "the tenant's admin allowed it"
+    );
 }
