@@ -614,6 +614,12 @@ async fn unsubscribing_makes_room_for_other_names() {
         if delta_names(&response) == ["c1"] {
             break;
         }
+        tx.send(DeltaDiscoveryRequest {
+            response_nonce: response.nonce.clone(),
+            ..delta_request(type_url::CLUSTER, vec![], vec![])
+        })
+        .await
+        .expect("ACK");
     }
     // Unsubscribing names it never subscribed to makes no room.
     tx.send(delta_request(
@@ -654,6 +660,15 @@ async fn unsubscribing_makes_room_for_other_names() {
         if response.resources.len() == 1 {
             break;
         }
+        tx.send(DiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            resource_names: vec!["c1".into()],
+            version_info: response.version_info.clone(),
+            response_nonce: response.nonce.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("ACK");
     }
     tx.send(DiscoveryRequest {
         type_url: type_url::CLUSTER.into(),
