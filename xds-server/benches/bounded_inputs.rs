@@ -297,7 +297,7 @@ async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
             };
             tx.send(first).await.ok()?;
             let mut client = AggregatedDiscoveryServiceClient::new(channel);
-            let mut s = client
+            let s = client
                 .stream_aggregated_resources(ReceiverStream::new(rx))
                 .await
                 .ok()?
@@ -334,7 +334,7 @@ async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
             };
             tx.send(first).await.ok()?;
             let mut client = AggregatedDiscoveryServiceClient::new(channel);
-            let mut s = client
+            let s = client
                 .delta_aggregated_resources(ReceiverStream::new(rx))
                 .await
                 .ok()?

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use ads_common::*;
 use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use http_body_util::BodyExt;
 use meshplane_xds::ads::AdsLimits;
 use meshplane_xds::model::type_url;
 use meshplane_xds::tenancy::TokenReviewer;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use tokio_stream::wrappers::ReceiverStream;
 
 const AUDIENCE: &str = "meshplane-blue";
@@ -441,7 +441,11 @@ async fn an_oversized_sotw_name_list_is_resource_exhausted_before_admission() {
     let status = ended(open_sotw(h.client().await, first, Some("shop-token")).await).await;
     assert_exhausted(&status, "names_per_type");
     assert!(status.message().contains("300000"), "{}", status.message());
-    assert_eq!(reviews.load(Ordering::SeqCst), 0, "refused before admission");
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        0,
+        "refused before admission"
+    );
     assert_eq!(exceeded(&h, "names_per_type"), 1);
     // A proxy with an ordinary request is served.
     let (_tx, mut rx) = open_sotw(h.client().await, sotw_first(vec![]), Some("shop-token"))
@@ -517,7 +521,11 @@ async fn delta_initial_resource_versions_over_budget_are_resource_exhausted() {
     assert_exhausted(&status, "names_per_stream");
 }
 
-fn delta_request(type_url: &str, subscribe: Vec<String>, unsubscribe: Vec<String>) -> DeltaDiscoveryRequest {
+fn delta_request(
+    type_url: &str,
+    subscribe: Vec<String>,
+    unsubscribe: Vec<String>,
+) -> DeltaDiscoveryRequest {
     DeltaDiscoveryRequest {
         type_url: type_url.into(),
         resource_names_subscribe: subscribe,
@@ -540,7 +548,11 @@ async fn delta_subscriptions_accumulating_past_the_cap_are_resource_exhausted() 
     for prefix in ["b", "c"] {
         opened
             .0
-            .send(delta_request(type_url::CLUSTER, padded_names(prefix, 20_000, 8), vec![]))
+            .send(delta_request(
+                type_url::CLUSTER,
+                padded_names(prefix, 20_000, 8),
+                vec![],
+            ))
             .await
             .expect("send");
     }
@@ -634,9 +646,13 @@ async fn unsubscribing_makes_room_for_other_names() {
     assert!(status.message().contains("1101"), "{}", status.message());
 
     // SotW: the latest list is what the stream holds.
-    let (tx, mut rx) = open_sotw(h.client().await, sotw_first(padded_names("a", 900, 8)), None)
-        .await
-        .expect("admitted");
+    let (tx, mut rx) = open_sotw(
+        h.client().await,
+        sotw_first(padded_names("a", 900, 8)),
+        None,
+    )
+    .await
+    .expect("admitted");
     tx.send(DiscoveryRequest {
         type_url: type_url::CLUSTER.into(),
         resource_names: padded_names("b", 900, 8),
@@ -747,7 +763,10 @@ async fn streams_of_one_connection_share_its_budget() {
 
 /// A kube client answering TokenReviews only once `open` turns true (`shop-<n>-token` is
 /// ServiceAccount `shop/default`), counting the reviews it was sent.
-fn held_kube(reviews: tokio::sync::watch::Sender<usize>, open: tokio::sync::watch::Receiver<bool>) -> kube::Client {
+fn held_kube(
+    reviews: tokio::sync::watch::Sender<usize>,
+    open: tokio::sync::watch::Receiver<bool>,
+) -> kube::Client {
     let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let reviews = reviews.clone();
         let mut open = open.clone();

@@ -78,7 +78,9 @@ pub const LIMITS: [&str; 8] = [
 pub enum BudgetError {
     #[error("{count} resource names of one type; at most {max} per type (limit names_per_type)")]
     NamesPerType { count: usize, max: usize },
-    #[error("the stream would hold {count} resource names; at most {max} (limit names_per_stream)")]
+    #[error(
+        "the stream would hold {count} resource names; at most {max} (limit names_per_stream)"
+    )]
     NamesPerStream { count: usize, max: usize },
     #[error("the stream would hold {bytes} bytes of resource names; at most {max} (limit name_bytes_per_stream)")]
     NameBytesPerStream { bytes: usize, max: usize },
@@ -96,7 +98,11 @@ pub enum BudgetError {
         max_bytes: usize,
     },
     #[error("first request of {bytes} bytes while large first requests awaiting admission hold {held} of {max} bytes; retry later (limit awaiting_admission)")]
-    AwaitingAdmission { bytes: usize, held: usize, max: usize },
+    AwaitingAdmission {
+        bytes: usize,
+        held: usize,
+        max: usize,
+    },
 }
 
 impl BudgetError {
@@ -579,16 +585,14 @@ impl<W: Wire> Decoder for BudgetedDecoder<W> {
             .then(|| scan(W::PROTOCOL, src.chunk()))
             .flatten();
         if let Some(s) = &scanned {
-            self.limits
-                .check_request(s)
-                .map_err(|e| self.refuse(e))?;
+            self.limits.check_request(s).map_err(|e| self.refuse(e))?;
         }
         if std::mem::take(&mut self.first) && len >= self.limits.large_first_request {
             let share = self.pool.take(len).map_err(|e| self.refuse(e))?;
             *lock(&self.awaiting.0) = Some(share);
         }
-        let req = <W::Req as prost::Message>::decode(src)
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let req =
+            <W::Req as prost::Message>::decode(src).map_err(|e| Status::internal(e.to_string()))?;
         if scanned.is_none() {
             self.limits
                 .check_request(&W::scanned(&req))
@@ -672,8 +676,20 @@ mod tests {
         };
         assert_eq!(l.check_request(&ok), Ok(()));
         let over = |s: Scan| l.check_request(&s).expect_err("over").limit();
-        assert_eq!(over(Scan { subscribe: 11, ..ok }), "names_per_type");
-        assert_eq!(over(Scan { unsubscribe: 11, ..ok }), "names_per_type");
+        assert_eq!(
+            over(Scan {
+                subscribe: 11,
+                ..ok
+            }),
+            "names_per_type"
+        );
+        assert_eq!(
+            over(Scan {
+                unsubscribe: 11,
+                ..ok
+            }),
+            "names_per_type"
+        );
         assert_eq!(
             over(Scan {
                 initial_versions: 6,
@@ -702,7 +718,11 @@ mod tests {
             BudgetError::of(&status),
             Some(&BudgetError::Nonce { len: 9, max: 8 })
         );
-        assert!(status.message().contains("limit nonce"), "{}", status.message());
+        assert!(
+            status.message().contains("limit nonce"),
+            "{}",
+            status.message()
+        );
     }
 
     fn budget(limits: BudgetLimits, connection: &Arc<ConnectionBudget>) -> StreamBudget {
@@ -738,7 +758,9 @@ mod tests {
         let mut s3 = budget(limits, &one);
         s1.admit(&prospect(90, 900)).expect("fits");
         s2.admit(&prospect(90, 900)).expect("fits");
-        let e = s3.admit(&prospect(30, 300)).expect_err("over the connection");
+        let e = s3
+            .admit(&prospect(30, 300))
+            .expect_err("over the connection");
         assert_eq!(e.limit(), "connection");
         // Its own connection is not affected.
         budget(limits, &other)
@@ -747,9 +769,21 @@ mod tests {
         // A smaller subscription gives room back; so does a stream that ends.
         s1.admit(&prospect(60, 600)).expect("shrinks");
         s3.admit(&prospect(30, 300)).expect("room again");
-        assert_eq!(one.held(), Held { names: 180, bytes: 1800 });
+        assert_eq!(
+            one.held(),
+            Held {
+                names: 180,
+                bytes: 1800
+            }
+        );
         drop(s2);
-        assert_eq!(one.held(), Held { names: 90, bytes: 900 });
+        assert_eq!(
+            one.held(),
+            Held {
+                names: 90,
+                bytes: 900
+            }
+        );
         drop((s1, s3, same));
         assert_eq!(connections.len(), 2);
         drop(one);
@@ -799,11 +833,19 @@ mod tests {
         })
         .expect("fits");
         assert_eq!(
-            s.admit(&prospect(41, 410)).expect_err("with the initial").limit(),
+            s.admit(&prospect(41, 410))
+                .expect_err("with the initial")
+                .limit(),
             "names_per_stream"
         );
         s.admit(&prospect(40, 400)).expect("fits");
-        assert_eq!(conn.held(), Held { names: 100, bytes: 1000 });
+        assert_eq!(
+            conn.held(),
+            Held {
+                names: 100,
+                bytes: 1000
+            }
+        );
     }
 
     #[test]

@@ -223,8 +223,7 @@ impl AdsServer {
         local: Option<std::net::SocketAddr>,
         remote: Option<std::net::SocketAddr>,
     ) -> Arc<budget::ConnectionBudget> {
-        self.connections
-            .budget(local, remote, &self.limits.budget)
+        self.connections.budget(local, remote, &self.limits.budget)
     }
 
     async fn open<W: Wire>(

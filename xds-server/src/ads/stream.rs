@@ -61,7 +61,11 @@ impl Wire for Sotw {
         Scan {
             subscribe: req.resource_names.len() + req.resource_locators.len(),
             subscribe_bytes: names_len(&req.resource_names)
-                + req.resource_locators.iter().map(|l| l.name.len()).sum::<usize>(),
+                + req
+                    .resource_locators
+                    .iter()
+                    .map(|l| l.name.len())
+                    .sum::<usize>(),
             version_info: req.version_info.len(),
             nonce: req.response_nonce.len(),
             ..Scan::default()
@@ -69,7 +73,8 @@ impl Wire for Sotw {
     }
 
     fn prospect(state: &StreamState, req: &DiscoveryRequest) -> Option<Prospect> {
-        let (type_names, names, bytes) = state.names_after_sotw(&req.type_url, &req.resource_names)?;
+        let (type_names, names, bytes) =
+            state.names_after_sotw(&req.type_url, &req.resource_names)?;
         Some(Prospect {
             type_names,
             subscribed: Held { names, bytes },

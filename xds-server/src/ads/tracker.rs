@@ -722,9 +722,9 @@ impl StreamState {
 
     /// Subscribed names over every type: (count, bytes).
     pub fn names_held(&self) -> (usize, usize) {
-        self.types.iter().fold((0, 0), |(n, b), t| {
-            (n + t.names.len(), b + t.name_bytes)
-        })
+        self.types
+            .iter()
+            .fold((0, 0), |(n, b), t| (n + t.names.len(), b + t.name_bytes))
     }
 
     /// Whether the stream already requested `type_url` (its first request came).

@@ -428,9 +428,10 @@ where
     let connection = server.connection_budget(local, remote);
     let (decoder, awaiting) =
         server.decoder::<W>(BufferSettings::new(REQUEST_BUFFER, REQUEST_BUFFER));
-    let request = tonic::Request::from_http(req.map(|body| {
-        Streaming::new_request(decoder, body, None, Some(crate::bounds::MAX_REQUEST))
-    }));
+    let request =
+        tonic::Request::from_http(req.map(|body| {
+            Streaming::new_request(decoder, body, None, Some(crate::bounds::MAX_REQUEST))
+        }));
     match server.open::<W>(request, connection, awaiting).await {
         Err(status) => status.into_http(),
         Ok(responses) => {
