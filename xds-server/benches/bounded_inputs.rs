@@ -275,11 +275,13 @@ const ATTACK_STREAMS: usize = 16;
 /// close; and how many of the 32 streams were served.
 async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
     let instance = Instance::start_bin(name, bin);
-    let channel = instance.channel().await;
-    let (_tx, mut ok) = open(channel.clone(), shop_node(0), None)
+    // Readiness on a connection of its own: the attacks take every stream of theirs.
+    let (tx, mut ok) = open(instance.channel().await, shop_node(0), None)
         .await
         .expect("valid proxy admitted");
     ok.message().await.expect("response").expect("open");
+    drop((tx, ok));
+    let channel = instance.channel().await;
     let idle = instance.rss_kib();
     // 8-byte names: 10 bytes each encoded.
     let names: Vec<String> = (0..380_000).map(|i| format!("n{i:07}")).collect();
@@ -297,9 +299,10 @@ async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
             };
             tx.send(first).await.ok()?;
             let mut client = AggregatedDiscoveryServiceClient::new(channel);
-            let s = client
-                .stream_aggregated_resources(ReceiverStream::new(rx))
+            let opened = client.stream_aggregated_resources(ReceiverStream::new(rx));
+            let s = tokio::time::timeout(Duration::from_secs(60), opened)
                 .await
+                .ok()?
                 .ok()?
                 .into_inner();
             answered(tx, s).await
@@ -334,9 +337,10 @@ async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
             };
             tx.send(first).await.ok()?;
             let mut client = AggregatedDiscoveryServiceClient::new(channel);
-            let s = client
-                .delta_aggregated_resources(ReceiverStream::new(rx))
+            let opened = client.delta_aggregated_resources(ReceiverStream::new(rx));
+            let s = tokio::time::timeout(Duration::from_secs(60), opened)
                 .await
+                .ok()?
                 .ok()?
                 .into_inner();
             answered(tx, s).await
