@@ -3,12 +3,17 @@
 //!
 //! 1. log bytes written for 20 refused streams whose node id is 1 MiB;
 //! 2. resident memory of the instance with 1,500 streams opened on one HTTP/2 connection;
-//! 3. TokenReviews sent for 100 reconnects of one proxy with the same token.
+//! 3. TokenReviews sent for 100 reconnects of one proxy with the same token;
+//! 4. resident memory of the instance idle, with 16 streams on one connection each sending a
+//!    3.8 MB SotW name list (380,000 names), after they close, then the same with 16 delta
+//!    streams each sending 3.9 MB of `initial_resource_versions` (390,000 entries).
 //!
-//! 1 and 2 run the real `meshplane-xds` binary (directory mode) as a process; 3 runs the ADS
-//! server in process against a fake API server that counts TokenReviews.
+//! 1, 2 and 4 run the real `meshplane-xds` binary (directory mode) as a process; 3 runs the
+//! ADS server in process against a fake API server that counts TokenReviews. With
+//! `MESHPLANE_XDS_BASELINE_BIN` set to another build of `meshplane-xds`, 4 runs against it too
+//! (before and after a change, in one run).
 //!
-//! Run: `cargo bench -p meshplane-xds --bench bounded_inputs`.
+//! Run: `cargo test -p meshplane-xds --locked --bench bounded_inputs`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -19,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, DiscoveryResponse,
+};
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, SourceEvent};
@@ -42,6 +49,10 @@ struct Instance {
 
 impl Instance {
     fn start(name: &str) -> Instance {
+        Self::start_bin(name, env!("CARGO_BIN_EXE_meshplane-xds"))
+    }
+
+    fn start_bin(name: &str, bin: &str) -> Instance {
         let dir =
             std::env::temp_dir().join(format!("meshplane-bounds-{}-{name}", std::process::id()));
         let manifests = dir.join("mesh");
@@ -49,7 +60,7 @@ impl Instance {
         std::fs::write(manifests.join("mesh.yaml"), MESH).expect("manifest");
         let log = dir.join("instance.log");
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_meshplane-xds"))
+        let child = Command::new(bin)
             .args(["--tenant", "acme", "--revision", "blue", "--source"])
             .arg(format!("dir:{}", manifests.display()))
             .args([
@@ -243,6 +254,115 @@ async fn rss_with_streams_on_one_connection() -> (u64, u64, usize) {
     (idle, loaded, answered.load(Ordering::Relaxed))
 }
 
+/// A stream that was answered (`true`) or is left open unanswered, kept open; `None`: it
+/// ended.
+async fn answered<Q, R>(
+    tx: mpsc::Sender<Q>,
+    mut s: tonic::Streaming<R>,
+) -> Option<(mpsc::Sender<Q>, tonic::Streaming<R>, bool)> {
+    match tokio::time::timeout(Duration::from_secs(30), s.message()).await {
+        Ok(Ok(Some(_))) => Some((tx, s, true)),
+        Ok(_) => None,
+        Err(_) => Some((tx, s, false)),
+    }
+}
+
+/// Streams per attack: as many as one connection may open.
+const ATTACK_STREAMS: usize = 16;
+
+/// RSS of the instance at `bin`, in KiB: idle, with 16 streams sending 3.8 MB SotW name lists,
+/// after they close, with 16 delta streams sending 3.9 MB of initial versions, after they
+/// close; and how many of the 32 streams were served.
+async fn rss_under_large_requests(bin: &str, name: &str) -> ([u64; 5], usize) {
+    let instance = Instance::start_bin(name, bin);
+    // Readiness on a connection of its own: the attacks take every stream of theirs.
+    let (tx, mut ok) = open(instance.channel().await, shop_node(0), None)
+        .await
+        .expect("valid proxy admitted");
+    ok.message().await.expect("response").expect("open");
+    drop((tx, ok));
+    let channel = instance.channel().await;
+    let idle = instance.rss_kib();
+    // 8-byte names: 10 bytes each encoded.
+    let names: Vec<String> = (0..380_000).map(|i| format!("n{i:07}")).collect();
+    let mut served = 0;
+    let mut sotw = Vec::new();
+    for i in 0..ATTACK_STREAMS {
+        let (channel, names) = (channel.clone(), names.clone());
+        sotw.push(tokio::spawn(async move {
+            let (tx, rx) = mpsc::channel(1);
+            let first = DiscoveryRequest {
+                node: Some(shop_node(100 + i)),
+                type_url: type_url::CLUSTER.into(),
+                resource_names: names,
+                ..Default::default()
+            };
+            tx.send(first).await.ok()?;
+            let mut client = AggregatedDiscoveryServiceClient::new(channel);
+            let opened = client.stream_aggregated_resources(ReceiverStream::new(rx));
+            let s = tokio::time::timeout(Duration::from_secs(60), opened)
+                .await
+                .ok()?
+                .ok()?
+                .into_inner();
+            answered(tx, s).await
+        }));
+    }
+    let mut open_sotw = Vec::new();
+    for t in sotw {
+        if let Some((tx, s, answered)) = t.await.expect("task") {
+            served += usize::from(answered);
+            open_sotw.push((tx, s));
+        }
+    }
+    let sotw_loaded = instance.rss_kib();
+    drop(open_sotw);
+    // Streams end and freed memory decays (jemalloc returns it within about a second).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let sotw_after = instance.rss_kib();
+    // 6-byte names with empty versions: 10 bytes per entry encoded.
+    let initial: std::collections::HashMap<String, String> = (0..390_000)
+        .map(|i| (format!("{i:06x}"), String::new()))
+        .collect();
+    let mut delta = Vec::new();
+    for i in 0..ATTACK_STREAMS {
+        let (channel, initial) = (channel.clone(), initial.clone());
+        delta.push(tokio::spawn(async move {
+            let (tx, rx) = mpsc::channel(1);
+            let first = DeltaDiscoveryRequest {
+                node: Some(shop_node(200 + i)),
+                type_url: type_url::CLUSTER.into(),
+                initial_resource_versions: initial,
+                ..Default::default()
+            };
+            tx.send(first).await.ok()?;
+            let mut client = AggregatedDiscoveryServiceClient::new(channel);
+            let opened = client.delta_aggregated_resources(ReceiverStream::new(rx));
+            let s = tokio::time::timeout(Duration::from_secs(60), opened)
+                .await
+                .ok()?
+                .ok()?
+                .into_inner();
+            answered(tx, s).await
+        }));
+    }
+    let mut open_delta = Vec::new();
+    for t in delta {
+        if let Some((tx, s, answered)) = t.await.expect("task") {
+            served += usize::from(answered);
+            open_delta.push((tx, s));
+        }
+    }
+    let delta_loaded = instance.rss_kib();
+    drop(open_delta);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let delta_after = instance.rss_kib();
+    (
+        [idle, sotw_loaded, sotw_after, delta_loaded, delta_after],
+        served,
+    )
+}
+
 /// A generator with one member namespace, for the in-process server.
 struct Shop;
 
@@ -333,6 +453,12 @@ fn main() {
         let (log, status) = log_bytes_for_huge_node_ids().await;
         let (idle, loaded, answered) = rss_with_streams_on_one_connection().await;
         let reviews = token_reviews_per_reconnects().await;
+        let mut memory = Vec::new();
+        if let Ok(baseline) = std::env::var("MESHPLANE_XDS_BASELINE_BIN") {
+            memory.push(("baseline", rss_under_large_requests(&baseline, "baseline").await));
+        }
+        let this = env!("CARGO_BIN_EXE_meshplane-xds");
+        memory.push(("this build", rss_under_large_requests(this, "memory").await));
         println!("| input | figure |");
         println!("|---|---|");
         println!("| 20 streams refused for a 1 MiB node id | {log} log bytes, status message {status} bytes |");
@@ -342,5 +468,19 @@ fn main() {
             loaded / 1024
         );
         println!("| 100 reconnects with one token | {reviews} TokenReviews |");
+        println!();
+        println!("| binary | RSS idle | 16 × 3.8 MB SotW names: loaded → after close | 16 × 3.9 MB delta initial versions: loaded → after close | streams answered of 32 |");
+        println!("|---|---|---|---|---|");
+        let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
+        for (name, (rss, served)) in memory {
+            println!(
+                "| {name} | {} | {} → {} | {} → {} | {served} |",
+                mib(rss[0]),
+                mib(rss[1]),
+                mib(rss[2]),
+                mib(rss[3]),
+                mib(rss[4])
+            );
+        }
     });
 }

@@ -13,6 +13,23 @@ pub const MAX_NODE_METADATA: usize = 32 * 1024;
 pub const MAX_NODE: usize = 256 * 1024;
 /// Largest ADS request decoded.
 pub const MAX_REQUEST: usize = 4 * 1024 * 1024;
+/// Resource names one stream may subscribe to per type (and send in one request).
+pub const MAX_NAMES_PER_TYPE: usize = 50_000;
+/// Resource names one stream may hold over all types (subscriptions and initial versions).
+pub const MAX_NAMES_PER_STREAM: usize = 100_000;
+/// Bytes of resource names one stream may hold.
+pub const MAX_NAME_BYTES_PER_STREAM: usize = 4 * 1024 * 1024;
+/// `initial_resource_versions` entries in one delta request.
+pub const MAX_INITIAL_VERSIONS: usize = 50_000;
+/// Longest `version_info` or `response_nonce` (the server's own are a hash or a counter).
+pub const MAX_VERSION_INFO: usize = 256;
+/// The streams of one HTTP/2 connection share this many stream budgets.
+pub const CONNECTION_STREAM_BUDGETS: usize = 2;
+/// A first request at least this large counts against [`MAX_AWAITING_ADMISSION`].
+pub const LARGE_FIRST_REQUEST: usize = 64 * 1024;
+/// Bytes of large first requests held while their streams wait for admission, all streams
+/// together.
+pub const MAX_AWAITING_ADMISSION: usize = 32 * 1024 * 1024;
 /// How much of a client-chosen string is echoed in a log line or a status message.
 pub const ECHO: usize = 128;
 /// Longest message of a gRPC status refusing a stream.

@@ -22,6 +22,20 @@ use meshplane_xds::tenancy::TokenReviewer;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+/// jemalloc, with a background thread that returns freed pages to the system within about a
+/// second: what a burst of large requests or many streams allocated is given back once they
+/// end (glibc's malloc kept hundreds of MiB resident after such streams closed).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options (read once, at its first allocation).
+#[cfg(not(target_env = "msvc"))]
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8; 60] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 fn generator(args: &Args, control_namespace: &str, events: EventSink) -> Box<dyn ConfigGenerator> {
     Box::new(
         TenantIndex::new(

@@ -45,6 +45,12 @@ pub struct CertificateLabel {
     pub certificate: String,
 }
 
+/// Which per-stream budget a client exceeded ([`crate::ads::budget::BudgetError::limit`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    pub limit: String,
+}
+
 /// The binary's version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabel {
@@ -91,6 +97,7 @@ pub struct Metrics {
     push_latency: Family<TypeLabel, Histogram>,
     nacks: Family<TypeLabel, Counter>,
     rejected: Family<ReasonLabel, Counter>,
+    budget_exceeded: Family<LimitLabel, Counter>,
     certificates: Family<ResultLabel, Counter>,
     unsynced: Family<TypeLabel, Gauge>,
     triggers: Family<TriggerLabel, Counter>,
@@ -185,6 +192,17 @@ impl Metrics {
             "ADS streams refused at admission, by reason",
             rejected.clone(),
         );
+        let budget_exceeded = Family::<LimitLabel, Counter>::default();
+        registry.register(
+            "stream_budget_exceeded",
+            "ADS streams ended with RESOURCE_EXHAUSTED because the client made the server hold more than a budget allows, by limit",
+            budget_exceeded.clone(),
+        );
+        for limit in crate::ads::budget::LIMITS {
+            let _ = budget_exceeded.get_or_create(&LimitLabel {
+                limit: limit.to_string(),
+            });
+        }
         let certificates = Family::<ResultLabel, Counter>::default();
         registry.register(
             "certificate_requests",
@@ -266,6 +284,7 @@ impl Metrics {
             push_latency,
             nacks,
             rejected,
+            budget_exceeded,
             certificates,
             unsynced,
             triggers,
@@ -354,6 +373,15 @@ impl Metrics {
         self.rejected
             .get_or_create(&ReasonLabel {
                 reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records a stream ended for exceeding the budget named `limit`.
+    pub fn budget_exceeded(&self, limit: &str) {
+        self.budget_exceeded
+            .get_or_create(&LimitLabel {
+                limit: limit.to_string(),
             })
             .inc();
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use ads_common::*;
 use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use http_body_util::BodyExt;
 use meshplane_xds::ads::AdsLimits;
 use meshplane_xds::model::type_url;
@@ -313,4 +314,546 @@ async fn reconnects_with_one_token_cost_one_token_review_and_new_tokens_are_rate
         err.message()
     );
     assert_eq!(reviews.load(Ordering::SeqCst), 3);
+}
+
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use meshplane_xds::ads::budget::BudgetLimits;
+
+type Sotw = (
+    tokio::sync::mpsc::Sender<DiscoveryRequest>,
+    tonic::Streaming<DiscoveryResponse>,
+);
+type Delta = (
+    tokio::sync::mpsc::Sender<DeltaDiscoveryRequest>,
+    tonic::Streaming<DeltaDiscoveryResponse>,
+);
+
+/// `n` resource names of `len` bytes each, starting with `prefix`.
+fn padded_names(prefix: &str, n: usize, len: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let name = format!("{prefix}{i}-");
+            format!("{name}{}", "x".repeat(len.saturating_sub(name.len())))
+        })
+        .collect()
+}
+
+/// Opens a SotW stream on `client` with `first` as its first request, `token` as its bearer.
+async fn open_sotw(
+    mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    first: DiscoveryRequest,
+    token: Option<&str>,
+) -> Result<Sotw, tonic::Status> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tx.send(first).await.expect("queue");
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(token) = token {
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("ascii"),
+        );
+    }
+    let stream = client.stream_aggregated_resources(request).await?;
+    Ok((tx, stream.into_inner()))
+}
+
+async fn open_delta(
+    mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    first: DeltaDiscoveryRequest,
+) -> Result<Delta, tonic::Status> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tx.send(first).await.expect("queue");
+    let stream = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await?;
+    Ok((tx, stream.into_inner()))
+}
+
+/// The status a stream ends with (refused at its start or later).
+async fn ended<T: Send + 'static>(
+    opened: Result<(T, tonic::Streaming<impl Send + 'static>), tonic::Status>,
+) -> tonic::Status {
+    let (_tx, mut rx) = match opened {
+        Err(status) => return status,
+        Ok(s) => s,
+    };
+    loop {
+        match tokio::time::timeout(DEADLINE, rx.message())
+            .await
+            .expect("the stream ends before the deadline")
+        {
+            Err(status) => return status,
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without a status"),
+        }
+    }
+}
+
+fn assert_exhausted(status: &tonic::Status, limit: &str) {
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains(&format!("(limit {limit})")),
+        "{}",
+        status.message()
+    );
+    assert!(status.message().len() < 512, "{}", status.message());
+}
+
+/// `meshplane_xds_stream_budget_exceeded_total` for `limit`.
+fn exceeded(h: &Harness, limit: &str) -> u64 {
+    let text = h.hub.metrics().encode().expect("metrics");
+    let series = format!("meshplane_xds_stream_budget_exceeded_total{{limit=\"{limit}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
+fn sotw_first(names: Vec<String>) -> DiscoveryRequest {
+    DiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        type_url: type_url::CLUSTER.into(),
+        resource_names: names,
+        ..Default::default()
+    }
+}
+
+fn limited(budget: BudgetLimits) -> AdsLimits {
+    AdsLimits {
+        budget,
+        ..AdsLimits::default()
+    }
+}
+
+/// A 2.6 MB list of 300,000 names would cost tens of MB decoded and held: it is refused
+/// from its encoding, before the token is even reviewed.
+#[tokio::test]
+async fn an_oversized_sotw_name_list_is_resource_exhausted_before_admission() {
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let reviewer = TokenReviewer::new(counting_kube(Arc::clone(&reviews)), AUDIENCE);
+    let h = Harness::start_with(Some(reviewer)).await;
+    h.set("shop", config("a")).await;
+    let first = sotw_first(padded_names("c", 300_000, 8));
+    let status = ended(open_sotw(h.client().await, first, Some("shop-token")).await).await;
+    assert_exhausted(&status, "names_per_type");
+    assert!(status.message().contains("300000"), "{}", status.message());
+    assert_eq!(
+        reviews.load(Ordering::SeqCst),
+        0,
+        "refused before admission"
+    );
+    assert_eq!(exceeded(&h, "names_per_type"), 1);
+    // A proxy with an ordinary request is served.
+    let (_tx, mut rx) = open_sotw(h.client().await, sotw_first(vec![]), Some("shop-token"))
+        .await
+        .expect("admitted");
+    tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response");
+}
+
+/// A 3.6 MB subscription within the budget (40,000 names of 90 bytes) is served.
+#[tokio::test]
+async fn a_large_subscription_within_budget_is_served() {
+    let h = Harness::start().await;
+    h.set("shop", config("a")).await;
+    let mut names = padded_names("c", 40_000, 90);
+    names.push("c1".into());
+    let (_tx, mut rx) = open_sotw(h.client().await, sotw_first(names), None)
+        .await
+        .expect("admitted");
+    let response = tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response");
+    assert_eq!(response.resources.len(), 1, "c1");
+    for limit in meshplane_xds::ads::budget::LIMITS {
+        assert_eq!(exceeded(&h, limit), 0, "{limit}");
+    }
+}
+
+/// 60,000 initial versions (about 1 MB encoded, each an allocated entry once decoded) are
+/// refused undecoded.
+#[tokio::test]
+async fn delta_initial_resource_versions_over_budget_are_resource_exhausted() {
+    let h = Harness::start().await;
+    h.set("shop", config("a")).await;
+    let first = DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        type_url: type_url::CLUSTER.into(),
+        initial_resource_versions: padded_names("c", 60_000, 8)
+            .into_iter()
+            .map(|n| (n, "v".to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let status = ended(open_delta(h.client().await, first).await).await;
+    assert_exhausted(&status, "initial_resource_versions");
+    assert_eq!(exceeded(&h, "initial_resource_versions"), 1);
+
+    // Within the per-request limit, initial versions still count against the stream's names.
+    let h = Harness::start_limited(
+        None,
+        limited(BudgetLimits {
+            names_per_stream: 1_000,
+            ..BudgetLimits::default()
+        }),
+    )
+    .await;
+    h.set("shop", config("a")).await;
+    let first = DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        type_url: type_url::CLUSTER.into(),
+        initial_resource_versions: padded_names("c", 1_001, 8)
+            .into_iter()
+            .map(|n| (n, "v".to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let status = ended(open_delta(h.client().await, first).await).await;
+    assert_exhausted(&status, "names_per_stream");
+}
+
+fn delta_request(
+    type_url: &str,
+    subscribe: Vec<String>,
+    unsubscribe: Vec<String>,
+) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: type_url.into(),
+        resource_names_subscribe: subscribe,
+        resource_names_unsubscribe: unsubscribe,
+        ..Default::default()
+    }
+}
+
+/// Delta subscriptions add up across requests: past a type's cap, or the stream's, the stream
+/// ends.
+#[tokio::test]
+async fn delta_subscriptions_accumulating_past_the_cap_are_resource_exhausted() {
+    let h = Harness::start().await;
+    h.set("shop", config("a")).await;
+    let first = DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        ..delta_request(type_url::CLUSTER, padded_names("a", 20_000, 8), vec![])
+    };
+    let opened = open_delta(h.client().await, first).await.expect("admitted");
+    for prefix in ["b", "c"] {
+        opened
+            .0
+            .send(delta_request(
+                type_url::CLUSTER,
+                padded_names(prefix, 20_000, 8),
+                vec![],
+            ))
+            .await
+            .expect("send");
+    }
+    let status = ended(Ok(opened)).await;
+    assert_exhausted(&status, "names_per_type");
+    assert!(status.message().contains("60000"), "{}", status.message());
+
+    // Over every type: 400 names each of four types, 1,500 at most.
+    let h = Harness::start_limited(
+        None,
+        limited(BudgetLimits {
+            names_per_type: 1_000,
+            names_per_stream: 1_500,
+            ..BudgetLimits::default()
+        }),
+    )
+    .await;
+    h.set("shop", config("a")).await;
+    let first = DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        ..delta_request(type_url::CLUSTER, padded_names("a", 400, 8), vec![])
+    };
+    let opened = open_delta(h.client().await, first).await.expect("admitted");
+    for t in [type_url::LISTENER, type_url::ROUTE, type_url::ENDPOINT] {
+        opened
+            .0
+            .send(delta_request(t, padded_names("a", 400, 8), vec![]))
+            .await
+            .expect("send");
+    }
+    let status = ended(Ok(opened)).await;
+    assert_exhausted(&status, "names_per_stream");
+    assert!(status.message().contains("1600"), "{}", status.message());
+    assert_eq!(exceeded(&h, "names_per_stream"), 1);
+}
+
+/// Unsubscribing (delta) or a smaller list (SotW) gives room back; names never subscribed
+/// give none.
+#[tokio::test]
+async fn unsubscribing_makes_room_for_other_names() {
+    let h = Harness::start_limited(
+        None,
+        limited(BudgetLimits {
+            names_per_type: 1_000,
+            ..BudgetLimits::default()
+        }),
+    )
+    .await;
+    h.set("shop", config("a")).await;
+    let a = padded_names("a", 800, 8);
+    let b = padded_names("b", 800, 8);
+    let first = DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        ..delta_request(type_url::CLUSTER, a.clone(), vec![])
+    };
+    let (tx, mut rx) = open_delta(h.client().await, first).await.expect("admitted");
+    tx.send(delta_request(type_url::CLUSTER, b.clone(), a))
+        .await
+        .expect("send");
+    // The stream is still served: a subscription to c1 is answered.
+    tx.send(delta_request(type_url::CLUSTER, vec!["c1".into()], vec![]))
+        .await
+        .expect("send");
+    // Responses to the earlier subscriptions may come first.
+    loop {
+        let response = tokio::time::timeout(DEADLINE, rx.message())
+            .await
+            .expect("in time")
+            .expect("not refused")
+            .expect("a response");
+        if delta_names(&response) == ["c1"] {
+            break;
+        }
+        tx.send(DeltaDiscoveryRequest {
+            response_nonce: response.nonce.clone(),
+            ..delta_request(type_url::CLUSTER, vec![], vec![])
+        })
+        .await
+        .expect("ACK");
+    }
+    // Unsubscribing names it never subscribed to makes no room.
+    tx.send(delta_request(
+        type_url::CLUSTER,
+        padded_names("c", 300, 8),
+        padded_names("z", 800, 8),
+    ))
+    .await
+    .expect("send");
+    let status = ended(Ok((tx, rx))).await;
+    assert_exhausted(&status, "names_per_type");
+    assert!(status.message().contains("1101"), "{}", status.message());
+
+    // SotW: the latest list is what the stream holds.
+    let (tx, mut rx) = open_sotw(
+        h.client().await,
+        sotw_first(padded_names("a", 900, 8)),
+        None,
+    )
+    .await
+    .expect("admitted");
+    tx.send(DiscoveryRequest {
+        type_url: type_url::CLUSTER.into(),
+        resource_names: padded_names("b", 900, 8),
+        ..Default::default()
+    })
+    .await
+    .expect("send");
+    tx.send(DiscoveryRequest {
+        type_url: type_url::CLUSTER.into(),
+        resource_names: vec!["c1".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("send");
+    loop {
+        let response = tokio::time::timeout(DEADLINE, rx.message())
+            .await
+            .expect("in time")
+            .expect("not refused")
+            .expect("a response");
+        if response.resources.len() == 1 {
+            break;
+        }
+        tx.send(DiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            resource_names: vec!["c1".into()],
+            version_info: response.version_info.clone(),
+            response_nonce: response.nonce.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("ACK");
+    }
+    tx.send(DiscoveryRequest {
+        type_url: type_url::CLUSTER.into(),
+        resource_names: padded_names("c", 1_001, 8),
+        ..Default::default()
+    })
+    .await
+    .expect("send");
+    assert_exhausted(&ended(Ok((tx, rx))).await, "names_per_type");
+}
+
+/// Streams of one HTTP/2 connection share twice a stream's budget; another connection has its
+/// own, and a stream that ends gives its share back.
+#[tokio::test]
+async fn streams_of_one_connection_share_its_budget() {
+    let h = Harness::start_limited(
+        None,
+        limited(BudgetLimits {
+            name_bytes_per_stream: 64 * 1024,
+            ..BudgetLimits::default()
+        }),
+    )
+    .await;
+    h.set("shop", config("a")).await;
+    // About 50 KiB of names each: two fit the connection's 128 KiB, three do not.
+    let first = |pod: &str| {
+        let mut names = padded_names(pod, 500, 100);
+        names.push("c1".into());
+        DiscoveryRequest {
+            node: Some(node("shop", pod)),
+            ..sotw_first(names)
+        }
+    };
+    let connection = h.client().await;
+    let mut served = Vec::new();
+    for pod in ["p-1", "p-2"] {
+        let (tx, mut rx) = open_sotw(connection.clone(), first(pod), None)
+            .await
+            .expect("admitted");
+        tokio::time::timeout(DEADLINE, rx.message())
+            .await
+            .expect("in time")
+            .expect("ok")
+            .expect("a response");
+        served.push((tx, rx));
+    }
+    let status = ended(open_sotw(connection.clone(), first("p-3"), None).await).await;
+    assert_exhausted(&status, "connection");
+    assert_eq!(exceeded(&h, "connection"), 1);
+    // Another connection is not affected.
+    let (_other, mut rx) = open_sotw(h.client().await, first("p-4"), None)
+        .await
+        .expect("another connection");
+    tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response");
+    // One stream leaves: its share is the connection's again.
+    let mut connected = h.hub.connected_count();
+    let before = *connected.borrow_and_update();
+    served.pop();
+    tokio::time::timeout(DEADLINE, connected.wait_for(|n| *n < before))
+        .await
+        .expect("in time")
+        .expect("open");
+    let (_tx, mut rx) = open_sotw(connection.clone(), first("p-5"), None)
+        .await
+        .expect("room again");
+    tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response");
+}
+
+/// A kube client answering TokenReviews only once `open` turns true (`shop-<n>-token` is
+/// ServiceAccount `shop/default`), counting the reviews it was sent.
+fn held_kube(
+    reviews: tokio::sync::watch::Sender<usize>,
+    open: tokio::sync::watch::Receiver<bool>,
+) -> kube::Client {
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let reviews = reviews.clone();
+        let mut open = open.clone();
+        async move {
+            reviews.send_modify(|n| *n += 1);
+            let body = req.into_body().collect().await.expect("body").to_bytes();
+            let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            let _ = open.wait_for(|o| *o).await;
+            review["status"] = serde_json::json!({
+                "authenticated": true, "audiences": [AUDIENCE],
+                "user": {"username": "system:serviceaccount:shop:default"},
+            });
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(201)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&review).expect("encode"),
+                    ))
+                    .expect("response"),
+            )
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// Large first requests held while their streams wait for admission share one pool: past it,
+/// a stream is refused at once instead of holding its request too.
+#[tokio::test]
+async fn large_first_requests_waiting_for_admission_are_bounded_together() {
+    let (reviews, mut reviewed) = tokio::sync::watch::channel(0usize);
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let reviewer = TokenReviewer::with_rate(held_kube(reviews, opened), AUDIENCE, 1000.0, 1000.0);
+    let h = Harness::start_limited(
+        Some(reviewer),
+        limited(BudgetLimits {
+            awaiting_admission: 350 * 1024,
+            ..BudgetLimits::default()
+        }),
+    )
+    .await;
+    h.set("shop", config("a")).await;
+    // About 100 KiB each: three fit the pool.
+    let large = |i: usize| {
+        let mut names = padded_names(&format!("s{i}-"), 1_000, 100);
+        names.push("c1".into());
+        sotw_first(names)
+    };
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let client = h.client().await;
+        let first = large(i);
+        waiting.push(tokio::spawn(async move {
+            let token = format!("shop-{i}-token");
+            let (tx, mut rx) = open_sotw(client, first, Some(&token)).await?;
+            let response = rx.message().await?;
+            Ok::<_, tonic::Status>((tx, rx, response))
+        }));
+    }
+    tokio::time::timeout(DEADLINE, reviewed.wait_for(|n| *n == 3))
+        .await
+        .expect("three streams await their review")
+        .expect("open");
+    let status = tokio::time::timeout(
+        DEADLINE,
+        ended(open_sotw(h.client().await, large(3), Some("shop-3-token")).await),
+    )
+    .await
+    .expect("refused at once, not left waiting");
+    assert_exhausted(&status, "awaiting_admission");
+    assert_eq!(exceeded(&h, "awaiting_admission"), 1);
+    // Admission decides: the three are served and the pool is free again.
+    open.send_replace(true);
+    for w in waiting {
+        let (_tx, _rx, response) = tokio::time::timeout(DEADLINE, w)
+            .await
+            .expect("in time")
+            .expect("task")
+            .expect("served");
+        assert!(response.is_some());
+    }
+    let (_tx, mut rx) = open_sotw(h.client().await, large(4), Some("shop-4-token"))
+        .await
+        .expect("admitted");
+    tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response");
 }

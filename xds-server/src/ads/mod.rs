@@ -1,6 +1,7 @@
 //! The Aggregated Discovery Service: admission of each stream, then one task per stream that
 //! runs the protocol state machine ([`tracker`]) against the proxy's snapshots.
 
+pub mod budget;
 pub mod compressed;
 #[cfg(test)]
 mod dependency_order;
@@ -47,6 +48,9 @@ pub struct AdsLimits {
     /// Whether node metadata `LOOPBACK_ADDR` is honoured: only where every pod shares the
     /// host's loopback (the local pod runner); elsewhere a client could pick any value.
     pub honor_loopback: bool,
+    /// What a stream, a connection's streams and the streams awaiting admission may hold of
+    /// their clients' requests.
+    pub budget: budget::BudgetLimits,
 }
 
 impl Default for AdsLimits {
@@ -56,6 +60,7 @@ impl Default for AdsLimits {
             proxies_per_namespace: 5_000,
             first_request: Duration::from_secs(30),
             honor_loopback: false,
+            budget: budget::BudgetLimits::default(),
         }
     }
 }
@@ -77,6 +82,10 @@ pub struct AdsServer {
     limits: AdsLimits,
     /// Whether delta Envoys get virtual hosts over VHDS.
     vhds: bool,
+    /// Large first requests awaiting admission, every port's streams together.
+    awaiting: budget::AdmissionPool,
+    /// Budgets of the open connections.
+    connections: budget::Connections,
 }
 
 /// A request the server could not read: the client's fault, answered INVALID_ARGUMENT
@@ -105,6 +114,8 @@ impl AdsServer {
             shutdown,
             limits: AdsLimits::default(),
             vhds: true,
+            awaiting: budget::AdmissionPool::new(AdsLimits::default().budget.awaiting_admission),
+            connections: budget::Connections::default(),
         }
     }
 
@@ -118,6 +129,7 @@ impl AdsServer {
     /// The same server with other limits.
     pub fn with_limits(mut self, limits: AdsLimits) -> Self {
         self.limits = limits;
+        self.awaiting = budget::AdmissionPool::new(limits.budget.awaiting_admission);
         self
     }
 
@@ -188,9 +200,37 @@ impl AdsServer {
         Ok(proxy)
     }
 
+    /// The decoder of a new stream's requests and the share of the admission pool its first
+    /// request takes, if large.
+    pub(crate) fn decoder<W: Wire>(
+        &self,
+        buffer: tonic::codec::BufferSettings,
+    ) -> (budget::BudgetedDecoder<W>, budget::AwaitingShare) {
+        let awaiting = budget::AwaitingShare::default();
+        let decoder = budget::BudgetedDecoder::new(
+            self.limits.budget,
+            Arc::clone(self.hub.metrics()),
+            self.awaiting.clone(),
+            awaiting.clone(),
+            buffer,
+        );
+        (decoder, awaiting)
+    }
+
+    /// The budget of the connection at these addresses.
+    pub(crate) fn connection_budget(
+        &self,
+        local: Option<std::net::SocketAddr>,
+        remote: Option<std::net::SocketAddr>,
+    ) -> Arc<budget::ConnectionBudget> {
+        self.connections.budget(local, remote, &self.limits.budget)
+    }
+
     async fn open<W: Wire>(
         &self,
         request: Request<Streaming<W::Req>>,
+        connection: Arc<budget::ConnectionBudget>,
+        awaiting: budget::AwaitingShare,
     ) -> Result<ReceiverStream<Result<W::Resp, Status>>, Status> {
         let token = bearer_token(request.metadata());
         let mut inbound = request.into_inner();
@@ -204,11 +244,24 @@ impl AdsServer {
             })?
             .map_err(request_error)?
             .ok_or_else(|| Status::invalid_argument("stream closed before its first request"))?;
-        let node = self.admit(W::node(&first), token).await?;
         // VHDS is Envoy's (delta only); other delta clients get routes inline.
         let vhds = self.vhds
             && W::PROTOCOL == Protocol::Delta
             && W::node(&first).is_some_and(|n| n.user_agent_name == ENVOY_USER_AGENT);
+        let mut state = tracker::StreamState::new(W::PROTOCOL);
+        if vhds {
+            state = state.with_vhds();
+        }
+        // What the first request would make the stream hold is refused before admission.
+        let mut budget = budget::StreamBudget::new(
+            self.limits.budget,
+            connection,
+            Arc::clone(self.hub.metrics()),
+        );
+        stream::admit::<W>(&mut budget, &state, &first)?;
+        let admitted = self.admit(W::node(&first), token).await;
+        awaiting.release();
+        let node = admitted?;
         let handle = self
             .hub
             .try_connect(node, W::PROTOCOL, self.limits.proxies_per_namespace)
@@ -226,11 +279,12 @@ impl AdsServer {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(run_stream::<W>(
             handle,
+            state,
+            budget,
             first,
             inbound,
             tx,
             self.shutdown.clone(),
-            vhds,
         ));
         Ok(ReceiverStream::new(rx))
     }

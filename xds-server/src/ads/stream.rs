@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
+use super::budget::{Held, Prospect, Scan, StreamBudget};
 use super::snapshot::{short_name, type_index, Snapshot};
 use super::tracker::{Outgoing, Protocol, RequestOutcome, StreamState};
 use super::wire::{DeltaResponse, SotwResponse};
@@ -24,6 +25,10 @@ pub trait Wire: Send + 'static {
     const PROTOCOL: Protocol;
     fn node(req: &Self::Req) -> Option<&Node>;
     fn fold(state: &mut StreamState, req: &Self::Req) -> RequestOutcome;
+    /// What `req` lists, counted from its decoded form.
+    fn scanned(req: &Self::Req) -> Scan;
+    /// What the stream would hold once `req` is folded; `None`: it holds nothing of it.
+    fn prospect(state: &StreamState, req: &Self::Req) -> Option<Prospect>;
     fn encode(out: Outgoing) -> Self::Resp;
 }
 
@@ -50,6 +55,31 @@ impl Wire for Sotw {
                 .map(|e| bounds::clip(&e.message, bounds::NACK_MESSAGE))
                 .as_deref(),
         )
+    }
+
+    fn scanned(req: &DiscoveryRequest) -> Scan {
+        Scan {
+            subscribe: req.resource_names.len() + req.resource_locators.len(),
+            subscribe_bytes: names_len(&req.resource_names)
+                + req
+                    .resource_locators
+                    .iter()
+                    .map(|l| l.name.len())
+                    .sum::<usize>(),
+            version_info: req.version_info.len(),
+            nonce: req.response_nonce.len(),
+            ..Scan::default()
+        }
+    }
+
+    fn prospect(state: &StreamState, req: &DiscoveryRequest) -> Option<Prospect> {
+        let (type_names, names, bytes) =
+            state.names_after_sotw(&req.type_url, &req.resource_names)?;
+        Some(Prospect {
+            type_names,
+            subscribed: Held { names, bytes },
+            initial: Held::default(),
+        })
     }
 
     fn encode(out: Outgoing) -> SotwResponse {
@@ -88,6 +118,41 @@ impl Wire for Delta {
         )
     }
 
+    fn scanned(req: &DeltaDiscoveryRequest) -> Scan {
+        Scan {
+            subscribe: req.resource_names_subscribe.len() + req.resource_locators_subscribe.len(),
+            subscribe_bytes: names_len(&req.resource_names_subscribe),
+            unsubscribe: req.resource_names_unsubscribe.len()
+                + req.resource_locators_unsubscribe.len(),
+            initial_versions: req.initial_resource_versions.len(),
+            initial_bytes: initial_len(req),
+            nonce: req.response_nonce.len(),
+            ..Scan::default()
+        }
+    }
+
+    fn prospect(state: &StreamState, req: &DeltaDiscoveryRequest) -> Option<Prospect> {
+        let (type_names, names, bytes) = state.names_after_delta(
+            &req.type_url,
+            &req.resource_names_subscribe,
+            &req.resource_names_unsubscribe,
+        )?;
+        // Initial versions are taken on a type's first request only.
+        let initial = if state.requested(&req.type_url) {
+            Held::default()
+        } else {
+            Held {
+                names: req.initial_resource_versions.len(),
+                bytes: initial_len(req),
+            }
+        };
+        Some(Prospect {
+            type_names,
+            subscribed: Held { names, bytes },
+            initial,
+        })
+    }
+
     fn encode(out: Outgoing) -> DeltaResponse {
         DeltaResponse {
             system_version_info: out.version,
@@ -96,6 +161,31 @@ impl Wire for Delta {
             nonce: out.nonce,
             removed_resources: out.removed,
         }
+    }
+}
+
+fn names_len(names: &[String]) -> usize {
+    names.iter().map(String::len).sum()
+}
+
+/// Bytes of the names and versions of a delta request's `initial_resource_versions`.
+fn initial_len(req: &DeltaDiscoveryRequest) -> usize {
+    req.initial_resource_versions
+        .iter()
+        .map(|(n, v)| n.len() + v.len())
+        .sum()
+}
+
+/// Charges what folding `req` would make `state` hold to `budget`; refused: the status that
+/// ends the stream.
+pub(crate) fn admit<W: Wire>(
+    budget: &mut StreamBudget,
+    state: &StreamState,
+    req: &W::Req,
+) -> Result<(), Status> {
+    match W::prospect(state, req) {
+        Some(p) => budget.admit(&p).map_err(|e| e.to_status()),
+        None => Ok(()),
     }
 }
 
@@ -118,19 +208,20 @@ fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
 }
 
 /// Runs one stream until the proxy leaves, the server shuts down or the sink closes.
+///
+/// `state` is the stream's new state, `budget` already admitted `first`.
 pub async fn run_stream<W: Wire>(
     mut handle: ProxyHandle,
+    mut state: StreamState,
+    mut budget: StreamBudget,
     first: W::Req,
     mut inbound: Streaming<W::Req>,
     tx: mpsc::Sender<Result<W::Resp, Status>>,
     mut shutdown: watch::Receiver<bool>,
-    vhds: bool,
 ) {
-    let mut state = StreamState::new(W::PROTOCOL);
-    if vhds {
-        state = state.with_vhds();
-    }
     note(&handle, &W::fold(&mut state, &first));
+    budget.settle(&state);
+    drop(first);
     let hub = Arc::clone(handle.hub());
     let namespace = handle.node().namespace.clone();
     // Nothing is answered before the push loop rendered this proxy's config (it does once the
@@ -157,14 +248,22 @@ pub async fn run_stream<W: Wire>(
         tokio::select! {
             message = inbound.message() => match message {
                 Ok(Some(req)) => {
+                    if let Err(status) = admit::<W>(&mut budget, &state, &req) {
+                        tracing::warn!(proxy = %handle.node().id, error = %status.message(), "stream over its budget: closing it");
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
                     note(&handle, &W::fold(&mut state, &req));
+                    budget.settle(&state);
                     handle.publish(&state);
                 }
                 Ok(None) => break,
                 Err(status) => {
                     tracing::debug!(proxy = %handle.node().id, %status, "stream ended");
                     let answer = super::request_error(status);
-                    if answer.code() == tonic::Code::InvalidArgument {
+                    if answer.code() == tonic::Code::InvalidArgument
+                        || super::budget::BudgetError::of(&answer).is_some()
+                    {
                         let _ = tx.send(Err(answer)).await;
                     }
                     break;

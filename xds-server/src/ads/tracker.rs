@@ -162,6 +162,8 @@ pub struct TypeTracker {
     requested: bool,
     wildcard: bool,
     names: BTreeSet<String>,
+    /// Bytes of `names` ([`super::budget`] bounds them).
+    name_bytes: usize,
     /// Names are namespaces (VHDS): one covers every resource named `<name>/<...>`.
     namespaced: bool,
     /// VHDS: the route configurations the proxy holds; only their namespaces are in scope.
@@ -718,6 +720,69 @@ impl StreamState {
         type_url::ORDER.iter().copied().zip(self.types.iter())
     }
 
+    /// Subscribed names over every type: (count, bytes).
+    pub fn names_held(&self) -> (usize, usize) {
+        self.types
+            .iter()
+            .fold((0, 0), |(n, b), t| (n + t.names.len(), b + t.name_bytes))
+    }
+
+    /// Whether the stream already requested `type_url` (its first request came).
+    pub fn requested(&self, type_url: &str) -> bool {
+        self.served(type_url)
+            .is_some_and(|i| self.types[i].requested)
+    }
+
+    /// What the stream would subscribe to were a state-of-the-world request naming `names`
+    /// folded: (names of the type, names over every type, their bytes). `None`: a type not
+    /// served (the request changes nothing).
+    pub fn names_after_sotw(
+        &self,
+        type_url: &str,
+        names: &[String],
+    ) -> Option<(usize, usize, usize)> {
+        let t = &self.types[self.served(type_url)?];
+        let (held, bytes) = self.names_held();
+        let (count, added) = names
+            .iter()
+            .filter(|n| *n != WILDCARD)
+            .fold((0, 0), |(c, b), n| (c + 1, b + n.len()));
+        Some((
+            count,
+            held - t.names.len() + count,
+            bytes - t.name_bytes + added,
+        ))
+    }
+
+    /// [`Self::names_after_sotw`] for an incremental request. Names both subscribed and
+    /// unsubscribed, or subscribed twice, count as added (an upper bound).
+    pub fn names_after_delta(
+        &self,
+        type_url: &str,
+        subscribe: &[String],
+        unsubscribe: &[String],
+    ) -> Option<(usize, usize, usize)> {
+        let t = &self.types[self.served(type_url)?];
+        let (mut held, mut bytes) = self.names_held();
+        let mut count = t.names.len();
+        for n in subscribe {
+            if n != WILDCARD && !t.names.contains(n) {
+                count += 1;
+                held += 1;
+                bytes += n.len();
+            }
+        }
+        let mut gone = BTreeSet::new();
+        for n in unsubscribe {
+            if t.names.contains(n) && gone.insert(n.as_str()) {
+                count -= 1;
+                held -= 1;
+                bytes -= n.len();
+            }
+        }
+        Some((count, held, bytes))
+    }
+
     /// Folds a state-of-the-world request.
     pub fn on_sotw_request(
         &mut self,
@@ -755,6 +820,7 @@ impl StreamState {
             t.whole_in_scope = None;
         }
         t.wildcard = wildcard;
+        t.name_bytes = names.iter().map(String::len).sum();
         t.names = names;
         if first && !version_info.is_empty() {
             t.resume_version = Some(version_info.to_string());
@@ -808,14 +874,18 @@ impl StreamState {
             if name == WILDCARD {
                 t.wildcard = true;
             } else {
-                t.names.insert(name.clone());
+                if t.names.insert(name.clone()) {
+                    t.name_bytes += name.len();
+                }
             }
         }
         for name in unsubscribe {
             if name == WILDCARD {
                 t.wildcard = false;
             } else {
-                t.names.remove(name);
+                if t.names.remove(name) {
+                    t.name_bytes -= name.len();
+                }
             }
             if !t.in_scope(name) && t.sent.contains_key(name) {
                 // The proxy forgets it on its own: no removal needed.

@@ -420,18 +420,19 @@ where
             .get(GRPC_ACCEPT_ENCODING)
             .map(http::HeaderValue::as_bytes),
     );
-    let request = tonic::Request::from_http(req.map(|body| {
-        Streaming::new_request(
-            tonic_prost::ProstCodec::<W::Resp, W::Req>::raw_decoder(BufferSettings::new(
-                REQUEST_BUFFER,
-                REQUEST_BUFFER,
-            )),
-            body,
-            None,
-            Some(crate::bounds::MAX_REQUEST),
-        )
-    }));
-    match server.open::<W>(request).await {
+    // The streams of one connection share a budget: it is known by its addresses.
+    let (local, remote) = req
+        .extensions()
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .map_or((None, None), |c| (c.local_addr(), c.remote_addr()));
+    let connection = server.connection_budget(local, remote);
+    let (decoder, awaiting) =
+        server.decoder::<W>(BufferSettings::new(REQUEST_BUFFER, REQUEST_BUFFER));
+    let request =
+        tonic::Request::from_http(req.map(|body| {
+            Streaming::new_request(decoder, body, None, Some(crate::bounds::MAX_REQUEST))
+        }));
+    match server.open::<W>(request, connection, awaiting).await {
         Err(status) => status.into_http(),
         Ok(responses) => {
             let frames = GrpcFrames::new(responses).compressing(zstd);
