@@ -370,6 +370,15 @@ pub struct MeshControlPlaneStatus {
     /// Effective control namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_namespace: Option<String>,
+    /// UID of the control namespace the operator created for the tenant (or was handed with
+    /// the `meshplane.io/adopt-control-namespace` annotation). Only the namespace with this
+    /// UID is taken as the control namespace: labels anyone can set never make one.
+    #[serde(
+        default,
+        rename = "controlNamespaceUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub control_namespace_uid: Option<String>,
     /// `Ready`, `Reconciled`, `WebhooksReady`, `MembersStale` (an instance serves the last
     /// members it could read: its members ConfigMap is deleted, unreadable or not the
     /// operator's), `Degraded`, `InUse`.

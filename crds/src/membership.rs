@@ -37,6 +37,8 @@ pub struct NamespaceFacts {
     pub name: String,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
+    /// `metadata.uid`; `None` where only the labels matter (membership of member namespaces).
+    pub uid: Option<String>,
 }
 
 impl NamespaceFacts {
@@ -48,7 +50,14 @@ impl NamespaceFacts {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            uid: None,
         }
+    }
+
+    /// The same namespace with its `metadata.uid`.
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        self.uid = Some(uid.to_string());
+        self
     }
 }
 
@@ -56,36 +65,65 @@ impl NamespaceFacts {
 pub const RESERVED_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
-/// Why `namespace` (as it exists, `None`: it does not) cannot be `tenant`'s control namespace;
-/// `None` when it can: it does not exist yet (meshplane creates it) or meshplane created it
-/// for this tenant (labels `app.kubernetes.io/managed-by: meshplane` and
-/// `meshplane.io/tenant: <tenant>`).
+/// Why `name` (as it exists, `None`: it does not) cannot be the control namespace of the
+/// tenant of `claimants` (that tenant's control planes naming it); `None` when it can: it does
+/// not exist yet (the operator creates it), or its UID is one a claimant vouches for (recorded
+/// in `status.controlNamespaceUID` by the operator that created it, or handed over by the
+/// platform admin's `meshplane.io/adopt-control-namespace` annotation). Labels prove nothing:
+/// anyone who can create a namespace can set them, and the operator writes the tenant CA's
+/// private key there. The one exception is a control plane reconciled by an operator that
+/// recorded no UID ([`ControlPlaneFacts::legacy_claim`]): its namespace already holds what
+/// the operator wrote, so meshplane's labels for the tenant still count, until the UID is
+/// recorded on its next reconcile.
 pub fn control_namespace_refusal(
     name: &str,
     existing: Option<&NamespaceFacts>,
-    tenant: &str,
+    claimants: &[&ControlPlaneFacts],
 ) -> Option<String> {
+    use crate::names::ADOPT_CONTROL_NAMESPACE_ANNOTATION;
     use meshplane_contracts::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, TENANT_LABEL};
     if RESERVED_NAMESPACES.contains(&name) {
         return Some("is a system namespace".to_string());
     }
     let ns = existing?;
+    if let Some(uid) = ns.uid.as_deref() {
+        let vouched = claimants.iter().any(|cp| {
+            cp.control_namespace_uid.as_deref() == Some(uid)
+                || cp.handed_namespace_uid.as_deref() == Some(uid)
+        });
+        if vouched {
+            return None;
+        }
+    }
     let label = |k: &str| ns.labels.get(k).map(String::as_str);
     let ours = label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE);
-    match (ours, label(TENANT_LABEL)) {
-        (true, Some(t)) if t == tenant => None,
-        (true, Some(other)) => Some(format!("was created by meshplane for tenant {other:?}")),
-        _ => Some(match label(REV_LABEL) {
+    let tenant = claimants.first().map(|cp| cp.tenant.as_str());
+    let labelled_for_tenant = ours && label(TENANT_LABEL) == tenant;
+    if labelled_for_tenant && claimants.iter().any(|cp| cp.legacy_claim) {
+        return None;
+    }
+    let handover = format!(
+        "to hand it over, annotate the MeshControlPlane {ADOPT_CONTROL_NAMESPACE_ANNOTATION}=<the namespace's metadata.uid>"
+    );
+    Some(match (ours, label(TENANT_LABEL)) {
+        (true, Some(t)) if Some(t) == tenant => format!(
+            "exists and carries meshplane's labels for this tenant, but no control plane of the tenant recorded creating it (labels anyone can set are not proof); {handover}"
+        ),
+        (true, Some(other)) => format!("was created by meshplane for tenant {other:?}"),
+        _ => match label(REV_LABEL) {
             Some(rev) => format!(
                 "exists and is not meshplane's: it is labelled {REV_LABEL}={rev} (a member namespace)"
             ),
-            None => "exists and was not created by meshplane (it may be another tool's, or the operator's own)".to_string(),
-        }),
-    }
+            None => format!(
+                "exists and was not created by meshplane (it may be another tool's, or the operator's own); {handover}"
+            ),
+        },
+    })
 }
 
 /// The conflicts of control planes whose control namespace is not theirs to take
-/// ([`control_namespace_refusal`]); `lookup` finds a namespace by name. The operator drops these
+/// ([`control_namespace_refusal`]; the claimants of a namespace are the control planes of the
+/// same tenant naming it); `lookup` finds a namespace by name. The operator drops these
 /// control planes before [`compute`] (so they claim nothing, evict nothing) and reports the
 /// conflicts; its admission check refuses them.
 pub fn control_namespace_claims(
@@ -96,7 +134,11 @@ pub fn control_namespace_claims(
         .iter()
         .filter_map(|cp| {
             let existing = lookup(&cp.control_namespace);
-            control_namespace_refusal(&cp.control_namespace, existing.as_ref(), &cp.tenant).map(
+            let claimants: Vec<&ControlPlaneFacts> = control_planes
+                .iter()
+                .filter(|c| c.tenant == cp.tenant && c.control_namespace == cp.control_namespace)
+                .collect();
+            control_namespace_refusal(&cp.control_namespace, existing.as_ref(), &claimants).map(
                 |why| Conflict::ControlNamespaceNotOwned {
                     control_plane: cp.name.clone(),
                     namespace: cp.control_namespace.clone(),
@@ -145,10 +187,19 @@ pub struct ControlPlaneFacts {
     pub control_namespace: String,
     /// `spec.namespaceSelector`.
     pub namespace_selector: Option<LabelSelector>,
+    /// `status.controlNamespaceUID`: the control namespace the operator created for it.
+    pub control_namespace_uid: Option<String>,
+    /// The `meshplane.io/adopt-control-namespace` annotation: a namespace the platform admin
+    /// handed over.
+    pub handed_namespace_uid: Option<String>,
+    /// Reconciled before control namespaces were recorded by UID (a status naming its control
+    /// namespace, no UID): the namespace's labels still count until the UID is recorded.
+    pub legacy_claim: bool,
 }
 
 impl From<&MeshControlPlane> for ControlPlaneFacts {
     fn from(mcp: &MeshControlPlane) -> Self {
+        let status = mcp.status.as_ref();
         Self {
             name: mcp.metadata.name.clone().unwrap_or_default(),
             created: mcp.metadata.creation_timestamp.clone(),
@@ -156,6 +207,18 @@ impl From<&MeshControlPlane> for ControlPlaneFacts {
             revision: mcp.revision(),
             control_namespace: mcp.control_namespace(),
             namespace_selector: mcp.spec.namespace_selector.clone(),
+            control_namespace_uid: status.and_then(|s| s.control_namespace_uid.clone()),
+            handed_namespace_uid: mcp
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::names::ADOPT_CONTROL_NAMESPACE_ANNOTATION))
+                .filter(|uid| !uid.is_empty())
+                .cloned(),
+            legacy_claim: status.is_some_and(|s| {
+                s.control_namespace_uid.is_none()
+                    && s.control_namespace.as_deref() == Some(mcp.control_namespace().as_str())
+            }),
         }
     }
 }
@@ -711,6 +774,9 @@ mod tests {
             revision: revision.into(),
             control_namespace: format!("meshplane-{tenant}"),
             namespace_selector: None,
+            control_namespace_uid: None,
+            handed_namespace_uid: None,
+            legacy_claim: false,
         }
     }
 
@@ -1005,5 +1071,112 @@ mod tests {
         );
         assert_eq!(m.conflicts_of_control_plane("a-candidate").len(), 1);
         assert_eq!(m.revisions["blue-v1"].control_plane, "z-existing");
+    }
+
+    /// The namespace `meshplane-blue` as whoever created it left it.
+    fn control_ns(uid: &str, labels: &[(&str, &str)]) -> NamespaceFacts {
+        NamespaceFacts::new("meshplane-blue", labels).with_uid(uid)
+    }
+
+    fn refusal(ns: Option<&NamespaceFacts>, claimants: &[ControlPlaneFacts]) -> Option<String> {
+        let claimants: Vec<&ControlPlaneFacts> = claimants.iter().collect();
+        control_namespace_refusal("meshplane-blue", ns, &claimants)
+    }
+
+    #[test]
+    fn labels_alone_never_make_a_namespace_the_tenants_control_namespace() {
+        use meshplane_contracts::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, TENANT_LABEL};
+        let mine = [(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (TENANT_LABEL, "blue")];
+        // Created in advance by someone who can create namespaces, with meshplane's labels.
+        let planted = control_ns("uid-planted", &mine);
+        let fresh = cp("blue-v1", "blue", "blue-v1", 10);
+        let why = refusal(Some(&planted), std::slice::from_ref(&fresh)).expect("refused");
+        assert!(why.contains("adopt-control-namespace"), "{why}");
+        // Not existing yet: the operator creates it.
+        assert_eq!(refusal(None, std::slice::from_ref(&fresh)), None);
+        // The operator recorded creating it: that UID only.
+        let recorded = ControlPlaneFacts {
+            control_namespace_uid: Some("uid-created".into()),
+            ..fresh.clone()
+        };
+        assert_eq!(
+            refusal(
+                Some(&control_ns("uid-created", &mine)),
+                std::slice::from_ref(&recorded)
+            ),
+            None
+        );
+        // Deleted and planted again under the same name: a new UID, refused.
+        assert!(refusal(Some(&planted), std::slice::from_ref(&recorded)).is_some());
+        // Another revision of the tenant is vouched for by the first's record.
+        let canary = cp("blue-v2", "blue", "blue-v2", 5);
+        assert_eq!(
+            refusal(
+                Some(&control_ns("uid-created", &mine)),
+                &[canary.clone(), recorded.clone()]
+            ),
+            None
+        );
+        // The platform admin hands an existing namespace over by its UID, labels or not.
+        let handed = ControlPlaneFacts {
+            handed_namespace_uid: Some("uid-theirs".into()),
+            ..fresh.clone()
+        };
+        assert_eq!(
+            refusal(
+                Some(&control_ns("uid-theirs", &[])),
+                std::slice::from_ref(&handed)
+            ),
+            None
+        );
+        // Reconciled before UIDs were recorded: meshplane's labels for the tenant still count.
+        let legacy = ControlPlaneFacts {
+            legacy_claim: true,
+            ..fresh.clone()
+        };
+        assert_eq!(refusal(Some(&planted), std::slice::from_ref(&legacy)), None);
+        let others = control_ns(
+            "uid-red",
+            &[(MANAGED_BY_LABEL, MANAGED_BY_VALUE), (TENANT_LABEL, "red")],
+        );
+        assert!(refusal(Some(&others), std::slice::from_ref(&legacy)).is_some());
+    }
+
+    #[test]
+    fn another_tenants_record_vouches_for_nothing() {
+        let red = ControlPlaneFacts {
+            control_namespace_uid: Some("uid-1".into()),
+            control_namespace: "meshplane-blue".into(),
+            ..cp("red-v1", "red", "red-v1", 20)
+        };
+        let blue = cp("blue-v1", "blue", "blue-v1", 10);
+        let conflicts = control_namespace_claims(&[red, blue], |_| Some(control_ns("uid-1", &[])));
+        let refused: Vec<&str> = conflicts
+            .iter()
+            .filter_map(Conflict::control_plane)
+            .collect();
+        assert_eq!(refused, vec!["blue-v1"]);
+    }
+
+    #[test]
+    fn the_status_and_the_annotation_become_the_facts() {
+        let mcp: MeshControlPlane = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "MeshControlPlane",
+            "metadata": {"name": "blue-v1", "annotations": {
+                crate::names::ADOPT_CONTROL_NAMESPACE_ANNOTATION: "uid-handed"}},
+            "spec": {"tenant": "blue"},
+            "status": {"controlNamespace": "meshplane-blue", "controlNamespaceUID": "uid-made"}
+        }))
+        .expect("control plane");
+        let facts = ControlPlaneFacts::from(&mcp);
+        assert_eq!(facts.control_namespace_uid.as_deref(), Some("uid-made"));
+        assert_eq!(facts.handed_namespace_uid.as_deref(), Some("uid-handed"));
+        assert!(!facts.legacy_claim);
+        let mut old = mcp.clone();
+        if let Some(s) = old.status.as_mut() {
+            s.control_namespace_uid = None;
+        }
+        assert!(ControlPlaneFacts::from(&old).legacy_claim);
     }
 }

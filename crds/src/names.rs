@@ -24,6 +24,10 @@ pub use meshplane_contracts::webhooks::{
 
 /// Namespace label that attaches a namespace to a revision (or a tag of one).
 pub const REV_LABEL: &str = "meshplane.io/rev";
+/// MeshControlPlane annotation by which a platform admin hands an existing namespace to the
+/// tenant as its control namespace: its value is that namespace's `metadata.uid`, so a
+/// namespace deleted and created again under the same name is not handed over with it.
+pub const ADOPT_CONTROL_NAMESPACE_ANNOTATION: &str = "meshplane.io/adopt-control-namespace";
 /// The one server-side-apply field manager the operator writes with.
 pub const FIELD_MANAGER: &str = "meshplane-operator";
 /// Pod label opting a pod out of sidecar injection (`"false"`).

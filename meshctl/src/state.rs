@@ -241,6 +241,7 @@ impl MeshState {
             .map(|n| NamespaceFacts {
                 name: n.metadata.name.clone().unwrap_or_default(),
                 labels: n.metadata.labels.clone().unwrap_or_default(),
+                uid: n.metadata.uid.clone(),
             })
             .collect();
         let control_planes: Vec<ControlPlaneFacts> = self

@@ -56,13 +56,15 @@ pub fn review(
                 return resp.deny(errs);
             }
             let name = mcp.metadata.name.clone().unwrap_or_default();
-            let candidate = ControlPlaneFacts::from(&mcp);
-            let taken =
-                membership::control_namespace_claims(std::slice::from_ref(&candidate), |n| {
-                    control_namespace.filter(|ns| ns.name == n).cloned()
-                });
-            if !taken.is_empty() {
-                return deny_conflicts(resp, &taken.iter().collect::<Vec<_>>());
+            let mut candidate = ControlPlaneFacts::from(&mcp);
+            // What the operator recorded lives in the status of the stored object.
+            if let Some(stored) = control_planes
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(&name))
+            {
+                let recorded = ControlPlaneFacts::from(stored);
+                candidate.control_namespace_uid = recorded.control_namespace_uid;
+                candidate.legacy_claim = recorded.legacy_claim;
             }
             let mut cps: Vec<ControlPlaneFacts> = control_planes
                 .iter()
@@ -70,6 +72,16 @@ pub fn review(
                 .map(ControlPlaneFacts::from)
                 .collect();
             cps.push(candidate);
+            // The tenant's other control planes may vouch for an existing control namespace.
+            let taken: Vec<Conflict> = membership::control_namespace_claims(&cps, |n| {
+                control_namespace.filter(|ns| ns.name == n).cloned()
+            })
+            .into_iter()
+            .filter(|c| c.control_plane() == Some(name.as_str()))
+            .collect();
+            if !taken.is_empty() {
+                return deny_conflicts(resp, &taken.iter().collect::<Vec<_>>());
+            }
             let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
             let m = membership::compute(&[], &cps, &tag_facts);
             let conflicts: Vec<&Conflict> = m
@@ -194,5 +206,6 @@ async fn control_namespace_of(
     Ok(ns.map(|n| NamespaceFacts {
         name: n.name_any(),
         labels: n.labels().clone(),
+        uid: n.uid(),
     }))
 }

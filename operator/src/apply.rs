@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use meshplane_crds::names;
 use serde_json::Value;
@@ -236,6 +236,36 @@ impl Applier {
         self.metrics.record_write(key.kind.name(), "apply");
         info!(object = %key, "applied");
         serde_json::to_value(&applied).map_err(|source| ApplyError::Decode {
+            key: key.to_string(),
+            source,
+        })
+    }
+
+    /// Creates one object that must not exist yet (a conflict when it does), keeping the
+    /// operator's field manager on what it wrote.
+    pub async fn create(&self, object: &DesiredObject) -> Result<Value, ApplyError> {
+        let key = &object.key;
+        let body: DynamicObject =
+            serde_json::from_value(object.body.clone()).map_err(|source| ApplyError::Decode {
+                key: key.to_string(),
+                source,
+            })?;
+        let params = PostParams {
+            field_manager: Some(names::FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        let created = self
+            .api(key.kind, key.namespace.as_deref())
+            .create(&params, &body)
+            .await
+            .map_err(|source| ApplyError::Api {
+                action: "create",
+                key: key.to_string(),
+                source,
+            })?;
+        self.metrics.record_write(key.kind.name(), "create");
+        info!(object = %key, "created");
+        serde_json::to_value(&created).map_err(|source| ApplyError::Decode {
             key: key.to_string(),
             source,
         })

@@ -222,6 +222,11 @@ fn base_status(mcp: &MeshControlPlane) -> MeshControlPlaneStatus {
         observed_generation: mcp.metadata.generation,
         revision: Some(mcp.revision()),
         control_namespace: Some(mcp.control_namespace()),
+        // Recorded when the operator created the namespace; a conflict does not forget it.
+        control_namespace_uid: mcp
+            .status
+            .as_ref()
+            .and_then(|s| s.control_namespace_uid.clone()),
         ..Default::default()
     }
 }

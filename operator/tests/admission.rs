@@ -15,6 +15,9 @@ fn existing() -> (Vec<MeshControlPlane>, Vec<MeshRevisionTag>) {
             "apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
             "metadata": {"name": name, "creationTimestamp": created},
             "spec": {"tenant": tenant},
+            // The operator recorded the control namespace it created.
+            "status": {"controlNamespace": format!("meshplane-{tenant}"),
+                       "controlNamespaceUID": format!("uid-meshplane-{tenant}")},
         }))
         .expect("valid control plane")
     };
@@ -248,16 +251,67 @@ fn a_control_namespace_that_is_not_the_tenants_to_take_is_refused() {
         create(json!({"tenant": "red", "namespace": "meshplane-green"})),
         Some(other_tenant),
     )));
-    let own = NamespaceFacts::new(
+    // Created in advance with meshplane's labels by whoever may create namespaces: refused,
+    // or the operator would write the tenant CA's private key into it.
+    let planted = NamespaceFacts::new(
         "meshplane-red",
         &[
             ("app.kubernetes.io/managed-by", "meshplane"),
             ("meshplane.io/tenant", "red"),
         ],
+    )
+    .with_uid("uid-planted");
+    let resp = run_with(
+        "mcp-control-namespace-planted",
+        create(json!({"tenant": "red"})),
+        Some(planted.clone()),
     );
+    assert!(!allowed(&resp));
+    assert!(resp["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("meshplane.io/adopt-control-namespace"));
+    // The platform admin hands it over by its UID.
+    let mut handed = mcp("red", json!({"tenant": "red"}));
+    handed["metadata"]["annotations"] =
+        json!({"meshplane.io/adopt-control-namespace": "uid-planted"});
+    assert!(allowed(&run_with(
+        "mcp-control-namespace-handed",
+        request("MeshControlPlane", "CREATE", handed, None),
+        Some(planted),
+    )));
+    // A new revision of a tenant whose existing revision recorded creating the namespace.
+    let own = NamespaceFacts::new(
+        "meshplane-blue",
+        &[
+            ("app.kubernetes.io/managed-by", "meshplane"),
+            ("meshplane.io/tenant", "blue"),
+        ],
+    )
+    .with_uid("uid-meshplane-blue");
     assert!(allowed(&run_with(
         "mcp-control-namespace-own",
-        create(json!({"tenant": "red"})),
-        Some(own),
+        request(
+            "MeshControlPlane",
+            "CREATE",
+            mcp("blue-v3", json!({"tenant": "blue"})),
+            None
+        ),
+        Some(own.clone()),
+    )));
+    // The same name recreated by someone else has another UID.
+    let recreated = NamespaceFacts {
+        uid: Some("uid-recreated".into()),
+        ..own
+    };
+    assert!(!allowed(&run_with(
+        "mcp-control-namespace-recreated",
+        request(
+            "MeshControlPlane",
+            "CREATE",
+            mcp("blue-v3", json!({"tenant": "blue"})),
+            None
+        ),
+        Some(recreated),
     )));
 }

@@ -437,6 +437,115 @@ async fn a_control_namespace_that_is_not_ours_is_never_taken() {
     assert!(members.contains(&"shop".to_string()), "{members:?}");
 }
 
+/// Issue 43 hole 5: a namespace created in advance under the tenant's control namespace name,
+/// with meshplane's labels (anyone who may create namespaces can set them), is never taken:
+/// nothing is written into it, the tenant CA's key least of all. A namespace the operator
+/// creates itself is recorded by UID, and that record is what later reconciles trust.
+#[tokio::test]
+async fn a_control_namespace_planted_in_advance_is_never_taken() {
+    let api = cluster();
+    api.insert(
+        NS,
+        namespace(
+            "meshplane-blue",
+            json!({names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE, names::TENANT_LABEL: "blue"}),
+        ),
+    );
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(object_writes(&api), Vec::<String>::new(), "nothing written");
+    assert!(
+        api.names("secrets").is_empty(),
+        "no CA key written anywhere"
+    );
+    let blue = stored(&api, "blue-v1");
+    assert_eq!(
+        condition(&blue, "Reconciled"),
+        ("False".into(), "ControlNamespaceNotOwned".into())
+    );
+    assert_eq!(
+        blue.status
+            .as_ref()
+            .and_then(|s| s.control_namespace_uid.clone()),
+        None
+    );
+
+    // Handed over by the platform admin with its UID: taken, and the UID recorded.
+    let planted = api
+        .get("", "namespaces", None, "meshplane-blue")
+        .expect("ns");
+    let uid = planted["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    let mut handed = api.get(MCP.0, MCP.1, None, "blue-v1").expect("mcp");
+    handed["metadata"]["annotations"] = json!({names::ADOPT_CONTROL_NAMESPACE_ANNOTATION: uid});
+    api.insert(MCP, handed);
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    let blue = stored(&api, "blue-v1");
+    assert_eq!(
+        blue.status
+            .as_ref()
+            .and_then(|s| s.control_namespace_uid.as_deref()),
+        Some(uid.as_str())
+    );
+    assert!(api
+        .names("secrets")
+        .iter()
+        .any(|s| s.starts_with("meshplane-blue/")));
+}
+
+#[tokio::test]
+async fn the_control_namespace_the_operator_creates_is_recorded_by_uid() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let ns = api
+        .get("", "namespaces", None, "meshplane-blue")
+        .expect("created");
+    let uid = ns["metadata"]["uid"].as_str().expect("uid");
+    let blue = stored(&api, "blue-v1");
+    assert_eq!(
+        blue.status
+            .as_ref()
+            .and_then(|s| s.control_namespace_uid.as_deref()),
+        Some(uid)
+    );
+    assert!(api
+        .writes()
+        .iter()
+        .any(|(verb, _, _, name)| verb == "create" && name == "meshplane-blue"));
+    // Deleted and planted again under the same name: a new UID, refused from then on.
+    api.remove("", "namespaces", None, "meshplane-blue");
+    api.insert(
+        NS,
+        namespace(
+            "meshplane-blue",
+            json!({names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE, names::TENANT_LABEL: "blue"}),
+        ),
+    );
+    let writes = api.writes().len();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "Reconciled"),
+        ("False".into(), "ControlNamespaceNotOwned".into())
+    );
+    assert!(
+        api.writes()[writes..]
+            .iter()
+            .all(|(_, gp, _, _)| gp.starts_with("meshplane.io/")),
+        "only the status is written"
+    );
+}
+
 #[tokio::test]
 async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
     let api = cluster();

@@ -577,6 +577,7 @@ impl TenantIndex {
                 Object::Namespace(ns) => namespaces.push(NamespaceFacts {
                     name: ns.metadata.name.clone().unwrap_or_default(),
                     labels: ns.metadata.labels.clone().unwrap_or_default(),
+                    uid: ns.metadata.uid.clone(),
                 }),
                 Object::MeshControlPlane(mcp) => {
                     control_planes.push(ControlPlaneFacts::from(mcp.as_ref()))
@@ -593,6 +594,9 @@ impl TenantIndex {
                 revision: self.revision.clone(),
                 control_namespace: self.control_namespace.clone(),
                 namespace_selector: None,
+                control_namespace_uid: None,
+                handed_namespace_uid: None,
+                legacy_claim: false,
             });
         }
         for tag in &self.tags {

@@ -107,6 +107,7 @@ impl MembershipView {
             let facts = NamespaceFacts {
                 name: name.clone(),
                 labels: n.labels().clone(),
+                uid: n.uid(),
             };
             (name, facts)
         })

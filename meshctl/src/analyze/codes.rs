@@ -55,7 +55,7 @@ codes! {
     CONTROL_NAMESPACE_TAKEN = "MP0104" "ControlNamespaceTaken" Error
         "A revision's control namespace belongs to another tenant; it is inactive.";
     CONTROL_NAMESPACE_NOT_OWNED = "MP0105" "ControlNamespaceNotOwned" Error
-        "A revision's control namespace exists and meshplane did not create it for this tenant; the revision takes nothing and is inactive.";
+        "A revision's control namespace exists and no control plane of the tenant recorded creating it (`status.controlNamespaceUID`) nor was it handed over (`meshplane.io/adopt-control-namespace`); the revision takes nothing and is inactive.";
     TAG_NAMED_LIKE_REVISION = "MP0201" "TagNamedLikeRevision" Error
         "A MeshRevisionTag has the name of a revision; tags and revisions share the meshplane.io/rev label.";
     TAG_MOVED_ACROSS_TENANTS = "MP0202" "TagMovedAcrossTenants" Error

@@ -106,6 +106,7 @@ fn facts_of(n: &Namespace) -> NamespaceFacts {
     NamespaceFacts {
         name: n.name_any(),
         labels: n.labels().clone(),
+        uid: n.uid(),
     }
 }
 

@@ -38,6 +38,10 @@ pub enum Error {
     Finalizer(#[source] Box<finalizer::Error<Error>>),
     #[error("the controller's caches stopped")]
     CacheClosed,
+    /// The control namespace found when writing is not the one membership admitted (created
+    /// or replaced since the caches saw it): nothing is written into it.
+    #[error("control namespace {namespace:?} {why}")]
+    ControlNamespaceNotOwned { namespace: String, why: String },
 }
 
 impl Error {
@@ -51,6 +55,7 @@ impl Error {
             Error::Serialize(_) => "SerializeFailed",
             Error::InUse { .. } => "InUse",
             Error::CacheClosed => "CacheClosed",
+            Error::ControlNamespaceNotOwned { .. } => "ControlNamespaceNotOwned",
             Error::Finalizer(e) => match e.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.reason()

@@ -315,6 +315,22 @@ impl FakeApi {
                     .as_str()
                     .unwrap_or_default()
                     .to_string();
+                let key = (
+                    path.group.clone(),
+                    path.plural.clone(),
+                    path.namespace.clone(),
+                    name.clone(),
+                );
+                if st.objects.contains_key(&key) {
+                    return (
+                        StatusCode::CONFLICT,
+                        status_json(
+                            409,
+                            "AlreadyExists",
+                            &format!("{group_plural} {name:?} already exists"),
+                        ),
+                    );
+                }
                 obj["metadata"]["uid"] = json!(format!("uid-{name}"));
                 obj["metadata"]["resourceVersion"] = json!("1");
                 st.writes.push((
@@ -323,15 +339,7 @@ impl FakeApi {
                     path.namespace.clone(),
                     name.clone(),
                 ));
-                st.objects.insert(
-                    (
-                        path.group.clone(),
-                        path.plural.clone(),
-                        path.namespace.clone(),
-                        name,
-                    ),
-                    obj.clone(),
-                );
+                st.objects.insert(key, obj.clone());
                 (StatusCode::CREATED, obj)
             }
             (&Method::PATCH, Some(name)) => {

@@ -24,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
-use meshplane_crds::membership::RevisionMembership;
+use meshplane_crds::membership::{ControlPlaneFacts, RevisionMembership};
 use meshplane_crds::{names, MeshControlPlane, MeshControlPlaneStatus};
 use serde_json::{json, Value};
 use tracing::{info, instrument};
@@ -186,7 +186,7 @@ async fn reconcile_active(
     let revision = target.control_plane.revision();
     let named = Named::new(&revision, &rev.control_namespace);
     let mut observed = observe(ctx, &rev.tenant, &revision).await?;
-    gain_access(ctx, target, &mut observed).await?;
+    gain_access(ctx, target, snap, &named, &mut observed).await?;
     let written = write_objects(ctx, target, snap, &named, &mut observed).await?;
     report_outcome(ctx, target, &named, &observed, &written, now).await
 }
@@ -362,6 +362,8 @@ async fn read_unobserved(
 async fn gain_access(
     ctx: &Context,
     target: &Target<'_>,
+    snap: &super::Snapshot,
+    named: &Named,
     observed: &mut BTreeMap<ObjectKey, Value>,
 ) -> Result<(), Error> {
     let operator = target.operator;
@@ -372,6 +374,7 @@ async fn gain_access(
         operator,
     );
     read_unobserved(ctx, &access, observed).await?;
+    claim_control_namespace(ctx, target, snap, named, &access, observed).await?;
     let before = plan::access_namespaces(observed, operator);
     for object in plan::access_writes(&access, observed, &target.uid) {
         let applied = ctx.applier.apply(object).await?;
@@ -384,6 +387,73 @@ async fn gain_access(
     let selector =
         render::ownership_selector(&target.revision.tenant, &target.control_plane.revision());
     observe_bound(ctx, &selector, &gained, observed).await
+}
+
+/// Makes sure the control namespace is the tenant's before anything is written into it: creates
+/// it when it does not exist and records its UID in the status at once (so a crash before the
+/// full status write cannot orphan it), and refuses one that is not the tenant's.
+async fn claim_control_namespace(
+    ctx: &Context,
+    target: &Target<'_>,
+    snap: &super::Snapshot,
+    named: &Named,
+    access: &[DesiredObject],
+    observed: &mut BTreeMap<ObjectKey, Value>,
+) -> Result<(), Error> {
+    let rev = target.revision;
+    let claimants: Vec<ControlPlaneFacts> = snap
+        .control_planes
+        .iter()
+        .filter(|c| c.spec.tenant == rev.tenant && c.control_namespace() == rev.control_namespace)
+        .map(ControlPlaneFacts::from)
+        .collect();
+    match plan::control_namespace_step(
+        &rev.control_namespace,
+        observed.get(&named.namespace),
+        &claimants,
+    ) {
+        plan::ControlNamespaceStep::Ours => Ok(()),
+        plan::ControlNamespaceStep::Refused(why) => Err(Error::ControlNamespaceNotOwned {
+            namespace: rev.control_namespace.clone(),
+            why,
+        }),
+        plan::ControlNamespaceStep::Create => {
+            let Some(desired) = access.iter().find(|d| d.key == named.namespace) else {
+                return Ok(());
+            };
+            let created = ctx.applier.create(desired).await?;
+            if let Some(uid) = created.pointer("/metadata/uid").and_then(Value::as_str) {
+                record_control_namespace_uid(target.control_plane, uid, ctx).await?;
+            }
+            observed.insert(named.namespace.clone(), created);
+            Ok(())
+        }
+    }
+}
+
+/// Records the control namespace's UID in the status by merge patch (the rest of the status
+/// is written at the end of the reconcile).
+async fn record_control_namespace_uid(
+    mcp: &MeshControlPlane,
+    uid: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let api = Api::<MeshControlPlane>::all(ctx.client.clone());
+    let body = json!({
+        "metadata": {"name": mcp.name_any()},
+        "status": {"controlNamespaceUID": uid},
+    });
+    api.patch_status(
+        &mcp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&body),
+    )
+    .await
+    .map_err(Error::kube(
+        "record the control namespace in MeshControlPlane status",
+    ))?;
+    ctx.metrics.record_write("MeshControlPlane/status", "patch");
+    Ok(())
 }
 
 /// Performs one pass's writes, keeping `observed` what the API returned.

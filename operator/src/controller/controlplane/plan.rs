@@ -126,6 +126,8 @@ pub fn decide<'m>(mcp: &MeshControlPlane, membership: &'m Membership, now: &Time
 /// The objects of one revision the reconcile looks at by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Named {
+    /// The control namespace.
+    pub namespace: ObjectKey,
     /// The webhook TLS Secret (contract 4).
     pub webhook_tls: ObjectKey,
     /// The instance Service, whose ClusterIP the bootstrap ConfigMaps carry (contract 6).
@@ -142,6 +144,7 @@ impl Named {
     pub fn new(revision: &str, control_namespace: &str) -> Self {
         let instance = names::instance_name(revision);
         Self {
+            namespace: key(Kind::Namespace, None, control_namespace),
             webhook_tls: key(
                 Kind::Secret,
                 Some(control_namespace),
@@ -260,6 +263,63 @@ pub fn access_writes<'d>(
         .into_iter()
         .collect();
     access.iter().filter(|d| todo.contains(&d.key)).collect()
+}
+
+/// What to do about the control namespace before anything is written into it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlNamespaceStep {
+    /// It does not exist: create it (never apply, which would take over one created since the
+    /// caches looked) and record its UID.
+    Create,
+    /// It is the tenant's (its UID is vouched for, see `membership::control_namespace_refusal`).
+    Ours,
+    /// It exists and is not the tenant's: nothing may be written.
+    Refused(String),
+}
+
+/// Checks the control namespace as just read (`live`) against what the tenant's control
+/// planes naming it (`claimants`) vouch for: the caches membership decided on may lag behind
+/// a namespace created or replaced meanwhile.
+pub fn control_namespace_step(
+    name: &str,
+    live: Option<&Value>,
+    claimants: &[meshplane_crds::membership::ControlPlaneFacts],
+) -> ControlNamespaceStep {
+    let Some(live) = live else {
+        return ControlNamespaceStep::Create;
+    };
+    let labels = live
+        .pointer("/metadata/labels")
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    let facts = meshplane_crds::membership::NamespaceFacts {
+        name: name.to_string(),
+        labels,
+        uid: live
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    let claimants: Vec<_> = claimants.iter().collect();
+    match meshplane_crds::membership::control_namespace_refusal(name, Some(&facts), &claimants) {
+        None => ControlNamespaceStep::Ours,
+        Some(why) => ControlNamespaceStep::Refused(why),
+    }
+}
+
+/// The UID a status records for the control namespace: the one observed (the reconcile only
+/// gets this far with a namespace that is the tenant's), else what was recorded before.
+fn control_namespace_uid(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    previous: Option<&MeshControlPlaneStatus>,
+) -> Option<String> {
+    observed
+        .get(&named.namespace)
+        .and_then(|n| n.pointer("/metadata/uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| previous.and_then(|s| s.control_namespace_uid.clone()))
 }
 
 /// The webhook certificate material of the revision's Secret, when there is one and it is
@@ -465,8 +525,9 @@ pub fn report(
     now: &Time,
 ) -> Report {
     let facts = outcome.instance_facts();
-    let status = status::active_status(mcp, revision, &facts, now);
     let previous = mcp.status.as_ref();
+    let mut status = status::active_status(mcp, revision, &facts, now);
+    status.control_namespace_uid = control_namespace_uid(outcome.observed, outcome.named, previous);
     let known_rejected: BTreeSet<&str> = previous
         .and_then(|s| s.rejected.as_ref())
         .map(|r| r.namespaces.iter().map(|n| n.name.as_str()).collect())
@@ -712,6 +773,29 @@ mod tests {
         };
         assert_eq!(again.notices, []);
         assert_eq!(again.status, report.status);
+    }
+
+    #[test]
+    fn the_control_namespace_is_checked_as_read_before_the_first_write() {
+        use meshplane_crds::membership::ControlPlaneFacts;
+        let mcp = mk_control_plane("blue-v1", "blue", "2026-01-01T00:00:00Z");
+        let mut recorded = ControlPlaneFacts::from(&mcp);
+        recorded.control_namespace_uid = Some("uid-made".into());
+        let live = |uid: &str| {
+            serde_json::json!({"metadata": {"name": "meshplane-blue", "uid": uid,
+                "labels": {names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE,
+                           names::TENANT_LABEL: "blue"}}})
+        };
+        let step = |live: Option<&Value>| {
+            control_namespace_step("meshplane-blue", live, std::slice::from_ref(&recorded))
+        };
+        assert_eq!(step(None), ControlNamespaceStep::Create);
+        assert_eq!(step(Some(&live("uid-made"))), ControlNamespaceStep::Ours);
+        // Created by someone else since the caches looked, with our labels.
+        assert!(matches!(
+            step(Some(&live("uid-planted"))),
+            ControlNamespaceStep::Refused(_)
+        ));
     }
 
     #[test]
