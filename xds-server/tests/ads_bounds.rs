@@ -830,12 +830,11 @@ async fn large_first_requests_waiting_for_admission_are_bounded_together() {
         .await
         .expect("three streams await their review")
         .expect("open");
-    let status = tokio::time::timeout(
-        DEADLINE,
-        ended(open_sotw(h.client().await, large(3), Some("shop-3-token")).await),
-    )
-    .await
-    .expect("refused at once, not left waiting");
+    let refused =
+        async { ended(open_sotw(h.client().await, large(3), Some("shop-3-token")).await).await };
+    let status = tokio::time::timeout(DEADLINE, refused)
+        .await
+        .expect("refused at once, not left waiting");
     assert_exhausted(&status, "awaiting_admission");
     assert_eq!(exceeded(&h, "awaiting_admission"), 1);
     // Admission decides: the three are served and the pool is free again.
