@@ -246,15 +246,15 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_secs(args.lease_duration_seconds),
         ));
         let mut stop_wait = stop_rx.clone();
-        tokio::select! {
-            _ = elector.acquire() => {},
-            _ = stop_wait.wait_for(|s| *s) => {},
-        }
-        if !*stop_rx.borrow() {
+        let acquired = tokio::select! {
+            at = elector.acquire() => Some(at),
+            _ = stop_wait.wait_for(|s| *s) => None,
+        };
+        if let Some(acquired) = acquired.filter(|_| !*stop_rx.borrow()) {
             let holder = elector.clone();
             let lost_tx = stop_tx.clone();
             let holding = tokio::spawn(async move {
-                holder.hold().await;
+                holder.hold(acquired).await;
                 let _ = lost_tx.send(true);
                 true
             });
