@@ -429,6 +429,42 @@ fn limited(budget: BudgetLimits) -> AdsLimits {
     }
 }
 
+/// A harness whose streams have `budget`, serving cluster `c1` in `shop`.
+async fn budgeted(budget: BudgetLimits) -> Harness {
+    let h = Harness::start_limited(None, limited(budget)).await;
+    h.set("shop", config("a")).await;
+    h
+}
+
+/// The first delta request of proxy `p-1` in `shop`.
+fn delta_first(request: DeltaDiscoveryRequest) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        node: Some(node("shop", "p-1")),
+        ..request
+    }
+}
+
+/// A first delta request for clusters claiming `n` initial versions.
+fn delta_with_versions(n: usize) -> DeltaDiscoveryRequest {
+    delta_first(DeltaDiscoveryRequest {
+        type_url: type_url::CLUSTER.into(),
+        initial_resource_versions: padded_names("c", n, 8)
+            .into_iter()
+            .map(|n| (n, "v".to_string()))
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// A SotW request for clusters (no node: not a first request).
+fn sotw_clusters(names: Vec<String>) -> DiscoveryRequest {
+    DiscoveryRequest {
+        type_url: type_url::CLUSTER.into(),
+        resource_names: names,
+        ..Default::default()
+    }
+}
+
 /// A 2.6 MB list of 300,000 names would cost tens of MB decoded and held: it is refused
 /// from its encoding, before the token is even reviewed.
 #[tokio::test]
@@ -483,41 +519,18 @@ async fn a_large_subscription_within_budget_is_served() {
 /// refused undecoded.
 #[tokio::test]
 async fn delta_initial_resource_versions_over_budget_are_resource_exhausted() {
-    let h = Harness::start().await;
-    h.set("shop", config("a")).await;
-    let first = DeltaDiscoveryRequest {
-        node: Some(node("shop", "p-1")),
-        type_url: type_url::CLUSTER.into(),
-        initial_resource_versions: padded_names("c", 60_000, 8)
-            .into_iter()
-            .map(|n| (n, "v".to_string()))
-            .collect(),
-        ..Default::default()
-    };
-    let status = ended(open_delta(h.client().await, first).await).await;
+    let h = budgeted(BudgetLimits::default()).await;
+    let status = ended(open_delta(h.client().await, delta_with_versions(60_000)).await).await;
     assert_exhausted(&status, "initial_resource_versions");
     assert_eq!(exceeded(&h, "initial_resource_versions"), 1);
 
     // Within the per-request limit, initial versions still count against the stream's names.
-    let h = Harness::start_limited(
-        None,
-        limited(BudgetLimits {
-            names_per_stream: 1_000,
-            ..BudgetLimits::default()
-        }),
-    )
+    let h = budgeted(BudgetLimits {
+        names_per_stream: 1_000,
+        ..BudgetLimits::default()
+    })
     .await;
-    h.set("shop", config("a")).await;
-    let first = DeltaDiscoveryRequest {
-        node: Some(node("shop", "p-1")),
-        type_url: type_url::CLUSTER.into(),
-        initial_resource_versions: padded_names("c", 1_001, 8)
-            .into_iter()
-            .map(|n| (n, "v".to_string()))
-            .collect(),
-        ..Default::default()
-    };
-    let status = ended(open_delta(h.client().await, first).await).await;
+    let status = ended(open_delta(h.client().await, delta_with_versions(1_001)).await).await;
     assert_exhausted(&status, "names_per_stream");
 }
 
@@ -538,12 +551,12 @@ fn delta_request(
 /// ends.
 #[tokio::test]
 async fn delta_subscriptions_accumulating_past_the_cap_are_resource_exhausted() {
-    let h = Harness::start().await;
-    h.set("shop", config("a")).await;
-    let first = DeltaDiscoveryRequest {
-        node: Some(node("shop", "p-1")),
-        ..delta_request(type_url::CLUSTER, padded_names("a", 20_000, 8), vec![])
-    };
+    let h = budgeted(BudgetLimits::default()).await;
+    let first = delta_first(delta_request(
+        type_url::CLUSTER,
+        padded_names("a", 20_000, 8),
+        vec![],
+    ));
     let opened = open_delta(h.client().await, first).await.expect("admitted");
     for prefix in ["b", "c"] {
         opened
@@ -561,20 +574,17 @@ async fn delta_subscriptions_accumulating_past_the_cap_are_resource_exhausted() 
     assert!(status.message().contains("60000"), "{}", status.message());
 
     // Over every type: 400 names each of four types, 1,500 at most.
-    let h = Harness::start_limited(
-        None,
-        limited(BudgetLimits {
-            names_per_type: 1_000,
-            names_per_stream: 1_500,
-            ..BudgetLimits::default()
-        }),
-    )
+    let h = budgeted(BudgetLimits {
+        names_per_type: 1_000,
+        names_per_stream: 1_500,
+        ..BudgetLimits::default()
+    })
     .await;
-    h.set("shop", config("a")).await;
-    let first = DeltaDiscoveryRequest {
-        node: Some(node("shop", "p-1")),
-        ..delta_request(type_url::CLUSTER, padded_names("a", 400, 8), vec![])
-    };
+    let first = delta_first(delta_request(
+        type_url::CLUSTER,
+        padded_names("a", 400, 8),
+        vec![],
+    ));
     let opened = open_delta(h.client().await, first).await.expect("admitted");
     for t in [type_url::LISTENER, type_url::ROUTE, type_url::ENDPOINT] {
         opened
@@ -593,21 +603,14 @@ async fn delta_subscriptions_accumulating_past_the_cap_are_resource_exhausted() 
 /// give none.
 #[tokio::test]
 async fn unsubscribing_makes_room_for_other_names() {
-    let h = Harness::start_limited(
-        None,
-        limited(BudgetLimits {
-            names_per_type: 1_000,
-            ..BudgetLimits::default()
-        }),
-    )
+    let h = budgeted(BudgetLimits {
+        names_per_type: 1_000,
+        ..BudgetLimits::default()
+    })
     .await;
-    h.set("shop", config("a")).await;
     let a = padded_names("a", 800, 8);
     let b = padded_names("b", 800, 8);
-    let first = DeltaDiscoveryRequest {
-        node: Some(node("shop", "p-1")),
-        ..delta_request(type_url::CLUSTER, a.clone(), vec![])
-    };
+    let first = delta_first(delta_request(type_url::CLUSTER, a.clone(), vec![]));
     let (tx, mut rx) = open_delta(h.client().await, first).await.expect("admitted");
     tx.send(delta_request(type_url::CLUSTER, b.clone(), a))
         .await
@@ -653,20 +656,12 @@ async fn unsubscribing_makes_room_for_other_names() {
     )
     .await
     .expect("admitted");
-    tx.send(DiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        resource_names: padded_names("b", 900, 8),
-        ..Default::default()
-    })
-    .await
-    .expect("send");
-    tx.send(DiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        resource_names: vec!["c1".into()],
-        ..Default::default()
-    })
-    .await
-    .expect("send");
+    tx.send(sotw_clusters(padded_names("b", 900, 8)))
+        .await
+        .expect("send");
+    tx.send(sotw_clusters(vec!["c1".into()]))
+        .await
+        .expect("send");
     loop {
         let response = tokio::time::timeout(DEADLINE, rx.message())
             .await
@@ -677,22 +672,16 @@ async fn unsubscribing_makes_room_for_other_names() {
             break;
         }
         tx.send(DiscoveryRequest {
-            type_url: type_url::CLUSTER.into(),
-            resource_names: vec!["c1".into()],
             version_info: response.version_info.clone(),
             response_nonce: response.nonce.clone(),
-            ..Default::default()
+            ..sotw_clusters(vec!["c1".into()])
         })
         .await
         .expect("ACK");
     }
-    tx.send(DiscoveryRequest {
-        type_url: type_url::CLUSTER.into(),
-        resource_names: padded_names("c", 1_001, 8),
-        ..Default::default()
-    })
-    .await
-    .expect("send");
+    tx.send(sotw_clusters(padded_names("c", 1_001, 8)))
+        .await
+        .expect("send");
     assert_exhausted(&ended(Ok((tx, rx))).await, "names_per_type");
 }
 
@@ -700,15 +689,11 @@ async fn unsubscribing_makes_room_for_other_names() {
 /// own, and a stream that ends gives its share back.
 #[tokio::test]
 async fn streams_of_one_connection_share_its_budget() {
-    let h = Harness::start_limited(
-        None,
-        limited(BudgetLimits {
-            name_bytes_per_stream: 64 * 1024,
-            ..BudgetLimits::default()
-        }),
-    )
+    let h = budgeted(BudgetLimits {
+        name_bytes_per_stream: 64 * 1024,
+        ..BudgetLimits::default()
+    })
     .await;
-    h.set("shop", config("a")).await;
     // About 50 KiB of names each: two fit the connection's 128 KiB, three do not.
     let first = |pod: &str| {
         let mut names = padded_names(pod, 500, 100);

@@ -258,14 +258,18 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     .expect("watch");
 }
 
-async fn create_namespace(client: &kube::Client, name: &str, labels: serde_json::Value) {
+/// Creates a namespace; returns its UID.
+async fn create_namespace(client: &kube::Client, name: &str, labels: serde_json::Value) -> String {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
             &from_json(serde_json::json!({"metadata": {"name": name, "labels": labels}})),
         )
         .await
-        .expect("namespace");
+        .expect("namespace")
+        .metadata
+        .uid
+        .expect("a uid")
 }
 
 async fn create_service(client: &kube::Client, ns: &str, name: &str) {
@@ -297,13 +301,15 @@ async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
             .expect("create CRD");
     }
     let rev = names::REV_LABEL;
+    let mut control_namespace_uids = std::collections::BTreeMap::new();
     for tenant in ["blue", "green"] {
         // Control namespaces as the operator creates them (membership checks they are its).
         let labels = serde_json::json!({
             names::MANAGED_BY_LABEL: names::MANAGED_BY_VALUE,
             names::TENANT_LABEL: tenant,
         });
-        create_namespace(&client, &format!("meshplane-{tenant}"), labels).await;
+        let uid = create_namespace(&client, &format!("meshplane-{tenant}"), labels).await;
+        control_namespace_uids.insert(tenant, uid);
     }
     create_namespace(&client, "shop", serde_json::json!({rev: "blue-v1"})).await;
     create_namespace(&client, "bank", serde_json::json!({rev: "green-v1"})).await;
@@ -324,6 +330,18 @@ async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
         mcps.create(&PostParams::default(), &mcp)
             .await
             .expect("control plane");
+        // The operator records the control namespace it created.
+        let status = serde_json::json!({"status": {
+            "controlNamespace": format!("meshplane-{tenant}"),
+            "controlNamespaceUID": control_namespace_uids[tenant],
+        }});
+        mcps.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .expect("control plane status");
     }
     // The members ConfigMap as a tenant admin with `edit` in the control namespace could write it.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "meshplane-blue");

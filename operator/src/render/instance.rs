@@ -262,11 +262,9 @@ fn network_policy_spec(rev: &Revision<'_>) -> Value {
                 "from": [{"namespaceSelector": {"matchExpressions": [
                     {"key": names::NAMESPACE_NAME_LABEL, "operator": "In", "values": tenant},
                 ]}}],
-                // ADS and certificates over TLS; the plaintext port too, should it be enabled.
-                "ports": [
-                    {"port": ports::GRPC_XDS_TLS, "protocol": "TCP"},
-                    {"port": ports::GRPC_XDS, "protocol": "TCP"},
-                ],
+                // ADS and certificates over TLS only: a rendered instance never serves plaintext
+                // ADS (15010), so no rule opens it should a flag ever turn it on.
+                "ports": [{"port": ports::GRPC_XDS_TLS, "protocol": "TCP"}],
             },
             {"ports": port(ports::HTTPS_WEBHOOK)},
             {"ports": port(ports::HTTP_MONITORING)},
