@@ -106,6 +106,7 @@ pub struct Metrics {
     queue: Histogram,
     members_stale: Gauge,
     members_unverified: Gauge,
+    refused_watches: Gauge,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -248,6 +249,12 @@ impl Metrics {
             "Shared isolation: namespaces the members ConfigMap lists that are not the tenant's by their labels and the cluster's control planes and tags, and are not read",
             members_unverified.clone(),
         );
+        let refused_watches = Gauge::default();
+        registry.register(
+            "refused_watches",
+            "Watches (one kind in one namespace) the API server refuses (403) before they first listed: the instance serves without those objects until access returns",
+            refused_watches.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -293,6 +300,7 @@ impl Metrics {
             queue,
             members_stale,
             members_unverified,
+            refused_watches,
             proxy_config_bytes,
             registry: root,
         }
@@ -366,6 +374,11 @@ impl Metrics {
                 r#type: type_name.to_string(),
             })
             .inc();
+    }
+
+    /// Adds `delta` to the watches refused before their first listing.
+    pub fn refused_watches(&self, delta: i64) {
+        self.refused_watches.inc_by(delta);
     }
 
     /// Records a refused stream.

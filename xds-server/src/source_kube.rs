@@ -216,7 +216,8 @@ pub fn parse_gateways(cm: &ConfigMap) -> Option<Vec<GatewayDeployment>> {
 type Batch = Vec<SourceEvent>;
 
 /// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
-/// initial namespace watch have been listed.
+/// initial namespace watch have been listed, or refused (403): one namespace the instance may
+/// not read never keeps the whole instance unready.
 pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<SourceEvent>) {
     let (batch_tx, mut batch_rx) = mpsc::channel::<Batch>(256);
     // One writer keeps each relist batch contiguous on the output channel.
@@ -240,6 +241,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
             &batch_tx,
             Some(allowed_rx.clone()),
             &mut initial,
+            &config.metrics,
         );
         watchers.insert(None, handles);
     }
@@ -310,7 +312,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
                             Kind::Secret,
                             |o| Object::Secret(Box::new(o)),
                             batch_tx.clone(),
-                            done_tx,
+                            InitialListing::new(done_tx, Arc::clone(&config.metrics)),
                             None,
                         )));
                     }
@@ -423,6 +425,7 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
                             &batch_tx,
                             None,
                             &mut initial,
+                            &config.metrics,
                         ));
                     }
                 }
@@ -457,6 +460,7 @@ fn spawn_kind_watchers(
     out: &mpsc::Sender<Batch>,
     filter: Option<watch::Receiver<BTreeSet<String>>>,
     initial: &mut Vec<oneshot::Receiver<()>>,
+    metrics: &Arc<Metrics>,
 ) -> Vec<JoinHandle<()>> {
     fn api<K>(client: &Client, namespace: Option<&String>) -> Api<K>
     where
@@ -480,7 +484,7 @@ fn spawn_kind_watchers(
                 $kind,
                 |o| Object::$variant(Box::new(o)),
                 out.clone(),
-                done_tx,
+                InitialListing::new(done_tx, Arc::clone(metrics)),
                 filter.clone(),
             )));
         }};
@@ -522,13 +526,12 @@ async fn watch_kind<K>(
     kind: Kind,
     wrap: fn(K) -> Object,
     out: mpsc::Sender<Batch>,
-    done: oneshot::Sender<()>,
+    mut listing: InitialListing,
     mut filter: Option<watch::Receiver<BTreeSet<String>>>,
 ) where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    let mut done = Some(done);
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -615,7 +618,20 @@ async fn watch_kind<K>(
                 vec![SourceEvent::Delete(key)]
             }
             Err(e) => {
-                tracing::warn!(?kind, namespace = ?namespace, error = %e, "watch failed, retrying");
+                // Refused outright (a member namespace's admin removed the instance's reader
+                // binding, say): readiness does not wait for it. The instance serves what it
+                // can read; this kind of that namespace follows once the watch lists.
+                if listing.pending() && is_forbidden(&e) {
+                    tracing::warn!(
+                        ?kind,
+                        namespace = ?namespace,
+                        error = %e,
+                        "not allowed to list: serving without it until access returns"
+                    );
+                    listing.refused();
+                } else {
+                    tracing::warn!(?kind, namespace = ?namespace, error = %e, "watch failed, retrying");
+                }
                 continue;
             }
         };
@@ -624,10 +640,77 @@ async fn watch_kind<K>(
             break;
         }
         if listed {
-            if let Some(done) = done.take() {
-                let _ = done.send(());
-            }
+            listing.listed();
         }
+    }
+}
+
+/// A watch's first listing: readiness waits for it (`done`) until the watch lists or is
+/// refused (403) before it could. A refused watch is counted in
+/// `meshplane_xds_refused_watches` until it lists, or until it ends (a namespace that left,
+/// a dropped task).
+struct InitialListing {
+    done: Option<oneshot::Sender<()>>,
+    metrics: Arc<Metrics>,
+    counted: bool,
+}
+
+impl InitialListing {
+    fn new(done: oneshot::Sender<()>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            done: Some(done),
+            metrics,
+            counted: false,
+        }
+    }
+
+    /// Whether readiness still waits for the first listing.
+    fn pending(&self) -> bool {
+        self.done.is_some()
+    }
+
+    fn release(&mut self) {
+        if let Some(done) = self.done.take() {
+            // Readiness may have stopped waiting (the source ended): nothing to tell.
+            let _ = done.send(());
+        }
+    }
+
+    fn count(&mut self, refused: bool) {
+        if refused != self.counted {
+            self.metrics.refused_watches(if refused { 1 } else { -1 });
+            self.counted = refused;
+        }
+    }
+
+    /// Refused before the first listing: readiness stops waiting, the watch is counted.
+    fn refused(&mut self) {
+        self.release();
+        self.count(true);
+    }
+
+    /// Listed (or listed again after a refusal).
+    fn listed(&mut self) {
+        self.release();
+        self.count(false);
+    }
+}
+
+impl Drop for InitialListing {
+    fn drop(&mut self) {
+        self.count(false);
+    }
+}
+
+/// Whether a watch failed because the API server refuses the instance (403), as opposed to a
+/// transient failure.
+fn is_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
     }
 }
 

@@ -401,3 +401,98 @@ async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
     })
     .await;
 }
+
+/// Issue 43 hole 11: a member namespace's admin who deletes the instance's reader RoleBinding
+/// (or never had it) used to keep the whole instance unready after a restart, its proxies in
+/// every other namespace included. Now the refused watch does not hold readiness; the
+/// namespace's objects arrive once access returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_member_namespace_does_not_keep_the_instance_unready() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let standin = StandIn::start(StandInOptions::default())
+        .await
+        .expect("stand-in");
+    let admin = standin.client(&Identity::Admin).await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for crd in meshplane_crds::crdgen::all() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
+    }
+    for ns in ["meshplane-blue", "shop", "bank"] {
+        create_namespace(&admin, ns, serde_json::json!({})).await;
+    }
+    create_service(&admin, "shop", "web").await;
+    create_service(&admin, "bank", "ledger").await;
+    Api::<ConfigMap>::namespaced(admin.clone(), "meshplane-blue")
+        .create(
+            &PostParams::default(),
+            &from_json(serde_json::json!({
+                "metadata": {"name": "meshplane-blue-v1-members", "namespace": "meshplane-blue"},
+                "data": {"members": "bank\nshop\n", "attached": "bank\nshop\n", "tags": ""},
+            })),
+        )
+        .await
+        .expect("members");
+    // The instance may read its control namespace and shop; bank's reader binding is gone.
+    let grant = |ns: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let role: Role = from_json(serde_json::json!({
+                "metadata": {"name": "meshplane-blue-v1-reader", "namespace": ns},
+                "rules": [{
+                    "apiGroups": ["", "discovery.k8s.io", "networking.meshplane.io", "security.meshplane.io"],
+                    "resources": ["*"],
+                    "verbs": ["get", "list", "watch"],
+                }],
+            }));
+            Api::<Role>::namespaced(admin.clone(), ns)
+                .create(&PostParams::default(), &role)
+                .await
+                .expect("role");
+            let binding: RoleBinding = from_json(serde_json::json!({
+                "metadata": {"name": "meshplane-blue-v1-reader", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": "meshplane-blue-v1-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "meshplane-blue-v1",
+                              "namespace": "meshplane-blue"}],
+            }));
+            Api::<RoleBinding>::namespaced(admin, ns)
+                .create(&PostParams::default(), &binding)
+                .await
+                .expect("binding");
+        }
+    };
+    grant("meshplane-blue").await;
+    grant("shop").await;
+    let instance = standin
+        .client(&Identity::ServiceAccount {
+            namespace: "meshplane-blue".into(),
+            name: "meshplane-blue-v1".into(),
+        })
+        .await
+        .expect("instance client");
+
+    let (seen, metrics) = start_source(&instance, false);
+    let refused = || {
+        let text = metrics.encode().expect("metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix("meshplane_xds_refused_watches "))
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .expect("the refused watches gauge")
+    };
+    eventually("ready though bank cannot be listed", || {
+        seen.has(|e| matches!(e, SourceEvent::Ready))
+    })
+    .await;
+    assert!(seen.has(service_upsert("shop", "web")));
+    assert!(!seen.has(service_upsert("bank", "ledger")));
+    assert!(refused() > 0, "what is missing is reported");
+
+    // Access returns: bank's objects follow without a restart.
+    grant("bank").await;
+    eventually("bank's Service arrives and nothing is refused", || {
+        seen.has(service_upsert("bank", "ledger")) && refused() == 0
+    })
+    .await;
+}
