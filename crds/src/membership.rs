@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
 use crate::names::REV_LABEL;
@@ -51,6 +51,15 @@ impl NamespaceFacts {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             uid: None,
+        }
+    }
+
+    /// A namespace as its metadata says (a `Namespace`, or a metadata-only watch's object).
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
         }
     }
 

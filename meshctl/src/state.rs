@@ -238,11 +238,7 @@ impl MeshState {
         let namespaces: Vec<NamespaceFacts> = self
             .namespaces()
             .into_iter()
-            .map(|n| NamespaceFacts {
-                name: n.metadata.name.clone().unwrap_or_default(),
-                labels: n.metadata.labels.clone().unwrap_or_default(),
-                uid: n.metadata.uid.clone(),
-            })
+            .map(|n| NamespaceFacts::of(&n.metadata))
             .collect();
         let control_planes: Vec<ControlPlaneFacts> = self
             .control_planes()

@@ -6,7 +6,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::Client;
-use kube::ResourceExt;
 use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::validation::{validate_mesh_control_plane, validate_revision_tag};
 use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
@@ -203,9 +202,5 @@ async fn control_namespace_of(
     let ns = Api::<Namespace>::all(client.clone())
         .get_opt(&mcp.control_namespace())
         .await?;
-    Ok(ns.map(|n| NamespaceFacts {
-        name: n.name_any(),
-        labels: n.labels().clone(),
-        uid: n.uid(),
-    }))
+    Ok(ns.map(|n| NamespaceFacts::of(&n.metadata)))
 }

@@ -136,6 +136,14 @@ fn has_owner(observed: &Value, owner_uid: &str) -> bool {
         })
 }
 
+/// An object the API returned, as the JSON the plans compare.
+fn as_value(key: &ObjectKey, object: &DynamicObject) -> Result<Value, ApplyError> {
+    serde_json::to_value(object).map_err(|source| ApplyError::Decode {
+        key: key.to_string(),
+        source,
+    })
+}
+
 /// The API side: reads and writes of operator-managed objects, counted in metrics.
 #[derive(Clone)]
 pub struct Applier {
@@ -190,10 +198,7 @@ impl Applier {
                     namespace: o.metadata.namespace.clone().filter(|_| kind.namespaced()),
                     name: o.metadata.name.clone().unwrap_or_default(),
                 };
-                let value = serde_json::to_value(&o).map_err(|source| ApplyError::Decode {
-                    key: key.to_string(),
-                    source,
-                })?;
+                let value = as_value(&key, &o)?;
                 Ok((key, value))
             })
             .collect()
@@ -210,14 +215,7 @@ impl Applier {
                 key: key.to_string(),
                 source,
             })?;
-        found
-            .map(|o| {
-                serde_json::to_value(&o).map_err(|source| ApplyError::Decode {
-                    key: key.to_string(),
-                    source,
-                })
-            })
-            .transpose()
+        found.map(|o| as_value(key, &o)).transpose()
     }
 
     /// Server-side apply under the operator's field manager, forcing ownership of our fields.
@@ -235,10 +233,7 @@ impl Applier {
             })?;
         self.metrics.record_write(key.kind.name(), "apply");
         info!(object = %key, "applied");
-        serde_json::to_value(&applied).map_err(|source| ApplyError::Decode {
-            key: key.to_string(),
-            source,
-        })
+        as_value(key, &applied)
     }
 
     /// Creates one object that must not exist yet (a conflict when it does), keeping the
@@ -265,10 +260,7 @@ impl Applier {
             })?;
         self.metrics.record_write(key.kind.name(), "create");
         info!(object = %key, "created");
-        serde_json::to_value(&created).map_err(|source| ApplyError::Decode {
-            key: key.to_string(),
-            source,
-        })
+        as_value(key, &created)
     }
 
     /// Deletes one object; an object already gone is success.

@@ -574,11 +574,7 @@ impl TenantIndex {
         let mut tags: Vec<TagFacts> = Vec::new();
         for obj in self.objects.values() {
             match obj {
-                Object::Namespace(ns) => namespaces.push(NamespaceFacts {
-                    name: ns.metadata.name.clone().unwrap_or_default(),
-                    labels: ns.metadata.labels.clone().unwrap_or_default(),
-                    uid: ns.metadata.uid.clone(),
-                }),
+                Object::Namespace(ns) => namespaces.push(NamespaceFacts::of(&ns.metadata)),
                 Object::MeshControlPlane(mcp) => {
                     control_planes.push(ControlPlaneFacts::from(mcp.as_ref()))
                 }

@@ -103,13 +103,8 @@ impl MembershipView {
     /// Folds a Namespace event (labels are all membership needs of it).
     pub fn on_namespace(&mut self, event: Event<PartialObjectMeta<Namespace>>) -> bool {
         self.namespaces.fold(event, |n| {
-            let name = n.name_any();
-            let facts = NamespaceFacts {
-                name: name.clone(),
-                labels: n.labels().clone(),
-                uid: n.uid(),
-            };
-            (name, facts)
+            let facts = NamespaceFacts::of(&n.metadata);
+            (facts.name.clone(), facts)
         })
     }
 

@@ -236,27 +236,17 @@ impl DirState {
             }
         });
         for path in &dropped {
-            let below: Vec<PathBuf> = self
-                .unusable
-                .range(path.clone()..)
-                .take_while(|(p, _)| p.starts_with(path))
-                .map(|(p, _)| p.clone())
-                .collect();
-            for p in below {
+            for p in below(&self.unusable, path) {
                 self.unusable.remove(&p);
             }
         }
         self.unusable.extend(problems);
         let mut affected: BTreeSet<ObjectKey> = BTreeSet::new();
         for path in dropped {
-            let below: Vec<PathBuf> = self
-                .files
-                .range(path.clone()..)
-                .take_while(|(p, _)| p.starts_with(&path))
-                .filter(|(p, _)| !kept.contains(*p))
-                .map(|(p, _)| p.clone())
-                .collect();
-            for p in below {
+            let gone = below(&self.files, &path)
+                .into_iter()
+                .filter(|p| !kept.contains(p));
+            for p in gone {
                 for o in self.files.remove(&p).unwrap_or_default() {
                     let key = o.key();
                     if let Some(h) = self.holders.get_mut(&key) {
@@ -312,6 +302,14 @@ impl DirState {
         .chain(std::iter::once(SourceEvent::Synced))
         .collect()
     }
+}
+
+/// The keys of `map` at or below `path`.
+fn below<V>(map: &BTreeMap<PathBuf, V>, path: &Path) -> Vec<PathBuf> {
+    map.range(path.to_path_buf()..)
+        .take_while(|(p, _)| p.starts_with(path))
+        .map(|(p, _)| p.clone())
+        .collect()
 }
 
 fn is_manifest(path: &Path) -> bool {

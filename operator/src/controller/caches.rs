@@ -103,11 +103,7 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, Error> {
 }
 
 fn facts_of(n: &Namespace) -> NamespaceFacts {
-    NamespaceFacts {
-        name: n.name_any(),
-        labels: n.labels().clone(),
-        uid: n.uid(),
-    }
+    NamespaceFacts::of(&n.metadata)
 }
 
 /// Membership inputs of the labelled namespaces (only they can be members or rejected).

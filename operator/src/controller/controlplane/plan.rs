@@ -288,18 +288,11 @@ pub fn control_namespace_step(
     let Some(live) = live else {
         return ControlNamespaceStep::Create;
     };
-    let labels = live
-        .pointer("/metadata/labels")
-        .and_then(|l| serde_json::from_value(l.clone()).ok())
+    let meta = live
+        .get("metadata")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
         .unwrap_or_default();
-    let facts = meshplane_crds::membership::NamespaceFacts {
-        name: name.to_string(),
-        labels,
-        uid: live
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-    };
+    let facts = meshplane_crds::membership::NamespaceFacts::of(&meta);
     let claimants: Vec<_> = claimants.iter().collect();
     match meshplane_crds::membership::control_namespace_refusal(name, Some(&facts), &claimants) {
         None => ControlNamespaceStep::Ours,
@@ -307,19 +300,14 @@ pub fn control_namespace_step(
     }
 }
 
-/// The UID a status records for the control namespace: the one observed (the reconcile only
-/// gets this far with a namespace that is the tenant's), else what was recorded before.
-fn control_namespace_uid(
-    observed: &BTreeMap<ObjectKey, Value>,
-    named: &Named,
-    previous: Option<&MeshControlPlaneStatus>,
-) -> Option<String> {
+/// The UID of the control namespace as observed (the reconcile only gets this far with a
+/// namespace that is the tenant's).
+fn control_namespace_uid(observed: &BTreeMap<ObjectKey, Value>, named: &Named) -> Option<String> {
     observed
         .get(&named.namespace)
         .and_then(|n| n.pointer("/metadata/uid"))
         .and_then(Value::as_str)
         .map(str::to_string)
-        .or_else(|| previous.and_then(|s| s.control_namespace_uid.clone()))
 }
 
 /// The webhook certificate material of the revision's Secret, when there is one and it is
@@ -527,7 +515,10 @@ pub fn report(
     let facts = outcome.instance_facts();
     let previous = mcp.status.as_ref();
     let mut status = status::active_status(mcp, revision, &facts, now);
-    status.control_namespace_uid = control_namespace_uid(outcome.observed, outcome.named, previous);
+    // Otherwise what was recorded before stays (`status::active_status` carries it over).
+    if let Some(uid) = control_namespace_uid(outcome.observed, outcome.named) {
+        status.control_namespace_uid = Some(uid);
+    }
     let known_rejected: BTreeSet<&str> = previous
         .and_then(|s| s.rejected.as_ref())
         .map(|r| r.namespaces.iter().map(|n| n.name.as_str()).collect())
