@@ -9,6 +9,7 @@ pub mod config_status;
 pub mod envoyfilter;
 pub mod identity;
 pub mod index;
+pub mod log_budget;
 pub mod logging;
 pub mod metrics;
 pub mod model;

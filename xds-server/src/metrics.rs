@@ -107,6 +107,7 @@ pub struct Metrics {
     members_stale: Gauge,
     members_unverified: Gauge,
     refused_watches: Gauge,
+    unknown_types: Counter,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -255,6 +256,12 @@ impl Metrics {
             "Watches (one kind in one namespace) the API server refuses (403) before they first listed: the instance serves without those objects until access returns",
             refused_watches.clone(),
         );
+        let unknown_types = Counter::default();
+        registry.register(
+            "unknown_type_requests",
+            "ADS requests for a resource type this server does not serve (not answered; the type is in the instance's log)",
+            unknown_types.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -301,6 +308,7 @@ impl Metrics {
             members_stale,
             members_unverified,
             refused_watches,
+            unknown_types,
             proxy_config_bytes,
             registry: root,
         }
@@ -374,6 +382,11 @@ impl Metrics {
                 r#type: type_name.to_string(),
             })
             .inc();
+    }
+
+    /// Counts one ADS request for a type this server does not serve.
+    pub fn unknown_type_request(&self) {
+        self.unknown_types.inc();
     }
 
     /// Adds `delta` to the watches refused before their first listing.

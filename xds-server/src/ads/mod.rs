@@ -165,7 +165,7 @@ impl AdsServer {
         if let Err(e) = &result {
             self.hub.metrics().rejected(e.reason());
             let node = node.map(|n| crate::bounds::clip(&n.id, crate::bounds::ECHO));
-            tracing::warn!(node = node.as_deref(), error = %e, "refused ADS stream");
+            crate::budgeted!(crate::log_budget::CONNECTIONS, warn, node = node.as_deref(), error = %e, "refused ADS stream");
         }
         result.map_err(|e| e.to_status())
     }
@@ -271,11 +271,11 @@ impl AdsServer {
                     max: self.limits.proxies_per_namespace,
                 };
                 self.hub.metrics().rejected(e.reason());
-                tracing::warn!(error = %e, "refused ADS stream");
+                crate::budgeted!(crate::log_budget::CONNECTIONS, warn, error = %e, "refused ADS stream");
                 e.to_status()
             })?;
         let node = handle.node();
-        tracing::info!(proxy = %node.id, namespace = %node.namespace, protocol = W::PROTOCOL.as_str(), "proxy connected");
+        crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %node.id, namespace = %node.namespace, protocol = W::PROTOCOL.as_str(), "proxy connected");
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(run_stream::<W>(
             handle,

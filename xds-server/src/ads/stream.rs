@@ -195,13 +195,16 @@ fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
         RequestOutcome::Nack { type_url, nack } => {
             let name = type_index(type_url).map(short_name).unwrap_or("unknown");
             handle.hub().metrics().nacked(name);
-            tracing::warn!(proxy, r#type = name, version = %nack.version, error = %nack.message, "proxy rejected config");
+            crate::budgeted!(crate::log_budget::PROTOCOL, warn, proxy, r#type = name, version = %nack.version, error = %nack.message, "proxy rejected config");
         }
         RequestOutcome::Ack { type_url, version } => {
             tracing::debug!(proxy, r#type = %type_url, %version, "ACK");
         }
         RequestOutcome::UnknownType(t) => {
-            tracing::debug!(proxy, r#type = %t, "request for a type this server does not serve");
+            // Not answered (as the xDS spec allows for a type the server does not know), but
+            // counted and said, so a client waiting for it can be found.
+            handle.hub().metrics().unknown_type_request();
+            crate::budgeted!(crate::log_budget::PROTOCOL, warn, proxy, r#type = %crate::bounds::echo(t), "request for a type this server does not serve; not answered");
         }
         RequestOutcome::Stale | RequestOutcome::Subscribe { .. } => {}
     }
@@ -249,7 +252,7 @@ pub async fn run_stream<W: Wire>(
             message = inbound.message() => match message {
                 Ok(Some(req)) => {
                     if let Err(status) = admit::<W>(&mut budget, &state, &req) {
-                        tracing::warn!(proxy = %handle.node().id, error = %status.message(), "stream over its budget: closing it");
+                        crate::budgeted!(crate::log_budget::CONNECTIONS, warn, proxy = %handle.node().id, error = %status.message(), "stream over its budget: closing it");
                         let _ = tx.send(Err(status)).await;
                         break;
                     }
@@ -296,7 +299,7 @@ pub async fn run_stream<W: Wire>(
             }
         }
     }
-    tracing::info!(proxy = %handle.node().id, "proxy disconnected");
+    crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %handle.node().id, "proxy disconnected");
 }
 
 /// Resolves when the server starts shutting down (or its shutdown sender is gone).
