@@ -108,6 +108,7 @@ pub struct Metrics {
     members_unverified: Gauge,
     refused_watches: Gauge,
     unknown_types: Counter,
+    paced: Counter,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -262,6 +263,12 @@ impl Metrics {
             "ADS requests for a resource type this server does not serve (not answered; the type is in the instance's log)",
             unknown_types.clone(),
         );
+        let paced = Counter::default();
+        registry.register(
+            "paced_responses",
+            "Times a stream's responses waited because its own requests had used its allowance of client-caused responses (a client changing its subscriptions faster than 16 a second after a burst of 64)",
+            paced.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -309,6 +316,7 @@ impl Metrics {
             members_unverified,
             refused_watches,
             unknown_types,
+            paced,
             proxy_config_bytes,
             registry: root,
         }
@@ -382,6 +390,11 @@ impl Metrics {
                 r#type: type_name.to_string(),
             })
             .inc();
+    }
+
+    /// Counts one wait of a stream's responses for its pacing allowance.
+    pub fn paced_response(&self) {
+        self.paced.inc();
     }
 
     /// Counts one ADS request for a type this server does not serve.

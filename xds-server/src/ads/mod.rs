@@ -6,6 +6,7 @@ pub mod compressed;
 #[cfg(test)]
 mod dependency_order;
 pub mod map_diff;
+pub mod pacing;
 pub mod payload;
 pub mod snapshot;
 pub mod stream;
@@ -51,6 +52,8 @@ pub struct AdsLimits {
     /// What a stream, a connection's streams and the streams awaiting admission may hold of
     /// their clients' requests.
     pub budget: budget::BudgetLimits,
+    /// How fast a stream's own requests may make it send responses.
+    pub pacing: pacing::PacingLimits,
 }
 
 impl Default for AdsLimits {
@@ -61,6 +64,7 @@ impl Default for AdsLimits {
             first_request: Duration::from_secs(30),
             honor_loopback: false,
             budget: budget::BudgetLimits::default(),
+            pacing: pacing::PacingLimits::default(),
         }
     }
 }
@@ -281,6 +285,7 @@ impl AdsServer {
             handle,
             state,
             budget,
+            self.limits.pacing,
             first,
             inbound,
             tx,

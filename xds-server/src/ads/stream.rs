@@ -212,11 +212,13 @@ fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
 
 /// Runs one stream until the proxy leaves, the server shuts down or the sink closes.
 ///
-/// `state` is the stream's new state, `budget` already admitted `first`.
+/// `state` is the stream's new state, `budget` already admitted `first`; `pacing` bounds the
+/// responses its own requests cause.
 pub async fn run_stream<W: Wire>(
     mut handle: ProxyHandle,
     mut state: StreamState,
     mut budget: StreamBudget,
+    pacing: super::pacing::PacingLimits,
     first: W::Req,
     mut inbound: Streaming<W::Req>,
     tx: mpsc::Sender<Result<W::Resp, Status>>,
@@ -230,9 +232,25 @@ pub async fn run_stream<W: Wire>(
     // Nothing is answered before the push loop rendered this proxy's config (it does once the
     // sources synced): an empty config would tear proxies down.
     let mut snapshot: Option<Arc<Snapshot>> = None;
+    let mut pacing = super::pacing::Pacing::new(pacing, Instant::now());
+    // Whether requests of the client were folded since the last responses were computed: the
+    // responses they cause are paced (the first request's included).
+    let mut client_caused = true;
     loop {
-        if let Some(snap) = &snapshot {
+        let paced_until = if client_caused {
+            pacing.wait(Instant::now())
+        } else {
+            None
+        };
+        if paced_until.is_some() && snapshot.is_some() {
+            hub.metrics().paced_response();
+        }
+        if let (Some(snap), None) = (&snapshot, paced_until) {
             let responses = state.next_responses(snap);
+            if client_caused {
+                pacing.charge(responses.len(), Instant::now());
+                client_caused = false;
+            }
             let sent_any = !responses.is_empty();
             for out in responses {
                 let latency = Instant::now().saturating_duration_since(out.changed_at);
@@ -259,6 +277,7 @@ pub async fn run_stream<W: Wire>(
                     note(&handle, &W::fold(&mut state, &req));
                     budget.settle(&state);
                     handle.publish(&state);
+                    client_caused = true;
                 }
                 Ok(None) => break,
                 Err(status) => {
@@ -272,6 +291,7 @@ pub async fn run_stream<W: Wire>(
                     break;
                 }
             },
+            () = sleep_until_some(paced_until) => {}
             changed = handle.snapshot.changed() => {
                 if changed.is_err() {
                     break;
@@ -300,6 +320,14 @@ pub async fn run_stream<W: Wire>(
         }
     }
     crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %handle.node().id, "proxy disconnected");
+}
+
+/// Resolves at `at`, never when it is None.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the server starts shutting down (or its shutdown sender is gone).
