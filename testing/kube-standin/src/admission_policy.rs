@@ -212,7 +212,7 @@ fn resources_match(
         let names_ok = rule
             .resource_names
             .as_ref()
-            .is_none_or(|names| names.is_empty() || names.iter().any(|n| *n == req.name));
+            .is_none_or(|names| names.is_empty() || names.contains(&req.name));
         names_ok && rule_matches(&as_rule(rule), req, exact)
     };
     // No resourceRules: every resource (a binding that narrows only by selector).

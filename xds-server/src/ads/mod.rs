@@ -284,8 +284,10 @@ impl AdsServer {
         tokio::spawn(run_stream::<W>(
             handle,
             state,
-            budget,
-            self.limits.pacing,
+            stream::Allowances {
+                budget,
+                pacing: pacing::Pacing::new(self.limits.pacing, std::time::Instant::now()),
+            },
             first,
             inbound,
             tx,

@@ -210,20 +210,30 @@ fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
     }
 }
 
+/// What one stream's client may make it hold and send.
+pub struct Allowances {
+    /// What its requests may make it hold; it already admitted the first request.
+    pub budget: StreamBudget,
+    /// The responses its own requests may cause.
+    pub pacing: super::pacing::Pacing,
+}
+
 /// Runs one stream until the proxy leaves, the server shuts down or the sink closes.
 ///
-/// `state` is the stream's new state, `budget` already admitted `first`; `pacing` bounds the
-/// responses its own requests cause.
+/// `state` is the stream's new state.
 pub async fn run_stream<W: Wire>(
     mut handle: ProxyHandle,
     mut state: StreamState,
-    mut budget: StreamBudget,
-    pacing: super::pacing::PacingLimits,
+    allowances: Allowances,
     first: W::Req,
     mut inbound: Streaming<W::Req>,
     tx: mpsc::Sender<Result<W::Resp, Status>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Allowances {
+        mut budget,
+        mut pacing,
+    } = allowances;
     note(&handle, &W::fold(&mut state, &first));
     budget.settle(&state);
     drop(first);
@@ -232,7 +242,6 @@ pub async fn run_stream<W: Wire>(
     // Nothing is answered before the push loop rendered this proxy's config (it does once the
     // sources synced): an empty config would tear proxies down.
     let mut snapshot: Option<Arc<Snapshot>> = None;
-    let mut pacing = super::pacing::Pacing::new(pacing, Instant::now());
     // Whether requests of the client were folded since the last responses were computed: the
     // responses they cause are paced (the first request's included).
     let mut client_caused = true;
