@@ -17,7 +17,7 @@ pub mod shared_members;
 pub mod source_dir;
 pub mod source_kube;
 pub mod tenancy;
-pub mod tokens;
 #[cfg(test)]
 mod test_rng;
+pub mod tokens;
 pub mod translate;

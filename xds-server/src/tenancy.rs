@@ -108,9 +108,7 @@ impl AdmissionError {
             }
             AdmissionError::ReviewFailed(_)
             | AdmissionError::ReviewThrottled(_)
-            | AdmissionError::NotSynced => {
-                tonic::Status::unavailable(message)
-            }
+            | AdmissionError::NotSynced => tonic::Status::unavailable(message),
             AdmissionError::WrongTenant { .. }
             | AdmissionError::NotMember { .. }
             | AdmissionError::TokenNamespaceMismatch { .. } => {
@@ -640,5 +638,137 @@ mod tests {
             Some("shop")
         );
         assert_eq!(service_account_namespace("alice"), None);
+    }
+
+    /// A kube client whose API server says every token is `username` (or refuses all with
+    /// `None`), counting the reviews it answers.
+    fn counting_kube(
+        reviews: Arc<std::sync::atomic::AtomicUsize>,
+        username: Option<&'static str>,
+    ) -> kube::Client {
+        use http_body_util::BodyExt as _;
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let reviews = Arc::clone(&reviews);
+            async move {
+                reviews.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = req.into_body().collect().await.expect("body").to_bytes();
+                let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                review["status"] = match username {
+                    Some(user) => serde_json::json!({
+                        "authenticated": true, "audiences": ["meshplane-blue"],
+                        "user": {"username": user},
+                    }),
+                    None => serde_json::json!({"authenticated": false, "error": "invalid"}),
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&review).expect("encode"),
+                        ))
+                        .expect("response"),
+                )
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A JWT-shaped token for `meshplane-blue` claiming `namespace`, told apart by `n`.
+    fn claimed(namespace: &str, n: usize) -> String {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+            + 3600;
+        let claims = serde_json::json!({
+            "aud": "meshplane-blue", "exp": exp,
+            "sub": format!("system:serviceaccount:{namespace}:default"),
+        });
+        format!(
+            "{}.{}.{}",
+            b64("{}"),
+            b64(&claims.to_string()),
+            b64(&n.to_string())
+        )
+    }
+
+    fn refusals(metrics: &Metrics, service: &str, reason: &str) -> String {
+        let text = metrics.encode().expect("metrics");
+        let series = format!(
+            r#"meshplane_xds_token_refusals_total{{service="{service}",reason="{reason}"}} "#
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or("absent")
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn refused_tokens_cost_one_review_and_unfit_ones_none() {
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let metrics = Arc::new(Metrics::new());
+        let reviewer =
+            TokenReviewer::new(counting_kube(Arc::clone(&reviews), None), "meshplane-blue")
+                .reporting_to(Arc::clone(&metrics));
+        let peer = Some(IpAddr::from([198, 18, 0, 9]));
+        let junk = claimed("shop", 1);
+        for _ in 0..5 {
+            let err = reviewer.review(&junk, peer).await.expect_err("refused");
+            assert_eq!(err.to_status().code(), tonic::Code::Unauthenticated);
+        }
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "ads", "refused_before"), "4");
+        for unfit in ["forged", "a.b.c"] {
+            let err = reviewer.review(unfit, peer).await.expect_err("refused");
+            assert_eq!(err.to_status().code(), tonic::Code::Unauthenticated);
+        }
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "ads", "malformed"), "2");
+        // A certificate reviewer shares what is known, not the budget.
+        let certificates = reviewer
+            .for_service("certificates")
+            .reporting_to(Arc::clone(&metrics));
+        assert!(certificates.review(&junk, peer).await.is_err());
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "certificates", "refused_before"), "1");
+    }
+
+    #[tokio::test]
+    async fn claims_pick_the_budget_and_the_review_the_identity() {
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let kube = counting_kube(
+            Arc::clone(&reviews),
+            Some("system:serviceaccount:bank:default"),
+        );
+        let reviewer =
+            TokenReviewer::with_budget(kube, "meshplane-blue", ReviewBudget::uniform(0.0, 2.0));
+        let peer = Some(IpAddr::from([198, 18, 0, 9]));
+        let node = ProxyNode {
+            namespace: "shop".into(),
+            ..ProxyNode::default()
+        };
+        // The token claims shop; the API server says bank.
+        let err = reviewer
+            .verify(&claimed("shop", 1), peer, &node)
+            .await
+            .expect_err("bank's token cannot claim shop");
+        assert!(
+            matches!(err, AdmissionError::TokenNamespaceMismatch { .. }),
+            "{err}"
+        );
+        assert!(reviewer.review(&claimed("shop", 2), peer).await.is_ok());
+        // The peer's two reviews are spent: the next new token waits, and says so.
+        let err = reviewer
+            .review(&claimed("shop", 3), peer)
+            .await
+            .expect_err("throttled");
+        assert_eq!(err, AdmissionError::ReviewThrottled("peer_budget"));
+        assert_eq!(err.to_status().code(), tonic::Code::Unavailable);
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A known token costs nothing.
+        assert!(reviewer.review(&claimed("shop", 2), peer).await.is_ok());
     }
 }

@@ -346,7 +346,9 @@ mod tests {
             (format!("{}.", jwt(good.clone())), Refusal::Malformed),
             ("!!.??.xx".to_string(), Refusal::Malformed),
             (
-                jwt(good.clone()).trim_end_matches("c2lnbmF0dXJl").to_string(),
+                jwt(good.clone())
+                    .trim_end_matches("c2lnbmF0dXJl")
+                    .to_string(),
                 Refusal::Malformed,
             ),
             (
@@ -357,7 +359,10 @@ mod tests {
                 jwt(serde_json::json!({"aud": ["meshplane-green"], "exp": 2000})),
                 Refusal::WrongAudience,
             ),
-            (jwt(serde_json::json!({"exp": 2000})), Refusal::WrongAudience),
+            (
+                jwt(serde_json::json!({"exp": 2000})),
+                Refusal::WrongAudience,
+            ),
             (
                 jwt(serde_json::json!({"aud": "meshplane-blue", "exp": 999})),
                 Refusal::Expired,
