@@ -222,7 +222,11 @@ async fn run(standin: &StandInHandle, kubeconfig: &Path, bin: &str, name: &'stat
     let warm =
         standin.issue_service_account_token("shop", "web", &[AUDIENCE], Duration::from_secs(3600));
     let (ok, _, why) = served(|| certificate(channel.clone(), &warm, &csr)).await;
-    assert!(ok.is_some(), "{name}: instance never served: {why}");
+    assert!(
+        ok.is_some(),
+        "{name}: instance never served: {why}\n{}",
+        std::fs::read_to_string(instance.dir.join("instance.log")).unwrap_or_default()
+    );
 
     let flooder: IpAddr = "127.0.0.2".parse().expect("address");
     let mut channels = Vec::new();
@@ -323,6 +327,12 @@ fn main() {
             .await
             .expect("stand-in");
         let admin = standin.client(&Identity::Admin).await.expect("admin");
+        let crds: kube::Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = kube::Api::all(admin.clone());
+        for crd in meshplane_crds::crdgen::all() {
+            crds.create(&Default::default(), &crd).await.expect("create CRD");
+        }
         for ns in [CONTROL, "shop"] {
             object(&admin, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"meshplane.io/rev": REVISION}}})).await;
         }
