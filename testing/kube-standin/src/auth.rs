@@ -352,6 +352,45 @@ fn write_lock<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// Clients read a projected token's claims (audience, expiry, ServiceAccount) before they
+    /// ask TokenReview; only the table vouches for the token.
+    #[test]
+    fn service_account_tokens_carry_readable_claims() {
+        use base64::Engine as _;
+        let auth = Authenticator::new();
+        let pod = BoundPod {
+            name: "web-1".into(),
+            uid: "u-1".into(),
+        };
+        let (token, expires_at) = auth.issue_service_account_token(
+            "shop",
+            "web",
+            vec!["meshplane-blue".into()],
+            Duration::from_secs(600),
+            Some(pod),
+        );
+        let parts: Vec<&str> = token.split('.').collect();
+        assert_eq!(parts.len(), 3, "{token}");
+        let claims: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(parts[1])
+                .expect("base64url"),
+        )
+        .expect("JSON claims");
+        assert_eq!(claims["aud"], serde_json::json!(["meshplane-blue"]));
+        assert_eq!(claims["sub"], "system:serviceaccount:shop:web");
+        assert_eq!(claims["kubernetes.io"]["pod"]["name"], "web-1");
+        let exp = expires_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        assert_eq!(claims["exp"], exp);
+        assert!(auth.lookup(&token).is_some());
+        // The same claims with another last segment are no token of the stand-in.
+        let forged = format!("{}.{}.x", parts[0], parts[1]);
+        assert!(auth.lookup(&forged).is_none());
+    }
+
     #[test]
     fn service_account_usernames_round_trip() {
         let user = UserInfo::service_account("meshplane-blue", "xds");
