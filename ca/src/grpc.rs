@@ -217,13 +217,55 @@ pub fn connect_instance(
         server_name.to_owned(),
         bundle_pem.to_owned(),
     );
-    async move { connect_owned(target, server_name, bundle_pem).await }
+    async move { connect_owned(target, server_name, bundle_pem, None).await }
+}
+
+/// [`connect_instance`] from the local address `local` (a host with several addresses; tests
+/// and benches calling from distinct loopback addresses).
+pub fn connect_instance_from(
+    target: &str,
+    server_name: &str,
+    bundle_pem: &str,
+    local: std::net::IpAddr,
+) -> impl std::future::Future<Output = Result<tonic::transport::Channel, ChannelError>> + Send + 'static
+{
+    let (target, server_name, bundle_pem) = (
+        target.to_owned(),
+        server_name.to_owned(),
+        bundle_pem.to_owned(),
+    );
+    async move { connect_owned(target, server_name, bundle_pem, Some(local)).await }
+}
+
+/// A TCP connection to `addr`, from `local` when given.
+async fn tcp_connect(
+    addr: &str,
+    local: Option<std::net::IpAddr>,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(local) = local else {
+        return tokio::net::TcpStream::connect(addr).await;
+    };
+    let mut last = None;
+    for remote in tokio::net::lookup_host(addr).await? {
+        let socket = if remote.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(std::net::SocketAddr::new(local, 0))?;
+        match socket.connect(remote).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{addr} resolves to nothing"))))
 }
 
 async fn connect_owned(
     target: String,
     server_name: String,
     bundle_pem: String,
+    local: Option<std::net::IpAddr>,
 ) -> Result<tonic::transport::Channel, ChannelError> {
     let (target, server_name, bundle_pem) = (&target, &server_name, &bundle_pem);
     let config = instance_client_config(bundle_pem)?;
@@ -234,7 +276,7 @@ async fn connect_owned(
     let connect = tower::service_fn(move |_: http::Uri| {
         let (connector, name, addr) = (connector.clone(), name.clone(), addr.clone());
         async move {
-            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let tcp = tcp_connect(&addr, local).await?;
             tcp.set_nodelay(true)?;
             let tls = connector.connect(name, tcp).await?;
             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))

@@ -15,6 +15,9 @@
 //!
 //! Run: `cargo test -p meshplane-xds --locked --bench bounded_inputs`.
 
+#[path = "../tests/token_common/mod.rs"]
+mod token_common;
+
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -168,7 +171,12 @@ async fn open(channel: Channel, node: Node, token: Option<&str>) -> Result<Open,
     if let Some(t) = token {
         request.metadata_mut().insert(
             "authorization",
-            format!("Bearer {t}").parse().expect("ascii"),
+            format!(
+                "Bearer {}",
+                token_common::jwt_for(t, "shop", "meshplane-acme")
+            )
+            .parse()
+            .expect("ascii"),
         );
     }
     let mut client = AggregatedDiscoveryServiceClient::new(channel)
@@ -388,7 +396,7 @@ fn counting_kube(reviews: Arc<AtomicUsize>) -> kube::Client {
             let body = req.into_body().collect().await.expect("body").to_bytes();
             let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
             review["status"] = serde_json::json!({
-                "authenticated": review["spec"]["token"] == "shop-token",
+                "authenticated": token_common::jwt_name(review["spec"]["token"].as_str().unwrap_or_default()) == "shop-token",
                 "audiences": ["meshplane-acme"],
                 "user": {"username": "system:serviceaccount:shop:default"},
             });

@@ -120,8 +120,9 @@ impl DebugAccess {
             });
         };
         let reviewer = self.reviewer.as_ref().ok_or(DebugDenied::NoReviewer)?;
-        let reviewed = reviewer.review(token).await.map_err(|e| match e {
+        let reviewed = reviewer.review(token, peer).await.map_err(|e| match e {
             AdmissionError::ReviewFailed(why) => DebugDenied::Unavailable(why),
+            e @ AdmissionError::ReviewThrottled(_) => DebugDenied::Unavailable(e.to_string()),
             AdmissionError::InvalidToken(why) => DebugDenied::InvalidToken(why),
             other => DebugDenied::InvalidToken(other.to_string()),
         })?;

@@ -122,16 +122,42 @@ pub struct Args {
     /// Connected proxies one namespace may have.
     #[arg(long, default_value_t = 5000)]
     pub max_proxies_per_namespace: usize,
-    /// TokenReviews per second sent for new tokens (verified tokens are remembered for a
-    /// minute), and the burst allowed above that rate.
+    /// TokenReviews per second sent for new tokens that claim one namespace (verified tokens
+    /// are remembered for a minute, refused ones for 10 s), and the burst allowed above that
+    /// rate. ADS, certificate requests and /debug each have these budgets of their own.
     #[arg(long, default_value_t = 50.0)]
     pub token_review_qps: f64,
     #[arg(long, default_value_t = 200.0)]
     pub token_review_burst: f64,
+    /// TokenReviews per second (and burst) sent for new tokens from one peer address.
+    #[arg(long, default_value_t = 5.0)]
+    pub token_review_peer_qps: f64,
+    #[arg(long, default_value_t = 20.0)]
+    pub token_review_peer_burst: f64,
+    /// TokenReviews per second (and burst) one service sends in all.
+    #[arg(long, default_value_t = 200.0)]
+    pub token_review_service_qps: f64,
+    #[arg(long, default_value_t = 800.0)]
+    pub token_review_service_burst: f64,
     /// Set only by the local test pod runner, where every pod shares the host's loopback: then,
     /// and only then, proxies' node metadata `LOOPBACK_ADDR` is honoured.
     #[arg(long, env = "MESHPLANE_LOOPBACK_ADDR", hide = true)]
     pub loopback_addr: Option<String>,
+}
+
+impl Args {
+    /// The TokenReview budgets of each service, from the flags.
+    pub fn review_budget(&self) -> crate::tokens::ReviewBudget {
+        use crate::tokens::{Rate, ReviewBudget};
+        ReviewBudget {
+            per_peer: Rate::new(self.token_review_peer_qps, self.token_review_peer_burst),
+            per_namespace: Rate::new(self.token_review_qps, self.token_review_burst),
+            per_service: Rate::new(
+                self.token_review_service_qps,
+                self.token_review_service_burst,
+            ),
+        }
+    }
 }
 
 /// A default duration as a flag's milliseconds.
@@ -190,6 +216,7 @@ mod tests {
             assert_eq!(args.webhook_tls_dir, PathBuf::from(webhook_tls::MOUNT_DIR));
             assert_eq!(args.token_audience.as_deref(), Some("meshplane-blue"));
             assert_eq!(args.log_format, crate::logging::LogFormat::Json);
+            assert_eq!(args.review_budget(), crate::tokens::ReviewBudget::default());
         }
     }
 }

@@ -20,4 +20,5 @@ pub mod source_kube;
 pub mod tenancy;
 #[cfg(test)]
 mod test_rng;
+pub mod tokens;
 pub mod translate;

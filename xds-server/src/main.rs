@@ -157,19 +157,16 @@ async fn main() -> anyhow::Result<()> {
             }
             // Debug tokens (contract 12) have their own audience and their own cache, so a
             // debug token never opens an ADS stream and a proxy's token never reads /debug.
-            let debug_reviewer = TokenReviewer::with_rate(
+            let budget = args.review_budget();
+            let debug_reviewer = TokenReviewer::with_budget(
                 client.clone(),
                 meshplane_contracts::debug::audience(&args.tenant),
-                args.token_review_qps,
-                args.token_review_burst,
-            );
+                budget,
+            )
+            .for_service("debug")
+            .reporting_to(Arc::clone(hub.metrics()));
             (
-                Some(TokenReviewer::with_rate(
-                    client,
-                    audience,
-                    args.token_review_qps,
-                    args.token_review_burst,
-                )),
+                Some(TokenReviewer::with_budget(client, audience, budget)),
                 DebugAccess::new(Some(debug_reviewer), &control_namespace),
             )
         }

@@ -51,6 +51,14 @@ pub struct LimitLabel {
     pub limit: String,
 }
 
+/// A bearer token refused before or instead of a TokenReview: the service that was asked and
+/// why ([`crate::tokens::Refusal::reason`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenRefusalLabels {
+    pub service: String,
+    pub reason: String,
+}
+
 /// The binary's version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VersionLabel {
@@ -99,6 +107,7 @@ pub struct Metrics {
     rejected: Family<ReasonLabel, Counter>,
     budget_exceeded: Family<LimitLabel, Counter>,
     certificates: Family<ResultLabel, Counter>,
+    token_refusals: Family<TokenRefusalLabels, Counter>,
     unsynced: Family<TypeLabel, Gauge>,
     triggers: Family<TriggerLabel, Counter>,
     ca_expiry: Family<CertificateLabel, Gauge>,
@@ -212,6 +221,12 @@ impl Metrics {
             "CreateCertificate requests, by result (issued, unauthenticated, not_member, bad_csr, unavailable)",
             certificates.clone(),
         );
+        let token_refusals = Family::<TokenRefusalLabels, Counter>::default();
+        registry.register(
+            "token_refusals",
+            "Bearer tokens refused without a new TokenReview, by service (ads, certificates, debug) and reason: malformed, wrong_audience, expired (read from the token itself), refused_before (a TokenReview refused it within 10 s), peer_budget, namespace_budget, service_budget (reviews for new tokens from that peer address, claimed namespace or service are spent; the caller may retry)",
+            token_refusals.clone(),
+        );
         let triggers = Family::<TriggerLabel, Counter>::default();
         registry.register(
             "push_triggers",
@@ -307,6 +322,7 @@ impl Metrics {
             rejected,
             budget_exceeded,
             certificates,
+            token_refusals,
             unsynced,
             triggers,
             ca_expiry,
@@ -411,6 +427,26 @@ impl Metrics {
     pub fn rejected(&self, reason: &str) {
         self.rejected
             .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Starts the token refusal series of `service` at zero.
+    pub fn token_refusals_start(&self, service: &str) {
+        for refusal in crate::tokens::Refusal::ALL {
+            let _ = self.token_refusals.get_or_create(&TokenRefusalLabels {
+                service: service.to_string(),
+                reason: refusal.reason().to_string(),
+            });
+        }
+    }
+
+    /// Records a bearer token `service` refused without a new TokenReview.
+    pub fn token_refused(&self, service: &str, reason: &str) {
+        self.token_refusals
+            .get_or_create(&TokenRefusalLabels {
+                service: service.to_string(),
                 reason: reason.to_string(),
             })
             .inc();

@@ -3,6 +3,7 @@
 //! its ServiceAccount token proves that namespace (TokenReview).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +16,9 @@ use meshplane_crds::networking::CaptureMode;
 use tonic::metadata::MetadataMap;
 
 use crate::bounds;
+use crate::metrics::Metrics;
 use crate::model::{ProxyKind, ProxyNode};
+use crate::tokens::{self, Budgets, Refusal, ReviewBudget};
 use prost::Message;
 
 /// Why a proxy is refused.
@@ -52,6 +55,10 @@ pub enum AdmissionError {
     TokenNamespaceMismatch { token: String, claimed: String },
     #[error("token review failed: {0}")]
     ReviewFailed(String),
+    /// A new TokenReview would exceed a budget (the peer's, the claimed namespace's or the
+    /// service's): the client may retry later.
+    #[error("too many new tokens to review ({0} spent); retry")]
+    ReviewThrottled(&'static str),
     #[error("the tenant's configuration has not synced yet; retry")]
     NotSynced,
     #[error("{field} is {len} bytes, more than the {max} accepted")]
@@ -81,6 +88,7 @@ impl AdmissionError {
             | AdmissionError::InvalidToken(_)
             | AdmissionError::TokenNamespaceMismatch { .. } => "unauthenticated",
             AdmissionError::ReviewFailed(_) => "review_failed",
+            AdmissionError::ReviewThrottled(_) => "review_throttled",
             AdmissionError::NotSynced => "not_synced",
         }
     }
@@ -98,9 +106,9 @@ impl AdmissionError {
             AdmissionError::MissingToken | AdmissionError::InvalidToken(_) => {
                 tonic::Status::unauthenticated(message)
             }
-            AdmissionError::ReviewFailed(_) | AdmissionError::NotSynced => {
-                tonic::Status::unavailable(message)
-            }
+            AdmissionError::ReviewFailed(_)
+            | AdmissionError::ReviewThrottled(_)
+            | AdmissionError::NotSynced => tonic::Status::unavailable(message),
             AdmissionError::WrongTenant { .. }
             | AdmissionError::NotMember { .. }
             | AdmissionError::TokenNamespaceMismatch { .. } => {
@@ -215,58 +223,37 @@ pub fn service_account_namespace(username: &str) -> Option<&str> {
 /// How long a verified token is trusted without asking again (never past its expiry). Short:
 /// a token revoked with its pod stops working within this time.
 pub const REVIEW_TTL: Duration = Duration::from_secs(60);
-/// How long a refused token is refused without asking again.
+/// How long a token a TokenReview refused is refused without asking again.
 pub const REFUSAL_TTL: Duration = Duration::from_secs(10);
-/// Most tokens remembered.
+/// Most verified tokens remembered, and, apart, most refused ones: refusals never push a
+/// verified token out.
 pub const REVIEW_CACHE_SIZE: usize = 16_384;
-/// TokenReviews per second and burst, by default.
-pub const DEFAULT_REVIEW_RATE: (f64, f64) = (50.0, 200.0);
 
 type Verdict = Result<ReviewedToken, AdmissionError>;
 
-/// Recent review results by token hash, and a token bucket for new reviews: a proxy that
-/// reconnects with the same token costs one TokenReview per [`REVIEW_TTL`], and a flood of
-/// new tokens at most the configured rate.
+/// Review results by token hash, until a deadline, bounded.
 #[derive(Debug)]
-struct ReviewCache {
-    entries: HashMap<[u8; 32], (Instant, Verdict)>,
-    tokens: f64,
-    refilled: Instant,
-    rate: f64,
-    burst: f64,
+struct Remembered<V> {
+    entries: HashMap<[u8; 32], (Instant, V)>,
 }
 
-impl ReviewCache {
-    fn new(rate: f64, burst: f64) -> Self {
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
         Self {
             entries: HashMap::new(),
-            tokens: burst,
-            refilled: Instant::now(),
-            rate,
-            burst,
         }
     }
+}
 
-    fn get(&self, key: &[u8; 32], now: Instant) -> Option<Verdict> {
+impl<V: Clone> Remembered<V> {
+    fn get(&self, key: &[u8; 32], now: Instant) -> Option<V> {
         self.entries
             .get(key)
             .filter(|(until, _)| *until > now)
             .map(|(_, v)| v.clone())
     }
 
-    fn take_token(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.refilled = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn put(&mut self, key: [u8; 32], until: Instant, verdict: Verdict, now: Instant) {
+    fn put(&mut self, key: [u8; 32], until: Instant, value: V, now: Instant) {
         if self.entries.len() >= REVIEW_CACHE_SIZE {
             self.entries.retain(|_, (u, _)| *u > now);
             if self.entries.len() >= REVIEW_CACHE_SIZE {
@@ -279,8 +266,17 @@ impl ReviewCache {
                 }
             }
         }
-        self.entries.insert(key, (until, verdict));
+        self.entries.insert(key, (until, value));
     }
+}
+
+/// What every service's reviewer of one audience shares: recent answers. A proxy that
+/// reconnects with the same token costs one TokenReview per [`REVIEW_TTL`], a refused token
+/// one per [`REFUSAL_TTL`].
+#[derive(Debug, Default)]
+struct ReviewCache {
+    verified: Remembered<ReviewedToken>,
+    refused: Remembered<AdmissionError>,
 }
 
 /// The expiry (`exp`, seconds since the epoch) a JWT claims, read without verifying it (only
@@ -296,53 +292,95 @@ fn token_expiry(token: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(exp))
 }
 
-/// Verifies projected ServiceAccount tokens with the Kubernetes TokenReview API, remembering
-/// results for a short time and rate-limiting new reviews (ADS streams and certificate
-/// requests share one reviewer).
+/// Verifies projected ServiceAccount tokens with the Kubernetes TokenReview API.
+///
+/// Before any review is spent, a token must look like one that could pass ([`tokens::precheck`]:
+/// a JWT for our audience, not expired) and must not have been refused recently; a new review
+/// is then charged to the budgets of the caller's peer address, of the namespace the token
+/// claims, and of the service ([`TokenReviewer::for_service`]: ADS and certificate requests
+/// each have their own). The claims only pick the budgets: who the caller is comes from the
+/// TokenReview answer.
 #[derive(Clone)]
 pub struct TokenReviewer {
     client: kube::Client,
     audience: String,
     cache: Arc<Mutex<ReviewCache>>,
+    service: &'static str,
+    budget: ReviewBudget,
+    budgets: Arc<Mutex<Budgets>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for TokenReviewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenReviewer")
             .field("audience", &self.audience)
+            .field("service", &self.service)
             .finish()
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl TokenReviewer {
+    /// A reviewer for ADS streams with the default budgets.
     pub fn new(client: kube::Client, audience: impl Into<String>) -> Self {
-        let (rate, burst) = DEFAULT_REVIEW_RATE;
-        Self::with_rate(client, audience, rate, burst)
+        Self::with_budget(client, audience, ReviewBudget::default())
     }
 
-    /// A reviewer sending at most `rate` TokenReviews per second for tokens it has not seen
-    /// recently (bursts of `burst`).
-    pub fn with_rate(
+    /// A reviewer for ADS streams sending TokenReviews for tokens it has not seen recently
+    /// within `budget`.
+    pub fn with_budget(
         client: kube::Client,
         audience: impl Into<String>,
-        rate: f64,
-        burst: f64,
+        budget: ReviewBudget,
     ) -> Self {
         Self {
             client,
             audience: audience.into(),
-            cache: Arc::new(Mutex::new(ReviewCache::new(rate.max(0.0), burst.max(1.0)))),
+            cache: Arc::new(Mutex::new(ReviewCache::default())),
+            service: "ads",
+            budget,
+            budgets: Arc::new(Mutex::new(Budgets::new(budget))),
+            metrics: None,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, ReviewCache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    /// A reviewer for `service` (a metric label: `certificates`, `debug`) sharing this one's
+    /// recent answers but with budgets of its own, so one service's callers cannot spend the
+    /// other's reviews.
+    pub fn for_service(&self, service: &'static str) -> Self {
+        Self {
+            service,
+            budgets: Arc::new(Mutex::new(Budgets::new(self.budget))),
+            ..self.clone()
+        }
+    }
+
+    /// The same reviewer counting its refusals in `metrics`.
+    pub fn reporting_to(mut self, metrics: Arc<Metrics>) -> Self {
+        metrics.token_refusals_start(self.service);
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn refused(&self, refusal: Refusal) {
+        if let Some(m) = &self.metrics {
+            m.token_refused(self.service, refusal.reason());
+        }
     }
 
     /// Checks that `token` is valid for our audience and belongs to `node`'s namespace (and
     /// pod, when the token is bound to one).
-    pub async fn verify(&self, token: &str, node: &ProxyNode) -> Result<(), AdmissionError> {
-        let reviewed = self.review(token).await?;
+    pub async fn verify(
+        &self,
+        token: &str,
+        peer: Option<IpAddr>,
+        node: &ProxyNode,
+    ) -> Result<(), AdmissionError> {
+        let reviewed = self.review(token, peer).await?;
         let token_ns = service_account_namespace(&reviewed.username).ok_or_else(|| {
             AdmissionError::InvalidToken(format!("{:?} is not a ServiceAccount", reviewed.username))
         })?;
@@ -362,38 +400,60 @@ impl TokenReviewer {
         Ok(())
     }
 
-    /// Who the API server says `token` belongs to, for our audience: from a recent review,
-    /// else from a new TokenReview if the rate limit allows one now.
-    pub async fn review(&self, token: &str) -> Verdict {
+    /// Who the API server says `token` belongs to, for our audience: refused from the token
+    /// itself if it cannot pass, else from a recent review, else from a new TokenReview if the
+    /// budgets of `peer`, of the claimed namespace and of the service allow one now.
+    pub async fn review(&self, token: &str, peer: Option<IpAddr>) -> Verdict {
         use sha2::Digest as _;
-        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
-        {
-            let mut cache = self.lock();
-            let now = Instant::now();
-            if let Some(v) = cache.get(&key, now) {
-                return v;
+        let claims = match tokens::precheck(token, &self.audience, SystemTime::now()) {
+            Ok(claims) => claims,
+            Err(refusal) => {
+                self.refused(refusal);
+                return Err(AdmissionError::InvalidToken(match refusal {
+                    Refusal::WrongAudience => {
+                        format!("token is not for audience {:?}", self.audience)
+                    }
+                    Refusal::Expired => "token has expired or has no expiry".to_string(),
+                    _ => "not a ServiceAccount token (JWT)".to_string(),
+                }));
             }
-            if !cache.take_token(now) {
-                return Err(AdmissionError::ReviewFailed(format!(
-                    "more than {} TokenReviews per second; retry",
-                    cache.rate
-                )));
+        };
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        {
+            let cache = lock(&self.cache);
+            if let Some(reviewed) = cache.verified.get(&key, now) {
+                return Ok(reviewed);
+            }
+            if let Some(refusal) = cache.refused.get(&key, now) {
+                drop(cache);
+                self.refused(Refusal::RefusedBefore);
+                return Err(refusal);
             }
         }
+        let taken = lock(&self.budgets).take(peer, claims.namespace.as_deref(), now);
+        if let Err(refusal) = taken {
+            self.refused(refusal);
+            return Err(AdmissionError::ReviewThrottled(refusal.reason()));
+        }
         let verdict = self.review_uncached(token).await;
-        let ttl = match &verdict {
-            Ok(_) => Some(
-                token_expiry(token)
+        let now = Instant::now();
+        match &verdict {
+            Ok(reviewed) => {
+                let ttl = token_expiry(token)
                     .and_then(|exp| exp.duration_since(SystemTime::now()).ok())
-                    .map_or(REVIEW_TTL, |left| left.min(REVIEW_TTL)),
-            ),
+                    .map_or(REVIEW_TTL, |left| left.min(REVIEW_TTL));
+                lock(&self.cache)
+                    .verified
+                    .put(key, now + ttl, reviewed.clone(), now);
+            }
             // The API server could not answer: ask again next time.
-            Err(AdmissionError::ReviewFailed(_)) => None,
-            Err(_) => Some(REFUSAL_TTL),
-        };
-        if let Some(ttl) = ttl {
-            let now = Instant::now();
-            self.lock().put(key, now + ttl, verdict.clone(), now);
+            Err(AdmissionError::ReviewFailed(_)) => {}
+            Err(refusal) => {
+                lock(&self.cache)
+                    .refused
+                    .put(key, now + REFUSAL_TTL, refusal.clone(), now);
+            }
         }
         verdict
     }
@@ -578,5 +638,137 @@ mod tests {
             Some("shop")
         );
         assert_eq!(service_account_namespace("alice"), None);
+    }
+
+    /// A kube client whose API server says every token is `username` (or refuses all with
+    /// `None`), counting the reviews it answers.
+    fn counting_kube(
+        reviews: Arc<std::sync::atomic::AtomicUsize>,
+        username: Option<&'static str>,
+    ) -> kube::Client {
+        use http_body_util::BodyExt as _;
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let reviews = Arc::clone(&reviews);
+            async move {
+                reviews.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = req.into_body().collect().await.expect("body").to_bytes();
+                let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                review["status"] = match username {
+                    Some(user) => serde_json::json!({
+                        "authenticated": true, "audiences": ["meshplane-blue"],
+                        "user": {"username": user},
+                    }),
+                    None => serde_json::json!({"authenticated": false, "error": "invalid"}),
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&review).expect("encode"),
+                        ))
+                        .expect("response"),
+                )
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// A JWT-shaped token for `meshplane-blue` claiming `namespace`, told apart by `n`.
+    fn claimed(namespace: &str, n: usize) -> String {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+            + 3600;
+        let claims = serde_json::json!({
+            "aud": "meshplane-blue", "exp": exp,
+            "sub": format!("system:serviceaccount:{namespace}:default"),
+        });
+        format!(
+            "{}.{}.{}",
+            b64("{}"),
+            b64(&claims.to_string()),
+            b64(&n.to_string())
+        )
+    }
+
+    fn refusals(metrics: &Metrics, service: &str, reason: &str) -> String {
+        let text = metrics.encode().expect("metrics");
+        let series = format!(
+            r#"meshplane_xds_token_refusals_total{{service="{service}",reason="{reason}"}} "#
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or("absent")
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn refused_tokens_cost_one_review_and_unfit_ones_none() {
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let metrics = Arc::new(Metrics::new());
+        let reviewer =
+            TokenReviewer::new(counting_kube(Arc::clone(&reviews), None), "meshplane-blue")
+                .reporting_to(Arc::clone(&metrics));
+        let peer = Some(IpAddr::from([198, 18, 0, 9]));
+        let junk = claimed("shop", 1);
+        for _ in 0..5 {
+            let err = reviewer.review(&junk, peer).await.expect_err("refused");
+            assert_eq!(err.to_status().code(), tonic::Code::Unauthenticated);
+        }
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "ads", "refused_before"), "4");
+        for unfit in ["forged", "a.b.c"] {
+            let err = reviewer.review(unfit, peer).await.expect_err("refused");
+            assert_eq!(err.to_status().code(), tonic::Code::Unauthenticated);
+        }
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "ads", "malformed"), "2");
+        // A certificate reviewer shares what is known, not the budget.
+        let certificates = reviewer
+            .for_service("certificates")
+            .reporting_to(Arc::clone(&metrics));
+        assert!(certificates.review(&junk, peer).await.is_err());
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(refusals(&metrics, "certificates", "refused_before"), "1");
+    }
+
+    #[tokio::test]
+    async fn claims_pick_the_budget_and_the_review_the_identity() {
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let kube = counting_kube(
+            Arc::clone(&reviews),
+            Some("system:serviceaccount:bank:default"),
+        );
+        let reviewer =
+            TokenReviewer::with_budget(kube, "meshplane-blue", ReviewBudget::uniform(0.0, 2.0));
+        let peer = Some(IpAddr::from([198, 18, 0, 9]));
+        let node = ProxyNode {
+            namespace: "shop".into(),
+            ..ProxyNode::default()
+        };
+        // The token claims shop; the API server says bank.
+        let err = reviewer
+            .verify(&claimed("shop", 1), peer, &node)
+            .await
+            .expect_err("bank's token cannot claim shop");
+        assert!(
+            matches!(err, AdmissionError::TokenNamespaceMismatch { .. }),
+            "{err}"
+        );
+        assert!(reviewer.review(&claimed("shop", 2), peer).await.is_ok());
+        // The peer's two reviews are spent: the next new token waits, and says so.
+        let err = reviewer
+            .review(&claimed("shop", 3), peer)
+            .await
+            .expect_err("throttled");
+        assert_eq!(err, AdmissionError::ReviewThrottled("peer_budget"));
+        assert_eq!(err.to_status().code(), tonic::Code::Unavailable);
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // A known token costs nothing.
+        assert!(reviewer.review(&claimed("shop", 2), peer).await.is_ok());
     }
 }

@@ -4,6 +4,7 @@
 //! same token costs one TokenReview, new tokens at most the configured rate.
 
 mod ads_common;
+mod token_common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +17,12 @@ use meshplane_xds::ads::pacing::PacingLimits;
 use meshplane_xds::ads::AdsLimits;
 use meshplane_xds::model::type_url;
 use meshplane_xds::tenancy::TokenReviewer;
+use meshplane_xds::tokens::ReviewBudget;
+
+/// The same TokenReview rate for every kind of source.
+fn budget(per_second: f64, burst: f64) -> ReviewBudget {
+    ReviewBudget::uniform(per_second, burst)
+}
 use tokio_stream::wrappers::ReceiverStream;
 
 const AUDIENCE: &str = "meshplane-blue";
@@ -203,8 +210,8 @@ async fn client_chosen_loopback_addresses_do_not_grow_the_render_cache() {
     assert!(!seen.is_empty());
 }
 
-/// A kube client answering TokenReviews (`<ns>-token` is ServiceAccount `<ns>/default`),
-/// counting them.
+/// A kube client answering TokenReviews (the token named `<ns>-token` is ServiceAccount
+/// `<ns>/default`), counting them.
 fn counting_kube(reviews: Arc<AtomicUsize>) -> kube::Client {
     let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let reviews = Arc::clone(&reviews);
@@ -212,10 +219,8 @@ fn counting_kube(reviews: Arc<AtomicUsize>) -> kube::Client {
             reviews.fetch_add(1, Ordering::SeqCst);
             let body = req.into_body().collect().await.expect("body").to_bytes();
             let mut review: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
-            let token = review["spec"]["token"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let token =
+                token_common::jwt_name(review["spec"]["token"].as_str().unwrap_or_default());
             review["status"] = match token.strip_suffix("-token") {
                 Some(ns) => serde_json::json!({
                     "authenticated": true, "audiences": [AUDIENCE],
@@ -258,7 +263,9 @@ async fn open_with_token(h: &Harness, token: &str) -> Result<Open, tonic::Status
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     request.metadata_mut().insert(
         "authorization",
-        format!("Bearer {token}").parse().expect("ascii"),
+        format!("Bearer {}", token_common::jwt(token))
+            .parse()
+            .expect("ascii"),
     );
     let stream = h
         .client()
@@ -271,8 +278,11 @@ async fn open_with_token(h: &Harness, token: &str) -> Result<Open, tonic::Status
 #[tokio::test]
 async fn reconnects_with_one_token_cost_one_token_review_and_new_tokens_are_rate_limited() {
     let reviews = Arc::new(AtomicUsize::new(0));
-    let reviewer =
-        TokenReviewer::with_rate(counting_kube(Arc::clone(&reviews)), AUDIENCE, 0.001, 3.0);
+    let reviewer = TokenReviewer::with_budget(
+        counting_kube(Arc::clone(&reviews)),
+        AUDIENCE,
+        budget(0.001, 3.0),
+    );
     let h = Harness::start_with(Some(reviewer)).await;
     h.set("shop", config("a")).await;
     for _ in 0..20 {
@@ -296,7 +306,7 @@ async fn reconnects_with_one_token_cost_one_token_review_and_new_tokens_are_rate
         assert_eq!(err.code(), tonic::Code::Unauthenticated);
     }
     assert_eq!(reviews.load(Ordering::SeqCst), 2);
-    // The bucket held three reviews: the third new token waits for the rate.
+    // The peer's bucket held three reviews: the fourth new token waits for the rate.
     let Err(err) = open_with_token(&h, "bank-token").await else {
         panic!("bank's token was admitted for shop");
     };
@@ -310,7 +320,8 @@ async fn reconnects_with_one_token_cost_one_token_review_and_new_tokens_are_rate
     };
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert!(
-        err.message().contains("TokenReviews per second"),
+        err.message()
+            .contains("too many new tokens to review (peer_budget spent)"),
         "{}",
         err.message()
     );
@@ -353,7 +364,9 @@ async fn open_sotw(
     if let Some(token) = token {
         request.metadata_mut().insert(
             "authorization",
-            format!("Bearer {token}").parse().expect("ascii"),
+            format!("Bearer {}", token_common::jwt(token))
+                .parse()
+                .expect("ascii"),
         );
     }
     let stream = client.stream_aggregated_resources(request).await?;
@@ -785,7 +798,8 @@ fn held_kube(
 async fn large_first_requests_waiting_for_admission_are_bounded_together() {
     let (reviews, mut reviewed) = tokio::sync::watch::channel(0usize);
     let (open, opened) = tokio::sync::watch::channel(false);
-    let reviewer = TokenReviewer::with_rate(held_kube(reviews, opened), AUDIENCE, 1000.0, 1000.0);
+    let reviewer =
+        TokenReviewer::with_budget(held_kube(reviews, opened), AUDIENCE, budget(1e3, 1e3));
     let h = Harness::start_limited(
         Some(reviewer),
         limited(BudgetLimits {

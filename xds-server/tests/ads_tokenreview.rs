@@ -3,6 +3,7 @@
 //! that answers TokenReviews for two known tokens.
 
 mod ads_common;
+mod token_common;
 
 use ads_common::*;
 use http_body_util::BodyExt;
@@ -27,9 +28,9 @@ fn fake_kube() -> kube::Client {
             .expect("request body")
             .to_bytes();
         let review: serde_json::Value = serde_json::from_slice(&body).expect("TokenReview JSON");
-        let token = review["spec"]["token"].as_str().unwrap_or_default();
+        let token = token_common::jwt_name(review["spec"]["token"].as_str().unwrap_or_default());
         let wants_audience = review["spec"]["audiences"][0] == AUDIENCE;
-        let status = match (token, wants_audience) {
+        let status = match (token.as_str(), wants_audience) {
             ("shop-token", true) | ("bank-token", true) => serde_json::json!({
                 "authenticated": true,
                 "audiences": [AUDIENCE],
@@ -56,7 +57,8 @@ type Stream = (
     tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
 );
 
-/// Opens a SotW stream for a proxy of `namespace`; the sender keeps the request side open.
+/// Opens a SotW stream for a proxy of `namespace` with the token named `token`
+/// ([`token_common::jwt`]); the sender keeps the request side open.
 async fn open(h: &Harness, namespace: &str, token: Option<&str>) -> Result<Stream, tonic::Status> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(
@@ -72,7 +74,9 @@ async fn open(h: &Harness, namespace: &str, token: Option<&str>) -> Result<Strea
     if let Some(t) = token {
         request.metadata_mut().insert(
             "authorization",
-            format!("Bearer {t}").parse().expect("ascii"),
+            format!("Bearer {}", token_common::jwt(t))
+                .parse()
+                .expect("ascii"),
         );
     }
     let stream = h

@@ -408,3 +408,157 @@ async fn a_new_ca_in_the_mounted_directory_signs_without_a_restart() {
     assert_eq!(after[1], next.cert_pem);
     assert_eq!(leaf_uri(&after), leaf_uri(&before));
 }
+
+/// A token shaped as a projected token of `shop/web` for the instance's audience, valid for an
+/// hour by its claims, that the API server never issued (its last segment is `n`).
+fn junk_token(n: usize) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let exp = OffsetDateTime::now_utc().unix_timestamp() + 3600;
+    let claims = serde_json::json!({
+        "aud": [AUDIENCE], "exp": exp, "sub": "system:serviceaccount:shop:web",
+    });
+    format!(
+        "{}.{}.{}",
+        b64(r#"{"alg":"RS256"}"#),
+        b64(&claims.to_string()),
+        b64(&format!("junk-{n}"))
+    )
+}
+
+fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ascii"),
+    );
+    request
+}
+
+/// An ADS stream of a `shop` proxy with `token`: whether admission let it open.
+async fn ads_stream(channel: tonic::transport::Channel, token: &str) -> Result<(), tonic::Status> {
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    let first = DiscoveryRequest {
+        node: Some(envoy_types::pb::envoy::config::core::v3::Node {
+            id: "sidecar~198.18.0.1~web-1.shop~shop.svc.cluster.local".into(),
+            cluster: "web.shop".into(),
+            ..Default::default()
+        }),
+        type_url: meshplane_xds::model::type_url::CLUSTER.into(),
+        ..Default::default()
+    };
+    let requests =
+        tokio_stream::StreamExt::chain(tokio_stream::iter([first]), tokio_stream::pending());
+    AggregatedDiscoveryServiceClient::new(channel)
+        .stream_aggregated_resources(bearer(requests, token))
+        .await
+        .map(drop)
+}
+
+/// Junk tokens starve nobody: one peer floods ADS and the certificate service with 600 tokens
+/// that pass every check a token can be put to by itself (a JWT for this audience, not
+/// expired, claiming `shop/web`) but that the API server never issued. While it does, a pod of
+/// `shop` with a fresh valid token, from another address, gets its ADS stream and its
+/// certificate. Before per-source budgets the flood spent the one TokenReview budget both
+/// services shared, and the valid token got UNAVAILABLE.
+#[tokio::test]
+async fn a_junk_token_flood_from_one_peer_starves_neither_ads_nor_certificates() {
+    use futures::StreamExt as _;
+    const FLOOD: usize = 600;
+    let inst = start().await;
+    let flooder: std::net::IpAddr = "127.0.0.2".parse().expect("address");
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        let channel = meshplane_ca::grpc::connect_instance_from(
+            &inst.addr.to_string(),
+            HOST,
+            &inst.root.cert_pem,
+            flooder,
+        )
+        .await
+        .expect("flooder's channel");
+        channels.push(channel);
+    }
+    let (_key, csr) = generate_csr(None).expect("csr");
+    let (sent_tx, mut sent) = watch::channel(0usize);
+    let flood = {
+        let csr = csr.clone();
+        tokio::spawn(async move {
+            let requests = (0..FLOOD).map(|n| {
+                let (channel, csr) = (channels[n % channels.len()].clone(), csr.clone());
+                let sent_tx = sent_tx.clone();
+                async move {
+                    let token = junk_token(n);
+                    let result = if n % 2 == 0 {
+                        ads_stream(channel, &token).await
+                    } else {
+                        let request = IstioCertificateRequest {
+                            csr,
+                            validity_duration: 0,
+                            metadata: None,
+                        };
+                        IstioCertificateServiceClient::new(channel)
+                            .create_certificate(bearer(request, &token))
+                            .await
+                            .map(drop)
+                    };
+                    sent_tx.send_modify(|s| *s += 1);
+                    result.expect_err("a junk token is refused").code()
+                }
+            });
+            futures::stream::iter(requests)
+                .buffer_unordered(64)
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    // Most of the flood has been answered, and the rest is still coming.
+    tokio::time::timeout(Duration::from_secs(60), sent.wait_for(|s| *s >= FLOOD / 2))
+        .await
+        .expect("flood answered in time")
+        .expect("flood running");
+
+    let token = inst.token("shop", &[AUDIENCE], Duration::from_secs(3600));
+    let channel = connect_instance(&inst.addr.to_string(), HOST, &inst.root.cert_pem)
+        .await
+        .expect("channel");
+    let ads = tokio::time::timeout(Duration::from_secs(30), ads_stream(channel, &token))
+        .await
+        .expect("ADS answered in time");
+    let certificate = inst.request(Some(&token), &csr, 0).await;
+    let codes = tokio::time::timeout(Duration::from_secs(60), flood)
+        .await
+        .expect("flood over in time")
+        .expect("flood task");
+    ads.expect("the valid token's ADS stream is admitted during the flood");
+    let chain = certificate.expect("the valid token gets its certificate during the flood");
+    assert_eq!(
+        leaf_uri(&chain),
+        vec!["spiffe://blue.example.org/ns/shop/sa/web".to_string()]
+    );
+
+    // The flood was refused: UNAUTHENTICATED while its peer had reviews left, then UNAVAILABLE
+    // (retry later) without asking the API server, counted by service and reason.
+    assert!(codes
+        .iter()
+        .all(|c| matches!(c, tonic::Code::Unauthenticated | tonic::Code::Unavailable)));
+    let metrics = inst.hub.metrics().encode().expect("metrics");
+    for service in ["ads", "certificates"] {
+        let throttled = format!(
+            r#"meshplane_xds_token_refusals_total{{service="{service}",reason="peer_budget"}}"#
+        );
+        let count: u64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&throttled))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{throttled} missing: {metrics}"));
+        assert!(count > 0, "{service}: the flooder spent its own budget");
+    }
+    // At most a peer's burst and rate of them cost a TokenReview.
+    let reviewed = codes
+        .iter()
+        .filter(|c| **c == tonic::Code::Unauthenticated)
+        .count();
+    assert!(reviewed < FLOOD / 4, "{reviewed} junk tokens reviewed");
+}

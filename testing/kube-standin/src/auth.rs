@@ -2,8 +2,11 @@
 //!
 //! Fixed identities (the admin user, the operator, the pod runner) get a random token each when
 //! the [`Authenticator`] is created; ServiceAccount tokens are issued at runtime (TokenRequest)
-//! and carry audiences, an expiry and an optional bound pod. Tokens are random opaque strings
-//! held in memory, as the real API server's TokenReview is the only way to check them.
+//! and carry audiences, an expiry and an optional bound pod. Fixed identities' tokens are random
+//! opaque strings; ServiceAccount tokens are shaped as the real API server's (a JWT whose claims
+//! name the audiences, expiry and ServiceAccount), with a random string where the signature
+//! goes. Either way only the in-memory table vouches for a token, as the real API server's
+//! TokenReview is the only way to check them.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -220,7 +223,8 @@ impl Authenticator {
             audiences
         };
         let expires_at = SystemTime::now() + lifetime;
-        let token = random_token();
+        let token =
+            service_account_jwt(namespace, name, &audiences, expires_at, bound_pod.as_ref());
         let record = TokenRecord {
             user: UserInfo::service_account(namespace, name),
             audiences,
@@ -291,6 +295,46 @@ fn bearer_token(header: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// A token shaped as a projected ServiceAccount token: claims a client can read, and a random
+/// last segment instead of a signature.
+fn service_account_jwt(
+    namespace: &str,
+    name: &str,
+    audiences: &[String],
+    expires_at: SystemTime,
+    bound_pod: Option<&BoundPod>,
+) -> String {
+    use base64::Engine as _;
+    let seconds = |at: SystemTime| {
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    let mut kubernetes = serde_json::json!({
+        "namespace": namespace,
+        "serviceaccount": {"name": name},
+    });
+    if let Some(pod) = bound_pod {
+        kubernetes["pod"] = serde_json::json!({"name": pod.name, "uid": pod.uid});
+    }
+    let claims = serde_json::json!({
+        "aud": audiences,
+        "exp": seconds(expires_at),
+        "iat": seconds(SystemTime::now()),
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": service_account_username(namespace, name),
+        "kubernetes.io": kubernetes,
+    });
+    let encode = |v: &serde_json::Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    format!(
+        "{}.{}.{}",
+        encode(&serde_json::json!({"alg": "RS256", "kid": "standin"})),
+        encode(&claims),
+        random_token()
+    )
+}
+
 fn random_token() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 48)
 }
@@ -307,6 +351,45 @@ fn write_lock<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Clients read a projected token's claims (audience, expiry, ServiceAccount) before they
+    /// ask TokenReview; only the table vouches for the token.
+    #[test]
+    fn service_account_tokens_carry_readable_claims() {
+        use base64::Engine as _;
+        let auth = Authenticator::new();
+        let pod = BoundPod {
+            name: "web-1".into(),
+            uid: "u-1".into(),
+        };
+        let (token, expires_at) = auth.issue_service_account_token(
+            "shop",
+            "web",
+            vec!["meshplane-blue".into()],
+            Duration::from_secs(600),
+            Some(pod),
+        );
+        let parts: Vec<&str> = token.split('.').collect();
+        assert_eq!(parts.len(), 3, "{token}");
+        let claims: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(parts[1])
+                .expect("base64url"),
+        )
+        .expect("JSON claims");
+        assert_eq!(claims["aud"], serde_json::json!(["meshplane-blue"]));
+        assert_eq!(claims["sub"], "system:serviceaccount:shop:web");
+        assert_eq!(claims["kubernetes.io"]["pod"]["name"], "web-1");
+        let exp = expires_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        assert_eq!(claims["exp"], exp);
+        assert!(auth.lookup(&token).is_some());
+        // The same claims with another last segment are no token of the stand-in.
+        let forged = format!("{}.{}.x", parts[0], parts[1]);
+        assert!(auth.lookup(&forged).is_none());
+    }
 
     #[test]
     fn service_account_usernames_round_trip() {

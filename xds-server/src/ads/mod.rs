@@ -112,6 +112,7 @@ impl AdsServer {
         reviewer: Option<TokenReviewer>,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
+        let reviewer = reviewer.map(|r| r.reporting_to(Arc::clone(hub.metrics())));
         Self {
             hub,
             reviewer,
@@ -164,8 +165,13 @@ impl AdsServer {
             .await
     }
 
-    async fn admit(&self, node: Option<&Node>, token: Option<String>) -> Result<ProxyNode, Status> {
-        let result = self.check(node, token).await;
+    async fn admit(
+        &self,
+        node: Option<&Node>,
+        token: Option<String>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<ProxyNode, Status> {
+        let result = self.check(node, token, peer).await;
         if let Err(e) = &result {
             self.hub.metrics().rejected(e.reason());
             let node = node.map(|n| crate::bounds::clip(&n.id, crate::bounds::ECHO));
@@ -178,6 +184,7 @@ impl AdsServer {
         &self,
         node: Option<&Node>,
         token: Option<String>,
+        peer: Option<std::net::IpAddr>,
     ) -> Result<ProxyNode, AdmissionError> {
         let mut proxy = parse_node(node, self.hub.tenant())?;
         proxy.loopback = proxy
@@ -185,7 +192,7 @@ impl AdsServer {
             .filter(|l| self.limits.honor_loopback && is_loopback_v4(l));
         if let Some(reviewer) = &self.reviewer {
             let token = token.ok_or(AdmissionError::MissingToken)?;
-            reviewer.verify(&token, &proxy).await?;
+            reviewer.verify(&token, peer, &proxy).await?;
         }
         // Membership is only known once the sources synced.
         if tokio::time::timeout(SYNC_WAIT, self.hub.wait_ready())
@@ -237,6 +244,7 @@ impl AdsServer {
         awaiting: budget::AwaitingShare,
     ) -> Result<ReceiverStream<Result<W::Resp, Status>>, Status> {
         let token = bearer_token(request.metadata());
+        let peer = request.remote_addr().map(|a| a.ip());
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(self.limits.first_request, inbound.message())
             .await
@@ -263,7 +271,7 @@ impl AdsServer {
             Arc::clone(self.hub.metrics()),
         );
         stream::admit::<W>(&mut budget, &state, &first)?;
-        let admitted = self.admit(W::node(&first), token).await;
+        let admitted = self.admit(W::node(&first), token, peer).await;
         awaiting.release();
         let node = admitted?;
         let handle = self

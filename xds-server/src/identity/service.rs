@@ -41,12 +41,17 @@ impl std::fmt::Debug for CertificateServer {
 }
 
 impl CertificateServer {
+    /// `reviewer` may be the ADS stream's: the certificate service reviews with budgets of its
+    /// own ([`TokenReviewer::for_service`]), sharing only recent answers.
     pub fn new(
         ca: Arc<CaDirectory>,
         reviewer: TokenReviewer,
         hub: Arc<Hub>,
         trust_domain: impl Into<String>,
     ) -> Self {
+        let reviewer = reviewer
+            .for_service("certificates")
+            .reporting_to(Arc::clone(hub.metrics()));
         Self {
             ca,
             reviewer,
@@ -56,11 +61,15 @@ impl CertificateServer {
     }
 
     /// The identity a token proves, if it is one this tenant issues certificates to.
-    async fn identity(&self, token: Option<String>) -> Result<SpiffeId, Status> {
+    async fn identity(
+        &self,
+        token: Option<String>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<SpiffeId, Status> {
         let token = token.ok_or_else(|| AdmissionError::MissingToken.to_status())?;
         let reviewed = self
             .reviewer
-            .review(&token)
+            .review(&token, peer)
             .await
             .map_err(|e| e.to_status())?;
         let id = SpiffeId::from_service_account_username(&self.trust_domain, &reviewed.username)
@@ -90,8 +99,9 @@ impl IstioCertificateService for CertificateServer {
         request: Request<IstioCertificateRequest>,
     ) -> Result<Response<IstioCertificateResponse>, Status> {
         let token = bearer_token(request.metadata());
+        let peer = request.remote_addr().map(|a| a.ip());
         let result = async {
-            let id = self.identity(token).await?;
+            let id = self.identity(token, peer).await?;
             let req = request.into_inner();
             let authority = self
                 .ca
