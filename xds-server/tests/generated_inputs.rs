@@ -498,16 +498,17 @@ proptest! {
     }
 }
 
+/// Subscribed and unsubscribed names, initial versions, nonce and version of a request.
+type RequestFields = (
+    Vec<String>,
+    Vec<String>,
+    Vec<(String, String)>,
+    String,
+    String,
+);
+
 /// A SotW or delta request with generated names, locators, versions and nonce.
-fn request_fields() -> impl Strategy<
-    Value = (
-        Vec<String>,
-        Vec<String>,
-        Vec<(String, String)>,
-        String,
-        String,
-    ),
-> {
+fn request_fields() -> impl Strategy<Value = RequestFields> {
     let name = "[a-z0-9./_-]{0,40}";
     (
         prop::collection::vec(name, 0..40),
