@@ -303,10 +303,12 @@ pub enum IsolationMode {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshConfig {
-    /// Trust domain of the tenant's workload identities.
-    #[serde(default = "default_trust_domain")]
+    /// Trust domain of the tenant's workload identities (`spiffe://<trustDomain>/ns/..`).
+    /// Absent: `<tenant>.meshplane.local`. Each tenant has its own: a trust domain another
+    /// tenant uses is refused, and every revision of a tenant uses the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub trust_domain: String,
+    pub trust_domain: Option<String>,
     /// Default visibility of Services and ServiceEntries that set no `exportTo`: `*` (the whole
     /// tenant, the default), `.` (own namespace) or namespace names of the tenant.
     #[serde(default = "default_export_to")]
@@ -328,7 +330,7 @@ pub struct MeshConfig {
 impl Default for MeshConfig {
     fn default() -> Self {
         Self {
-            trust_domain: default_trust_domain(),
+            trust_domain: None,
             default_export_to: default_export_to(),
             outbound_traffic_policy: OutboundTrafficPolicy::default(),
             access_logging: AccessLogging::default(),
@@ -337,8 +339,14 @@ impl Default for MeshConfig {
     }
 }
 
-fn default_trust_domain() -> String {
-    names::DEFAULT_TRUST_DOMAIN.to_string()
+impl MeshConfig {
+    /// The trust domain of tenant `tenant` under these settings: the one set, else the
+    /// tenant's default ([`names::default_trust_domain`]).
+    pub fn trust_domain_of(&self, tenant: &str) -> String {
+        self.trust_domain
+            .clone()
+            .unwrap_or_else(|| names::default_trust_domain(tenant))
+    }
 }
 
 fn default_export_to() -> Vec<String> {
@@ -451,6 +459,11 @@ impl MeshControlPlane {
             .namespace
             .clone()
             .unwrap_or_else(|| names::control_namespace(&self.spec.tenant))
+    }
+
+    /// Effective trust domain: `spec.meshConfig.trustDomain`, or `<tenant>.meshplane.local`.
+    pub fn trust_domain(&self) -> String {
+        self.spec.mesh_config.trust_domain_of(&self.spec.tenant)
     }
 
     /// Image of the xds-server for this revision.

@@ -11,7 +11,9 @@
 //! 2. A winner with an invalid `namespaceSelector` is [`Conflict::InvalidSelector`]; a winner whose
 //!    control namespace differs from the tenant's oldest revision is
 //!    [`Conflict::ControlNamespaceMismatch`]; a control namespace already used by another tenant is
-//!    [`Conflict::ControlNamespaceTaken`]. Such a revision is *inactive*: it keeps its name
+//!    [`Conflict::ControlNamespaceTaken`]; likewise a trust domain other than the tenant's oldest
+//!    revision's is [`Conflict::TrustDomainMismatch`] and one another tenant already uses is
+//!    [`Conflict::TrustDomainTaken`]. Such a revision is *inactive*: it keeps its name
 //!    reserved, but attaches nothing.
 //! 3. Tags: a tag named like any revision is [`Conflict::TagNamedLikeRevision`]; a tag whose
 //!    target lives in another tenant than the one recorded in its status is
@@ -194,6 +196,8 @@ pub struct ControlPlaneFacts {
     pub revision: String,
     /// Effective control namespace.
     pub control_namespace: String,
+    /// Effective trust domain ([`MeshControlPlane::trust_domain`]).
+    pub trust_domain: String,
     /// `spec.namespaceSelector`.
     pub namespace_selector: Option<LabelSelector>,
     /// `status.controlNamespaceUID`: the control namespace the operator created for it.
@@ -215,6 +219,7 @@ impl From<&MeshControlPlane> for ControlPlaneFacts {
             tenant: mcp.spec.tenant.clone(),
             revision: mcp.revision(),
             control_namespace: mcp.control_namespace(),
+            trust_domain: mcp.trust_domain(),
             namespace_selector: mcp.spec.namespace_selector.clone(),
             control_namespace_uid: status.and_then(|s| s.control_namespace_uid.clone()),
             handed_namespace_uid: mcp
@@ -292,6 +297,20 @@ pub enum Conflict {
         namespace: String,
         why: String,
     },
+    /// Revisions of one tenant must share a trust domain; `expected` is the oldest's.
+    TrustDomainMismatch {
+        control_plane: String,
+        tenant: String,
+        expected: String,
+        found: String,
+    },
+    /// The trust domain already belongs to another tenant (whose oldest revision is older):
+    /// with a shared organisation root, the two tenants would accept each other's workloads.
+    TrustDomainTaken {
+        control_plane: String,
+        trust_domain: String,
+        owner_tenant: String,
+    },
     /// A tag carries the name of a revision.
     TagNamedLikeRevision { tag: String, control_plane: String },
     /// A tag recorded in one tenant is pointed at a revision of another.
@@ -314,6 +333,8 @@ impl Conflict {
             Conflict::ControlNamespaceMismatch { .. } => "ControlNamespaceMismatch",
             Conflict::ControlNamespaceTaken { .. } => "ControlNamespaceTaken",
             Conflict::ControlNamespaceNotOwned { .. } => "ControlNamespaceNotOwned",
+            Conflict::TrustDomainMismatch { .. } => "TrustDomainMismatch",
+            Conflict::TrustDomainTaken { .. } => "TrustDomainTaken",
             Conflict::TagNamedLikeRevision { .. } => "TagNamedLikeRevision",
             Conflict::TagMovedAcrossTenants { .. } => "TagMovedAcrossTenants",
             Conflict::TagRevisionNotFound { .. } => "RevisionNotFound",
@@ -327,7 +348,9 @@ impl Conflict {
             Conflict::InvalidSelector { control_plane, .. }
             | Conflict::ControlNamespaceMismatch { control_plane, .. }
             | Conflict::ControlNamespaceTaken { control_plane, .. }
-            | Conflict::ControlNamespaceNotOwned { control_plane, .. } => Some(control_plane),
+            | Conflict::ControlNamespaceNotOwned { control_plane, .. }
+            | Conflict::TrustDomainMismatch { control_plane, .. }
+            | Conflict::TrustDomainTaken { control_plane, .. } => Some(control_plane),
             _ => None,
         }
     }
@@ -364,6 +387,14 @@ impl fmt::Display for Conflict {
             Conflict::ControlNamespaceNotOwned { control_plane, namespace, why } => write!(
                 f,
                 "MeshControlPlane {control_plane:?}: control namespace {namespace:?} {why}; name a namespace that does not exist yet (meshplane creates it) or one meshplane created for this tenant"
+            ),
+            Conflict::TrustDomainMismatch { control_plane, tenant, expected, found } => write!(
+                f,
+                "MeshControlPlane {control_plane:?} uses trust domain {found:?} but tenant {tenant:?} already uses {expected:?}; all revisions of a tenant share one trust domain (set spec.meshConfig.trustDomain: {expected})"
+            ),
+            Conflict::TrustDomainTaken { control_plane, trust_domain, owner_tenant } => write!(
+                f,
+                "MeshControlPlane {control_plane:?}: trust domain {trust_domain:?} already belongs to tenant {owner_tenant:?}; every tenant needs its own, or tenants sharing an organisation root would accept each other's workloads (leave spec.meshConfig.trustDomain unset for the tenant's default)"
             ),
             Conflict::TagNamedLikeRevision { tag, control_plane } => write!(
                 f,
@@ -441,6 +472,8 @@ pub struct RevisionMembership {
 pub struct TenantMembership {
     /// The tenant's control namespace (of its oldest active revision).
     pub control_namespace: String,
+    /// The tenant's trust domain (of its oldest active revision).
+    pub trust_domain: String,
     /// Its active revisions.
     pub revisions: BTreeSet<String>,
     /// Union of the attached namespaces of its revisions.
@@ -525,6 +558,8 @@ pub fn compute(
     let mut selectors: BTreeMap<String, Selector> = BTreeMap::new();
     // Control namespace -> owning tenant.
     let mut control_namespaces: BTreeMap<String, String> = BTreeMap::new();
+    // Trust domain -> owning tenant.
+    let mut trust_domains: BTreeMap<String, String> = BTreeMap::new();
     for cp in ranked {
         if let Some(winner) = claimed.get(cp.revision.as_str()) {
             out.conflicts.push(Conflict::DuplicateRevision {
@@ -558,6 +593,15 @@ pub fn compute(
                 });
                 continue;
             }
+            if tenant.trust_domain != cp.trust_domain {
+                out.conflicts.push(Conflict::TrustDomainMismatch {
+                    control_plane: cp.name.clone(),
+                    tenant: cp.tenant.clone(),
+                    expected: tenant.trust_domain.clone(),
+                    found: cp.trust_domain.clone(),
+                });
+                continue;
+            }
         } else if let Some(owner) = control_namespaces.get(&cp.control_namespace) {
             out.conflicts.push(Conflict::ControlNamespaceTaken {
                 control_plane: cp.name.clone(),
@@ -565,10 +609,19 @@ pub fn compute(
                 owner_tenant: owner.clone(),
             });
             continue;
+        } else if let Some(owner) = trust_domains.get(&cp.trust_domain) {
+            out.conflicts.push(Conflict::TrustDomainTaken {
+                control_plane: cp.name.clone(),
+                trust_domain: cp.trust_domain.clone(),
+                owner_tenant: owner.clone(),
+            });
+            continue;
         }
         control_namespaces.insert(cp.control_namespace.clone(), cp.tenant.clone());
+        trust_domains.insert(cp.trust_domain.clone(), cp.tenant.clone());
         let tenant = out.tenants.entry(cp.tenant.clone()).or_default();
         tenant.control_namespace = cp.control_namespace.clone();
+        tenant.trust_domain = cp.trust_domain.clone();
         tenant.revisions.insert(cp.revision.clone());
         selectors.insert(cp.revision.clone(), selector);
         out.revisions.insert(
@@ -782,6 +835,7 @@ mod tests {
             tenant: tenant.into(),
             revision: revision.into(),
             control_namespace: format!("meshplane-{tenant}"),
+            trust_domain: crate::names::default_trust_domain(tenant),
             namespace_selector: None,
             control_namespace_uid: None,
             handed_namespace_uid: None,
@@ -1067,6 +1121,52 @@ mod tests {
         assert_eq!(after.revisions["blue-v2"].attached, set(&["shop"]));
         assert!(after.revisions["blue-v1"].attached.is_empty());
         assert_eq!(after.revisions["blue-v2"].tags, set(&["stable"]));
+    }
+
+    #[test]
+    fn a_trust_domain_belongs_to_one_tenant_and_is_shared_by_its_revisions() {
+        let with_td = |mut c: ControlPlaneFacts, td: &str| {
+            c.trust_domain = td.into();
+            c
+        };
+        let m = compute(
+            &[ns("shop", "blue-v1"), ns("cart", "red-v1")],
+            &[
+                with_td(cp("blue-v1", "blue", "blue-v1", 30), "org.example"),
+                // A canary of the same tenant shares it.
+                with_td(cp("blue-v2", "blue", "blue-v2", 20), "org.example"),
+                // Another tenant naming it is refused, however it is spelt.
+                with_td(cp("red-v1", "red", "red-v1", 10), "org.example"),
+                // So is a canary that names another one than its tenant's.
+                with_td(cp("blue-v3", "blue", "blue-v3", 5), "blue.example"),
+            ],
+            &[],
+        );
+        assert!(m.conflicts_of_control_plane("blue-v1").is_empty());
+        assert!(m.conflicts_of_control_plane("blue-v2").is_empty());
+        assert_eq!(
+            m.conflicts_of_control_plane("red-v1"),
+            vec![&Conflict::TrustDomainTaken {
+                control_plane: "red-v1".into(),
+                trust_domain: "org.example".into(),
+                owner_tenant: "blue".into(),
+            }]
+        );
+        assert_eq!(
+            m.conflicts_of_control_plane("blue-v3")[0].reason(),
+            "TrustDomainMismatch"
+        );
+        // The refused tenant attaches nothing; the owner's trust domain is recorded.
+        assert!(!m.revisions.contains_key("red-v1"));
+        assert_eq!(m.tenants["blue"].trust_domain, "org.example");
+        // Defaults differ per tenant, so two tenants that set nothing never collide.
+        let m = compute(
+            &[],
+            &[cp("blue-v1", "blue", "blue-v1", 2), cp("red-v1", "red", "red-v1", 1)],
+            &[],
+        );
+        assert!(m.conflicts.is_empty(), "{:?}", m.conflicts);
+        assert_ne!(m.tenants["blue"].trust_domain, m.tenants["red"].trust_domain);
     }
 
     #[test]

@@ -95,8 +95,16 @@ pub const MAX_REVISION_LEN: usize = 32;
 /// Longest tenant name: keeps the default control namespace `meshplane-<tenant>` and
 /// tenant-scoped ClusterRole names short.
 pub const MAX_TENANT_LEN: usize = 32;
-/// Default trust domain of a tenant's identities.
-pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
+/// Suffix of the default trust domains: tenant `blue` defaults to `blue.meshplane.local`.
+/// Trust domains under it are reserved, each for the tenant it names.
+pub const TRUST_DOMAIN_SUFFIX: &str = "meshplane.local";
+
+/// Default trust domain of tenant `tenant`'s identities: distinct per tenant, so that tenants
+/// sharing an organisation root still refuse each other's workloads. A tenant name is a DNS
+/// label, so the result is a valid SPIFFE trust domain.
+pub fn default_trust_domain(tenant: &str) -> String {
+    format!("{tenant}.{TRUST_DOMAIN_SUFFIX}")
+}
 
 /// Default control ("root") namespace of a tenant.
 pub fn control_namespace(tenant: &str) -> String {

@@ -434,6 +434,40 @@ fn validate_unique_ports(ports: &[Port], field: &str, errs: &mut ValidationError
     }
 }
 
+/// A tenant's trust domain: a SPIFFE trust domain (lowercase letters, digits, '.', '-', '_';
+/// no wildcard), and not one reserved for another tenant's default (`<other>.meshplane.local`).
+pub fn validate_trust_domain(
+    trust_domain: &str,
+    tenant: &str,
+    field: &str,
+) -> Result<(), ValidationError> {
+    let invalid = |reason: String| ValidationError::Invalid {
+        field: field.into(),
+        reason,
+    };
+    let spiffe = !trust_domain.is_empty()
+        && trust_domain.len() <= 253
+        && trust_domain.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_')
+        })
+        && !trust_domain.starts_with('.')
+        && !trust_domain.ends_with('.')
+        && !trust_domain.contains("..");
+    if !spiffe {
+        return Err(invalid(format!(
+            "{trust_domain:?} is not a SPIFFE trust domain (lowercase letters, digits, '.', '-' and '_', at most 253 characters)"
+        )));
+    }
+    let suffix = crate::names::TRUST_DOMAIN_SUFFIX;
+    let reserved = trust_domain == suffix || trust_domain.ends_with(&format!(".{suffix}"));
+    if reserved && trust_domain != crate::names::default_trust_domain(tenant) {
+        return Err(invalid(format!(
+            "{trust_domain:?} is reserved: trust domains under {suffix:?} are the tenants' defaults, and this one is not tenant {tenant:?}'s; leave trustDomain unset or name one of your organisation's"
+        )));
+    }
+    Ok(())
+}
+
 /// Semantic checks of a `MeshControlPlane`.
 pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
@@ -465,11 +499,13 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
         });
     }
     let mc = &mcp.spec.mesh_config;
-    errs.check(validate_host(
-        &mc.trust_domain,
-        "spec.meshConfig.trustDomain",
-        false,
-    ));
+    if let Some(td) = &mc.trust_domain {
+        errs.check(validate_trust_domain(
+            td,
+            &mcp.spec.tenant,
+            "spec.meshConfig.trustDomain",
+        ));
+    }
     errs.check(validate_export_to(
         &mc.default_export_to,
         "spec.meshConfig.defaultExportTo",

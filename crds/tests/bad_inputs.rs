@@ -64,6 +64,24 @@ fn revision_must_start_with_a_letter() {
 }
 
 #[test]
+fn trust_domains_are_spiffe_and_another_tenants_default_is_reserved() {
+    let td = |value: &str| {
+        validate_mesh_control_plane(&mcp(&format!(
+            "  tenant: blue\n  meshConfig:\n    trustDomain: \"{value}\"\n"
+        )))
+    };
+    assert!(td("blue.meshplane.local").is_ok(), "the tenant's own default");
+    assert!(td("prod.example.org").is_ok());
+    for bad in ["red.meshplane.local", "meshplane.local", "Blue.example", "*.example"] {
+        let err = first_error(td(bad));
+        assert_eq!(err.field(), "spec.meshConfig.trustDomain", "{bad}: {err}");
+    }
+    let unset = mcp("  tenant: blue\n");
+    assert!(validate_mesh_control_plane(&unset).is_ok());
+    assert_eq!(unset.trust_domain(), "blue.meshplane.local");
+}
+
+#[test]
 fn unknown_isolation_mode_fails_to_decode() {
     let text = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: blue-v1\nspec:\n  tenant: blue\n  isolation: Loose\n";
     let err = parse_objects(text).expect_err("unknown variant");

@@ -589,6 +589,7 @@ impl TenantIndex {
                 tenant: self.tenant.clone(),
                 revision: self.revision.clone(),
                 control_namespace: self.control_namespace.clone(),
+                trust_domain: self.mesh_config.trust_domain_of(&self.tenant),
                 namespace_selector: None,
                 control_namespace_uid: None,
                 handed_namespace_uid: None,
