@@ -71,9 +71,9 @@ pub struct Args {
     /// `root-cert.pem`, `cert-chain.pem`), mounted from its Secret.
     #[arg(long = flags::CA_DIR, default_value = meshplane_contracts::tenant_ca::MOUNT_DIR)]
     pub ca_dir: PathBuf,
-    /// Trust domain of the tenant's workload identities.
-    #[arg(long = flags::TRUST_DOMAIN, default_value = meshplane_crds::names::DEFAULT_TRUST_DOMAIN)]
-    pub trust_domain: String,
+    /// Trust domain of the tenant's workload identities; default `<tenant>.meshplane.local`.
+    #[arg(long = flags::TRUST_DOMAIN)]
+    pub trust_domain: Option<String>,
     /// Extra DNS names of the TLS port's serving certificate (the instance Service's names are
     /// always included); repeatable.
     #[arg(long = "serving-dns-name")]
@@ -161,6 +161,15 @@ impl Args {
 }
 
 /// A default duration as a flag's milliseconds.
+impl Args {
+    /// The tenant's trust domain: `--trust-domain`, else the tenant's default.
+    pub fn trust_domain(&self) -> String {
+        self.trust_domain
+            .clone()
+            .unwrap_or_else(|| meshplane_crds::names::default_trust_domain(&self.tenant))
+    }
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -204,7 +213,7 @@ mod tests {
                 args.ca_dir,
                 PathBuf::from(meshplane_contracts::tenant_ca::MOUNT_DIR)
             );
-            assert_eq!(args.trust_domain, "blue.example");
+            assert_eq!(args.trust_domain(), "blue.example");
             assert_eq!(
                 args.webhook_addr.port(),
                 meshplane_contracts::ports::HTTPS_WEBHOOK

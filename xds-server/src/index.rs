@@ -215,7 +215,10 @@ impl TenantIndex {
     ) -> Self {
         let registry = Registry {
             control_namespace: control_namespace.to_string(),
-            mesh_config: mesh_config.clone(),
+            mesh_config: MeshConfig {
+                trust_domain: Some(mesh_config.trust_domain_of(tenant)),
+                ..mesh_config.clone()
+            },
             ..Registry::default()
         };
         Self {
@@ -635,7 +638,8 @@ impl TenantIndex {
     /// The mesh settings: those of this revision's MeshControlPlane when the source delivers
     /// it (directory mode), else the ones given at start.
     fn effective_mesh_config(&self) -> MeshConfig {
-        self.objects
+        let config = self
+            .objects
             .values()
             .find_map(|obj| match obj {
                 Object::MeshControlPlane(mcp)
@@ -645,7 +649,13 @@ impl TenantIndex {
                 }
                 _ => None,
             })
-            .unwrap_or_else(|| self.mesh_config.clone())
+            .unwrap_or_else(|| self.mesh_config.clone());
+        // Translation binds identities to the tenant's trust domain, so it is always resolved.
+        let trust_domain = config.trust_domain_of(&self.tenant);
+        MeshConfig {
+            trust_domain: Some(trust_domain),
+            ..config
+        }
     }
 
     /// The tenant's gateways: from the operator (Kubernetes mode), else from the tenant's

@@ -42,7 +42,10 @@ fn generator(args: &Args, control_namespace: &str, events: EventSink) -> Box<dyn
             &args.tenant,
             &args.revision,
             control_namespace,
-            MeshConfig::default(),
+            MeshConfig {
+                trust_domain: Some(args.trust_domain()),
+                ..MeshConfig::default()
+            },
         )
         .with_tags(args.tags.iter().cloned())
         .with_events(events),
@@ -189,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
             "give --xds-tls-addr (TLS ADS and certificates) or --xds-addr (plaintext ADS)"
         );
     }
-    meshplane_ca::spiffe::validate_trust_domain(&args.trust_domain).context("--trust-domain")?;
+    meshplane_ca::spiffe::validate_trust_domain(&args.trust_domain()).context("--trust-domain")?;
     let xds_listener = match args.xds_addr {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -308,7 +311,7 @@ fn spawn_secure(
     ];
     dns_names.extend(args.serving_dns_names.iter().cloned());
     let identity =
-        meshplane_ca::SpiffeId::new(&args.trust_domain, control_namespace, &instance).ok();
+        meshplane_ca::SpiffeId::new(&args.trust_domain(), control_namespace, &instance).ok();
     let serving = Arc::new(ServingCert::new(
         Arc::clone(&ca),
         dns_names,
@@ -316,7 +319,7 @@ fn spawn_secure(
         meshplane_ca::verify::provider(),
     ));
     let tls = secure::server_config(serving).context("TLS configuration of the ADS port")?;
-    let certificates = reviewer.map(|r| CertificateServer::new(ca, r, hub, &args.trust_domain));
+    let certificates = reviewer.map(|r| CertificateServer::new(ca, r, hub, &args.trust_domain()));
     Ok(tokio::spawn(secure::serve_secure(
         listener,
         tls,
@@ -367,12 +370,12 @@ fn spawn_webhooks(
         tenant: args.tenant.clone(),
         revision: args.revision.clone(),
         proxy_image,
-        trust_domain: args.trust_domain.clone(),
+        trust_domain: args.trust_domain(),
         default_capture_mode: meshplane_webhooks::inject::CaptureMode::Default,
     };
     let handlers = Arc::new(meshplane_webhooks::Webhooks::new(
         injection,
-        Arc::new(HubTenant(hub, args.trust_domain.clone())),
+        Arc::new(HubTenant(hub, args.trust_domain())),
     ));
     let (addr, tls_dir) = (args.webhook_addr, args.webhook_tls_dir.clone());
     let fatal = matches!(args.source, Source::Kube);

@@ -140,7 +140,7 @@ fn deployment_spec(
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
             field_env("POD_IP", "status.podIP"),
-            {"name": "TRUST_DOMAIN", "value": mcp.spec.mesh_config.trust_domain},
+            {"name": "TRUST_DOMAIN", "value": mcp.trust_domain()},
         ],
         "ports": container_ports,
         "readinessProbe": {

@@ -5,7 +5,7 @@ use meshplane_contracts::instance::{env, InstanceArgs, Isolation};
 use meshplane_contracts::members::MembersData;
 use meshplane_contracts::{proxies, webhook_tls};
 use meshplane_crds::names::{self, ports};
-use meshplane_crds::IsolationMode;
+use meshplane_crds::{IsolationMode, MeshConfig};
 use serde_json::{json, Value};
 
 use super::{DesiredObject, Kind, ObjectKey, Revision};
@@ -102,7 +102,12 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         tags: rev.input.revision.tags.clone(),
         // The instance applies the revision's meshConfig (outbound policy, default exportTo,
         // access logging) from here; it cannot read MeshControlPlanes.
-        mesh_config: serde_json::to_string(&rev.input.control_plane.spec.mesh_config).ok(),
+        // The trust domain goes resolved: the instance translates with the one it signs.
+        mesh_config: serde_json::to_string(&MeshConfig {
+            trust_domain: Some(rev.input.control_plane.trust_domain()),
+            ..rev.input.control_plane.spec.mesh_config.clone()
+        })
+        .ok(),
         // The gateway this revision runs: its pod labels and trusted namespaces.
         gateways: super::gateway::running_gateway(rev)
             .and_then(|g| serde_json::to_string(&[g]).ok()),
@@ -164,7 +169,7 @@ fn deployment_spec(rev: &Revision<'_>) -> Value {
         &rev.revision,
         &rev.control_namespace,
         mcp.spec.isolation,
-        &mcp.spec.mesh_config.trust_domain,
+        &mcp.trust_domain(),
     );
     let field_env = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let mut container = json!({

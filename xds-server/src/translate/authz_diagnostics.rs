@@ -39,7 +39,7 @@ pub fn authorization_policy(
     }
     for r in foreign_references(
         &policy.spec,
-        Some(&registry.mesh_config.trust_domain),
+        Some(registry.trust_domain()),
         in_tenant,
     ) {
         findings.push(Finding {

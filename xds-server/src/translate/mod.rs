@@ -205,7 +205,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
                 &peer_mtls,
                 &inbound::InboundAuthz {
                     policies: &policies,
-                    trust_domain: &registry.mesh_config.trust_domain,
+                    trust_domain: registry.trust_domain(),
                 },
                 &mut out,
             );

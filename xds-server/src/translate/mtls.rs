@@ -481,7 +481,7 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
     for cla in &mut out.endpoints {
         mark_meshed_endpoints(registry, cla);
     }
-    let trust_domain = &registry.mesh_config.trust_domain;
+    let trust_domain = registry.trust_domain();
     for cluster in out.clusters.iter_mut() {
         if !cluster.name.starts_with("outbound|") {
             continue;
@@ -539,7 +539,7 @@ fn eds_server_identities(registry: &Registry, namespace: &str, cluster_name: &st
         .unwrap_or_default();
     let accounts = registry.service_accounts.get(host);
     expected_server_identities(
-        &registry.mesh_config.trust_domain,
+        registry.trust_domain(),
         accounts.unwrap_or(&BTreeSet::new()),
         subject_alt_names,
     )

@@ -162,7 +162,7 @@ pub(super) fn outbound_clusters(
     out: &mut Translated,
 ) {
     let mesh = sds.then_some(policy::MeshTls {
-        trust_domain: &registry.mesh_config.trust_domain,
+        trust_domain: registry.trust_domain(),
     });
     let rule = traffic::destination_rule(registry, proxy_namespace, &svc.hostname, &svc.namespace);
     for sp in &svc.ports {

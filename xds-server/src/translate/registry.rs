@@ -312,6 +312,12 @@ pub fn same_config<K: kube::Resource>(
 }
 
 impl Registry {
+    /// The tenant's trust domain, which every mesh identity a proxy accepts must be of. The
+    /// index always resolves it; a bare registry has none and then accepts no identity.
+    pub fn trust_domain(&self) -> &str {
+        self.mesh_config.trust_domain.as_deref().unwrap_or_default()
+    }
+
     /// Whether the traffic config (VirtualServices, DestinationRules, Gateways, gateway
     /// deployments) of two registries is the same.
     pub fn same_traffic_config(&self, other: &Registry) -> bool {

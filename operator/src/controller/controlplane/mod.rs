@@ -490,8 +490,8 @@ async fn ensure_ca(
     let deciding = ca::tenant_ca_setting(&snap.control_planes, &rev.tenant);
     let source = deciding.map(CaSource::of).unwrap_or(CaSource::SelfSigned);
     let trust_domain = deciding
-        .map(|m| m.spec.mesh_config.trust_domain.clone())
-        .unwrap_or_else(|| names::DEFAULT_TRUST_DOMAIN.to_string());
+        .map(|m| m.trust_domain())
+        .unwrap_or_else(|| names::default_trust_domain(&rev.tenant));
     let args = ca::EnsureCa {
         tenant: &rev.tenant,
         control_namespace: &rev.control_namespace,
