@@ -183,6 +183,39 @@ pub fn compute_guarded(
     membership
 }
 
+/// Why `candidate` may not take its trust domain, whatever the ages: another tenant's control
+/// plane uses it, or the tenant's other revisions use another one (the oldest's is expected).
+/// [`compute`] decides by age, which would let an older control plane that changes its trust
+/// domain take one a younger tenant holds; the admission check calls this on every create and
+/// on every update that changes the trust domain.
+pub fn trust_domain_conflict(
+    candidate: &ControlPlaneFacts,
+    others: &[ControlPlaneFacts],
+) -> Option<Conflict> {
+    let others: Vec<&ControlPlaneFacts> =
+        others.iter().filter(|c| c.name != candidate.name).collect();
+    if let Some(owner) = others
+        .iter()
+        .find(|c| c.tenant != candidate.tenant && c.trust_domain == candidate.trust_domain)
+    {
+        return Some(Conflict::TrustDomainTaken {
+            control_plane: candidate.name.clone(),
+            trust_domain: candidate.trust_domain.clone(),
+            owner_tenant: owner.tenant.clone(),
+        });
+    }
+    let oldest = others
+        .iter()
+        .filter(|c| c.tenant == candidate.tenant)
+        .min_by_key(|c| rank(c))?;
+    (oldest.trust_domain != candidate.trust_domain).then(|| Conflict::TrustDomainMismatch {
+        control_plane: candidate.name.clone(),
+        tenant: candidate.tenant.clone(),
+        expected: oldest.trust_domain.clone(),
+        found: candidate.trust_domain.clone(),
+    })
+}
+
 /// A `MeshControlPlane` as membership sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlPlaneFacts {
@@ -1162,11 +1195,17 @@ mod tests {
         // Defaults differ per tenant, so two tenants that set nothing never collide.
         let m = compute(
             &[],
-            &[cp("blue-v1", "blue", "blue-v1", 2), cp("red-v1", "red", "red-v1", 1)],
+            &[
+                cp("blue-v1", "blue", "blue-v1", 2),
+                cp("red-v1", "red", "red-v1", 1),
+            ],
             &[],
         );
         assert!(m.conflicts.is_empty(), "{:?}", m.conflicts);
-        assert_ne!(m.tenants["blue"].trust_domain, m.tenants["red"].trust_domain);
+        assert_ne!(
+            m.tenants["blue"].trust_domain,
+            m.tenants["red"].trust_domain
+        );
     }
 
     #[test]

@@ -70,9 +70,17 @@ fn trust_domains_are_spiffe_and_another_tenants_default_is_reserved() {
             "  tenant: blue\n  meshConfig:\n    trustDomain: \"{value}\"\n"
         )))
     };
-    assert!(td("blue.meshplane.local").is_ok(), "the tenant's own default");
+    assert!(
+        td("blue.meshplane.local").is_ok(),
+        "the tenant's own default"
+    );
     assert!(td("prod.example.org").is_ok());
-    for bad in ["red.meshplane.local", "meshplane.local", "Blue.example", "*.example"] {
+    for bad in [
+        "red.meshplane.local",
+        "meshplane.local",
+        "Blue.example",
+        "*.example",
+    ] {
         let err = first_error(td(bad));
         assert_eq!(err.field(), "spec.meshConfig.trustDomain", "{bad}: {err}");
     }

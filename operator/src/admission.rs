@@ -70,6 +70,18 @@ pub fn review(
                 .filter(|c| c.metadata.name.as_deref() != Some(&name))
                 .map(ControlPlaneFacts::from)
                 .collect();
+            // A trust domain is one tenant's, whoever is older; an update that keeps it is
+            // judged by membership below (an older tenant keeps what it has).
+            let old_trust_domain = req
+                .old_object
+                .as_ref()
+                .and_then(|o| decode::<MeshControlPlane>(o).ok())
+                .map(|m| m.trust_domain());
+            if old_trust_domain.as_deref() != Some(mcp.trust_domain().as_str()) {
+                if let Some(c) = membership::trust_domain_conflict(&candidate, &cps) {
+                    return deny_conflicts(resp, &[&c]);
+                }
+            }
             cps.push(candidate);
             // The tenant's other control planes may vouch for an existing control namespace.
             let taken: Vec<Conflict> = membership::control_namespace_claims(&cps, |n| {

@@ -28,10 +28,15 @@ fn existing() -> (Vec<MeshControlPlane>, Vec<MeshRevisionTag>) {
         "status": {"revision": "blue-v1", "tenant": "blue"},
     }))
     .expect("valid tag");
+    // A tenant whose CA is an intermediate of the organisation's root, with its own trust
+    // domain.
+    let mut orange = cp("orange-v1", "orange", "2026-01-03T00:00:00Z");
+    orange.spec.mesh_config.trust_domain = Some("orange.corp.example".into());
     (
         vec![
             cp("blue-v1", "blue", "2026-01-01T00:00:00Z"),
             cp("green", "green", "2026-01-02T00:00:00Z"),
+            orange,
         ],
         vec![tag],
     )
@@ -314,4 +319,79 @@ fn a_control_namespace_that_is_not_the_tenants_to_take_is_refused() {
         ),
         Some(recreated),
     )));
+}
+
+fn denial(resp: &Value) -> String {
+    assert!(!allowed(resp), "{resp}");
+    resp["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_trust_domain_another_tenant_uses_is_refused() {
+    let create =
+        |name: &str, spec: Value| request("MeshControlPlane", "CREATE", mcp(name, spec), None);
+    let message = denial(&run(
+        "mcp-trust-domain-taken",
+        create(
+            "purple-v1",
+            json!({"tenant": "purple", "meshConfig": {"trustDomain": "orange.corp.example"}}),
+        ),
+    ));
+    assert!(
+        message
+            .contains(r#"trust domain "orange.corp.example" already belongs to tenant "orange""#),
+        "{message}"
+    );
+    // Another tenant's default is reserved for it.
+    let message = denial(&run(
+        "mcp-trust-domain-reserved",
+        create(
+            "purple-v1",
+            json!({"tenant": "purple", "meshConfig": {"trustDomain": "blue.meshplane.local"}}),
+        ),
+    ));
+    assert!(message.contains("spec.meshConfig.trustDomain"), "{message}");
+    // An older tenant cannot take a younger one's either.
+    let old = mcp("blue-v1", json!({"tenant": "blue"}));
+    let mut moved = old.clone();
+    moved["spec"]["meshConfig"] = json!({"trustDomain": "orange.corp.example"});
+    moved["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let message = denial(&run(
+        "mcp-trust-domain-taken-by-update",
+        request("MeshControlPlane", "UPDATE", moved, Some(old)),
+    ));
+    assert!(
+        message.contains("TrustDomain") || message.contains("trust domain"),
+        "{message}"
+    );
+    // With nothing set, a new tenant gets its own default: admitted.
+    assert!(allowed(&run(
+        "mcp-trust-domain-default",
+        create("purple-v1", json!({"tenant": "purple"})),
+    )));
+}
+
+#[test]
+fn a_canary_revision_shares_its_tenants_trust_domain() {
+    let create =
+        |name: &str, spec: Value| request("MeshControlPlane", "CREATE", mcp(name, spec), None);
+    assert!(allowed(&run(
+        "mcp-trust-domain-canary",
+        create(
+            "orange-v2",
+            json!({"tenant": "orange", "meshConfig": {"trustDomain": "orange.corp.example"}}),
+        ),
+    )));
+    // A canary naming another trust domain would split the tenant: refused, naming the one.
+    let message = denial(&run(
+        "mcp-trust-domain-canary-mismatch",
+        create("orange-v2", json!({"tenant": "orange"})),
+    ));
+    assert!(
+        message.contains("trustDomain: orange.corp.example"),
+        "{message}"
+    );
 }

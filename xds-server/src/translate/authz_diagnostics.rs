@@ -37,11 +37,7 @@ pub fn authorization_policy(
             });
         }
     }
-    for r in foreign_references(
-        &policy.spec,
-        Some(registry.trust_domain()),
-        in_tenant,
-    ) {
+    for r in foreign_references(&policy.spec, Some(registry.trust_domain()), in_tenant) {
         findings.push(Finding {
             reason: "NeverAuthenticates",
             message: r.to_string(),

@@ -767,6 +767,36 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_admitted_with_another_tenants_trust_domain_writes_nothing_and_warns() {
+        // Created while the operator's webhook was down.
+        let mut blue = mk_control_plane("blue-v1", "blue", "2026-01-01T00:00:00Z");
+        blue.spec.mesh_config.trust_domain = Some("corp.example".into());
+        let mut red = mk_control_plane("red-v1", "red", "2026-02-01T00:00:00Z");
+        red.spec.mesh_config.trust_domain = Some("corp.example".into());
+        let mut canary = mk_control_plane("blue-v2", "blue", "2026-03-01T00:00:00Z");
+        canary.spec.mesh_config.trust_domain = Some("corp.example".into());
+        let membership = mk_membership(&[&blue, &red, &canary]);
+        assert!(matches!(
+            decide(&canary, &membership, &now()),
+            Decision::Active { .. }
+        ));
+        let Decision::Conflicted(report) = decide(&red, &membership, &now()) else {
+            panic!("the younger tenant is in conflict");
+        };
+        let warning = &report.notices[0];
+        assert_eq!(
+            (warning.warning, warning.reason.as_str()),
+            (true, "TrustDomainTaken")
+        );
+        assert!(warning.message.contains("\"blue\""), "{}", warning.message);
+        let degraded = condition(Some(&report.status), types::DEGRADED).expect("Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "TrustDomainTaken")
+        );
+    }
+
+    #[test]
     fn the_control_namespace_is_checked_as_read_before_the_first_write() {
         use meshplane_crds::membership::ControlPlaneFacts;
         let mcp = mk_control_plane("blue-v1", "blue", "2026-01-01T00:00:00Z");
