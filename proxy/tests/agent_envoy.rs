@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use meshplane_ca::authority::generate_csr;
 use meshplane_ca::pem::{certificates, uri_sans};
 use meshplane_ca::root::{generate_root, self_signed_files, CaCert, DEFAULT_ROOT_VALIDITY};
@@ -22,6 +23,7 @@ use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::tenancy::TokenReviewer;
+use prost::Message;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use time::OffsetDateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,7 +31,8 @@ use tokio::sync::watch;
 
 const AUDIENCE: &str = "meshplane-blue";
 const HOST: &str = "meshplane-blue-v1.meshplane-blue.svc";
-const TRUST_DOMAIN: &str = "cluster.local";
+/// Tenant blue's default trust domain (`meshplane_crds::names::default_trust_domain`).
+const TRUST_DOMAIN: &str = "blue.meshplane.local";
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn envoy_bin() -> PathBuf {
@@ -66,25 +69,13 @@ where
     }
 }
 
-/// A listener terminating mutual TLS with the SDS secrets of the agent, answering 200.
+/// A listener terminating mutual TLS with the SDS secrets of the agent as a sidecar's inbound
+/// chains do (the translation's transport socket), answering 200.
 fn mtls_listener(port: u16) -> Arc<Resource> {
-    let sds = |name: &str| {
-        serde_json::json!({"name": name, "sds_config": {"api_config_source": {
-            "api_type": "GRPC", "transport_api_version": "V3",
-            "grpc_services": [{"envoy_grpc": {"cluster_name": "sds-grpc"}}]},
-            "resource_api_version": "V3"}})
-    };
     let json = serde_json::json!({
         "name": "mtls",
         "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
         "filter_chains": [{
-            "transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-                "require_client_certificate": true,
-                "common_tls_context": {
-                    "tls_certificate_sds_secret_configs": [sds("default")],
-                    "validation_context_sds_secret_config": sds("ROOTCA"),
-                }}},
             "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                 "stat_prefix": "mtls",
@@ -97,13 +88,14 @@ fn mtls_listener(port: u16) -> Arc<Resource> {
                     "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}],
         }],
     });
-    let encoded = bytes::Bytes::from(
-        meshplane_xds::translate::protojson::encode_message(
-            "envoy.config.listener.v3.Listener",
-            &json,
-        )
-        .expect("listener encodes"),
-    );
+    let mut listener: Listener = meshplane_xds::translate::protojson::decode_message(
+        "envoy.config.listener.v3.Listener",
+        &json,
+    )
+    .expect("listener decodes");
+    listener.filter_chains[0].transport_socket =
+        Some(meshplane_xds::translate::mtls::inbound_mtls_transport_socket(TRUST_DOMAIN));
+    let encoded = bytes::Bytes::from(listener.encode_to_vec());
     Arc::new(Resource {
         name: "mtls".into(),
         type_url: type_url::LISTENER,
@@ -592,7 +584,7 @@ async fn envoy_serves_mtls_with_its_sds_certificate_and_outlives_its_first_token
     .await;
     assert_eq!(
         server_sans,
-        vec!["spiffe://cluster.local/ns/shop/sa/web".to_string()]
+        vec![format!("spiffe://{TRUST_DOMAIN}/ns/shop/sa/web")]
     );
     assert!(
         body.starts_with("HTTP/1.1 200") && body.ends_with("mtls ok"),
@@ -628,6 +620,28 @@ async fn envoy_serves_mtls_with_its_sds_certificate_and_outlives_its_first_token
     assert!(mtls_get(listener_port, &root, Some((&green_ca, &caller)))
         .await
         .is_err());
+    // A workload of another tenant whose CA shares the organisation root: its certificate
+    // chains to the bundle, but names the other tenant's trust domain, and the handshake is
+    // refused for it (the SAN check, not the chain).
+    let neighbour = SpiffeId::new(
+        &meshplane_crds::names::default_trust_domain("green"),
+        "shop",
+        "client",
+    )
+    .expect("id");
+    let answer = mtls_get(listener_port, &root, Some((&ca, &neighbour))).await;
+    assert!(
+        !matches!(&answer, Ok((_, body)) if body.starts_with("HTTP/1.1 200")),
+        "another trust domain's identity was served: {answer:?}"
+    );
+    eventually("Envoy counting the refused SAN", || async {
+        let stats = admin_get(admin_port, "/stats?filter=ssl.fail_verify_san").await?;
+        stats
+            .lines()
+            .any(|l| l.starts_with("listener.") && !l.ends_with(": 0"))
+            .then_some(())
+    })
+    .await;
 
     // The kubelet replaces the token; the first one expires; the instance restarts.
     let second =

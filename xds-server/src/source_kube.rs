@@ -788,7 +788,7 @@ mod tests {
         };
         let mc = parse_mesh_config(&cm(r#"{"trustDomain":"green.mesh.local","outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}}"#))
             .expect("valid meshConfig");
-        assert_eq!(mc.trust_domain, "green.mesh.local");
+        assert_eq!(mc.trust_domain.as_deref(), Some("green.mesh.local"));
         assert_eq!(
             mc.outbound_traffic_policy.mode,
             meshplane_crds::controlplane::OutboundTrafficMode::RegistryOnly

@@ -6,10 +6,14 @@
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, UpstreamTlsContext,
+};
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use meshplane_crds::networking::CaptureMode;
+use meshplane_crds::MeshConfig;
 use meshplane_xds::index::{ChangeKind, TenantIndex};
 use meshplane_xds::model::{ProxyNode, SourceEvent};
 use meshplane_xds::source_dir::objects_from_yaml;
@@ -38,7 +42,7 @@ spec:
   location: MESH_INTERNAL
   resolution: STATIC
   ports: [{number: 9000, name: http, protocol: HTTP}]
-  subjectAltNames: [spiffe://cluster.local/ns/vms/sa/legacy]
+  subjectAltNames: [spiffe://acme.meshplane.local/ns/vms/sa/legacy]
   endpoints:
     - {address: 198.18.7.1, labels: {security.meshplane.io/tlsMode: istio}}
     - {address: 198.18.7.2}
@@ -125,7 +129,7 @@ fn service_entry_endpoints_with_a_sidecar_get_mutual_tls_checked_against_subject
     assert_eq!(
         sans,
         [Some(MatchPattern::Exact(
-            "spiffe://cluster.local/ns/vms/sa/legacy".into()
+            "spiffe://acme.meshplane.local/ns/vms/sa/legacy".into()
         ))],
         "only the entry's subjectAltNames are accepted, not any identity of the trust domain"
     );
@@ -147,14 +151,16 @@ fn an_entry_without_meshed_endpoints_stays_plaintext_and_without_san_any_tenant_
     assert!(cluster.transport_socket_matches.is_empty());
 
     let no_sans = VMS.replace(
-        "  subjectAltNames: [spiffe://cluster.local/ns/vms/sa/legacy]\n",
+        "  subjectAltNames: [spiffe://acme.meshplane.local/ns/vms/sa/legacy]\n",
         "",
     );
     let index = index_with(&[NAMESPACES, &no_sans]);
     let cluster = vms_cluster(&index, &client(true));
     assert_eq!(
         mesh_tls(&cluster).1,
-        [Some(MatchPattern::Prefix("spiffe://cluster.local/".into()))],
+        [Some(MatchPattern::Prefix(
+            "spiffe://acme.meshplane.local/".into()
+        ))],
         "without subjectAltNames: any identity of the tenant's trust domain"
     );
 }
@@ -227,7 +233,7 @@ fn exact(ids: &[&str]) -> Vec<Option<MatchPattern>> {
     ids.iter()
         .map(|id| {
             Some(MatchPattern::Exact(format!(
-                "spiffe://cluster.local/ns/shop/sa/{id}"
+                "spiffe://acme.meshplane.local/ns/shop/sa/{id}"
             )))
         })
         .collect()
@@ -299,4 +305,113 @@ fn a_pod_that_gains_its_sidecar_adds_its_account() {
         .expect("the admin pod");
     assert_eq!(upsert(&mut index, admin_meshed), ChangeKind::Config);
     assert_eq!(orders_identities(&index), exact(&["admin", "orders"]));
+}
+
+/// web in shop under STRICT mutual TLS.
+const STRICT_WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 198.19.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: PeerAuthentication
+metadata: {name: default, namespace: shop}
+spec: {mtls: {mode: STRICT}}
+"#;
+
+/// The client identities web's inbound mutual TLS chains accept.
+fn inbound_identities(index: &TenantIndex) -> Vec<Option<MatchPattern>> {
+    let mut node = proxy("shop", &[("app", "web")], CaptureMode::Default);
+    node.sds = true;
+    let listeners: Vec<Listener> = decode_all(&index.render_proxy(&node).listeners);
+    let contexts: Vec<DownstreamTlsContext> = listeners
+        .iter()
+        .filter(|l| l.name == "virtualInbound")
+        .flat_map(|l| l.filter_chains.iter())
+        .filter_map(
+            |c| match c.transport_socket.as_ref()?.config_type.as_ref()? {
+                SocketConfig::TypedConfig(any) => {
+                    DownstreamTlsContext::decode(any.value.as_slice()).ok()
+                }
+            },
+        )
+        .collect();
+    assert!(!contexts.is_empty(), "STRICT gives web mutual TLS chains");
+    let mut sans = Vec::new();
+    for ctx in contexts {
+        assert_eq!(ctx.require_client_certificate.map(|b| b.value), Some(true));
+        let Some(ValidationContextType::CombinedValidationContext(v)) = ctx
+            .common_tls_context
+            .and_then(|c| c.validation_context_type)
+        else {
+            panic!("a combined validation context");
+        };
+        sans.extend(
+            v.default_validation_context
+                .iter()
+                .flat_map(|d| d.match_typed_subject_alt_names.iter())
+                .map(|m| m.matcher.as_ref().and_then(|s| s.match_pattern.clone())),
+        );
+    }
+    sans.dedup();
+    sans
+}
+
+#[test]
+fn inbound_mutual_tls_accepts_only_the_tenants_own_trust_domain() {
+    // Two tenants that set no trust domain, e.g. with CAs under one organisation root.
+    let acme = index_with(&[NAMESPACES, STRICT_WEB]);
+    let mut red = TenantIndex::new("red", REVISION, CONTROL_NS, MeshConfig::default());
+    feed(&mut red, &[NAMESPACES, STRICT_WEB]);
+    assert_eq!(
+        inbound_identities(&acme),
+        [Some(MatchPattern::Prefix(
+            "spiffe://acme.meshplane.local/".into()
+        ))]
+    );
+    assert_eq!(
+        inbound_identities(&red),
+        [Some(MatchPattern::Prefix(
+            "spiffe://red.meshplane.local/".into()
+        ))],
+        "each tenant accepts its own trust domain only, never the other's"
+    );
+    // A trust domain the tenant sets is the one bound.
+    let mut org = TenantIndex::new(
+        TENANT,
+        REVISION,
+        CONTROL_NS,
+        MeshConfig {
+            trust_domain: Some("acme.corp.example".into()),
+            ..MeshConfig::default()
+        },
+    );
+    feed(&mut org, &[NAMESPACES, STRICT_WEB]);
+    assert_eq!(
+        inbound_identities(&org),
+        [Some(MatchPattern::Prefix(
+            "spiffe://acme.corp.example/".into()
+        ))]
+    );
+}
+
+#[test]
+fn subject_alt_names_of_another_trust_domain_are_never_accepted() {
+    let foreign = VMS.replace(
+        "spiffe://acme.meshplane.local/ns/vms/sa/legacy",
+        "spiffe://red.meshplane.local/ns/vms/sa/legacy",
+    );
+    let index = index_with(&[NAMESPACES, &foreign]);
+    let (_, sans) = mesh_tls(&vms_cluster(&index, &client(true)));
+    assert_eq!(
+        sans,
+        [Some(MatchPattern::Exact(
+            "spiffe://acme.meshplane.local/".into()
+        ))],
+        "only the trust domain's own ID, which no workload has"
+    );
 }

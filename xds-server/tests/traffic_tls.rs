@@ -77,7 +77,7 @@ spec:
   - name: v2
     labels: {version: v2}
     trafficPolicy:
-      tls: {mode: ISTIO_MUTUAL, subjectAltNames: ["spiffe://cluster.local/ns/shop/sa/web"]}
+      tls: {mode: ISTIO_MUTUAL, subjectAltNames: ["spiffe://acme.meshplane.local/ns/shop/sa/web"]}
 "#;
 
 const WEB: &str = "outbound|80||web.shop.svc.cluster.local";
@@ -173,7 +173,7 @@ fn istio_mutual_uses_the_workload_certificate_and_checks_the_named_server() {
     );
     let sans = format!("{:?}", combined.default_validation_context);
     assert!(
-        sans.contains("spiffe://cluster.local/ns/shop/sa/web"),
+        sans.contains("spiffe://acme.meshplane.local/ns/shop/sa/web"),
         "the rule's subjectAltNames are the identities accepted: {sans}"
     );
     assert!(

@@ -133,17 +133,24 @@ fn uri_san(pattern: MatchPattern) -> SubjectAltNameMatcher {
 }
 
 /// The certificate, the trust bundle and the identities accepted from the peer: `exact` SPIFFE
-/// IDs when given, else any identity of `trust_domain`.
+/// IDs when given, else any identity of `trust_domain`. Never an identity of another trust
+/// domain, whatever a rule names: with an organisation root shared by tenants, another
+/// tenant's certificate chains to the bundle too, and only the trust domain tells them apart.
 fn mesh_tls_context(trust_domain: &str, exact: &[String], alpn: &[&str]) -> CommonTlsContext {
-    let sans = if exact.is_empty() {
-        vec![uri_san(MatchPattern::Prefix(trust_domain_prefix(
-            trust_domain,
-        )))]
-    } else {
-        exact
-            .iter()
+    let prefix = trust_domain_prefix(trust_domain);
+    let own: Vec<&String> = exact
+        .iter()
+        .filter(|id| id.len() > prefix.len() && id.starts_with(&prefix))
+        .collect();
+    let sans = match (exact.is_empty(), own.is_empty()) {
+        (true, _) => vec![uri_san(MatchPattern::Prefix(prefix))],
+        (false, false) => own
+            .into_iter()
             .map(|id| uri_san(MatchPattern::Exact(id.clone())))
-            .collect()
+            .collect(),
+        // Only other trust domains named: accept nothing. The trust domain's own ID (no path)
+        // is never a workload's.
+        (false, true) => vec![uri_san(MatchPattern::Exact(prefix))],
     };
     CommonTlsContext {
         tls_certificate_sds_secret_configs: vec![sds_secret(WORKLOAD_CERT_SECRET)],
@@ -603,6 +610,26 @@ mod tests {
             sans(&any.common_tls_context.expect("common")),
             vec![Some(MatchPattern::Prefix("spiffe://blue.example/".into()))]
         );
+        // A rule naming another trust domain's identities adds none of them.
+        let named = [
+            "spiffe://red.example/ns/shop/sa/web".to_string(),
+            ids[0].clone(),
+        ];
+        let own = upstream(&istio_mutual_transport_socket("blue.example", &named, "x"));
+        assert_eq!(
+            sans(&own.common_tls_context.expect("common")),
+            vec![Some(MatchPattern::Exact(ids[0].clone()))]
+        );
+        let foreign = upstream(&istio_mutual_transport_socket(
+            "blue.example",
+            &named[..1],
+            "x",
+        ));
+        assert_eq!(
+            sans(&foreign.common_tls_context.expect("common")),
+            vec![Some(MatchPattern::Exact("spiffe://blue.example/".into()))],
+            "nothing of another trust domain is accepted"
+        );
     }
 
     #[test]
@@ -641,6 +668,27 @@ mod tests {
         };
         originate_mtls_to_meshed_endpoints(&mut chosen, socket);
         assert!(chosen.transport_socket_matches.is_empty());
+    }
+
+    #[test]
+    fn inbound_mutual_tls_accepts_only_the_tenants_trust_domain() {
+        let Some(SocketConfig::TypedConfig(any)) =
+            inbound_mtls_transport_socket("blue.meshplane.local").config_type
+        else {
+            panic!("typed config");
+        };
+        let ctx = DownstreamTlsContext::decode(any.value.as_slice()).expect("decodes");
+        assert_eq!(
+            ctx.require_client_certificate,
+            Some(BoolValue { value: true })
+        );
+        let common = ctx.common_tls_context.expect("common");
+        assert_eq!(
+            sans(&common),
+            vec![Some(MatchPattern::Prefix(
+                "spiffe://blue.meshplane.local/".into()
+            ))]
+        );
     }
 
     #[test]
