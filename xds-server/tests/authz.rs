@@ -36,7 +36,7 @@ use prost::Message;
 mod translate_common;
 use translate_common::*;
 
-const TD: &str = "cluster.local";
+const TD: &str = "acme.meshplane.local";
 
 // ---------- builders ----------
 
@@ -240,14 +240,14 @@ fn run(cases: Vec<Case>) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-const CART: &str = "cluster.local/ns/shop/sa/cart";
-const ADMIN: &str = "cluster.local/ns/ops/sa/admin";
+const CART: &str = "acme.meshplane.local/ns/shop/sa/cart";
+const ADMIN: &str = "acme.meshplane.local/ns/ops/sa/admin";
 
 fn allow_cart() -> AuthorizationPolicy {
     mk_policy(
         "shop",
         "allow-cart",
-        "rules: [{from: [{source: {principals: [cluster.local/ns/shop/sa/cart]}}]}]",
+        "rules: [{from: [{source: {principals: [acme.meshplane.local/ns/shop/sa/cart]}}]}]",
     )
 }
 
@@ -333,7 +333,7 @@ fn sources_principals_namespaces_and_addresses() {
     run(vec![
         Case {
             name: "principal prefix",
-            policies: p("rules: [{from: [{source: {principals: ['cluster.local/ns/shop/*']}}]}]"),
+            policies: p("rules: [{from: [{source: {principals: ['acme.meshplane.local/ns/shop/*']}}]}]"),
             facts: mtls,
             request: mk_request(Some(CART)),
             denied_by: None,
@@ -475,7 +475,7 @@ fn operations_and_conditions() {
         },
         Case {
             name: "when source.principal",
-            policies: p("rules: [{when: [{key: source.principal, values: ['cluster.local/ns/shop/sa/cart']}]}]"),
+            policies: p("rules: [{when: [{key: source.principal, values: ['acme.meshplane.local/ns/shop/sa/cart']}]}]"),
             facts: mtls,
             request: post.clone(),
             denied_by: None,
@@ -626,7 +626,7 @@ metadata: {name: web-from-cart, namespace: shop}
 spec:
   selector: {matchLabels: {app: web}}
   rules:
-  - from: [{source: {principals: [cluster.local/ns/shop/sa/cart]}}]
+  - from: [{source: {principals: [acme.meshplane.local/ns/shop/sa/cart]}}]
 ---
 apiVersion: security.meshplane.io/v1alpha1
 kind: AuthorizationPolicy
@@ -768,8 +768,8 @@ spec:
   rules:
   - from:
     - source:
-        principals: ['*', 'cluster.local/ns/shop/*', '*/sa/cart']
-        notPrincipals: [cluster.local/ns/shop/sa/bad]
+        principals: ['*', 'acme.meshplane.local/ns/shop/*', '*/sa/cart']
+        notPrincipals: [acme.meshplane.local/ns/shop/sa/bad]
         namespaces: [shop, '*op', 'sh*']
         notNamespaces: [pay]
         ipBlocks: [198.18.0.0/16]
