@@ -70,18 +70,7 @@ pub fn review(
                 .filter(|c| c.metadata.name.as_deref() != Some(&name))
                 .map(ControlPlaneFacts::from)
                 .collect();
-            // A trust domain is one tenant's, whoever is older; an update that keeps it is
-            // judged by membership below (an older tenant keeps what it has).
-            let old_trust_domain = req
-                .old_object
-                .as_ref()
-                .and_then(|o| decode::<MeshControlPlane>(o).ok())
-                .map(|m| m.trust_domain());
-            if old_trust_domain.as_deref() != Some(mcp.trust_domain().as_str()) {
-                if let Some(c) = membership::trust_domain_conflict(&candidate, &cps) {
-                    return deny_conflicts(resp, &[&c]);
-                }
-            }
+            let trust_domain_conflict = membership::trust_domain_conflict(&candidate, &cps);
             cps.push(candidate);
             // The tenant's other control planes may vouch for an existing control namespace.
             let taken: Vec<Conflict> = membership::control_namespace_claims(&cps, |n| {
@@ -103,11 +92,23 @@ pub fn review(
                     other => other.control_plane() == Some(name.as_str()),
                 })
                 .collect();
-            if conflicts.is_empty() {
-                resp
-            } else {
-                deny_conflicts(resp, &conflicts)
+            if !conflicts.is_empty() {
+                return deny_conflicts(resp, &conflicts);
             }
+            // A trust domain is one tenant's, whoever is older: membership alone would let an
+            // older tenant take a younger one's. An update that keeps it is judged by
+            // membership above (an older tenant keeps what it has).
+            let old_trust_domain = req
+                .old_object
+                .as_ref()
+                .and_then(|o| decode::<MeshControlPlane>(o).ok())
+                .map(|m| m.trust_domain());
+            if old_trust_domain.as_deref() != Some(mcp.trust_domain().as_str()) {
+                if let Some(c) = &trust_domain_conflict {
+                    return deny_conflicts(resp, &[c]);
+                }
+            }
+            resp
         }
         "MeshRevisionTag" => {
             let tag: MeshRevisionTag = match decode(obj) {

@@ -56,6 +56,10 @@ codes! {
         "A revision's control namespace belongs to another tenant; it is inactive.";
     CONTROL_NAMESPACE_NOT_OWNED = "MP0105" "ControlNamespaceNotOwned" Error
         "A revision's control namespace exists and no control plane of the tenant recorded creating it (`status.controlNamespaceUID`) nor was it handed over (`meshplane.io/adopt-control-namespace`); the revision takes nothing and is inactive.";
+    TRUST_DOMAIN_MISMATCH = "MP0106" "TrustDomainMismatch" Error
+        "A revision names another trust domain than its tenant's other revisions; it is inactive.";
+    TRUST_DOMAIN_TAKEN = "MP0107" "TrustDomainTaken" Error
+        "A revision's trust domain belongs to another tenant (tenants under one organisation root would accept each other's workloads); it is inactive.";
     TAG_NAMED_LIKE_REVISION = "MP0201" "TagNamedLikeRevision" Error
         "A MeshRevisionTag has the name of a revision; tags and revisions share the meshplane.io/rev label.";
     TAG_MOVED_ACROSS_TENANTS = "MP0202" "TagMovedAcrossTenants" Error

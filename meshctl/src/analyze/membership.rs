@@ -13,6 +13,8 @@ fn conflict_code(c: &Conflict) -> Code {
         Conflict::ControlNamespaceMismatch { .. } => codes::CONTROL_NAMESPACE_MISMATCH,
         Conflict::ControlNamespaceTaken { .. } => codes::CONTROL_NAMESPACE_TAKEN,
         Conflict::ControlNamespaceNotOwned { .. } => codes::CONTROL_NAMESPACE_NOT_OWNED,
+        Conflict::TrustDomainMismatch { .. } => codes::TRUST_DOMAIN_MISMATCH,
+        Conflict::TrustDomainTaken { .. } => codes::TRUST_DOMAIN_TAKEN,
         Conflict::TagNamedLikeRevision { .. } => codes::TAG_NAMED_LIKE_REVISION,
         Conflict::TagMovedAcrossTenants { .. } => codes::TAG_MOVED_ACROSS_TENANTS,
         Conflict::TagRevisionNotFound { .. } => codes::TAG_REVISION_NOT_FOUND,

@@ -487,8 +487,9 @@ mod tests {
             spec["meshConfig"]["accessLogging"],
             json!({"enabled": false})
         );
-        // The parent was given, so its other defaults apply as well.
-        assert_eq!(spec["meshConfig"]["trustDomain"], "cluster.local");
+        // The parent was given, so its other defaults apply as well; the trust domain has none
+        // (the operator derives it from the tenant).
+        assert!(spec["meshConfig"].get("trustDomain").is_none());
         assert_eq!(
             spec["meshConfig"]["outboundTrafficPolicy"],
             json!({"mode": "ALLOW_ANY"})
