@@ -319,7 +319,7 @@ fn spawn_secure(
         meshplane_ca::verify::provider(),
     ));
     let tls = secure::server_config(serving).context("TLS configuration of the ADS port")?;
-    let certificates = reviewer.map(|r| CertificateServer::new(ca, r, hub, &args.trust_domain()));
+    let certificates = reviewer.map(|r| CertificateServer::new(ca, r, hub, args.trust_domain()));
     Ok(tokio::spawn(secure::serve_secure(
         listener,
         tls,
