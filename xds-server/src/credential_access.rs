@@ -168,6 +168,14 @@ impl AccessCache {
         }
     }
 
+    /// Keeps the answer of `key` (if any) in force until `until`: a review that failed is not
+    /// asked again at once.
+    pub fn postpone(&mut self, key: &CredentialKey, until: Instant) {
+        if let Some(a) = self.answers.get_mut(key) {
+            a.expires = a.expires.max(until);
+        }
+    }
+
     /// When the next answer expires.
     pub fn next_expiry(&self) -> Option<Instant> {
         self.answers.values().map(|a| a.expires).min()
@@ -363,6 +371,7 @@ pub async fn run(
                 Err(e) => {
                     metrics.credential_review("failed");
                     tracing::warn!(namespace = %key.namespace, service_account = %key.service_account, secret = %key.secret, error = %e, "SubjectAccessReview for a gateway credential failed; asked again in {RETRY:?}");
+                    access.lock().postpone(&key, Instant::now() + RETRY);
                     failed.push(key);
                     access.failed();
                 }
@@ -474,6 +483,21 @@ mod tests {
             c.decide(&key("gw", "cert"), t0 + ALLOWED_TTL),
             Access::Allowed
         );
+    }
+
+    #[test]
+    fn a_failed_refresh_keeps_the_answer_and_is_not_asked_again_at_once() {
+        let mut c = AccessCache::new(16);
+        let t0 = Instant::now();
+        c.record(key("gw", "cert"), true, t0);
+        let expired = t0 + ALLOWED_TTL;
+        c.expire(expired, |_, _| true);
+        assert_eq!(c.take_pending(), vec![key("gw", "cert")]);
+        c.postpone(&key("gw", "cert"), expired + RETRY);
+        assert_eq!(c.next_expiry(), Some(expired + RETRY));
+        c.expire(expired, |_, _| true);
+        assert!(!c.has_pending(), "not before the retry");
+        assert_eq!(c.decide(&key("gw", "cert"), expired), Access::Allowed);
     }
 
     #[test]
