@@ -1,6 +1,6 @@
 //! The monitoring HTTP server: `/metrics`, `/healthz`, `/readyz` for anyone (scrapers and
-//! probes), and `/debug/proxies` and `/debug/config_dump?proxy=<id>` only for a loopback peer
-//! or a caller with a debug token (contract 12, [`DebugAccess`]).
+//! probes), and `/debug/proxies` and `/debug/config_dump?proxy=<id>` only for a caller with a
+//! debug token, or a loopback peer where no token can be checked (contract 12, [`DebugAccess`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,9 +17,11 @@ use serde::Deserialize;
 use crate::push::Hub;
 use crate::tenancy::{AdmissionError, TokenReviewer};
 
-/// Who may read `/debug/*` (contract 12): a peer on the instance's loopback (the accepted
-/// socket's address, never a forwarded-for header), or a caller whose token TokenReview
-/// accepts for the tenant's debug audience as the control namespace's debug ServiceAccount.
+/// Who may read `/debug/*` (contract 12): a caller whose token TokenReview accepts for the
+/// tenant's debug audience as the control namespace's debug ServiceAccount. A loopback peer
+/// (the accepted socket's address, never a forwarded-for header) is trusted only in directory
+/// mode, where no token can be checked: in a pod, loopback is also every other container of
+/// the pod and every `kubectl port-forward` to it, which are not the debug ServiceAccount.
 #[derive(Clone, Debug)]
 pub struct DebugAccess {
     /// Reviews tokens for the debug audience; `None` (directory mode, no API server to ask):
@@ -32,7 +34,7 @@ pub struct DebugAccess {
 /// Why a `/debug` request is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DebugDenied {
-    #[error("/debug needs a token of ServiceAccount {account} (header {header} or Authorization: Bearer), or a loopback peer")]
+    #[error("/debug needs a token of ServiceAccount {account} (header {header} or Authorization: Bearer)")]
     NoToken {
         account: String,
         header: &'static str,
@@ -108,7 +110,7 @@ impl DebugAccess {
         peer: Option<IpAddr>,
         headers: &HeaderMap,
     ) -> Result<(), DebugDenied> {
-        if peer.is_some_and(is_loopback) {
+        if self.reviewer.is_none() && peer.is_some_and(is_loopback) {
             return Ok(());
         }
         let Some(token) = debug_token(headers) else {

@@ -121,6 +121,8 @@ pub struct Metrics {
     refused_watches: Gauge,
     credential_reviews: Family<ResultLabel, Counter>,
     credentials_refused: Gauge,
+    unknown_types: Counter,
+    paced: Counter,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
 }
@@ -292,6 +294,18 @@ impl Metrics {
             "Gateway credentials (ServiceAccount, Secret) currently refused by SubjectAccessReview: the gateway proxies of that ServiceAccount do not get the servers naming the Secret",
             credentials_refused.clone(),
         );
+        let unknown_types = Counter::default();
+        registry.register(
+            "unknown_type_requests",
+            "ADS requests for a resource type this server does not serve (not answered; the type is in the instance's log)",
+            unknown_types.clone(),
+        );
+        let paced = Counter::default();
+        registry.register(
+            "paced_responses",
+            "Times a stream's responses waited because its own requests had used its allowance of client-caused responses (a client changing its subscriptions faster than 16 a second after a burst of 64)",
+            paced.clone(),
+        );
         let proxy_config_bytes = Histogram::new(exponential_buckets(1024.0, 2.0, 16));
         registry.register(
             "proxy_config_bytes",
@@ -341,6 +355,8 @@ impl Metrics {
             refused_watches,
             credential_reviews,
             credentials_refused,
+            unknown_types,
+            paced,
             proxy_config_bytes,
             registry: root,
         }
@@ -429,6 +445,16 @@ impl Metrics {
     pub fn credentials_refused(&self, count: usize) {
         self.credentials_refused
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one wait of a stream's responses for its pacing allowance.
+    pub fn paced_response(&self) {
+        self.paced.inc();
+    }
+
+    /// Counts one ADS request for a type this server does not serve.
+    pub fn unknown_type_request(&self) {
+        self.unknown_types.inc();
     }
 
     /// Adds `delta` to the watches refused before their first listing.

@@ -13,6 +13,7 @@ use ads_common::*;
 use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use http_body_util::BodyExt;
+use meshplane_xds::ads::pacing::PacingLimits;
 use meshplane_xds::ads::AdsLimits;
 use meshplane_xds::model::type_url;
 use meshplane_xds::tenancy::TokenReviewer;
@@ -856,4 +857,65 @@ async fn large_first_requests_waiting_for_admission_are_bounded_together() {
         .expect("in time")
         .expect("ok")
         .expect("a response");
+}
+
+/// A client that acknowledges each response with a changed subscription (each change owes it
+/// the whole subscribed set again) gets its burst of answers at once, then each answer waits
+/// for the stream's pacing allowance; every request is still answered, for what it asked.
+#[tokio::test]
+async fn subscription_changes_past_the_burst_are_paced() {
+    const BURST: u32 = 4;
+    const EXCHANGES: usize = 16;
+    let limits = AdsLimits {
+        pacing: PacingLimits {
+            burst: BURST,
+            rate: 10,
+        },
+        ..AdsLimits::default()
+    };
+    let h = Harness::start_limited(None, limits).await;
+    let mut two = config("a");
+    two.clusters.push(res(type_url::CLUSTER, "c2", "a"));
+    h.set("shop", two).await;
+    let (tx, mut rx) = open_sotw(h.client().await, sotw_first(vec!["c1".into()]), None)
+        .await
+        .expect("admitted");
+    let mut response = next_sotw(&mut rx).await;
+    assert_eq!(sotw_names(&response), vec!["c1"]);
+    for i in 0..EXCHANGES {
+        let names: Vec<String> = if i % 2 == 0 {
+            vec!["c1", "c2"]
+        } else {
+            vec!["c1"]
+        }
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let mut request = sotw_clusters(names.clone());
+        request.response_nonce = response.nonce.clone();
+        request.version_info = response.version_info.clone();
+        tx.send(request).await.expect("sent");
+        response = next_sotw(&mut rx).await;
+        assert_eq!(sotw_names(&response), names, "exchange {i}");
+    }
+    let text = h.hub.metrics().encode().expect("metrics");
+    let paced: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("meshplane_xds_paced_responses_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no paced count in\n{text}"));
+    // The first response and BURST - 1 changes were free; the later ones waited, unless the
+    // client's round trip alone took as long as the allowance grows by one (100 ms).
+    assert!(
+        paced >= (EXCHANGES + 1 - BURST as usize) / 2,
+        "{paced} paced of {EXCHANGES} changes"
+    );
+}
+
+async fn next_sotw(rx: &mut tonic::Streaming<DiscoveryResponse>) -> DiscoveryResponse {
+    tokio::time::timeout(DEADLINE, rx.message())
+        .await
+        .expect("in time")
+        .expect("ok")
+        .expect("a response")
 }

@@ -1,6 +1,7 @@
-//! `/debug/*` on the monitoring port (contract 12): served to a loopback peer, or to a caller
-//! with a token TokenReview accepts for the tenant's debug audience as the control namespace's
-//! `meshplane-debug` ServiceAccount; refused otherwise. `/metrics`, `/healthz` and `/readyz`
+//! `/debug/*` on the monitoring port (contract 12): served to a caller with a token
+//! TokenReview accepts for the tenant's debug audience as the control namespace's
+//! `meshplane-debug` ServiceAccount (a loopback peer too needs one), or, in directory mode
+//! where no token can be checked, to a loopback peer; refused otherwise. `/metrics`, `/healthz` and `/readyz`
 //! stay open. The API server is a fake tower service that knows a few tokens.
 
 mod token_common;
@@ -196,7 +197,7 @@ async fn debug_endpoints_need_the_debug_accounts_token_from_a_remote_peer() {
 }
 
 #[tokio::test]
-async fn metrics_and_health_stay_open_and_loopback_needs_no_token() {
+async fn metrics_and_health_stay_open_and_loopback_needs_a_token_too() {
     let reviews = Arc::new(AtomicUsize::new(0));
     let router = admin::router(hub(), access(&reviews));
     for path in ["/metrics", "/healthz"] {
@@ -210,8 +211,10 @@ async fn metrics_and_health_stay_open_and_loopback_needs_no_token() {
     );
     for peer in ["127.0.0.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
         let peer: SocketAddr = peer.parse().expect("address");
+        // In a pod, loopback is also the other containers and kubectl port-forward.
         let (status, body) = get(&router, peer, "/debug/proxies", &[]).await;
-        assert_eq!((status, body.as_str()), (200, "[]"), "{peer}");
+        assert_eq!(status, 401, "{peer}: {body}");
+        assert!(body.contains("meshplane-debug"), "{peer}: {body}");
     }
     assert_eq!(reviews.load(Ordering::SeqCst), 0, "no review for any of it");
 }
@@ -230,8 +233,8 @@ async fn without_an_api_server_only_loopback_reads_debug() {
     assert!(body.contains("loopback"), "{body}");
 }
 
-/// Over a real socket, the peer address is the accepted connection's: a loopback client reads
-/// `/debug` without a token, and a forwarded-for header changes nothing for a remote one (the
+/// Over a real socket, the peer address is the accepted connection's: in directory mode a
+/// loopback client reads `/debug` without a token, and a forwarded-for header changes nothing for a remote one (the
 /// remote case is above; here, the header must not be needed nor trusted).
 #[tokio::test]
 async fn the_served_router_sees_the_sockets_peer() {
@@ -240,8 +243,9 @@ async fn the_served_router_sees_the_sockets_peer() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let reviews = Arc::new(AtomicUsize::new(0));
-    let server = tokio::spawn(admin::serve(listener, hub(), access(&reviews), stopped));
+    // Directory mode: no API server to check tokens, so the loopback peer is trusted.
+    let access = DebugAccess::loopback_only(CONTROL_NS);
+    let server = tokio::spawn(admin::serve(listener, hub(), access, stopped));
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let request = format!(

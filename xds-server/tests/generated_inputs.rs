@@ -497,3 +497,120 @@ proptest! {
         }
     }
 }
+
+/// Subscribed and unsubscribed names, initial versions, nonce and version of a request.
+type RequestFields = (
+    Vec<String>,
+    Vec<String>,
+    Vec<(String, String)>,
+    String,
+    String,
+);
+
+/// A SotW or delta request with generated names, locators, versions and nonce.
+fn request_fields() -> impl Strategy<Value = RequestFields> {
+    let name = "[a-z0-9./_-]{0,40}";
+    (
+        prop::collection::vec(name, 0..40),
+        prop::collection::vec(name, 0..40),
+        prop::collection::vec((name, "[0-9a-f]{0,16}"), 0..40),
+        "[ -~]{0,64}",
+        "[ -~]{0,64}",
+    )
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The budget counts a request from its encoding, before it is decoded: whatever the bytes,
+    /// the scan never panics, and wherever the decoder also reads them, both count the same
+    /// names, versions and nonce (so nothing a decoded request would hold escapes the budget).
+    #[test]
+    fn the_request_scan_agrees_with_the_decoder(
+        (subscribe, unsubscribe, versions, nonce, version) in request_fields(),
+        noise in prop::collection::vec(any::<u8>(), 0..64),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+        use meshplane_xds::ads::budget::scan;
+        use prost::Message;
+        let sotw = DiscoveryRequest {
+            resource_names: subscribe.clone(),
+            response_nonce: nonce.clone(),
+            version_info: version.clone(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        };
+        let delta = DeltaDiscoveryRequest {
+            resource_names_subscribe: subscribe.clone(),
+            resource_names_unsubscribe: unsubscribe.clone(),
+            initial_resource_versions: versions.iter().cloned().collect::<HashMap<_, _>>(),
+            response_nonce: nonce.clone(),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        };
+        let encoded_sotw = sotw.encode_to_vec();
+        let s = scan(Protocol::Sotw, &encoded_sotw).expect("a request scans");
+        prop_assert_eq!(s.subscribe, subscribe.len());
+        prop_assert_eq!(s.nonce, nonce.len());
+        prop_assert_eq!(s.version_info, version.len());
+        let encoded_delta = delta.encode_to_vec();
+        let d = scan(Protocol::Delta, &encoded_delta).expect("a request scans");
+        prop_assert_eq!(d.subscribe, subscribe.len());
+        prop_assert_eq!(d.unsubscribe, unsubscribe.len());
+        prop_assert_eq!(d.initial_versions, delta.initial_resource_versions.len());
+        // Cut and noised encodings: never a panic; where both read them, both agree.
+        for (protocol, encoded) in [(Protocol::Sotw, encoded_sotw), (Protocol::Delta, encoded_delta)] {
+            let mut bytes = encoded[..cut.index(encoded.len() + 1)].to_vec();
+            bytes.extend_from_slice(&noise);
+            let scanned = scan(protocol, &bytes);
+            match protocol {
+                Protocol::Sotw => {
+                    if let (Some(s), Ok(r)) = (scanned, DiscoveryRequest::decode(bytes.as_slice())) {
+                        prop_assert_eq!(s.subscribe, r.resource_names.len() + r.resource_locators.len());
+                        prop_assert_eq!(s.nonce, r.response_nonce.len());
+                    }
+                }
+                Protocol::Delta => {
+                    if let (Some(s), Ok(r)) = (scanned, DeltaDiscoveryRequest::decode(bytes.as_slice())) {
+                        prop_assert_eq!(
+                            s.subscribe,
+                            r.resource_names_subscribe.len() + r.resource_locators_subscribe.len()
+                        );
+                        prop_assert!(s.initial_versions >= r.initial_resource_versions.len());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Directory mode reads manifests someone may still be writing: any text (a manifest cut
+    /// at any byte, with garbage after it, or garbage alone) decodes without a panic, every
+    /// problem is said in bounded words, and what a cut manifest yields is the file's own
+    /// objects: each one read before the cut exactly as in the whole file, the last one at
+    /// least under its own name (never an object the file does not hold).
+    #[test]
+    fn a_cut_or_garbled_manifest_never_invents_objects(
+        cut in any::<prop::sample::Index>(),
+        garbage in "[ -~\n\t]{0,80}",
+    ) {
+        use meshplane_xds::source_dir::read_manifest;
+        let whole = read_manifest(MESH);
+        prop_assert!(whole.problems.is_empty(), "{:?}", whole.problems);
+        let at = cut.index(MESH.len() + 1);
+        let read = read_manifest(&MESH[..at]);
+        prop_assert!(read.objects.len() <= whole.objects.len());
+        for (i, object) in read.objects.iter().enumerate() {
+            prop_assert_eq!(object.key(), whole.objects[i].key());
+            if i + 1 < read.objects.len() {
+                prop_assert_eq!(format!("{object:?}"), format!("{:?}", whole.objects[i]));
+            }
+        }
+        for text in [format!("{}{garbage}", &MESH[..at]), garbage.clone()] {
+            for p in read_manifest(&text).problems {
+                prop_assert!(!p.is_empty());
+                prop_assert!(p.len() <= 4 * bounds::ECHO + 256, "{}", p);
+            }
+        }
+    }
+}

@@ -266,6 +266,10 @@ fn network_policy_spec(rev: &Revision<'_>) -> Value {
                 // ADS (15010), so no rule opens it should a flag ever turn it on.
                 "ports": [{"port": ports::GRPC_XDS_TLS, "protocol": "TCP"}],
             },
+            // The webhooks and the monitoring port are called by the API server itself
+            // (admission, and the pods/proxy path meshctl and the migration gates read /debug
+            // through), whose source address no NetworkPolicy can name: they stay open, and
+            // /debug needs a debug token whoever calls (contract 12).
             {"ports": port(ports::HTTPS_WEBHOOK)},
             {"ports": port(ports::HTTP_MONITORING)},
         ],

@@ -2,7 +2,8 @@
 //!
 //! Like the real API server: mutating webhooks run first, one after the other (configurations
 //! sorted by name, webhooks in their listed order), each seeing the previous one's patches;
-//! validating webhooks then run concurrently on the final object. Each webhook is called over
+//! ValidatingAdmissionPolicies (`admission_policy`) and then the validating webhooks run
+//! concurrently on the final object. Each webhook is called over
 //! HTTPS with an `admission.k8s.io/v1` AdmissionReview, its certificate verified against the
 //! configuration's `caBundle` and the service DNS name `<svc>.<ns>.svc` (or the URL's host).
 //!
@@ -245,6 +246,8 @@ pub async fn admit_via(
         }
     }
 
+    // The validating phase: in-process policies first, then the webhooks.
+    super::admission_policy::check(lookup, &req, &namespace_labels)?;
     let validating: Vec<Webhook> = webhooks(lookup, WebhookKind::Validating)
         .into_iter()
         .filter(|hook| matches(hook, &req, &namespace_labels))
@@ -367,7 +370,7 @@ fn group_version(api_version: &str) -> (&str, &str) {
     api_version.split_once('/').unwrap_or(("", api_version))
 }
 
-fn rule_matches(rule: &RuleWithOperations, req: &AdmissionInput, exact: bool) -> bool {
+pub(crate) fn rule_matches(rule: &RuleWithOperations, req: &AdmissionInput, exact: bool) -> bool {
     let listed = |values: &Option<Vec<String>>, wanted: &str| {
         values.iter().flatten().any(|v| v == "*" || v == wanted)
     };

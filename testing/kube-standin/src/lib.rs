@@ -68,6 +68,7 @@
 //! - no controllers: nothing runs pods or fills Deployment status (the pod runner does).
 
 pub mod admission;
+pub mod admission_policy;
 pub mod auth;
 pub mod discovery;
 pub mod error;

@@ -6,6 +6,7 @@ pub mod compressed;
 #[cfg(test)]
 mod dependency_order;
 pub mod map_diff;
+pub mod pacing;
 pub mod payload;
 pub mod snapshot;
 pub mod stream;
@@ -52,6 +53,8 @@ pub struct AdsLimits {
     /// What a stream, a connection's streams and the streams awaiting admission may hold of
     /// their clients' requests.
     pub budget: budget::BudgetLimits,
+    /// How fast a stream's own requests may make it send responses.
+    pub pacing: pacing::PacingLimits,
 }
 
 impl Default for AdsLimits {
@@ -62,6 +65,7 @@ impl Default for AdsLimits {
             first_request: Duration::from_secs(30),
             honor_loopback: false,
             budget: budget::BudgetLimits::default(),
+            pacing: pacing::PacingLimits::default(),
         }
     }
 }
@@ -183,7 +187,7 @@ impl AdsServer {
         if let Err(e) = &result {
             self.hub.metrics().rejected(e.reason());
             let node = node.map(|n| crate::bounds::clip(&n.id, crate::bounds::ECHO));
-            tracing::warn!(node = node.as_deref(), error = %e, "refused ADS stream");
+            crate::budgeted!(crate::log_budget::CONNECTIONS, warn, node = node.as_deref(), error = %e, "refused ADS stream");
         }
         result.map_err(|e| e.to_status())
     }
@@ -302,16 +306,19 @@ impl AdsServer {
                     max: self.limits.proxies_per_namespace,
                 };
                 self.hub.metrics().rejected(e.reason());
-                tracing::warn!(error = %e, "refused ADS stream");
+                crate::budgeted!(crate::log_budget::CONNECTIONS, warn, error = %e, "refused ADS stream");
                 e.to_status()
             })?;
         let node = handle.node();
-        tracing::info!(proxy = %node.id, namespace = %node.namespace, protocol = W::PROTOCOL.as_str(), "proxy connected");
+        crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %node.id, namespace = %node.namespace, protocol = W::PROTOCOL.as_str(), "proxy connected");
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(run_stream::<W>(
             handle,
             state,
-            budget,
+            stream::Allowances {
+                budget,
+                pacing: pacing::Pacing::new(self.limits.pacing, std::time::Instant::now()),
+            },
             first,
             inbound,
             tx,

@@ -195,30 +195,45 @@ fn note(handle: &ProxyHandle, outcome: &RequestOutcome) {
         RequestOutcome::Nack { type_url, nack } => {
             let name = type_index(type_url).map(short_name).unwrap_or("unknown");
             handle.hub().metrics().nacked(name);
-            tracing::warn!(proxy, r#type = name, version = %nack.version, error = %nack.message, "proxy rejected config");
+            crate::budgeted!(crate::log_budget::PROTOCOL, warn, proxy, r#type = name, version = %nack.version, error = %nack.message, "proxy rejected config");
         }
         RequestOutcome::Ack { type_url, version } => {
             tracing::debug!(proxy, r#type = %type_url, %version, "ACK");
         }
         RequestOutcome::UnknownType(t) => {
-            tracing::debug!(proxy, r#type = %t, "request for a type this server does not serve");
+            // Not answered (as the xDS spec allows for a type the server does not know), but
+            // counted and said, so a client waiting for it can be found.
+            handle.hub().metrics().unknown_type_request();
+            crate::budgeted!(crate::log_budget::PROTOCOL, warn, proxy, r#type = %crate::bounds::echo(t), "request for a type this server does not serve; not answered");
         }
         RequestOutcome::Stale | RequestOutcome::Subscribe { .. } => {}
     }
 }
 
+/// What one stream's client may make it hold and send.
+pub struct Allowances {
+    /// What its requests may make it hold; it already admitted the first request.
+    pub budget: StreamBudget,
+    /// The responses its own requests may cause.
+    pub pacing: super::pacing::Pacing,
+}
+
 /// Runs one stream until the proxy leaves, the server shuts down or the sink closes.
 ///
-/// `state` is the stream's new state, `budget` already admitted `first`.
+/// `state` is the stream's new state.
 pub async fn run_stream<W: Wire>(
     mut handle: ProxyHandle,
     mut state: StreamState,
-    mut budget: StreamBudget,
+    allowances: Allowances,
     first: W::Req,
     mut inbound: Streaming<W::Req>,
     tx: mpsc::Sender<Result<W::Resp, Status>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Allowances {
+        mut budget,
+        mut pacing,
+    } = allowances;
     note(&handle, &W::fold(&mut state, &first));
     budget.settle(&state);
     drop(first);
@@ -227,9 +242,24 @@ pub async fn run_stream<W: Wire>(
     // Nothing is answered before the push loop rendered this proxy's config (it does once the
     // sources synced): an empty config would tear proxies down.
     let mut snapshot: Option<Arc<Snapshot>> = None;
+    // Whether requests of the client were folded since the last responses were computed: the
+    // responses they cause are paced (the first request's included).
+    let mut client_caused = true;
     loop {
-        if let Some(snap) = &snapshot {
+        let paced_until = if client_caused {
+            pacing.wait(Instant::now())
+        } else {
+            None
+        };
+        if paced_until.is_some() && snapshot.is_some() {
+            hub.metrics().paced_response();
+        }
+        if let (Some(snap), None) = (&snapshot, paced_until) {
             let responses = state.next_responses(snap);
+            if client_caused {
+                pacing.charge(responses.len(), Instant::now());
+                client_caused = false;
+            }
             let sent_any = !responses.is_empty();
             for out in responses {
                 let latency = Instant::now().saturating_duration_since(out.changed_at);
@@ -249,13 +279,14 @@ pub async fn run_stream<W: Wire>(
             message = inbound.message() => match message {
                 Ok(Some(req)) => {
                     if let Err(status) = admit::<W>(&mut budget, &state, &req) {
-                        tracing::warn!(proxy = %handle.node().id, error = %status.message(), "stream over its budget: closing it");
+                        crate::budgeted!(crate::log_budget::CONNECTIONS, warn, proxy = %handle.node().id, error = %status.message(), "stream over its budget: closing it");
                         let _ = tx.send(Err(status)).await;
                         break;
                     }
                     note(&handle, &W::fold(&mut state, &req));
                     budget.settle(&state);
                     handle.publish(&state);
+                    client_caused = true;
                 }
                 Ok(None) => break,
                 Err(status) => {
@@ -269,6 +300,7 @@ pub async fn run_stream<W: Wire>(
                     break;
                 }
             },
+            () = sleep_until_some(paced_until) => {}
             changed = handle.snapshot.changed() => {
                 if changed.is_err() {
                     break;
@@ -296,7 +328,15 @@ pub async fn run_stream<W: Wire>(
             }
         }
     }
-    tracing::info!(proxy = %handle.node().id, "proxy disconnected");
+    crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %handle.node().id, "proxy disconnected");
+}
+
+/// Resolves at `at`, never when it is None.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the server starts shutting down (or its shutdown sender is gone).

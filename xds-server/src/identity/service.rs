@@ -131,7 +131,7 @@ impl IstioCertificateService for CertificateServer {
                     tonic::Code::InvalidArgument => "bad_csr",
                     _ => "unavailable",
                 });
-                tracing::warn!(error = %status.message(), "refused certificate request");
+                crate::budgeted!(crate::log_budget::CONNECTIONS, warn, error = %status.message(), "refused certificate request");
                 Err(status)
             }
         }
