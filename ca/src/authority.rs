@@ -34,8 +34,10 @@ pub const CERT_CHAIN: &str = "cert-chain.pem";
 
 /// Lifetime of a workload certificate when the request asks for none.
 pub const DEFAULT_WORKLOAD_TTL: Duration = Duration::hours(24);
-/// The longest lifetime a workload certificate may ask for.
-pub const MAX_WORKLOAD_TTL: Duration = Duration::days(90);
+/// The longest lifetime a workload certificate may ask for. Nothing revokes a workload
+/// certificate but the end of its life or of its root's place in the bundle (a rotation drops
+/// the old root this long after it stops signing), so this is how long a stolen key can last.
+pub const MAX_WORKLOAD_TTL: Duration = Duration::days(7);
 /// Certificates start a little in the past, so that a peer whose clock is behind accepts them.
 const BACKDATE: Duration = Duration::minutes(5);
 /// CA certificates start further back: everything they sign must fall inside their window.

@@ -14,13 +14,13 @@ pub use crate::names::CERT_TTL_ANNOTATION;
 /// Shortest certificate lifetime a pod may ask for. The agent renews at about half the
 /// lifetime, so this bounds the renewal rate of one pod to one request every ~5 seconds.
 pub const MIN_CERT_TTL: Duration = Duration::from_secs(10);
-/// Longest certificate lifetime a pod may ask for: the certificate service's cap (90 days).
-pub const MAX_CERT_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
+/// Longest certificate lifetime a pod may ask for: the certificate service's cap (7 days).
+pub const MAX_CERT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Why the certificate lifetime annotation is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "metadata.annotations[\"{annotation}\"]: {value:?} is not a certificate lifetime: {reason}; write a Go duration of whole seconds between 10s and 2160h, e.g. \"1h\" or \"90s\"",
+    "metadata.annotations[\"{annotation}\"]: {value:?} is not a certificate lifetime: {reason}; write a Go duration of whole seconds between 10s and 168h, e.g. \"1h\" or \"90s\"",
     annotation = CERT_TTL_ANNOTATION
 )]
 pub struct CertTtlError {
@@ -51,9 +51,7 @@ pub fn cert_ttl_from_annotations(
         )));
     }
     if ttl > MAX_CERT_TTL {
-        return Err(err(
-            "longer than the certificate service's 90-day cap".into()
-        ));
+        return Err(err("longer than the certificate service's 7-day cap".into()));
     }
     Ok(Some(ttl))
 }
@@ -72,7 +70,7 @@ mod tests {
         assert_eq!(ttl("10s"), Ok(Some(Duration::from_secs(10))));
         assert_eq!(ttl("1h30m"), Ok(Some(Duration::from_secs(5400))));
         assert_eq!(ttl("1.5m"), Ok(Some(Duration::from_secs(90))));
-        assert_eq!(ttl("2160h"), Ok(Some(MAX_CERT_TTL)));
+        assert_eq!(ttl("168h"), Ok(Some(MAX_CERT_TTL)));
         assert_eq!(cert_ttl_from_annotations(None), Ok(None));
         assert_eq!(cert_ttl_from_annotations(Some(&BTreeMap::new())), Ok(None));
     }
@@ -87,7 +85,7 @@ mod tests {
             ("9s", "shorter than 10s"),
             ("0s", "shorter than 10s"),
             ("10.5s", "whole seconds"),
-            ("2161h", "90-day cap"),
+            ("169h", "7-day cap"),
         ] {
             let e = ttl(value).expect_err(value);
             let msg = e.to_string();

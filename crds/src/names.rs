@@ -134,8 +134,17 @@ pub fn gateway_credential_reader(revision: &str) -> String {
     format!("meshplane-{revision}-gateway-credentials")
 }
 
+/// RoleBinding in the namespace of a revision's ingress gateway letting the gateway's own
+/// ServiceAccount read the Secrets Gateways name by `credentialName` (it binds
+/// [`GATEWAY_CREDENTIALS_ROLE`]): the instance serves a credential only to gateway proxies
+/// whose ServiceAccount may read it (SubjectAccessReview).
+pub fn gateway_proxy_credentials(revision: &str) -> String {
+    format!("meshplane-{revision}-gateway-proxy-credentials")
+}
+
 /// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with Secret reads; a
-/// revision binds it to its instance in its ingress gateway's namespace only.
+/// revision binds it to its instance and to its gateway's ServiceAccount in its ingress
+/// gateway's namespace only.
 pub const GATEWAY_CREDENTIALS_ROLE: &str = "meshplane-gateway-credentials";
 
 /// ClusterRole (shipped in `config/rbac/`, never bound cluster-wide) with the operator's write

@@ -111,6 +111,8 @@ impl Workload {
             capture_mode: self.capture_mode,
             loopback: None,
             sds: false,
+            service_account: None,
+            readable_credentials: None,
         }
     }
 }

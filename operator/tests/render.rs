@@ -440,14 +440,13 @@ fn strict_rbac_never_reaches_a_non_member_namespace() {
                 );
             }
         }
-        // The only cluster-scoped right: TokenReview.
-        assert!(rbac.can(
-            (&sa.0, &sa.1),
-            "create",
-            "authentication.k8s.io",
-            "tokenreviews",
-            None
-        ));
+        // The only cluster-scoped rights: TokenReview and SubjectAccessReview.
+        for (group, resource) in [
+            ("authentication.k8s.io", "tokenreviews"),
+            ("authorization.k8s.io", "subjectaccessreviews"),
+        ] {
+            assert!(rbac.can((&sa.0, &sa.1), "create", group, resource, None));
+        }
         for (group, resource) in [
             ("", "namespaces"),
             ("", "nodes"),
@@ -889,9 +888,22 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         service.body["spec"]["selector"]["meshplane.io/gateway"],
         "edge"
     );
-    find(Kind::ServiceAccount, "meshplane-blue", "edge");
+    let account = find(Kind::ServiceAccount, "meshplane-blue", "edge");
+    assert_eq!(account.body["automountServiceAccountToken"], false);
     // The instance may read Secrets (credentialName) in the gateway's namespace, and only there:
-    // a binding of the shipped ClusterRole (the operator holds no Secret read to grant).
+    // a binding of the shipped ClusterRole (the operator holds no Secret read to grant). The
+    // gateway's ServiceAccount is bound it too: the instance serves a credential only to a
+    // gateway proxy whose ServiceAccount may get it.
+    let proxy_reader = names::gateway_proxy_credentials("blue-v1");
+    let binding = find(Kind::RoleBinding, "meshplane-blue", &proxy_reader);
+    assert_eq!(
+        binding.body["roleRef"]["name"],
+        names::GATEWAY_CREDENTIALS_ROLE
+    );
+    assert_eq!(
+        binding.body["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "edge", "namespace": "meshplane-blue"}])
+    );
     let reader = names::gateway_credential_reader("blue-v1");
     let binding = find(Kind::RoleBinding, "meshplane-blue", &reader);
     assert_eq!(
@@ -916,7 +928,10 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
     };
     assert_eq!(
         grants_secrets(&objects),
-        [format!("RoleBinding Some(\"meshplane-blue\")/{reader}")]
+        [
+            format!("RoleBinding Some(\"meshplane-blue\")/{reader}"),
+            format!("RoleBinding Some(\"meshplane-blue\")/{proxy_reader}")
+        ]
     );
     // The operator's own write powers: in the control namespace, which here also runs the
     // gateway; no gateway binding.
@@ -974,7 +989,10 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         && o.key.name == "meshplane-blue-v1-bootstrap"));
     assert_eq!(
         grants_secrets(&in_shop),
-        [format!("RoleBinding Some(\"shop\")/{reader}")],
+        [
+            format!("RoleBinding Some(\"shop\")/{reader}"),
+            format!("RoleBinding Some(\"shop\")/{proxy_reader}")
+        ],
         "Secrets are read where the gateway runs"
     );
     // The operator binds itself the gateway's write powers in shop, and nowhere else.

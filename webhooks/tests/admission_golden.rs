@@ -298,7 +298,7 @@ fn inject_renders_the_cert_ttl_annotation_and_refuses_a_bad_one() {
     assert_eq!(reply.body["response"]["allowed"], false);
     assert_eq!(
         reply.body["response"]["status"]["message"],
-        r#"metadata.annotations["sidecar.meshplane.io/certTTL"]: "2s" is not a certificate lifetime: shorter than 10s, which would renew more often than every 5s; write a Go duration of whole seconds between 10s and 2160h, e.g. "1h" or "90s""#
+        r#"metadata.annotations["sidecar.meshplane.io/certTTL"]: "2s" is not a certificate lifetime: shorter than 10s, which would renew more often than every 5s; write a Go duration of whole seconds between 10s and 168h, e.g. "1h" or "90s""#
     );
     assert_golden("inject_invalid_cert_ttl", &reply);
 }

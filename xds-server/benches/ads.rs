@@ -107,6 +107,8 @@ fn config_bytes(scoped: bool) -> usize {
         capture_mode: CaptureMode::Default,
         loopback: None,
         sds: false,
+        service_account: None,
+        readable_credentials: None,
     };
     let config = index.render_proxy(&node);
     [

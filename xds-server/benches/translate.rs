@@ -84,6 +84,8 @@ fn node() -> ProxyNode {
         capture_mode: CaptureMode::Default,
         loopback: None,
         sds: false,
+        service_account: None,
+        readable_credentials: None,
     }
 }
 
@@ -190,6 +192,8 @@ fn proxy(ns: usize, i: usize) -> ProxyNode {
         capture_mode: CaptureMode::Default,
         loopback: None,
         sds: false,
+        service_account: None,
+        readable_credentials: None,
     }
 }
 

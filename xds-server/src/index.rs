@@ -35,6 +35,7 @@ use interner::Interner;
 use route_encoding::RouteParts;
 
 use crate::config_events::{self, ConfigEvent, EventSink};
+use crate::credential_access::{Access, CredentialAccess};
 use crate::envoyfilter;
 use crate::model::{
     list_key, same_resources, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind,
@@ -203,6 +204,9 @@ pub struct TenantIndex {
     cache_limit: usize,
     /// Where findings about config objects that are not applied go (Kubernetes mode: Events).
     events: EventSink,
+    /// Which gateway proxies may get which credential Secrets (Kubernetes mode); none: every
+    /// gateway of the namespace gets them (directory mode has no API server to ask).
+    credential_access: Option<Arc<CredentialAccess>>,
 }
 
 impl TenantIndex {
@@ -238,7 +242,15 @@ impl TenantIndex {
             cache: Mutex::new(RenderCache::default()),
             cache_limit: MAX_CACHED_SCOPES,
             events: EventSink::default(),
+            credential_access: None,
         }
+    }
+
+    /// Serves a Gateway server's credential to a gateway proxy only when `access` says its
+    /// ServiceAccount may `get` the Secret (SubjectAccessReview).
+    pub fn with_credential_access(mut self, access: Arc<CredentialAccess>) -> Self {
+        self.credential_access = Some(access);
+        self
     }
 
     /// Reports config objects that are not applied (invalid, beyond the EnvoyFilter policy,
@@ -360,6 +372,9 @@ impl TenantIndex {
             SourceEvent::Tags(tags) => {
                 self.tags = tags;
             }
+            // Nothing of the registry changed: gateways' scope keys carry what they may read,
+            // so their renders follow the new answers.
+            SourceEvent::CredentialAccess => return Change::config(),
             SourceEvent::Resync { namespace, kinds } => {
                 self.resync.push(PendingResync {
                     namespace,
@@ -983,20 +998,43 @@ impl TenantIndex {
 
     /// The proxy as translation sees it: with its Pod's labels as the API server has them when
     /// the index knows the Pod (what the proxy claims in `LABELS` only otherwise), so that its
-    /// Services' inbound ports, Sidecar and EnvoyFilter selectors follow the real workload.
+    /// Services' inbound ports, Sidecar and EnvoyFilter selectors follow the real workload; a
+    /// gateway with the credentials its verified ServiceAccount may read.
     fn workload_node<'a>(&self, node: &'a ProxyNode) -> std::borrow::Cow<'a, ProxyNode> {
         let labels = node
             .pod_name
             .as_deref()
             .and_then(|pod| self.pod_labels(&node.namespace, pod));
-        match labels {
+        let mut node = match labels {
             Some(labels) if labels != node.labels => {
                 let mut node = node.clone();
                 node.labels = labels;
                 std::borrow::Cow::Owned(node)
             }
             _ => std::borrow::Cow::Borrowed(node),
+        };
+        if let (ProxyKind::Router, Some(access)) = (node.kind, &self.credential_access) {
+            let readable = self.readable_credentials(access, &node);
+            node.to_mut().readable_credentials = Some(readable);
         }
+        node
+    }
+
+    /// The credentials of the Gateways selecting gateway `node` that its ServiceAccount may
+    /// `get`, as far as is known now (an unknown answer is asked for and counts as refused).
+    /// A proxy without a verified ServiceAccount reads none.
+    fn readable_credentials(
+        &self,
+        access: &CredentialAccess,
+        node: &ProxyNode,
+    ) -> BTreeSet<String> {
+        let Some(account) = node.service_account.as_deref() else {
+            return BTreeSet::new();
+        };
+        translate::gateway::credential_names(&self.registry, node)
+            .into_iter()
+            .filter(|secret| access.decide(&node.namespace, account, secret) == Access::Allowed)
+            .collect()
     }
 
     /// Like [`TenantIndex::render_proxy`], as the one `Arc` every proxy of the scope shares
@@ -1123,6 +1161,9 @@ impl ConfigGenerator for TenantIndex {
     }
     fn envoy_filter_policy(&self) -> meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy {
         self.registry.mesh_config.envoy_filter_policy.clone()
+    }
+    fn credential_names(&self) -> BTreeSet<String> {
+        translate::gateway::all_credential_names(&self.registry)
     }
 }
 

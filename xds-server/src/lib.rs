@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod cli;
 pub mod config_events;
 pub mod config_status;
+pub mod credential_access;
 pub mod envoyfilter;
 pub mod identity;
 pub mod index;

@@ -12,6 +12,7 @@ use meshplane_xds::admin::DebugAccess;
 use meshplane_xds::ads::{AdsLimits, AdsServer};
 use meshplane_xds::cli::{Args, Isolation, Source};
 use meshplane_xds::config_events::EventSink;
+use meshplane_xds::credential_access::CredentialAccess;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
@@ -36,20 +37,27 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static malloc_conf: &[u8; 60] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
-fn generator(args: &Args, control_namespace: &str, events: EventSink) -> Box<dyn ConfigGenerator> {
-    Box::new(
-        TenantIndex::new(
-            &args.tenant,
-            &args.revision,
-            control_namespace,
-            MeshConfig {
-                trust_domain: Some(args.trust_domain()),
-                ..MeshConfig::default()
-            },
-        )
-        .with_tags(args.tags.iter().cloned())
-        .with_events(events),
+fn generator(
+    args: &Args,
+    control_namespace: &str,
+    events: EventSink,
+    credential_access: Option<Arc<CredentialAccess>>,
+) -> Box<dyn ConfigGenerator> {
+    let index = TenantIndex::new(
+        &args.tenant,
+        &args.revision,
+        control_namespace,
+        MeshConfig {
+            trust_domain: Some(args.trust_domain()),
+            ..MeshConfig::default()
+        },
     )
+    .with_tags(args.tags.iter().cloned())
+    .with_events(events);
+    Box::new(match credential_access {
+        Some(access) => index.with_credential_access(access),
+        None => index,
+    })
 }
 
 /// Runs the directory source; its end (an unreadable directory) ends the process.
@@ -108,9 +116,16 @@ async fn main() -> anyhow::Result<()> {
         }
         Source::Dir(_) => (EventSink::default(), None),
     };
+    // Kubernetes mode: gateway credentials only to ServiceAccounts that may read them.
+    let credential_access = matches!(args.source, Source::Kube).then(CredentialAccess::new);
     let pusher = Pusher::new(
         Arc::clone(&hub),
-        generator(&args, &control_namespace, event_sink),
+        generator(
+            &args,
+            &control_namespace,
+            event_sink,
+            credential_access.clone(),
+        ),
     );
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown_rx_main = shutdown_rx.clone();
@@ -134,6 +149,15 @@ async fn main() -> anyhow::Result<()> {
                 metrics: Arc::clone(hub.metrics()),
                 members_stale,
             };
+            if let Some(access) = &credential_access {
+                tokio::spawn(meshplane_xds::credential_access::run(
+                    Arc::clone(access),
+                    client.clone(),
+                    Arc::clone(&hub),
+                    events_tx.clone(),
+                    shutdown_rx.clone(),
+                ));
+            }
             tokio::spawn(source_kube::run(client.clone(), config, events_tx));
             tokio::spawn(source_kube::report_proxy_count(
                 client.clone(),
@@ -236,7 +260,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let ads_server = AdsServer::new(Arc::clone(&hub), reviewer.clone(), shutdown_rx.clone())
         .with_limits(limits)
-        .with_vhds(args.vhds);
+        .with_vhds(args.vhds)
+        .with_credential_access(credential_access);
     let ads = xds_listener.map(|listener| tokio::spawn(ads_server.clone().serve(listener)));
     let secure = match xds_tls_listener {
         Some(listener) => Some(spawn_secure(

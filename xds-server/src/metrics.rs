@@ -91,6 +91,9 @@ const CERTIFICATE_RESULTS: [&str; 5] = [
     "unavailable",
 ];
 
+/// Answers of the SubjectAccessReviews for gateway credentials every instance starts with.
+const CREDENTIAL_REVIEW_RESULTS: [&str; 3] = ["allowed", "denied", "failed"];
+
 /// Outcome of a certificate request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -116,6 +119,8 @@ pub struct Metrics {
     members_stale: Gauge,
     members_unverified: Gauge,
     refused_watches: Gauge,
+    credential_reviews: Family<ResultLabel, Counter>,
+    credentials_refused: Gauge,
     unknown_types: Counter,
     paced: Counter,
     /// Encoded config size of each rendered proxy config.
@@ -272,6 +277,23 @@ impl Metrics {
             "Watches (one kind in one namespace) the API server refuses (403) before they first listed: the instance serves without those objects until access returns",
             refused_watches.clone(),
         );
+        let credential_reviews = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "credential_reviews",
+            "SubjectAccessReviews asking whether a gateway proxy's ServiceAccount may get a Gateway server's credentialName Secret, by result (allowed, denied, failed)",
+            credential_reviews.clone(),
+        );
+        for result in CREDENTIAL_REVIEW_RESULTS {
+            let _ = credential_reviews.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
+        let credentials_refused = Gauge::default();
+        registry.register(
+            "credentials_refused",
+            "Gateway credentials (ServiceAccount, Secret) currently refused by SubjectAccessReview: the gateway proxies of that ServiceAccount do not get the servers naming the Secret",
+            credentials_refused.clone(),
+        );
         let unknown_types = Counter::default();
         registry.register(
             "unknown_type_requests",
@@ -331,6 +353,8 @@ impl Metrics {
             members_stale,
             members_unverified,
             refused_watches,
+            credential_reviews,
+            credentials_refused,
             unknown_types,
             paced,
             proxy_config_bytes,
@@ -406,6 +430,21 @@ impl Metrics {
                 r#type: type_name.to_string(),
             })
             .inc();
+    }
+
+    /// Counts a SubjectAccessReview for a gateway credential by result.
+    pub fn credential_review(&self, result: &str) {
+        self.credential_reviews
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Sets how many gateway credentials are refused now.
+    pub fn credentials_refused(&self, count: usize) {
+        self.credentials_refused
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts one wait of a stream's responses for its pacing allowance.

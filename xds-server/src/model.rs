@@ -172,6 +172,9 @@ pub enum SourceEvent {
     Tags(BTreeSet<String>),
     /// The relist announced by the last `Resync` is complete.
     Synced,
+    /// Which gateway proxies may get which TLS credentials changed (SubjectAccessReview
+    /// answers, [`crate::credential_access`]): gateways are rendered again.
+    CredentialAccess,
     /// The source has delivered its initial state: proxies may be answered (readiness).
     Ready,
 }
@@ -215,6 +218,13 @@ pub struct ProxyNode {
     /// `SDS=true`): only such a proxy gets mutual TLS contexts, any other would wait forever
     /// for its certificate.
     pub sds: bool,
+    /// The ServiceAccount its token was verified for by TokenReview (Kubernetes mode), never
+    /// what the node claims; `None` in directory mode.
+    pub service_account: Option<String>,
+    /// Gateways: the `credentialName` Secrets of its namespace that its ServiceAccount may
+    /// `get` (SubjectAccessReview, [`crate::credential_access`]), set by the index before
+    /// translation; `None`: not checked (directory mode, no API server to ask).
+    pub readable_credentials: Option<BTreeSet<String>>,
 }
 
 impl ProxyNode {

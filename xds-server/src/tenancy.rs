@@ -201,6 +201,8 @@ pub fn parse_node(node: Option<&Node>, tenant: &str) -> Result<ProxyNode, Admiss
         loopback: metadata_string(md, meta::LOOPBACK_ADDR),
         sds: metadata_string(md, meshplane_contracts::tenant_ca::SDS_METADATA).as_deref()
             == Some("true"),
+        service_account: None,
+        readable_credentials: None,
     })
 }
 
@@ -213,11 +215,16 @@ pub fn bearer_token(metadata: &MetadataMap) -> Option<String> {
     Some(token.trim().to_string()).filter(|t| !t.is_empty())
 }
 
-/// The namespace of a ServiceAccount username `system:serviceaccount:NS:NAME`.
-pub fn service_account_namespace(username: &str) -> Option<&str> {
+/// The namespace and name of a ServiceAccount username `system:serviceaccount:NS:NAME`.
+pub fn service_account(username: &str) -> Option<(&str, &str)> {
     let rest = username.strip_prefix("system:serviceaccount:")?;
     let (ns, name) = rest.split_once(':')?;
-    (!ns.is_empty() && !name.is_empty()).then_some(ns)
+    (!ns.is_empty() && !name.is_empty()).then_some((ns, name))
+}
+
+/// The namespace of a ServiceAccount username `system:serviceaccount:NS:NAME`.
+pub fn service_account_namespace(username: &str) -> Option<&str> {
+    service_account(username).map(|(ns, _)| ns)
 }
 
 /// How long a verified token is trusted without asking again (never past its expiry). Short:
@@ -373,15 +380,15 @@ impl TokenReviewer {
     }
 
     /// Checks that `token` is valid for our audience and belongs to `node`'s namespace (and
-    /// pod, when the token is bound to one).
+    /// pod, when the token is bound to one); returns the name of its ServiceAccount.
     pub async fn verify(
         &self,
         token: &str,
         peer: Option<IpAddr>,
         node: &ProxyNode,
-    ) -> Result<(), AdmissionError> {
+    ) -> Result<String, AdmissionError> {
         let reviewed = self.review(token, peer).await?;
-        let token_ns = service_account_namespace(&reviewed.username).ok_or_else(|| {
+        let (token_ns, account) = service_account(&reviewed.username).ok_or_else(|| {
             AdmissionError::InvalidToken(format!("{:?} is not a ServiceAccount", reviewed.username))
         })?;
         if token_ns != node.namespace {
@@ -397,7 +404,7 @@ impl TokenReviewer {
                 )));
             }
         }
-        Ok(())
+        Ok(account.to_string())
     }
 
     /// Who the API server says `token` belongs to, for our audience: refused from the token

@@ -173,6 +173,8 @@ async fn client_chosen_loopback_addresses_do_not_grow_the_render_cache() {
             capture_mode: Default::default(),
             loopback: Some(format!("127.0.0.{i}")),
             sds: false,
+            service_account: None,
+            readable_credentials: None,
             kind: meshplane_xds::model::ProxyKind::Sidecar,
         };
         index.render_proxy_shared(&node);

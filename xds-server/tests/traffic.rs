@@ -849,6 +849,81 @@ fn a_gateway_serves_its_servers_with_trusted_virtual_services() {
     golden("traffic_gateway", &describe_in_full(&config));
 }
 
+/// Whether any listener of `config` carries `bytes` (an inlined private key).
+fn listeners_carry(config: &ProxyConfig, bytes: &[u8]) -> bool {
+    config
+        .listeners
+        .iter()
+        .any(|r| r.encoded.windows(bytes.len()).any(|w| w == bytes))
+}
+
+#[test]
+fn a_gateway_credential_goes_only_to_a_service_account_that_may_read_it() {
+    use meshplane_xds::credential_access::{CredentialAccess, CredentialKey};
+    let access = CredentialAccess::new();
+    let index = gateway_index().with_credential_access(std::sync::Arc::clone(&access));
+    let key = |account: &str| CredentialKey {
+        namespace: CONTROL_NS.into(),
+        service_account: account.into(),
+        secret: "shop-cert".into(),
+    };
+    access.record(key("ingressgateway"), true);
+    access.record(key("impostor"), false);
+    let gateway = ProxyNode {
+        service_account: Some("ingressgateway".into()),
+        ..router()
+    };
+    // Same namespace, same labels, claims to be a gateway: only its ServiceAccount differs.
+    let as_account = |account: Option<&str>| ProxyNode {
+        id: "router~198.18.9.10~impostor-1.meshplane-acme~meshplane-acme.svc.cluster.local".into(),
+        pod_name: Some("impostor-1".into()),
+        ip: Some("198.18.9.10".into()),
+        service_account: account.map(str::to_string),
+        ..router()
+    };
+    let served = index.render_proxy(&gateway);
+    let text = describe(&served);
+    assert!(
+        text.contains(
+            "[sni shop.example.com,tls] +tls: hcm rds=https.443.https.public.meshplane-acme"
+        ),
+        "{text}"
+    );
+    assert!(listeners_carry(&served, b"KEY"), "the gateway gets its key");
+    // Refused, never asked about (counts as refused until answered), or no verified account.
+    for impostor in [
+        as_account(Some("impostor")),
+        as_account(Some("unasked")),
+        as_account(None),
+    ] {
+        let config = index.render_proxy(&impostor);
+        let text = describe(&config);
+        assert!(
+            !listeners_carry(&config, b"KEY"),
+            "{:?} gets no private key: {text}",
+            impostor.service_account
+        );
+        assert!(!text.contains("sni shop.example.com,tls"), "{text}");
+        // The Gateway's other servers are still served to it.
+        assert!(text.contains("listener 0.0.0.0_8080"), "{text}");
+        assert!(
+            text.contains("[sni login.example.com,tls]: tcp_proxy"),
+            "{text}"
+        );
+    }
+    // Access granted later: the next render serves it (the answer is part of the scope).
+    access.record(key("impostor"), true);
+    assert!(listeners_carry(
+        &index.render_proxy(&as_account(Some("impostor"))),
+        b"KEY"
+    ));
+    // Without an API server to ask (directory mode), the namespace's gateways get it.
+    assert!(listeners_carry(
+        &gateway_index().render_proxy(&router()),
+        b"KEY"
+    ));
+}
+
 #[test]
 fn verdicts_report_what_cannot_apply() {
     let index = gateway_index();

@@ -3,7 +3,10 @@
 //! ServiceAccount, in the control namespace or a member namespace of the tenant. The revision's
 //! instance programs it from the Gateways and VirtualServices of the namespaces it trusts; it
 //! learns the gateway's labels and trusted namespaces from the members ConfigMap (`gateways`,
-//! contract 2).
+//! contract 2). The instance serves a Gateway's `credentialName` Secret only to gateway proxies
+//! whose ServiceAccount may `get` it (SubjectAccessReview), so the gateway's ServiceAccount is
+//! bound the shipped Secret reader of its namespace; it mounts no API token, so the binding
+//! grants the pods nothing to read with.
 
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::names::{self, ports};
@@ -67,7 +70,23 @@ pub fn gateway(rev: &Revision<'_>) -> Vec<DesiredObject> {
         .map(|p| json!({"name": p.name, "port": p.port, "targetPort": p.target_port, "protocol": "TCP"}))
         .collect();
     vec![
-        rev.object(Kind::ServiceAccount, ns, &dep.name, json!({})),
+        // The pods talk to the instance only, with their projected token of its audience.
+        rev.object(
+            Kind::ServiceAccount,
+            ns,
+            &dep.name,
+            json!({"automountServiceAccountToken": false}),
+        ),
+        rev.object(
+            Kind::RoleBinding,
+            ns,
+            &names::gateway_proxy_credentials(&rev.revision),
+            json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": names::GATEWAY_CREDENTIALS_ROLE},
+                "subjects": [{"kind": "ServiceAccount", "name": dep.name, "namespace": dep.namespace}],
+            }),
+        ),
         rev.object(
             Kind::Service,
             ns,

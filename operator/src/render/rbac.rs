@@ -26,9 +26,12 @@
 //!   Deployments, ServiceAccounts, PodDisruptionBudgets and NetworkPolicies, and its Service
 //!   writes), and `meshplane-<rev>-gateway-operator` of [`names::GATEWAY_NAMESPACE_ROLE`] in a
 //!   member namespace that runs the gateway;
-//! - in both modes, a ClusterRole with `tokenreviews create`, the one cluster-scoped right the
-//!   instance provably needs: contract 7 verifies each proxy's projected token by TokenReview,
-//!   and TokenReview has no namespaced form.
+//! - in both modes, a ClusterRole with `tokenreviews create` and `subjectaccessreviews create`,
+//!   the cluster-scoped rights the instance provably needs: contract 7 verifies each proxy's
+//!   projected token by TokenReview, and a gateway proxy gets a Gateway's credential Secret only
+//!   if a SubjectAccessReview says its ServiceAccount may `get` it; neither review has a
+//!   namespaced form the instance could use (a LocalSubjectAccessReview would need a Role in
+//!   every gateway namespace). A SubjectAccessReview reads nothing but an RBAC verdict.
 
 use meshplane_crds::names;
 use meshplane_crds::IsolationMode;
@@ -205,9 +208,15 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
         binding(rev, Kind::RoleBinding, Some(ns), &name, "Role"),
     ];
 
-    let mut cluster_rules = vec![json!({
-        "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"],
-    })];
+    let mut cluster_rules = vec![
+        json!({
+            "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"],
+        }),
+        json!({
+            "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        }),
+    ];
     match rev.input.control_plane.spec.isolation {
         IsolationMode::Strict => {
             let reader = names::member_reader(&rev.revision);

@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Status, Streaming};
 
-use crate::model::ProxyNode;
+use crate::credential_access::{CredentialAccess, PREFETCH_WAIT};
+use crate::model::{ProxyKind, ProxyNode};
 use crate::push::Hub;
 use crate::tenancy::{bearer_token, parse_node, AdmissionError, TokenReviewer};
 use stream::{run_stream, Wire};
@@ -90,6 +91,8 @@ pub struct AdsServer {
     awaiting: budget::AdmissionPool,
     /// Budgets of the open connections.
     connections: budget::Connections,
+    /// Kubernetes mode: a connecting gateway waits for the answers about its credentials.
+    credential_access: Option<Arc<CredentialAccess>>,
 }
 
 /// A request the server could not read: the client's fault, answered INVALID_ARGUMENT
@@ -121,7 +124,16 @@ impl AdsServer {
             vhds: true,
             awaiting: budget::AdmissionPool::new(AdsLimits::default().budget.awaiting_admission),
             connections: budget::Connections::default(),
+            credential_access: None,
         }
+    }
+
+    /// The same server making a connecting gateway wait (briefly) until `access` knows which
+    /// of the tenant's credentials its ServiceAccount may read, so its first config has the
+    /// TLS servers it may serve.
+    pub fn with_credential_access(mut self, access: Option<Arc<CredentialAccess>>) -> Self {
+        self.credential_access = access;
+        self
     }
 
     /// The same server serving virtual hosts over VHDS to delta Envoys (`true`, the default)
@@ -192,7 +204,8 @@ impl AdsServer {
             .filter(|l| self.limits.honor_loopback && is_loopback_v4(l));
         if let Some(reviewer) = &self.reviewer {
             let token = token.ok_or(AdmissionError::MissingToken)?;
-            reviewer.verify(&token, peer, &proxy).await?;
+            // Only the verified identity decides which gateway credentials it may get.
+            proxy.service_account = Some(reviewer.verify(&token, peer, &proxy).await?);
         }
         // Membership is only known once the sources synced.
         if tokio::time::timeout(SYNC_WAIT, self.hub.wait_ready())
@@ -207,6 +220,16 @@ impl AdsServer {
                 tenant: self.hub.tenant().to_string(),
                 revision: self.hub.revision().to_string(),
             });
+        }
+        if let (ProxyKind::Router, Some(access), Some(account)) = (
+            proxy.kind,
+            &self.credential_access,
+            proxy.service_account.as_deref(),
+        ) {
+            let names = self.hub.credential_names();
+            access
+                .prefetch(&proxy.namespace, account, &names, PREFETCH_WAIT)
+                .await;
         }
         Ok(proxy)
     }

@@ -27,6 +27,10 @@ pub trait ConfigGenerator: Send + 'static {
     fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
         EnvoyFilterPolicy::default()
     }
+    /// The `credentialName`s the tenant's Gateways name; asked after a configuration change.
+    fn credential_names(&self) -> BTreeSet<String> {
+        BTreeSet::new()
+    }
 }
 
 /// How far a change reaches.

@@ -46,6 +46,9 @@ pub struct Hub {
     members: watch::Sender<Arc<BTreeSet<String>>>,
     diagnostics: watch::Sender<Arc<crate::translate::diagnostics::Diagnostics>>,
     envoy_filter_policy: watch::Sender<Arc<EnvoyFilterPolicy>>,
+    /// The `credentialName`s of the tenant's Gateways (a connecting gateway's access to them
+    /// is asked before its first config).
+    credential_names: watch::Sender<Arc<BTreeSet<String>>>,
     connected: watch::Sender<usize>,
     pushes: watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -76,6 +79,7 @@ impl Hub {
             members: watch::Sender::new(Arc::default()),
             diagnostics: watch::Sender::new(Arc::default()),
             envoy_filter_policy: watch::Sender::new(Arc::default()),
+            credential_names: watch::Sender::new(Arc::default()),
             connected: watch::Sender::new(0),
             pushes: watch::Sender::new(0),
             metrics,
@@ -119,6 +123,21 @@ impl Hub {
     /// What the tenant's EnvoyFilters may do now (the validating webhook checks against it).
     pub fn envoy_filter_policy(&self) -> Arc<EnvoyFilterPolicy> {
         Arc::clone(&self.envoy_filter_policy.borrow())
+    }
+
+    /// The `credentialName`s the tenant's Gateways name.
+    pub fn credential_names(&self) -> Arc<BTreeSet<String>> {
+        Arc::clone(&self.credential_names.borrow())
+    }
+
+    pub(super) fn publish_credential_names(&self, names: BTreeSet<String>) {
+        self.credential_names.send_if_modified(|n| {
+            let changed = **n != names;
+            if changed {
+                *n = Arc::new(names);
+            }
+            changed
+        });
     }
 
     pub(super) fn publish_envoy_filter_policy(&self, policy: EnvoyFilterPolicy) {
@@ -176,6 +195,19 @@ impl Hub {
 
     pub(super) fn count_push(&self) {
         self.pushes.send_modify(|n| *n += 1);
+    }
+
+    /// The ServiceAccounts (namespace, name) of the connected gateway proxies, as their
+    /// tokens were verified: whose credential answers are kept fresh.
+    pub fn gateway_accounts(&self) -> BTreeSet<(String, String)> {
+        lock(&self.proxies)
+            .values()
+            .filter(|e| e.node.kind == crate::model::ProxyKind::Router)
+            .filter_map(|e| {
+                let account = e.node.service_account.clone()?;
+                Some((e.node.namespace.clone(), account))
+            })
+            .collect()
     }
 
     /// Every connected proxy.

@@ -119,6 +119,7 @@ impl Pusher {
     pub fn new(hub: Arc<Hub>, generator: Box<dyn ConfigGenerator>) -> Self {
         hub.publish_members(generator.members());
         hub.publish_envoy_filter_policy(generator.envoy_filter_policy());
+        hub.publish_credential_names(generator.credential_names());
         Pusher {
             hub,
             generator,
@@ -146,6 +147,8 @@ impl Pusher {
             self.hub.publish_diagnostics(self.generator.diagnostics());
             self.hub
                 .publish_envoy_filter_policy(self.generator.envoy_filter_policy());
+            self.hub
+                .publish_credential_names(self.generator.credential_names());
         }
         if change.members_changed {
             self.hub.publish_members(self.generator.members());
@@ -430,6 +433,7 @@ fn trigger_reason(event: &SourceEvent) -> Option<String> {
         SourceEvent::GatewayDeployments(_) => Some("gateways".into()),
         SourceEvent::Tags(_) => Some("tags".into()),
         SourceEvent::Synced => Some("resync".into()),
+        SourceEvent::CredentialAccess => Some("credentials".into()),
         SourceEvent::Resync { .. } | SourceEvent::Ready => None,
     }
 }
@@ -496,6 +500,8 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
             capture_mode: CaptureMode::Default,
             loopback: None,
             sds: false,
+            service_account: None,
+            readable_credentials: None,
         }
     }
 

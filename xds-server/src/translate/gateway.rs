@@ -272,7 +272,8 @@ fn tls_version(v: Option<TlsProtocol>) -> i32 {
 }
 
 /// The TLS context of a terminating server; `None` when its certificate is not available
-/// (an unknown Secret, `ISTIO_MUTUAL` before identity): the server is then left out.
+/// (an unknown Secret, one the proxy's ServiceAccount may not read, `ISTIO_MUTUAL` before
+/// identity): the server is then left out.
 fn downstream_tls(
     registry: &Registry,
     node: &ProxyNode,
@@ -288,6 +289,10 @@ fn downstream_tls(
             file(&tls.ca_certificates),
         )
     } else {
+        // The proxy's ServiceAccount must be allowed to read it (checked in Kubernetes mode).
+        if !may_read_credential(node, &tls.credential_name) {
+            return None;
+        }
         // The Secret must live in the gateway's own namespace, as in Istio.
         let secret = registry
             .tls_secrets
@@ -332,6 +337,36 @@ fn downstream_tls(
         }),
         ..Default::default()
     })
+}
+
+/// Whether `node` may get the credential Secret `name` of its namespace: its ServiceAccount
+/// may `get` it ([`ProxyNode::readable_credentials`]), or nobody checks (directory mode).
+pub fn may_read_credential(node: &ProxyNode, name: &str) -> bool {
+    node.readable_credentials
+        .as_ref()
+        .is_none_or(|readable| readable.contains(name))
+}
+
+/// The `credentialName`s of the terminating TLS servers of the Gateways that select `node`:
+/// the Secrets of its namespace it would serve.
+pub fn credential_names(registry: &Registry, node: &ProxyNode) -> BTreeSet<String> {
+    server_credentials(selected_gateways(registry, node))
+}
+
+/// The `credentialName`s of the terminating TLS servers of every Gateway of the tenant.
+pub fn all_credential_names(registry: &Registry) -> BTreeSet<String> {
+    server_credentials(registry.gateways.iter())
+}
+
+fn server_credentials<'a>(gateways: impl IntoIterator<Item = &'a Gateway>) -> BTreeSet<String> {
+    gateways
+        .into_iter()
+        .flat_map(|g| g.spec.servers.iter())
+        .filter(|s| terminates(s))
+        .filter_map(|s| s.tls.as_ref())
+        .filter(|t| !t.credential_name.is_empty())
+        .map(|t| t.credential_name.clone())
+        .collect()
 }
 
 /// SNI names of a server: its hosts unless one is `*`.

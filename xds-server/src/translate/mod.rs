@@ -147,12 +147,14 @@ pub fn subnet_contains(cidr: &str, addr: std::net::IpAddr) -> bool {
 }
 
 /// What a proxy's configuration depends on besides its namespace, Sidecar, EnvoyFilters and
-/// ports: its kind, for gateways their labels (which Gateways select them), and for everyone
-/// which `sourceLabels` conditions of the tenant's VirtualServices it satisfies.
+/// ports: its kind, for gateways their labels (which Gateways select them) and the credentials
+/// they may read, and for everyone which `sourceLabels` conditions of the tenant's
+/// VirtualServices it satisfies.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TrafficKey {
     kind: ProxyKind,
     gateway_labels: Option<std::collections::BTreeMap<String, String>>,
+    gateway_credentials: Option<std::collections::BTreeSet<String>>,
     source_label_matches: Vec<bool>,
 }
 
@@ -185,6 +187,10 @@ pub fn traffic_key(registry: &Registry, node: &ProxyNode) -> TrafficKey {
     TrafficKey {
         kind: node.kind,
         gateway_labels: (node.kind == ProxyKind::Router).then(|| node.labels.clone()),
+        gateway_credentials: node
+            .readable_credentials
+            .clone()
+            .filter(|_| node.kind == ProxyKind::Router),
         source_label_matches: matches,
     }
 }

@@ -76,6 +76,8 @@ pub fn proxy(ns: &str, labels: &[(&str, &str)], capture: CaptureMode) -> ProxyNo
         capture_mode: capture,
         loopback: None,
         sds: false,
+        service_account: None,
+        readable_credentials: None,
     }
 }
 
