@@ -17,7 +17,7 @@ use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
 use meshplane_xds::push::{run_push_loop, ConfigGenerator, DebounceConfig, Hub, Pusher};
-use meshplane_xds::source_dir::run_dir_source;
+use meshplane_xds::source_dir::run_dir_source_reporting;
 use meshplane_xds::source_kube::{self, KubeSourceConfig};
 use meshplane_xds::tenancy::TokenReviewer;
 use tokio::net::TcpListener;
@@ -61,9 +61,14 @@ fn generator(
 }
 
 /// Runs the directory source; its end (an unreadable directory) ends the process.
-fn spawn_dir_source(path: PathBuf, tx: mpsc::Sender<SourceEvent>, shutdown: watch::Sender<bool>) {
+fn spawn_dir_source(
+    path: PathBuf,
+    tx: mpsc::Sender<SourceEvent>,
+    shutdown: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
+) {
     tokio::spawn(async move {
-        if let Err(e) = run_dir_source(&path, tx).await {
+        if let Err(e) = run_dir_source_reporting(&path, tx, Some(metrics)).await {
             tracing::error!(error = %e, "directory source stopped");
             let _ = shutdown.send(true);
         }
@@ -133,7 +138,12 @@ async fn main() -> anyhow::Result<()> {
 
     let (reviewer, debug_access) = match &args.source {
         Source::Dir(path) => {
-            spawn_dir_source(path.clone(), events_tx, shutdown_tx.clone());
+            spawn_dir_source(
+                path.clone(),
+                events_tx,
+                shutdown_tx.clone(),
+                Arc::clone(hub.metrics()),
+            );
             (None, DebugAccess::loopback_only(&control_namespace))
         }
         Source::Kube => {

@@ -122,6 +122,7 @@ pub struct Metrics {
     credential_reviews: Family<ResultLabel, Counter>,
     credentials_refused: Gauge,
     unknown_types: Counter,
+    unusable_manifests: Gauge,
     paced: Counter,
     /// Encoded config size of each rendered proxy config.
     pub proxy_config_bytes: Histogram,
@@ -294,6 +295,12 @@ impl Metrics {
             "Gateway credentials (ServiceAccount, Secret) currently refused by SubjectAccessReview: the gateway proxies of that ServiceAccount do not get the servers naming the Secret",
             credentials_refused.clone(),
         );
+        let unusable_manifests = Gauge::default();
+        registry.register(
+            "unusable_manifests",
+            "Directory mode: manifest files that do not read whole (not YAML, a document that does not decode or validate); each keeps the objects it last held until it reads whole again",
+            unusable_manifests.clone(),
+        );
         let unknown_types = Counter::default();
         registry.register(
             "unknown_type_requests",
@@ -356,6 +363,7 @@ impl Metrics {
             credential_reviews,
             credentials_refused,
             unknown_types,
+            unusable_manifests,
             paced,
             proxy_config_bytes,
             registry: root,
@@ -450,6 +458,12 @@ impl Metrics {
     /// Counts one wait of a stream's responses for its pacing allowance.
     pub fn paced_response(&self) {
         self.paced.inc();
+    }
+
+    /// Sets how many manifest files are unusable (directory mode).
+    pub fn set_unusable_manifests(&self, files: usize) {
+        self.unusable_manifests
+            .set(i64::try_from(files).unwrap_or(i64::MAX));
     }
 
     /// Counts one ADS request for a type this server does not serve.

@@ -630,7 +630,22 @@ pub async fn run_dir_source(
     path: impl AsRef<Path>,
     tx: mpsc::Sender<SourceEvent>,
 ) -> Result<(), DirSourceError> {
+    run_dir_source_reporting(path, tx, None).await
+}
+
+/// [`run_dir_source`], keeping `meshplane_xds_unusable_manifests` of `metrics` at the number
+/// of files whose last good objects stand in for them.
+pub async fn run_dir_source_reporting(
+    path: impl AsRef<Path>,
+    tx: mpsc::Sender<SourceEvent>,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+) -> Result<(), DirSourceError> {
     use notify::Watcher as _;
+    let report = |state: &DirState| {
+        if let Some(m) = &metrics {
+            m.set_unusable_manifests(state.unusable.len());
+        }
+    };
     // notify reports a relative directory's events under the working directory joined with it;
     // the state's root must be that same absolute path, or no changed path falls under it and
     // every change reads the whole directory again.
@@ -666,6 +681,7 @@ pub async fn run_dir_source(
         })?;
 
     let mut state = DirState::load(&dir)?;
+    report(&state);
     if !send_snapshot(&state, &tx).await || tx.send(SourceEvent::Ready).await.is_err() {
         return Ok(());
     }
@@ -715,6 +731,7 @@ pub async fn run_dir_source(
             state.update(&changed)
         };
         failed = result.is_err();
+        report(&state);
         let events = match result {
             Ok(events) => events,
             Err(e) => {

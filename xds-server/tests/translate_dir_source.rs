@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{Kind, Object, ObjectKey, SourceEvent};
-use meshplane_xds::source_dir::run_dir_source;
+use meshplane_xds::source_dir::{run_dir_source, run_dir_source_reporting};
 use tokio::sync::mpsc;
 
 /// Guards against a hang only; the test waits for events, never for time.
@@ -171,7 +173,8 @@ async fn a_relative_directory_delivers_changes_not_resyncs() {
 
 /// A truncated manifest renamed into place (an interrupted copy) and a garbled namespace file
 /// delete nothing: the running source keeps their last good objects and goes on delivering
-/// the changes of other files; fixing a file delivers what it now holds.
+/// the changes of other files, counting the damaged files in `meshplane_xds_unusable_manifests`;
+/// fixing a file delivers what it now holds.
 #[tokio::test]
 async fn a_damaged_manifest_keeps_its_objects_while_other_changes_flow() {
     let dir = scratch_dir("damaged");
@@ -189,9 +192,23 @@ async fn a_damaged_manifest_keeps_its_objects_while_other_changes_flow() {
     .expect("write");
     std::fs::write(dir.join("many.yaml"), &many).expect("write");
     let (tx, mut rx) = mpsc::channel(256);
-    let source = tokio::spawn(run_dir_source(dir.clone(), tx));
+    let metrics = Arc::new(Metrics::for_instance("blue", "blue-v1"));
+    let unusable = || {
+        let text = metrics.encode().expect("metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix("meshplane_xds_unusable_manifests{"))
+            .and_then(|rest| rest.rsplit(' ').next())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("no unusable_manifests in\n{text}"))
+    };
+    let source = tokio::spawn(run_dir_source_reporting(
+        dir.clone(),
+        tx,
+        Some(Arc::clone(&metrics)),
+    ));
     let mut mirror = Mirror::default();
     let first = mirror.until(&mut rx, |n| n.len() == 21).await;
+    assert_eq!(unusable(), 0);
 
     let tmp = dir.join(".many.yaml.tmp");
     let cut = many.find("{name: s10").expect("s10") + 8;
@@ -218,6 +235,7 @@ async fn a_damaged_manifest_keeps_its_objects_while_other_changes_flow() {
         sorted(expected),
         "nothing of the damaged files was deleted"
     );
+    assert_eq!(unusable(), 2, "many.yaml and ns.yaml");
 
     std::fs::write(dir.join("many.yaml"), svc("s00")).expect("write");
     let held = mirror.until(&mut rx, |n| n.len() == 3).await;
@@ -225,6 +243,7 @@ async fn a_damaged_manifest_keeps_its_objects_while_other_changes_flow() {
         sorted(held),
         names(&["Namespace/shop", "Service/later", "Service/s00"])
     );
+    assert_eq!(unusable(), 1, "ns.yaml is still garbled");
     assert_eq!(mirror.resyncs, 1);
     source.abort();
     let _ = std::fs::remove_dir_all(&dir);
