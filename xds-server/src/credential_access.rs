@@ -346,7 +346,7 @@ pub async fn run(
         tokio::select! {
             () = crate::ads::stream::shutting_down(&mut shutdown) => return,
             () = access.wake.notified() => {}
-            () = sleep_until_opt(next) => {}
+            () = crate::timer::sleep_until_opt(next) => {}
         }
         let accounts = hub.gateway_accounts();
         let keys = {
@@ -401,13 +401,6 @@ fn log_answer(key: &CredentialKey, allowed: bool) {
         tracing::info!(namespace = %key.namespace, service_account = %key.service_account, secret = %key.secret, "gateway credential served: the ServiceAccount may get the Secret");
     } else {
         tracing::warn!(namespace = %key.namespace, service_account = %key.service_account, secret = %key.secret, "gateway credential refused: the ServiceAccount may not get the Secret (SubjectAccessReview); its gateway proxies do not get the Gateway servers naming it (grant get on the Secret to the gateway's ServiceAccount)");
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
     }
 }
 

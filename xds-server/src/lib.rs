@@ -21,5 +21,6 @@ pub mod source_kube;
 pub mod tenancy;
 #[cfg(test)]
 mod test_rng;
+mod timer;
 pub mod tokens;
 pub mod translate;

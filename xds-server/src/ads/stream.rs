@@ -300,7 +300,7 @@ pub async fn run_stream<W: Wire>(
                     break;
                 }
             },
-            () = sleep_until_some(paced_until) => {}
+            () = crate::timer::sleep_until_opt(paced_until) => {}
             changed = handle.snapshot.changed() => {
                 if changed.is_err() {
                     break;
@@ -329,14 +329,6 @@ pub async fn run_stream<W: Wire>(
         }
     }
     crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %handle.node().id, "proxy disconnected");
-}
-
-/// Resolves at `at`, never when it is None.
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Resolves when the server starts shutting down (or its shutdown sender is gone).

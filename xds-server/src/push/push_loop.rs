@@ -398,7 +398,7 @@ pub async fn run_push_loop(
             biased;
             () = crate::ads::stream::shutting_down(&mut shutdown) => break,
             () = hub.connects.notified() => pusher.serve_waiting(),
-            _ = sleep_until_opt(deadline) => {
+            _ = crate::timer::sleep_until_opt(deadline) => {
                 let change = std::mem::take(&mut pending);
                 if let Some(first) = debouncer.take(Instant::now()) {
                     hub.metrics().debounced(first.elapsed());
@@ -435,13 +435,6 @@ fn trigger_reason(event: &SourceEvent) -> Option<String> {
         SourceEvent::Synced => Some("resync".into()),
         SourceEvent::CredentialAccess => Some("credentials".into()),
         SourceEvent::Resync { .. } | SourceEvent::Ready => None,
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
     }
 }
 
