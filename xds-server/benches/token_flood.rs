@@ -240,23 +240,31 @@ async fn run(standin: &StandInHandle, kubeconfig: &Path, bin: &str, name: &'stat
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
     let reviewed = Arc::new(AtomicUsize::new(0));
+    // Signalled once the flood has had 300 answers, or has ended.
+    let warmed = Arc::new(tokio::sync::Notify::new());
     let flood = {
-        let (stop, answered, reviewed, csr) = (
+        let (stop, answered, reviewed, csr, warmed) = (
             Arc::clone(&stop),
             Arc::clone(&answered),
             Arc::clone(&reviewed),
             csr.clone(),
+            Arc::clone(&warmed),
         );
         tokio::spawn(async move {
             let started = Instant::now();
+            let ended = Arc::clone(&warmed);
             let requests = (0..FLOOD_REQUESTS)
                 .take_while(move |_| {
                     !stop.load(Ordering::Relaxed) && started.elapsed() < FLOOD_TIME
                 })
                 .map(move |n| {
                     let channel = channels[n % channels.len()].clone();
-                    let (answered, reviewed, csr) =
-                        (Arc::clone(&answered), Arc::clone(&reviewed), csr.clone());
+                    let (answered, reviewed, csr, warmed) = (
+                        Arc::clone(&answered),
+                        Arc::clone(&reviewed),
+                        csr.clone(),
+                        Arc::clone(&warmed),
+                    );
                     async move {
                         let token = junk_token(n);
                         let result = if n % 2 == 0 {
@@ -267,19 +275,20 @@ async fn run(standin: &StandInHandle, kubeconfig: &Path, bin: &str, name: &'stat
                         if matches!(&result, Err(s) if s.code() == tonic::Code::Unauthenticated) {
                             reviewed.fetch_add(1, Ordering::Relaxed);
                         }
-                        answered.fetch_add(1, Ordering::Relaxed);
+                        if answered.fetch_add(1, Ordering::Relaxed) + 1 == 300 {
+                            warmed.notify_one();
+                        }
                     }
                 });
             futures::stream::iter(requests)
                 .buffer_unordered(FLOOD_CONCURRENCY)
                 .collect::<Vec<()>>()
                 .await;
+            ended.notify_one();
             started.elapsed()
         })
     };
-    while answered.load(Ordering::Relaxed) < 300 && !flood.is_finished() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    warmed.notified().await;
     let token =
         standin.issue_service_account_token("shop", "web", &[AUDIENCE], Duration::from_secs(3600));
     let ads_result = served(|| ads(channel.clone(), &token)).await;
