@@ -49,7 +49,9 @@ pub fn check(
         return Ok(());
     }
     bindings.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let variables = Variables::of(lookup, req);
+    // Built once, and only when a policy takes the request.
+    let variables = std::cell::OnceCell::new();
+    let variables = || variables.get_or_init(|| Variables::of(lookup, req));
     for binding in bindings {
         let spec = &binding.spec;
         let policy_name = spec.policy_name.as_str();
@@ -80,15 +82,8 @@ pub fn check(
         }
         let deny = spec.validation_actions.iter().any(|a| a == "Deny");
         let fail_closed = policy_spec.failure_policy.as_deref() != Some("Ignore");
-        let refuse = |message: String, code: u16| {
-            AdmissionDenied {
-            code,
-            message: format!(
-                "ValidatingAdmissionPolicy '{policy_name}' with binding '{}' denied request: {message}",
-                binding.metadata.name.as_deref().unwrap_or_default()
-            ),
-        }
-        };
+        let binding_name = binding.metadata.name.as_deref().unwrap_or_default();
+        let refuse = |message: String, code: u16| denied(policy_name, binding_name, message, code);
         if policy_spec.param_kind.is_some() {
             if fail_closed && deny {
                 return Err(refuse("policy parameters are not supported".into(), 500));
@@ -97,7 +92,7 @@ pub fn check(
         }
         let mut matched = true;
         for condition in policy_spec.match_conditions.iter().flatten() {
-            match variables.eval(&condition.expression) {
+            match variables().eval(&condition.expression) {
                 Ok(true) => {}
                 Ok(false) => matched = false,
                 Err(error) if fail_closed && deny => return Err(refuse(error, 500)),
@@ -108,14 +103,14 @@ pub fn check(
             continue;
         }
         for validation in policy_spec.validations.iter().flatten() {
-            let message = match variables.eval(&validation.expression) {
+            let message = match variables().eval(&validation.expression) {
                 Ok(true) => continue,
                 Err(_) if !fail_closed => continue,
                 Err(error) => error,
                 Ok(false) => validation
                     .message_expression
                     .as_deref()
-                    .and_then(|e| variables.eval_string(e))
+                    .and_then(|e| variables().eval_string(e))
                     .or_else(|| validation.message.clone())
                     .unwrap_or_else(|| format!("failed expression: {}", validation.expression)),
             };
@@ -123,6 +118,16 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// A refusal worded as the real API words it.
+fn denied(policy: &str, binding: &str, message: String, code: u16) -> AdmissionDenied {
+    AdmissionDenied {
+        code,
+        message: format!(
+            "ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}"
+        ),
+    }
 }
 
 /// The HTTP code of a validation's `reason`.
