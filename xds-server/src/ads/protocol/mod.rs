@@ -40,12 +40,19 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::map_diff::{diff, names_within, walked};
+use super::map_diff::{names_within, walked};
 use super::payload::Resources;
 use super::snapshot::{
-    set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
+    diff, set_version, type_index, ResourceMap, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS,
 };
 use crate::model::{type_url, Resource};
+
+pub mod status;
+
+#[cfg(test)]
+mod dependency_order;
+#[cfg(test)]
+mod tracker_model;
 
 /// Wildcard resource name of xDS subscriptions.
 const WILDCARD: &str = "*";
@@ -1037,7 +1044,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::super::map_diff::tests::{diffs_from_changes, walks};
-    use super::super::tracker_model;
+    use super::tracker_model;
     use super::*;
     use crate::test_rng::Rng;
 

@@ -1,5 +1,5 @@
 //! The tracker as it was before per-snapshot versions and shared maps: the model the
-//! incremental [`super::tracker`] must match response for response (see its tests).
+//! incremental [`super`] must match response for response (see its tests).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS};
-use super::tracker::{Nack, Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
+use super::{Nack, Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
+use crate::ads::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, Resource};
 
 const WILDCARD: &str = "*";
