@@ -163,13 +163,14 @@ def expand_use(tree):
     yield from walk([], tree)
 
 
-USE = re.compile(r"\b(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);")
+USE = re.compile(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);")
 PATH = re.compile(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*(?:super|\w+))+)")
 INLINE_MOD = re.compile(r"\bmod\s+(\w+)\s*\{")
 
 
 def imports(path, rel):
-    """(line, module path of the importing code, resolved path, path as written) per import."""
+    """(line, module path of the importing code, resolved path, path as written, whether it is
+    a re-export) per import."""
     with open(path, encoding="utf-8") as f:
         code = strip_code(f.read())
     file_module = module_of(rel)
@@ -220,10 +221,10 @@ def imports(path, rel):
     for m in USE.finditer(code):
         line = code.count("\n", 0, m.start()) + 1
         here = module_at(m.start())
-        for segs in expand_use(m.group(1)):
+        for segs in expand_use(m.group(2)):
             target = resolve(segs, here)
             if target is not None:
-                found.append((line, here, target, "::".join(segs)))
+                found.append((line, here, target, "::".join(segs), bool(m.group(1))))
         taken.update(range(m.start(), m.end()))
     for m in PATH.finditer(code):
         if m.start() in taken:
@@ -233,7 +234,7 @@ def imports(path, rel):
         here = module_at(m.start())
         target = resolve(segs, here)
         if target is not None:
-            found.append((line, here, target, "::".join(segs)))
+            found.append((line, here, target, "::".join(segs), False))
     return found
 
 
@@ -261,36 +262,51 @@ def under(path, prefix):
 
 def check_crate(root, src, layers, faces, only=()):
     errors = []
-    edges = {}
     src_dir = os.path.join(root, src)
     if not os.path.isdir(src_dir):
         return ["%s: no such directory (named in LAYERS)" % src]
+    files = []
     for dirpath, _, names in os.walk(src_dir):
         for name in sorted(names):
-            if not name.endswith(".rs"):
+            if name.endswith(".rs"):
+                path = os.path.join(dirpath, name)
+                files.append((path, os.path.relpath(path, src_dir).replace(os.sep, "/")))
+    modules = {tuple(module_of(rel)) for _, rel in files}
+
+    def file_module(path):
+        """The module of the file that defines `path` (its longest prefix that is a file)."""
+        for n in range(len(path), -1, -1):
+            if tuple(path[:n]) in modules:
+                return tuple(path[:n])
+        return ()
+
+    # Imports between the files of layered modules: no circles, whatever the layers say.
+    edges = {}
+    for path, rel in sorted(files):
+        shown = os.path.join(src, rel)
+        for line, here, target, written, reexport in imports(path, rel):
+            own = layer_of(here, layers, faces)
+            if own is None or own[1].startswith("the face of"):
                 continue
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, src_dir).replace(os.sep, "/")
-            shown = os.path.join(src, rel)
-            for line, here, target, written in imports(path, rel):
-                own = layer_of(here, layers, faces)
-                if own is None or own[1].startswith("the face of"):
-                    continue
-                for importer, imported, allowed in only:
-                    if under(here, importer) and under(target, imported) and not any(under(target, a) for a in allowed):
-                        errors.append(
-                            "%s:%d: %s imports %s: of %s it may use only %s"
-                            % (shown, line, "::".join(here), written, imported, ", ".join(allowed))
-                        )
-                theirs = layer_of(target, layers, faces)
-                if theirs is None or theirs[2] == own[2]:
-                    continue
-                edges.setdefault(own[2], {}).setdefault(theirs[2], (shown, line, written))
-                if theirs[0] > own[0]:
+            for importer, imported, allowed in only:
+                if under(here, importer) and under(target, imported) and not any(under(target, a) for a in allowed):
                     errors.append(
-                        "%s:%d: %s (layer %r) imports %s (layer %r, above it)"
-                        % (shown, line, "::".join(here), own[1], written, theirs[1])
+                        "%s:%d: %s imports %s: of %s it may use only %s"
+                        % (shown, line, "::".join(here), written, imported, ", ".join(allowed))
                     )
+            theirs = layer_of(target, layers, faces)
+            if theirs is None:
+                continue
+            if theirs[0] > own[0]:
+                errors.append(
+                    "%s:%d: %s (layer %r) imports %s (layer %r, above it)"
+                    % (shown, line, "::".join(here), own[1], written, theirs[1])
+                )
+            a, b = "::".join(file_module(here)), "::".join(file_module(target))
+            # A module re-exporting what its own submodules define is their face, not a user.
+            if a == b or (reexport and b.startswith(a + "::")):
+                continue
+            edges.setdefault(a, {}).setdefault(b, (shown, line, written))
     errors.extend(circles(edges))
     return errors
 
@@ -385,7 +401,8 @@ def self_test():
     only = {"app/src": [("push", "ads::low", ["ads::low::Map"])]}
     good = {
         "app/src/ads/mod.rs": "pub mod low;\npub mod mid;\npub mod high;\npub use high::Server;\n",
-        "app/src/ads/low.rs": "pub struct Map;\n// use super::high::Server;\nconst S: &str = \"crate::ads::high\";\n",
+        "app/src/ads/low/mod.rs": "pub struct Map;\npub mod a;\npub use a::A;\n// use super::high::Server;\nconst S: &str = \"crate::ads::high\";\n",
+        "app/src/ads/low/a.rs": "use super::Map;\npub struct A;\n",
         "app/src/ads/mid.rs": "use super::low::Map;\nuse crate::push::Hub;\nfn f(_: &'static str) { let _ = crate::ads::low::Map; }\n",
         "app/src/ads/high.rs": "use super::{low::Map, mid};\npub struct Server;\n#[cfg(test)]\nmod tests {\n    use super::super::low::Map;\n}\n",
         "app/src/push.rs": "use crate::ads::low::Map;\npub struct Hub;\n",
@@ -395,13 +412,15 @@ def self_test():
     rules = [("app/Cargo.toml", ["tokio"])]
     bad = [
         # (file, its text, what the report must name)
-        ("app/src/ads/low.rs", "use super::high::Server;\n", "app/src/ads/low.rs:1: ads::low (layer 'low') imports super::high::Server"),
-        ("app/src/ads/low.rs", "pub struct Map;\nfn f() { crate::ads::mid::g(); }\n", "app/src/ads/low.rs:2:"),
-        ("app/src/ads/low.rs", "use crate::ads::{mid::X, high::{Server as S}};\n", "imports crate::ads::high::Server"),
+        ("app/src/ads/low/mod.rs", "use super::high::Server;\n", "app/src/ads/low/mod.rs:1: ads::low (layer 'low') imports super::high::Server"),
+        ("app/src/ads/low/mod.rs", "pub struct Map;\nfn f() { crate::ads::mid::g(); }\n", "app/src/ads/low/mod.rs:2:"),
+        ("app/src/ads/low/a.rs", "use crate::ads::{mid::X, high::{Server as S}};\n", "imports crate::ads::high::Server"),
         ("app/src/ads/mid.rs", "use crate::ads::Server;\n", "imports crate::ads::Server (layer 'the face of ads'"),
         ("app/src/push.rs", "use crate::ads::high::Server;\n", "app/src/push.rs:1: push (layer 'mid') imports"),
-        ("app/src/ads/low.rs", "#[cfg(test)]\nmod tests {\n    use super::super::high::Server;\n}\n", "app/src/ads/low.rs:3: ads::low::tests"),
+        ("app/src/ads/low/a.rs", "#[cfg(test)]\nmod tests {\n    use super::super::super::high::Server;\n}\n", "app/src/ads/low/a.rs:3: ads::low::a::tests"),
         ("app/src/push.rs", "use crate::ads::mid::X;\npub struct Hub;\n", "import circle"),
+        # Files of one module: a parent may re-export its submodules, not use them.
+        ("app/src/ads/low/mod.rs", "use a::A;\n", "import circle ads::low -> ads::low::a -> ads::low"),
         ("app/src/push.rs", "use crate::ads::low::{Map, Other};\n", "app/src/push.rs:1: push imports crate::ads::low::Other: of ads::low it may use only ads::low::Map"),
         ("app/Cargo.toml", "[dependencies]\ntokio = { version = \"1\" }\n", "app/Cargo.toml: depends on tokio"),
     ]

@@ -1,5 +1,5 @@
 //! The Aggregated Discovery Service, in layers. Each layer imports only the layers above it in
-//! this list (`scripts/check-layers.py` checks it, and that no modules import each other):
+//! this list (`scripts/check-layers.py` checks it, and that no two files import each other):
 //!
 //! 1. resource maps and frames: [`map_diff`] (how two maps of a type differ), [`compressed`]
 //!    (zstd frames of shared pieces), [`payload`] (what a response carries), [`frames`] (the
