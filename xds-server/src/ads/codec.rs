@@ -449,3 +449,129 @@ impl prost::Message for DeltaResponse {
         *self = Self::default();
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::type_url;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryResponse, DiscoveryResponse, Resource as DeltaResource,
+    };
+    use envoy_types::pb::google::protobuf::Any;
+    use prost::Message;
+
+    pub(crate) fn res(name: &str, type_url: &'static str, body: Vec<u8>) -> Arc<Resource> {
+        Arc::new(Resource {
+            name: name.into(),
+            type_url,
+            version: crate::ads::snapshot::content_version(&body),
+            packed: Default::default(),
+            encoded: bytes::Bytes::from(body),
+        })
+    }
+
+    /// Resources of every size class a length prefix can take, and an empty one.
+    pub(crate) fn resources() -> Vec<Arc<Resource>> {
+        [0usize, 1, 127, 128, 300, 16_384, 70_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let body: Vec<u8> = (0..len).map(|b| (b * 31 + i) as u8).collect();
+                res(
+                    &format!("outbound|80||s{i}.shop.svc.cluster.local"),
+                    type_url::ENDPOINT,
+                    body,
+                )
+            })
+            .collect()
+    }
+
+    fn any(r: &Resource) -> Any {
+        Any {
+            type_url: r.type_url.to_string(),
+            value: r.encoded.to_vec(),
+        }
+    }
+
+    /// Both forms of a response's resources: listed, and framed once for a whole snapshot.
+    fn both_forms(resources: &[Arc<Resource>]) -> [Resources; 2] {
+        let snapshot = crate::ads::snapshot::TypeSnapshot::new(resources);
+        [Resources::Listed(resources.to_vec()), snapshot.whole()]
+    }
+
+    #[test]
+    fn sotw_responses_are_byte_identical_to_prost_encoding() {
+        // Many small resources too, so the whole form spans several pieces.
+        let many: Vec<Arc<Resource>> = (0..100)
+            .map(|i| res(&format!("c{i:03}"), type_url::CLUSTER, vec![i as u8; 2_000]))
+            .collect();
+        for (resources, version, nonce) in [
+            (resources(), "v1", "7"),
+            (Vec::new(), "", ""),
+            (resources()[..1].to_vec(), "", "1"),
+            (many, "v2", "9"),
+        ] {
+            for form in both_forms(&resources) {
+                let ours = SotwResponse {
+                    version_info: version.into(),
+                    resources: form,
+                    type_url: type_url::ENDPOINT,
+                    nonce: nonce.into(),
+                };
+                let theirs = DiscoveryResponse {
+                    version_info: version.into(),
+                    resources: resources.iter().map(|r| any(r)).collect(),
+                    type_url: type_url::ENDPOINT.into(),
+                    nonce: nonce.into(),
+                    ..Default::default()
+                };
+                let bytes = ours.encode_to_vec();
+                assert_eq!(bytes.len(), ours.encoded_len());
+                assert_eq!(bytes, theirs.encode_to_vec());
+                assert_eq!(
+                    DiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
+                    theirs
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn delta_responses_are_byte_identical_to_prost_encoding() {
+        for (resources, removed) in [
+            (resources(), vec!["gone".to_string(), String::new()]),
+            (Vec::new(), Vec::new()),
+        ] {
+            let ours = DeltaResponse {
+                system_version_info: "sys".into(),
+                resources: resources.clone(),
+                type_url: type_url::ENDPOINT,
+                nonce: "42".into(),
+                removed_resources: removed.clone(),
+            };
+            let theirs = DeltaDiscoveryResponse {
+                system_version_info: "sys".into(),
+                resources: resources
+                    .iter()
+                    .map(|r| DeltaResource {
+                        name: r.name.clone(),
+                        version: r.version.clone(),
+                        resource: Some(any(r)),
+                        ..Default::default()
+                    })
+                    .collect(),
+                type_url: type_url::ENDPOINT.into(),
+                nonce: "42".into(),
+                removed_resources: removed,
+                ..Default::default()
+            };
+            let bytes = ours.encode_to_vec();
+            assert_eq!(bytes.len(), ours.encoded_len());
+            assert_eq!(bytes, theirs.encode_to_vec());
+            assert_eq!(
+                DeltaDiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
+                theirs
+            );
+        }
+    }
+}
