@@ -3,21 +3,19 @@
 //! namespace joined the tenant, or while the validating webhook was down), EnvoyFilters beyond
 //! the tenant's EnvoyFilter policy, and EnvoyFilter patches that cannot apply.
 //!
-//! The index reports into an [`EventSink`] (no I/O there: a bounded channel, never blocking);
-//! [`run`] publishes each report as an `events.k8s.io/v1` Event of type `Warning` regarding the
-//! object, in the object's namespace. The sink lets through one report per object generation
+//! The index reports into an [`EventSink`] (no I/O there: a bounded queue, never blocking);
+//! the xds-server's `config_events::run` publishes each report as an `events.k8s.io/v1` Event
+//! of type `Warning` regarding the object, in the object's namespace. The sink lets through one
+//! report per object generation
 //! and reason ([`Dedup`]): the same invalid object seen again on a relist or a push, or a
 //! patch failing for many proxies, is one Event; a new generation of the object is judged anew.
 //! Reasons are the names of `meshctl analyze`'s codes for the same findings.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::Client;
-use tokio::sync::mpsc;
 
 use crate::model::Object;
 
@@ -33,10 +31,7 @@ pub const MAX_NOTE: usize = 1000;
 /// Most objects whose reported generations are remembered; the oldest is forgotten first.
 pub const MAX_REMEMBERED: usize = 4096;
 /// Reports waiting to be published; more are dropped (Events are best effort).
-const QUEUE: usize = 256;
-/// Publishing attempts per Event (the first and retries after [`RETRY`]).
-const ATTEMPTS: u32 = 4;
-const RETRY: Duration = Duration::from_secs(3);
+pub const QUEUE: usize = 256;
 
 /// The object an Event is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -204,25 +199,39 @@ impl Dedup {
     }
 }
 
-/// Where the index reports findings; a sink without a receiver (the default: directory mode,
+/// Where the reports a sink lets through are queued for publishing.
+pub trait EventQueue: Send + Sync + std::fmt::Debug {
+    /// Queues `ev` without blocking; false when the queue is full or closed.
+    fn offer(&self, ev: ConfigEvent) -> bool;
+}
+
+impl EventQueue for SyncSender<ConfigEvent> {
+    fn offer(&self, ev: ConfigEvent) -> bool {
+        self.try_send(ev).is_ok()
+    }
+}
+
+/// Where the index reports findings; a sink without a queue (the default: directory mode,
 /// tests, meshctl) only deduplicates.
 #[derive(Clone, Debug, Default)]
 pub struct EventSink {
-    tx: Option<mpsc::Sender<ConfigEvent>>,
+    queue: Option<Arc<dyn EventQueue>>,
     dedup: Arc<Mutex<Dedup>>,
 }
 
 impl EventSink {
-    /// A sink and the receiving end that [`run`] publishes from.
-    pub fn channel() -> (Self, mpsc::Receiver<ConfigEvent>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        (
-            EventSink {
-                tx: Some(tx),
-                dedup: Arc::default(),
-            },
-            rx,
-        )
+    /// A sink queueing into `queue`.
+    pub fn new(queue: Arc<dyn EventQueue>) -> Self {
+        EventSink {
+            queue: Some(queue),
+            dedup: Arc::default(),
+        }
+    }
+
+    /// A sink and the receiving end of its queue (at most [`QUEUE`] reports waiting).
+    pub fn channel() -> (Self, Receiver<ConfigEvent>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        (Self::new(Arc::new(tx)), rx)
     }
 
     /// Reports a finding; returns whether it was new (first of its object's generation and
@@ -233,66 +242,12 @@ impl EventSink {
             return false;
         }
         tracing::warn!(kind = %ev.regarding.kind, namespace = %ev.regarding.namespace, name = %ev.regarding.name, reason = ev.reason, note = %ev.note, "config not applied");
-        if let Some(tx) = &self.tx {
-            if tx.try_send(ev.clone()).is_err() {
+        if let Some(queue) = &self.queue {
+            if !queue.offer(ev.clone()) {
                 dedup.forget(&ev);
             }
         }
         true
-    }
-}
-
-/// The Event published for a finding.
-pub fn event(ev: &ConfigEvent) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: ev.reason.to_string(),
-        note: Some(ev.note.clone()),
-        action: "Translate".into(),
-        secondary: None,
-    }
-}
-
-/// Publishes the findings of `rx` as Events until it closes; `instance` names this pod as the
-/// reporting instance (controller `meshplane-xds/<revision>`).
-pub async fn run(
-    client: Client,
-    revision: String,
-    instance: String,
-    mut rx: mpsc::Receiver<ConfigEvent>,
-) {
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: format!("meshplane-xds/{revision}"),
-            instance: Some(instance),
-        },
-    );
-    let mut retry: Vec<(ConfigEvent, u32)> = Vec::new();
-    loop {
-        let next = if retry.is_empty() {
-            rx.recv().await.map(|ev| vec![(ev, 0)])
-        } else {
-            match tokio::time::timeout(RETRY, rx.recv()).await {
-                Ok(Some(ev)) => Some(vec![(ev, 0)]),
-                Ok(None) => None,
-                Err(_) => Some(std::mem::take(&mut retry)),
-            }
-        };
-        let Some(batch) = next else { return };
-        for (ev, attempts) in batch {
-            let reference = ev.regarding.object_reference();
-            match recorder.publish(&event(&ev), &reference).await {
-                Ok(()) => {}
-                Err(e) if attempts + 1 < ATTEMPTS => {
-                    tracing::debug!(error = %e, kind = %ev.regarding.kind, name = %ev.regarding.name, "cannot publish Event, retrying");
-                    retry.push((ev, attempts + 1));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, kind = %ev.regarding.kind, namespace = %ev.regarding.namespace, name = %ev.regarding.name, reason = ev.reason, "cannot publish Event")
-                }
-            }
-        }
     }
 }
 
@@ -359,11 +314,6 @@ mod tests {
         assert_eq!(
             r.api_version.as_deref(),
             Some("networking.meshplane.io/v1alpha1")
-        );
-        let e = event(&ev);
-        assert_eq!(
-            (e.type_, e.reason.as_str()),
-            (EventType::Warning, "InvalidConfig")
         );
         // Facts are not config: no Events about them.
         let svc = Object::Service(Box::default());

@@ -1,0 +1,129 @@
+//! Publishing the config findings of the index (`meshplane_xds_core::config_events`, re-exported
+//! here) as Warning Events (Kubernetes mode): [`channel`] gives the index a sink whose reports
+//! [`run`] publishes as `events.k8s.io/v1` Events of type `Warning` regarding the object, in
+//! the object's namespace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use tokio::sync::mpsc;
+
+pub use meshplane_xds_core::config_events::*;
+
+/// Publishing attempts per Event (the first and retries after [`RETRY`]).
+const ATTEMPTS: u32 = 4;
+const RETRY: Duration = Duration::from_secs(3);
+
+/// The queue [`run`] publishes from.
+#[derive(Debug)]
+struct Queue(mpsc::Sender<ConfigEvent>);
+
+impl EventQueue for Queue {
+    fn offer(&self, ev: ConfigEvent) -> bool {
+        self.0.try_send(ev).is_ok()
+    }
+}
+
+/// A sink and the receiving end that [`run`] publishes from.
+pub fn channel() -> (EventSink, mpsc::Receiver<ConfigEvent>) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    (EventSink::new(Arc::new(Queue(tx))), rx)
+}
+
+/// The Event published for a finding.
+pub fn event(ev: &ConfigEvent) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: ev.reason.to_string(),
+        note: Some(ev.note.clone()),
+        action: "Translate".into(),
+        secondary: None,
+    }
+}
+
+/// Publishes the findings of `rx` as Events until it closes; `instance` names this pod as the
+/// reporting instance (controller `meshplane-xds/<revision>`).
+pub async fn run(
+    client: Client,
+    revision: String,
+    instance: String,
+    mut rx: mpsc::Receiver<ConfigEvent>,
+) {
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: format!("meshplane-xds/{revision}"),
+            instance: Some(instance),
+        },
+    );
+    let mut retry: Vec<(ConfigEvent, u32)> = Vec::new();
+    loop {
+        let next = if retry.is_empty() {
+            rx.recv().await.map(|ev| vec![(ev, 0)])
+        } else {
+            match tokio::time::timeout(RETRY, rx.recv()).await {
+                Ok(Some(ev)) => Some(vec![(ev, 0)]),
+                Ok(None) => None,
+                Err(_) => Some(std::mem::take(&mut retry)),
+            }
+        };
+        let Some(batch) = next else { return };
+        for (ev, attempts) in batch {
+            let reference = ev.regarding.object_reference();
+            match recorder.publish(&event(&ev), &reference).await {
+                Ok(()) => {}
+                Err(e) if attempts + 1 < ATTEMPTS => {
+                    tracing::debug!(error = %e, kind = %ev.regarding.kind, name = %ev.regarding.name, "cannot publish Event, retrying");
+                    retry.push((ev, attempts + 1));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = %ev.regarding.kind, namespace = %ev.regarding.namespace, name = %ev.regarding.name, reason = ev.reason, "cannot publish Event")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Object;
+
+    #[test]
+    fn a_finding_is_a_warning_event_with_its_reason() {
+        let se: meshplane_crds::ServiceEntry = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1",
+            "kind": "ServiceEntry",
+            "metadata": {"name": "db", "namespace": "shop", "uid": "u1", "generation": 3},
+            "spec": {"hosts": ["db.example.com"]},
+        }))
+        .expect("entry");
+        let obj = Object::ServiceEntry(Box::new(se));
+        let ev = ConfigEvent::about(&obj, INVALID_CONFIG, "spec.hosts: x").expect("config");
+        let e = event(&ev);
+        assert_eq!(
+            (e.type_, e.reason.as_str()),
+            (EventType::Warning, "InvalidConfig")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_channel_queues_what_the_sink_lets_through() {
+        let (sink, mut rx) = channel();
+        let se: meshplane_crds::ServiceEntry = serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1",
+            "kind": "ServiceEntry",
+            "metadata": {"name": "db", "namespace": "shop", "uid": "u1", "generation": 1},
+            "spec": {"hosts": ["db.example.com"]},
+        }))
+        .expect("entry");
+        let obj = Object::ServiceEntry(Box::new(se));
+        let ev = || ConfigEvent::about(&obj, INVALID_CONFIG, "x").expect("config");
+        assert!(sink.report(ev()));
+        assert!(!sink.report(ev()));
+        assert_eq!(rx.try_recv().map(|e| e.reason), Ok(INVALID_CONFIG));
+        assert!(rx.try_recv().is_err());
+    }
+}
