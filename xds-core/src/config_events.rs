@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn one_report_per_object_generation_and_reason() {
-        let (sink, mut rx) = EventSink::channel();
+        let (sink, rx) = EventSink::channel();
         let ev = |g, uid: &str, reason| ConfigEvent::about(&entry(g, uid), reason, "spec.hosts: x");
         assert!(sink.report(ev(1, "u1", INVALID_CONFIG).expect("config")));
         // Seen again (a relist, another push): not reported again.

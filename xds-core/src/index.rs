@@ -248,7 +248,11 @@ impl TenantIndex {
 
     /// Serves a Gateway server's credential to a gateway proxy only when `access` says its
     /// ServiceAccount may `get` the Secret (SubjectAccessReview).
-    pub fn with_credential_access(mut self, access: Arc<dyn CredentialDecider>) -> Self {
+    pub fn with_credential_access<D: CredentialDecider + 'static>(
+        mut self,
+        access: Arc<D>,
+    ) -> Self {
+        let access: Arc<dyn CredentialDecider> = access;
         self.credential_access = Some(access);
         self
     }
