@@ -436,23 +436,6 @@ mod tests {
     }
 
     #[test]
-    fn the_pair_hasher_digests_what_it_was_fed() {
-        let mut hasher = PairHasher::default();
-        let mut plain = Sha256::new();
-        hasher.update(b"head\0");
-        plain.update(b"head\0");
-        for i in 0..20_000 {
-            let (name, version) = (
-                format!("outbound|80||svc{i}.ns.svc.cluster.local"),
-                i.to_string(),
-            );
-            hasher.pair(&name, &version);
-            plain.update(format!("{name}\0{version}\n").as_bytes());
-        }
-        assert_eq!(hasher.finish(), hex(&plain.finalize()));
-    }
-
-    #[test]
     fn scopes_of_a_push_share_the_types_built_from_the_same_resources() {
         let (a, b, c) = (res("a", b"1"), res("b", b"2"), res("c", b"3"));
         let scope = |endpoints: Vec<Arc<Resource>>| ProxyConfig {

@@ -319,8 +319,8 @@ where
 mod tests {
     use super::*;
     use crate::ads::codec::tests::{res, resources};
-    use crate::ads::compressed::Compress;
     use crate::ads::codec::{DeltaResponse, SotwResponse};
+    use crate::ads::compressed::Compress;
     use crate::ads::frames::SHARE_MIN;
     use crate::ads::payload::Resources;
     use crate::model::{type_url, Resource};
