@@ -13,7 +13,11 @@
 //! An endpoint-only change keeps the cached configurations and swaps in the re-encoded
 //! assignments of the changed EDS clusters: clusters, listeners and routes are not re-rendered.
 //! A Service change keeps the configurations that cannot see it, splices it into those it can
-//! ([`splice`]) and drops the rest. Encoded resources are interned by content ([`interner`]),
+//! ([`splice`]) and drops the rest; any other configuration change drops every cached
+//! configuration. An endpoint change finds the assignments to re-encode through each cached
+//! configuration's positions of them, one index shared by the configurations that hold the
+//! same assignments (the same interned `Arc`s, as every unscoped namespace's). Encoded
+//! resources are interned by content ([`interner`]),
 //! so an identical resource is one `Arc<Resource>` across proxies and across re-renders, and
 //! its version (hex SHA-256 of the encoding) is stable across restarts.
 
