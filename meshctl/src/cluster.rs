@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use clap::Args;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use meshplane_xds::model::Kind;
-use meshplane_xds::source_dir;
+use meshplane_xds_core::manifest;
+use meshplane_xds_core::model::Kind;
 
 use crate::state::MeshState;
 
@@ -227,7 +227,7 @@ pub async fn read_state(client: &kube::Client, scope: &Scope) -> anyhow::Result<
     let mut state = MeshState::default();
     // Secrets stay unread: meshctl needs no access to key material, and a Gateway's
     // `credentialName` check is the instance's (its Accepted condition).
-    for kind in source_dir::KINDS.into_iter().filter(|k| *k != Kind::Secret) {
+    for kind in manifest::KINDS.into_iter().filter(|k| *k != Kind::Secret) {
         let (resource, namespaced) = api_resource(kind);
         match (namespaced, scope) {
             (false, _) | (true, Scope::All) => {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::generator::{Change, ChangeKind, ConfigGenerator};
 use super::hub::{Hub, Target};
+use super::{Change, ChangeKind, ConfigGenerator};
 use crate::ads::snapshot::{Snapshot, TypeMemo, TypeSnapshot};
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 
