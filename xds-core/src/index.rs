@@ -17,9 +17,9 @@
 //! configuration. An endpoint change finds the assignments to re-encode through each cached
 //! configuration's positions of them, one index shared by the configurations that hold the
 //! same assignments (the same interned `Arc`s, as every unscoped namespace's). Encoded
-//! resources are interned by content ([`interner`]),
-//! so an identical resource is one `Arc<Resource>` across proxies and across re-renders, and
-//! its version (hex SHA-256 of the encoding) is stable across restarts.
+//! resources are interned by content ([`interner`]), so an identical resource is one
+//! `Arc<Resource>` across proxies and across re-renders, and its version (hex SHA-256 of the
+//! encoding) is stable across restarts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
