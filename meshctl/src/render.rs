@@ -11,7 +11,6 @@ use meshplane_crds::{names, MeshConfig};
 use meshplane_xds::envoyfilter::PatchError;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
-use meshplane_xds::source_dir;
 use serde::Serialize;
 
 use crate::state::{placement, MeshState, Placement};
@@ -176,7 +175,7 @@ pub fn tenant_index(
     let mut index = TenantIndex::new(tenant, revision, control_namespace, MeshConfig::default());
     index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: source_dir::KINDS.to_vec(),
+        kinds: meshplane_xds::model::Kind::ALL.to_vec(),
     });
     for object in state.objects() {
         index.apply(SourceEvent::Upsert(object.clone()));

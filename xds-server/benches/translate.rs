@@ -19,9 +19,9 @@ use meshplane_xds::ads::snapshot::{content_version, Snapshot};
 use meshplane_xds::ads::tracker::{Protocol, StreamState};
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
-use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
+use meshplane_xds::model::{type_url, Kind, ProxyConfig, ProxyNode, Resource, SourceEvent};
 use meshplane_xds::push::{Hub, Pusher};
-use meshplane_xds::source_dir::{load_dir, objects_from_yaml, DirState, KINDS};
+use meshplane_xds::source_dir::{load_dir, objects_from_yaml, DirState};
 
 const NAMESPACES: usize = 20;
 const SERVICES_PER_NAMESPACE: usize = 50;
@@ -62,7 +62,7 @@ fn tenant(scoped: bool) -> TenantIndex {
     let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", MeshConfig::default());
     index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: KINDS.to_vec(),
+        kinds: Kind::ALL.to_vec(),
     });
     for (i, file) in manifests(scoped).iter().enumerate() {
         for obj in objects_from_yaml(&format!("ns{i}.yaml"), file) {

@@ -10,6 +10,7 @@ pub mod credential_access;
 pub mod envoyfilter;
 pub mod identity;
 pub mod index;
+pub mod kinds;
 pub mod log_budget;
 pub mod logging;
 pub mod metrics;

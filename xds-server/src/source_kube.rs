@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
@@ -26,14 +25,11 @@ use meshplane_contracts::members::{self, MembersData};
 use meshplane_contracts::proxies::{self, MembersStale};
 use meshplane_contracts::ContractError;
 use meshplane_crds::controlplane::GatewayDeployment;
-use meshplane_crds::{
-    AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, PeerAuthentication, ServiceEntry,
-    Sidecar, VirtualService,
-};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::kinds::{NamespacedKindVisitor, NamespacedObject, Read};
 use crate::metrics::Metrics;
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
@@ -462,53 +458,49 @@ fn spawn_kind_watchers(
     initial: &mut Vec<oneshot::Receiver<()>>,
     metrics: &Arc<Metrics>,
 ) -> Vec<JoinHandle<()>> {
-    fn api<K>(client: &Client, namespace: Option<&String>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
-    let mut handles = Vec::new();
-    let mut spawn = |h: JoinHandle<()>| handles.push(h);
-    macro_rules! kind {
-        ($ty:ty, $kind:expr, $variant:ident) => {{
+    Kind::ALL
+        .iter()
+        .filter(|kind| kind.read() == Read::MemberNamespaces)
+        .filter_map(|kind| {
             let (done_tx, done_rx) = oneshot::channel();
             initial.push(done_rx);
-            spawn(tokio::spawn(watch_kind::<$ty>(
-                api::<$ty>(client, namespace),
-                namespace.cloned(),
-                $kind,
-                |o| Object::$variant(Box::new(o)),
-                out.clone(),
-                InitialListing::new(done_tx, Arc::clone(metrics)),
-                filter.clone(),
-            )));
-        }};
+            kind.visit_namespaced(SpawnWatcher {
+                client,
+                namespace,
+                out,
+                filter: filter.clone(),
+                listing: InitialListing::new(done_tx, Arc::clone(metrics)),
+            })
+        })
+        .collect()
+}
+
+/// Starts the watcher of one kind in one namespace (or cluster-wide, filtered).
+struct SpawnWatcher<'a> {
+    client: &'a Client,
+    namespace: Option<&'a String>,
+    out: &'a mpsc::Sender<Batch>,
+    filter: Option<watch::Receiver<BTreeSet<String>>>,
+    listing: InitialListing,
+}
+
+impl NamespacedKindVisitor for SpawnWatcher<'_> {
+    type Output = JoinHandle<()>;
+    fn visit<T: NamespacedObject>(self) -> JoinHandle<()> {
+        let api = match self.namespace {
+            Some(ns) => Api::<T>::namespaced(self.client.clone(), ns),
+            None => Api::<T>::all(self.client.clone()),
+        };
+        tokio::spawn(watch_kind::<T>(
+            api,
+            self.namespace.cloned(),
+            T::KIND,
+            T::into_object,
+            self.out.clone(),
+            self.listing,
+            self.filter,
+        ))
     }
-    kind!(Service, Kind::Service, Service);
-    kind!(EndpointSlice, Kind::EndpointSlice, EndpointSlice);
-    kind!(Pod, Kind::Pod, Pod);
-    kind!(ServiceEntry, Kind::ServiceEntry, ServiceEntry);
-    kind!(EnvoyFilter, Kind::EnvoyFilter, EnvoyFilter);
-    kind!(Sidecar, Kind::Sidecar, Sidecar);
-    kind!(
-        PeerAuthentication,
-        Kind::PeerAuthentication,
-        PeerAuthentication
-    );
-    kind!(
-        AuthorizationPolicy,
-        Kind::AuthorizationPolicy,
-        AuthorizationPolicy
-    );
-    kind!(VirtualService, Kind::VirtualService, VirtualService);
-    kind!(DestinationRule, Kind::DestinationRule, DestinationRule);
-    kind!(Gateway, Kind::Gateway, Gateway);
-    handles
 }
 
 fn key_of<K: ResourceExt>(kind: Kind, o: &K) -> ObjectKey {
