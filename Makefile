@@ -1,6 +1,6 @@
 # meshplane — one entry point for building, testing and demoing.
 #   make demo   the user story end to end (installs what it needs into .venv and target/)
-#   make test   everything CI checks: fmt, address rule, clippy, CRD drift, kustomize render, all tests
+#   make test   everything CI checks: fmt, address rule, layering check, clippy, CRD drift, kustomize render, all tests
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -13,11 +13,11 @@ ENVOY_BIN  = $(shell $(VENV)/bin/python -c "import envoy; print(envoy.get_envoy_
 export KUBECTL
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help venv host-tools build crds crd-check address-check fmt-check clippy kustomize-check test unit-test demo bench bench-full images clean
+.PHONY: help venv host-tools build crds crd-check address-check layer-check fmt-check clippy kustomize-check test unit-test demo bench bench-full images clean
 
 help:
 	@echo "make demo        run the meshplane user story (stand-in API, operator, real Envoy, real kubectl)"
-	@echo "make test        fmt, address rule, clippy, CRD drift check, kustomize render, all tests (what CI runs)"
+	@echo "make test        fmt, address rule, layering check, clippy, CRD drift check, kustomize render, all tests (what CI runs)"
 	@echo "make crds        regenerate config/crd/ and docs/guide/api-reference.md from the Rust types"
 	@echo "make bench       short benchmarks;  make bench-full  full sizes"
 	@echo "make images      container images (needs a Docker engine)"
@@ -66,6 +66,10 @@ crd-check:
 address-check:
 	./scripts/check-addresses.sh
 
+layer-check:
+	python3 scripts/check-layers.py --self-test
+	python3 scripts/check-layers.py
+
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
@@ -86,7 +90,7 @@ unit-test: venv host-tools
 	$(CARGO) build --workspace --bins --locked
 	MESHPLANE_BIN_DIR="$(TARGET_DIR)/debug" ENVOY_BIN="$(ENVOY_BIN)" $(CARGO) test --workspace --locked --no-fail-fast
 
-test: venv fmt-check address-check clippy crd-check kustomize-check unit-test
+test: venv fmt-check address-check layer-check clippy crd-check kustomize-check unit-test
 
 demo: venv host-tools
 	./scripts/demo.sh

@@ -31,11 +31,17 @@ pub struct Metrics {
     cr_time: Family<Labels, Histogram>,
 }
 
+/// Name of the controllers in Events and metrics. They live here, with the series they label,
+/// so that metrics need nothing from the controllers that record into them.
+pub const CONTROL_PLANE_CONTROLLER: &str = "meshcontrolplane";
+pub const TAG_CONTROLLER: &str = "meshrevisiontag";
+pub const MIGRATION_CONTROLLER: &str = "meshrevisionmigration";
+
 /// The controllers whose series exist from the start (at zero).
 const CONTROLLERS: [&str; 3] = [
-    crate::controller::CONTROL_PLANE_CONTROLLER,
-    crate::controller::TAG_CONTROLLER,
-    crate::controller::MIGRATION_CONTROLLER,
+    CONTROL_PLANE_CONTROLLER,
+    TAG_CONTROLLER,
+    MIGRATION_CONTROLLER,
 ];
 
 impl Default for Metrics {

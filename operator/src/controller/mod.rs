@@ -31,6 +31,7 @@ pub mod triggers;
 mod watches;
 mod wiring;
 
+pub use crate::metrics::{CONTROL_PLANE_CONTROLLER, MIGRATION_CONTROLLER, TAG_CONTROLLER};
 pub use caches::{snapshot, ClusterCaches, Snapshot};
 pub use context::{Clock, Context};
 pub use controlplane::reconcile_control_plane;
@@ -39,8 +40,3 @@ pub use migration::reconcile_migration;
 pub use settings::Settings;
 pub use tag::reconcile_tag;
 pub use wiring::run;
-
-/// Name of the controllers in Events and metrics.
-pub const CONTROL_PLANE_CONTROLLER: &str = "meshcontrolplane";
-pub const TAG_CONTROLLER: &str = "meshrevisiontag";
-pub const MIGRATION_CONTROLLER: &str = "meshrevisionmigration";

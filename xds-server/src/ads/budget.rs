@@ -19,8 +19,9 @@ use prost::encoding::decode_varint;
 use tonic::codec::{BufferSettings, DecodeBuf, Decoder};
 use tonic::Status;
 
-use super::stream::Wire;
-use super::tracker::{Protocol, StreamState};
+use super::codec::Wire;
+pub use super::codec::{Held, Prospect, Scan};
+use super::protocol::{Protocol, StreamState};
 use crate::bounds;
 use crate::metrics::Metrics;
 
@@ -131,21 +132,6 @@ impl BudgetError {
     pub fn of(status: &Status) -> Option<&BudgetError> {
         std::error::Error::source(status)?.downcast_ref()
     }
-}
-
-/// What one request lists, counted from its encoding ([`scan`]) or its decoded form.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Scan {
-    /// Names (and resource locators) subscribed to: SotW's list, delta's subscriptions.
-    pub subscribe: usize,
-    pub subscribe_bytes: usize,
-    /// Names (and locators) unsubscribed from (delta).
-    pub unsubscribe: usize,
-    /// `initial_resource_versions` entries (delta) and their encoded bytes.
-    pub initial_versions: usize,
-    pub initial_bytes: usize,
-    pub version_info: usize,
-    pub nonce: usize,
 }
 
 /// Where each counted field of a request is.
@@ -324,13 +310,6 @@ impl AwaitingShare {
     }
 }
 
-/// Names and bytes held.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Held {
-    pub names: usize,
-    pub bytes: usize,
-}
-
 /// A connection's identity while it is open: its two addresses.
 type ConnectionKey = (Option<SocketAddr>, Option<SocketAddr>);
 type Registry = Mutex<HashMap<ConnectionKey, Weak<ConnectionBudget>>>;
@@ -428,17 +407,6 @@ impl Drop for ConnectionBudget {
             map.remove(&key);
         }
     }
-}
-
-/// What a request would leave a stream holding, were it folded ([`Wire::prospect`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Prospect {
-    /// Names subscribed of the request's type.
-    pub type_names: usize,
-    /// Names and bytes subscribed over every type.
-    pub subscribed: Held,
-    /// Initial versions the request adds (delta, a type's first request).
-    pub initial: Held,
 }
 
 /// The budget of one stream: what it holds is charged to its connection.

@@ -1,13 +1,16 @@
 //! How two versions of a type's resources differ: by one ordered walk over both, or, when the
 //! newer one's snapshot succeeded the older one in its scope, from the names that snapshot
-//! recorded as changed ([`TypeSnapshot::changed_since`]). The second is what keeps a settled
+//! recorded as changed ([`super::snapshot::TypeSnapshot::changed_since`], [`from_changes`]). The second is what keeps a settled
 //! stream's wake-up in the size of the change: with 10,000 clusters, walking costs every
 //! stream about as much as the change's whole render.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::snapshot::{ResourceMap, TypeSnapshot};
 use crate::model::Resource;
+
+/// Resources of one type by name, shared between snapshots and the streams that hold them.
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 
 /// How what a proxy holds differs from what it should hold.
 pub struct MapDiff<'a> {
@@ -15,24 +18,6 @@ pub struct MapDiff<'a> {
     pub changed: Vec<&'a Arc<Resource>>,
     /// Entries held that the target no longer has, in name order.
     pub gone: Vec<(&'a String, &'a Arc<Resource>)>,
-}
-
-/// How `held` differs from `target`. From the names `desired` records as changed when `target`
-/// is its resources and `held` its predecessor's (the usual case of a stream that took the
-/// last snapshot whole); by [`walk`] otherwise.
-pub fn diff<'a>(
-    held: &'a Arc<ResourceMap>,
-    target: &'a Arc<ResourceMap>,
-    desired: &TypeSnapshot,
-) -> MapDiff<'a> {
-    if Arc::ptr_eq(target, &desired.resources) {
-        if let Some(names) = desired.changed_since(held) {
-            #[cfg(test)]
-            tests::count_diff_from_changes();
-            return from_changes(held, target, names);
-        }
-    }
-    walk(held, target)
 }
 
 /// Marks a look at every resource of a type: counted in tests, which check that a settled
@@ -45,7 +30,7 @@ pub(crate) fn walked() {
 
 /// The diff of a successor from the names changed since its predecessor `held`: each one is
 /// either in `target` (added or changed) or only in `held` (removed).
-fn from_changes<'a>(
+pub fn from_changes<'a>(
     held: &'a ResourceMap,
     target: &'a ResourceMap,
     names: &[String],
@@ -136,7 +121,6 @@ pub(crate) mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::ads::snapshot::TypeMemo;
     use crate::model::type_url;
     use crate::test_rng::Rng;
 
@@ -154,7 +138,7 @@ pub(crate) mod tests {
         WALKS.with(Cell::get)
     }
 
-    pub(super) fn count_diff_from_changes() {
+    pub(crate) fn count_diff_from_changes() {
         FROM_CHANGES.with(|c| c.set(c.get() + 1));
     }
 
@@ -184,7 +168,7 @@ pub(crate) mod tests {
     const NAMES: [&str; 8] = ["a", "b", "c", "d", "e", "ab", "b0", ""];
 
     /// A random map over [`NAMES`], sharing the entries of `from` it keeps unchanged.
-    fn pick(rng: &mut Rng, from: &ResourceMap) -> ResourceMap {
+    pub(crate) fn pick(rng: &mut Rng, from: &ResourceMap) -> ResourceMap {
         let mut out = ResourceMap::new();
         for n in NAMES {
             if !rng.chance(60) {
@@ -199,7 +183,7 @@ pub(crate) mod tests {
         out
     }
 
-    fn names<'a>(diff: &MapDiff<'a>) -> (Vec<&'a str>, Vec<&'a str>) {
+    pub(crate) fn names<'a>(diff: &MapDiff<'a>) -> (Vec<&'a str>, Vec<&'a str>) {
         (
             diff.changed.iter().map(|r| r.name.as_str()).collect(),
             diff.gone.iter().map(|(n, _)| n.as_str()).collect(),
@@ -237,33 +221,5 @@ pub(crate) mod tests {
         assert!(changed.is_empty() && gone.is_empty());
         assert!(names_within(&m, &m) && names_within(&map(&[]), &m));
         assert!(!names_within(&map(&[("b", "1")]), &m));
-    }
-
-    /// A successor's recorded changes give what a walk gives, and are used only against the
-    /// very map it succeeded (not another with the same content).
-    #[test]
-    fn a_successor_diffs_from_its_changes_exactly_as_a_walk() {
-        let mut rng = Rng(0x51_7cc1_b727);
-        let before = diffs_from_changes();
-        let mut previous = TypeSnapshot::new(&[]);
-        for _ in 0..2_000 {
-            let next_map = pick(&mut rng, &previous.resources);
-            let list: Vec<Arc<Resource>> = next_map.values().cloned().collect();
-            let next = TypeMemo::default().snapshot(&list, Some(&previous));
-            let held = &previous.resources;
-            assert_eq!(
-                names(&diff(held, &next.resources, &next)),
-                names(&walk(held, &next.resources))
-            );
-            // A copy of the predecessor holds the same content in another map: walked.
-            let copy = Arc::new((**held).clone());
-            assert!(next.changed_since(&copy).is_none());
-            assert_eq!(
-                names(&diff(&copy, &next.resources, &next)),
-                names(&walk(&copy, &next.resources))
-            );
-            previous = (*next).clone();
-        }
-        assert_eq!(diffs_from_changes() - before, 2_000);
     }
 }

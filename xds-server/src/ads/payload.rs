@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::compressed::Packed;
-use super::snapshot::ResourceMap;
+use super::map_diff::ResourceMap;
 use crate::model::Resource;
 
 /// The resources of one response.
@@ -100,7 +100,7 @@ impl<'a> IntoIterator for &'a Resources {
 }
 
 /// The repeated `resources` fields (`Any`) of a SotW response carrying a set of resources,
-/// as written by [`super::wire`]: buffers of about [`super::wire::CHUNK`] bytes, with large
+/// as written by [`super::frames::any_fields`]: buffers of about [`super::frames::CHUNK`] bytes, with large
 /// resource encodings kept as their own shared buffer rather than copied.
 #[derive(Clone, Default)]
 pub struct AnyFields {

@@ -1,13 +1,14 @@
 //! A proxy's rendered configuration as the ADS streams see it: resources per type, keyed by
 //! name, with a content-hash version per type.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::map_diff::{names_within, walk};
+pub use super::map_diff::ResourceMap;
+use super::map_diff::{from_changes, names_within, walk, MapDiff};
 use super::payload::{AnyFields, Resources};
 use crate::model::{list_key, same_resources, type_url, ListKey, ProxyConfig, Resource};
 
@@ -106,9 +107,6 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Resources of one type by name, shared between snapshots and the streams that hold them.
-pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
-
 /// The resources of one type for one proxy. Built once per rendered config and shared (by
 /// `Arc`) by every stream and snapshot holding the same content, so the per-type hash is
 /// computed once, not per stream wake-up.
@@ -169,7 +167,7 @@ impl TypeSnapshot {
     pub fn whole(&self) -> Resources {
         let fields = self
             .any_fields
-            .get_or_init(|| Arc::new(super::wire::any_fields(self.resources.values())));
+            .get_or_init(|| Arc::new(super::frames::any_fields(self.resources.values())));
         Resources::Whole(Arc::clone(&self.resources), Arc::clone(fields))
     }
 
@@ -205,6 +203,24 @@ impl TypeSnapshot {
     pub fn built_from(&self, list: &[Arc<Resource>]) -> bool {
         same_resources(self.resources.values(), list)
     }
+}
+
+/// How `held` differs from `target`. From the names `desired` records as changed when `target`
+/// is its resources and `held` its predecessor's (the usual case of a stream that took the
+/// last snapshot whole); by [`walk`] otherwise.
+pub fn diff<'a>(
+    held: &'a Arc<ResourceMap>,
+    target: &'a Arc<ResourceMap>,
+    desired: &TypeSnapshot,
+) -> MapDiff<'a> {
+    if Arc::ptr_eq(target, &desired.resources) {
+        if let Some(names) = desired.changed_since(held) {
+            #[cfg(test)]
+            super::map_diff::tests::count_diff_from_changes();
+            return from_changes(held, target, names);
+        }
+    }
+    walk(held, target)
 }
 
 /// Type snapshots built during one push, found again by the resources they were built from.
@@ -407,6 +423,8 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ads::map_diff::tests::{diffs_from_changes, names, pick};
+    use crate::test_rng::Rng;
 
     fn res(name: &str, body: &[u8]) -> Arc<Resource> {
         Arc::new(Resource {
@@ -553,5 +571,33 @@ mod tests {
             .zip(&first.types)
             .all(|(x, y)| Arc::ptr_eq(x, y)));
         assert!(third.same_content(&first) && !second.same_content(&first));
+    }
+
+    /// A successor's recorded changes give what a walk gives, and are used only against the
+    /// very map it succeeded (not another with the same content).
+    #[test]
+    fn a_successor_diffs_from_its_changes_exactly_as_a_walk() {
+        let mut rng = Rng(0x51_7cc1_b727);
+        let before = diffs_from_changes();
+        let mut previous = TypeSnapshot::new(&[]);
+        for _ in 0..2_000 {
+            let next_map = pick(&mut rng, &previous.resources);
+            let list: Vec<Arc<Resource>> = next_map.values().cloned().collect();
+            let next = TypeMemo::default().snapshot(&list, Some(&previous));
+            let held = &previous.resources;
+            assert_eq!(
+                names(&diff(held, &next.resources, &next)),
+                names(&walk(held, &next.resources))
+            );
+            // A copy of the predecessor holds the same content in another map: walked.
+            let copy = Arc::new((**held).clone());
+            assert!(next.changed_since(&copy).is_none());
+            assert_eq!(
+                names(&diff(&copy, &next.resources, &next)),
+                names(&walk(&copy, &next.resources))
+            );
+            previous = (*next).clone();
+        }
+        assert_eq!(diffs_from_changes() - before, 2_000);
     }
 }

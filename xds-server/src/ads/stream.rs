@@ -1,179 +1,30 @@
 //! One ADS stream: reads requests, folds them into the [`StreamState`], and writes the
 //! responses due for the proxy's current snapshot. The wire variants (SotW, delta) differ
-//! only in how requests are read and responses encoded ([`Wire`]).
+//! only in how requests are read and responses encoded ([`Wire`], the codec).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
-use super::budget::{Held, Prospect, Scan, StreamBudget};
+use super::budget::StreamBudget;
+use super::codec::Wire;
+use super::protocol::{RequestOutcome, StreamState};
 use super::snapshot::{short_name, type_index, Snapshot};
-use super::tracker::{Outgoing, Protocol, RequestOutcome, StreamState};
-use super::wire::{DeltaResponse, SotwResponse};
-use crate::bounds;
+pub(crate) use crate::push::push_loop::shutting_down;
 use crate::push::ProxyHandle;
 
-/// Request and response encoding of one ADS variant.
-pub trait Wire: Send + 'static {
-    type Req: prost::Message + Default + Send + 'static;
-    /// Holds the shared resources; encoded straight into the frame ([`super::wire`]).
-    type Resp: super::wire::Parts + Send + Unpin + 'static;
-    const PROTOCOL: Protocol;
-    fn node(req: &Self::Req) -> Option<&Node>;
-    fn fold(state: &mut StreamState, req: &Self::Req) -> RequestOutcome;
-    /// What `req` lists, counted from its decoded form.
-    fn scanned(req: &Self::Req) -> Scan;
-    /// What the stream would hold once `req` is folded; `None`: it holds nothing of it.
-    fn prospect(state: &StreamState, req: &Self::Req) -> Option<Prospect>;
-    fn encode(out: Outgoing) -> Self::Resp;
-}
-
-/// State of the world.
-pub enum Sotw {}
-
-impl Wire for Sotw {
-    type Req = DiscoveryRequest;
-    type Resp = SotwResponse;
-    const PROTOCOL: Protocol = Protocol::Sotw;
-
-    fn node(req: &DiscoveryRequest) -> Option<&Node> {
-        req.node.as_ref()
+/// A request the server could not read: the client's fault, answered INVALID_ARGUMENT
+/// (tonic reports undecodable messages as INTERNAL). Transport errors pass unchanged.
+pub(crate) fn request_error(status: Status) -> Status {
+    match status.code() {
+        tonic::Code::Internal | tonic::Code::OutOfRange => Status::invalid_argument(format!(
+            "undecodable request: {}",
+            crate::bounds::echo(status.message())
+        )),
+        _ => status,
     }
-
-    fn fold(state: &mut StreamState, req: &DiscoveryRequest) -> RequestOutcome {
-        state.on_sotw_request(
-            &req.type_url,
-            &req.response_nonce,
-            &req.version_info,
-            &req.resource_names,
-            req.error_detail
-                .as_ref()
-                .map(|e| bounds::clip(&e.message, bounds::NACK_MESSAGE))
-                .as_deref(),
-        )
-    }
-
-    fn scanned(req: &DiscoveryRequest) -> Scan {
-        Scan {
-            subscribe: req.resource_names.len() + req.resource_locators.len(),
-            subscribe_bytes: names_len(&req.resource_names)
-                + req
-                    .resource_locators
-                    .iter()
-                    .map(|l| l.name.len())
-                    .sum::<usize>(),
-            version_info: req.version_info.len(),
-            nonce: req.response_nonce.len(),
-            ..Scan::default()
-        }
-    }
-
-    fn prospect(state: &StreamState, req: &DiscoveryRequest) -> Option<Prospect> {
-        let (type_names, names, bytes) =
-            state.names_after_sotw(&req.type_url, &req.resource_names)?;
-        Some(Prospect {
-            type_names,
-            subscribed: Held { names, bytes },
-            initial: Held::default(),
-        })
-    }
-
-    fn encode(out: Outgoing) -> SotwResponse {
-        SotwResponse {
-            version_info: out.version,
-            resources: out.resources,
-            type_url: out.type_url,
-            nonce: out.nonce,
-        }
-    }
-}
-
-/// Incremental.
-pub enum Delta {}
-
-impl Wire for Delta {
-    type Req = DeltaDiscoveryRequest;
-    type Resp = DeltaResponse;
-    const PROTOCOL: Protocol = Protocol::Delta;
-
-    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
-        req.node.as_ref()
-    }
-
-    fn fold(state: &mut StreamState, req: &DeltaDiscoveryRequest) -> RequestOutcome {
-        state.on_delta_request(
-            &req.type_url,
-            &req.response_nonce,
-            &req.resource_names_subscribe,
-            &req.resource_names_unsubscribe,
-            &req.initial_resource_versions,
-            req.error_detail
-                .as_ref()
-                .map(|e| bounds::clip(&e.message, bounds::NACK_MESSAGE))
-                .as_deref(),
-        )
-    }
-
-    fn scanned(req: &DeltaDiscoveryRequest) -> Scan {
-        Scan {
-            subscribe: req.resource_names_subscribe.len() + req.resource_locators_subscribe.len(),
-            subscribe_bytes: names_len(&req.resource_names_subscribe),
-            unsubscribe: req.resource_names_unsubscribe.len()
-                + req.resource_locators_unsubscribe.len(),
-            initial_versions: req.initial_resource_versions.len(),
-            initial_bytes: initial_len(req),
-            nonce: req.response_nonce.len(),
-            ..Scan::default()
-        }
-    }
-
-    fn prospect(state: &StreamState, req: &DeltaDiscoveryRequest) -> Option<Prospect> {
-        let (type_names, names, bytes) = state.names_after_delta(
-            &req.type_url,
-            &req.resource_names_subscribe,
-            &req.resource_names_unsubscribe,
-        )?;
-        // Initial versions are taken on a type's first request only.
-        let initial = if state.requested(&req.type_url) {
-            Held::default()
-        } else {
-            Held {
-                names: req.initial_resource_versions.len(),
-                bytes: initial_len(req),
-            }
-        };
-        Some(Prospect {
-            type_names,
-            subscribed: Held { names, bytes },
-            initial,
-        })
-    }
-
-    fn encode(out: Outgoing) -> DeltaResponse {
-        DeltaResponse {
-            system_version_info: out.version,
-            resources: out.resources.into_list(),
-            type_url: out.type_url,
-            nonce: out.nonce,
-            removed_resources: out.removed,
-        }
-    }
-}
-
-fn names_len(names: &[String]) -> usize {
-    names.iter().map(String::len).sum()
-}
-
-/// Bytes of the names and versions of a delta request's `initial_resource_versions`.
-fn initial_len(req: &DeltaDiscoveryRequest) -> usize {
-    req.initial_resource_versions
-        .iter()
-        .map(|(n, v)| n.len() + v.len())
-        .sum()
 }
 
 /// Charges what folding `req` would make `state` hold to `budget`; refused: the status that
@@ -291,7 +142,7 @@ pub async fn run_stream<W: Wire>(
                 Ok(None) => break,
                 Err(status) => {
                     tracing::debug!(proxy = %handle.node().id, %status, "stream ended");
-                    let answer = super::request_error(status);
+                    let answer = request_error(status);
                     if answer.code() == tonic::Code::InvalidArgument
                         || super::budget::BudgetError::of(&answer).is_some()
                     {
@@ -329,9 +180,4 @@ pub async fn run_stream<W: Wire>(
         }
     }
     crate::budgeted!(crate::log_budget::CONNECTIONS, info, proxy = %handle.node().id, "proxy disconnected");
-}
-
-/// Resolves when the server starts shutting down (or its shutdown sender is gone).
-pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|s| *s).await;
 }

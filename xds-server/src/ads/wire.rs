@@ -1,349 +1,60 @@
-//! Discovery responses written straight from the shared encodings of their resources.
-//!
-//! Each resource is encoded once per version ([`Resource::encoded`]) and held by every stream
-//! that serves it. prost's `DiscoveryResponse` would need each of them copied into an owned
-//! `Any` per response and then encoded again; the messages here hold the shared resources and
-//! write their bytes into the gRPC frame directly, in the field order prost uses, so the wire
-//! bytes are those of the generated messages (the tests check it). A SotW response carrying a
-//! snapshot's whole set goes further: its `Any` fields are framed once per snapshot
-//! ([`any_fields`], [`super::payload`]) and every stream passes on the same buffers. They are
-//! only ever sent: decoding one skips every field.
-//!
-//! To a client that accepts zstd, a response carrying a large shared piece goes compressed,
-//! the piece's compressed frame made once and shared as well ([`super::compressed`]).
-//!
-//! [`AdsService`] is the ADS gRPC service over these messages (the generated server fixes its
-//! responses to prost's types); it frames each response itself, lazily, in data frames of
-//! about 64 KiB that HTTP/2 asks for as it writes, with large resource encodings passed on
-//! shared rather than copied ([`GrpcFrames`]).
+//! The transport: the ADS gRPC service over the codec's messages ([`AdsService`]; the
+//! generated server fixes its responses to prost's types), the listener and the HTTP/2 server.
+//! It frames each response itself, lazily, in data frames of about 64 KiB that HTTP/2 asks for
+//! as it writes, with large resource encodings passed on shared rather than copied
+//! ([`GrpcFrames`]). To a client that accepts zstd, a response carrying a large shared piece
+//! goes compressed, the piece's compressed frame made once and shared as well
+//! ([`super::compressed`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::Stream;
 use http_body::Frame;
-use prost::bytes::{Buf, BufMut};
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, DecodeContext, WireType};
-use prost::DecodeError;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::BufferSettings;
 use tonic::codegen::{http, Body, BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 use tonic::{Status, Streaming};
 
-use super::compressed::{accepts_zstd, Packer, PACK_MIN};
-use super::payload::{AnyFields, Resources};
-use super::stream::{Delta, Sotw, Wire};
-use super::AdsServer;
-use crate::model::Resource;
+use super::codec::{Delta, Parts, Sotw, Wire};
+use super::compressed::{accepts_zstd, Packer};
+use super::frames::{Chunker, Sink, CHUNK};
+use super::server::AdsServer;
+use super::stream::shutting_down;
 
-/// Length of a key (tag and wire type) of a field numbered below 16: one byte.
-const KEY_LEN: usize = 1;
-
-/// Encoded length of a length-delimited field of `len` bytes.
-fn field_len(len: usize) -> usize {
-    KEY_LEN + encoded_len_varint(len as u64) + len
+/// The connections accepted on `listener`, with TCP_NODELAY: a response written while the
+/// previous one awaits its TCP ACK must not wait for the proxy's delayed ACK (40 ms on Linux).
+/// Without it a route configuration sent on a cluster's ACK reached state-of-the-world
+/// proxies 40 ms after the cluster. Both ports, plaintext and TLS, accept through it.
+pub(crate) fn accepted(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Encoded length of a string or bytes field, absent when empty (proto3 default).
-fn scalar_len(value: &[u8]) -> usize {
-    if value.is_empty() {
-        0
-    } else {
-        field_len(value.len())
-    }
-}
-
-fn put_scalar(tag: u32, value: &[u8], buf: &mut impl BufMut) {
-    if !value.is_empty() {
-        put_delimited(tag, value.len(), buf);
-        buf.put_slice(value);
-    }
-}
-
-fn put_delimited(tag: u32, len: usize, buf: &mut impl BufMut) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(len as u64, buf);
-}
-
-/// Length of the `google.protobuf.Any` (type_url = 1, value = 2) holding `r`.
-fn any_len(r: &Resource) -> usize {
-    scalar_len(r.type_url.as_bytes()) + scalar_len(&r.encoded)
-}
-
-/// Where a response is written: bytes go into [`Sink::raw`]; a resource's shared encoding goes
-/// through [`Sink::shared`], which a [`Chunker`] passes on by reference instead of copying.
-pub trait Sink {
-    fn raw(&mut self) -> &mut Vec<u8>;
-    fn shared(&mut self, bytes: &bytes::Bytes) {
-        self.raw().extend_from_slice(bytes);
-    }
-}
-
-impl Sink for Vec<u8> {
-    fn raw(&mut self) -> &mut Vec<u8> {
-        self
-    }
-}
-
-fn put_any(tag: u32, r: &Resource, out: &mut impl Sink) {
-    put_delimited(tag, any_len(r), out.raw());
-    put_scalar(1, r.type_url.as_bytes(), out.raw());
-    if !r.encoded.is_empty() {
-        put_delimited(2, r.encoded.len(), out.raw());
-        out.shared(&r.encoded);
-    }
-}
-
-/// The `resources` fields of a SotW response carrying `resources`, framed once to be shared
-/// by every stream that sends them ([`Resources::Whole`]).
-pub fn any_fields<'a>(resources: impl IntoIterator<Item = &'a Arc<Resource>>) -> AnyFields {
-    let mut out = Chunker::new();
-    let mut len = 0;
-    for r in resources {
-        len += field_len(any_len(r));
-        put_any(2, r, &mut out);
-        if out.buf.len() >= CHUNK {
-            out.flush();
-        }
-    }
-    out.flush();
-    AnyFields {
-        segments: out.ready.into(),
-        len,
-        ..AnyFields::default()
-    }
-}
-
-/// A response written part by part, so a stream can frame it lazily: part 0 holds the fields
-/// before the resources, parts `1..=n` one resource each (or one shared piece of
-/// [`AnyFields`] each), the last part the fields after them.
-pub trait Parts: prost::Message {
-    /// Number of parts (resources + 2).
-    fn parts(&self) -> usize;
-    /// Writes part `i`, in prost's field order.
-    fn write_part(&self, i: usize, out: &mut impl Sink);
-    /// Writes the message compressed, if it carries a shared piece worth it (at least
-    /// [`PACK_MIN`] bytes): the bytes around the shared pieces go to [`Packer::raw`], the
-    /// shared pieces as their one compressed frame. `false`: it goes uncompressed.
-    fn pack(&self, out: &mut Packer) -> bool;
-}
-
-/// Writes the `Any` field holding `r`, a large encoding as its shared compressed frame.
-fn pack_any(tag: u32, r: &Resource, out: &mut Packer) {
-    if r.encoded.len() < PACK_MIN {
-        return put_any(tag, r, out.raw());
-    }
-    put_delimited(tag, any_len(r), out.raw());
-    put_scalar(1, r.type_url.as_bytes(), out.raw());
-    put_delimited(2, r.encoded.len(), out.raw());
-    out.frame(r.packed.get_or_compress([r.encoded.as_ref()]));
-}
-
-/// Whether any of `list` is large enough to send compressed.
-fn any_large(list: &[Arc<Resource>]) -> bool {
-    list.iter().any(|r| r.encoded.len() >= PACK_MIN)
-}
-
-/// prost's `encode_raw` for a [`Parts`] message (used by tests and `encode_to_vec`; streams
-/// frame through [`GrpcFrames`]).
-fn encode_parts(message: &impl Parts, buf: &mut impl BufMut) {
-    let mut out = Vec::with_capacity(message.encoded_len());
-    for i in 0..message.parts() {
-        message.write_part(i, &mut out);
-    }
-    buf.put_slice(&out);
-}
-
-/// A `DiscoveryResponse` (state of the world): version_info = 1, resources = 2 (`Any`),
-/// type_url = 4, nonce = 5.
-#[derive(Clone, Debug, Default)]
-pub struct SotwResponse {
-    pub version_info: String,
-    pub resources: Resources,
-    pub type_url: &'static str,
-    pub nonce: String,
-}
-
-impl Parts for SotwResponse {
-    fn parts(&self) -> usize {
-        match &self.resources {
-            Resources::Listed(list) => list.len() + 2,
-            Resources::Whole(_, fields) => fields.segments().len() + 2,
-        }
+impl AdsServer {
+    /// The tonic service to mount on a server (requests up to [`crate::bounds::MAX_REQUEST`]).
+    pub fn into_service(self) -> AdsService {
+        AdsService::new(self)
     }
 
-    fn write_part(&self, i: usize, out: &mut impl Sink) {
-        if i == 0 {
-            put_scalar(1, self.version_info.as_bytes(), out.raw());
-            return;
-        }
-        match &self.resources {
-            Resources::Listed(list) => {
-                if let Some(r) = list.get(i - 1) {
-                    return put_any(2, r, out);
-                }
-            }
-            Resources::Whole(_, fields) => {
-                if let Some(segment) = fields.segments().get(i - 1) {
-                    return out.shared(segment);
-                }
-            }
-        }
-        put_scalar(4, self.type_url.as_bytes(), out.raw());
-        put_scalar(5, self.nonce.as_bytes(), out.raw());
-    }
-
-    fn pack(&self, out: &mut Packer) -> bool {
-        match &self.resources {
-            Resources::Whole(_, fields) if fields.len() >= PACK_MIN => {
-                put_scalar(1, self.version_info.as_bytes(), out.raw());
-                out.frame(fields.packed());
-            }
-            Resources::Listed(list) if any_large(list) => {
-                put_scalar(1, self.version_info.as_bytes(), out.raw());
-                for r in list {
-                    pack_any(2, r, out);
-                }
-            }
-            _ => return false,
-        }
-        put_scalar(4, self.type_url.as_bytes(), out.raw());
-        put_scalar(5, self.nonce.as_bytes(), out.raw());
-        true
-    }
-}
-
-impl prost::Message for SotwResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        encode_parts(self, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        // Send-only: see the module documentation.
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        let resources = match &self.resources {
-            Resources::Listed(list) => list.iter().map(|r| field_len(any_len(r))).sum(),
-            Resources::Whole(_, fields) => fields.len(),
-        };
-        scalar_len(self.version_info.as_bytes())
-            + resources
-            + scalar_len(self.type_url.as_bytes())
-            + scalar_len(self.nonce.as_bytes())
-    }
-
-    fn clear(&mut self) {
-        *self = Self::default();
-    }
-}
-
-/// A `DeltaDiscoveryResponse`: system_version_info = 1, resources = 2 (`Resource`: version
-/// = 1, resource = 2 (`Any`), name = 3), type_url = 4, nonce = 5, removed_resources = 6.
-#[derive(Clone, Debug, Default)]
-pub struct DeltaResponse {
-    pub system_version_info: String,
-    pub resources: Vec<Arc<Resource>>,
-    pub type_url: &'static str,
-    pub nonce: String,
-    pub removed_resources: Vec<String>,
-}
-
-/// Length of the delta `Resource` wrapping `r`.
-fn delta_resource_len(r: &Resource) -> usize {
-    scalar_len(r.version.as_bytes()) + field_len(any_len(r)) + scalar_len(r.name.as_bytes())
-}
-
-impl Parts for DeltaResponse {
-    fn parts(&self) -> usize {
-        self.resources.len() + 2
-    }
-
-    fn write_part(&self, i: usize, out: &mut impl Sink) {
-        if i == 0 {
-            put_scalar(1, self.system_version_info.as_bytes(), out.raw());
-        } else if let Some(r) = self.resources.get(i - 1) {
-            put_delimited(2, delta_resource_len(r), out.raw());
-            put_scalar(1, r.version.as_bytes(), out.raw());
-            put_any(2, r, out);
-            put_scalar(3, r.name.as_bytes(), out.raw());
-        } else {
-            self.write_tail(out.raw());
-        }
-    }
-
-    fn pack(&self, out: &mut Packer) -> bool {
-        if !any_large(&self.resources) {
-            return false;
-        }
-        put_scalar(1, self.system_version_info.as_bytes(), out.raw());
-        for r in &self.resources {
-            put_delimited(2, delta_resource_len(r), out.raw());
-            put_scalar(1, r.version.as_bytes(), out.raw());
-            pack_any(2, r, out);
-            put_scalar(3, r.name.as_bytes(), out.raw());
-        }
-        self.write_tail(out.raw());
-        true
-    }
-}
-
-impl DeltaResponse {
-    /// The fields after the resources.
-    fn write_tail(&self, buf: &mut Vec<u8>) {
-        put_scalar(4, self.type_url.as_bytes(), buf);
-        put_scalar(5, self.nonce.as_bytes(), buf);
-        for name in &self.removed_resources {
-            // Repeated strings are written even when empty.
-            put_delimited(6, name.len(), buf);
-            buf.put_slice(name.as_bytes());
-        }
-    }
-}
-
-impl prost::Message for DeltaResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        encode_parts(self, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        scalar_len(self.system_version_info.as_bytes())
-            + self
-                .resources
-                .iter()
-                .map(|r| field_len(delta_resource_len(r)))
-                .sum::<usize>()
-            + scalar_len(self.type_url.as_bytes())
-            + scalar_len(self.nonce.as_bytes())
-            + self
-                .removed_resources
-                .iter()
-                .map(|n| field_len(n.len()))
-                .sum::<usize>()
-    }
-
-    fn clear(&mut self) {
-        *self = Self::default();
+    /// Serves ADS on `listener` until `shutdown` turns true (streams end first, so the server
+    /// can drain).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+    ) -> Result<(), tonic::transport::Error> {
+        let mut shutdown = self.shutdown.clone();
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .max_concurrent_streams(self.limits().streams_per_connection)
+            .add_service(self.into_service())
+            .serve_with_incoming_shutdown(accepted(listener), async move {
+                shutting_down(&mut shutdown).await
+            })
+            .await
     }
 }
 
@@ -451,35 +162,7 @@ where
     }
 }
 
-/// Bytes copied into one data frame before it goes out: small enough that a stream holds
-/// little more than what HTTP/2 is about to write, large enough to keep frames few.
-pub const CHUNK: usize = 64 * 1024;
-/// Resource encodings at least this long go out as their own data frame, shared rather than
-/// copied (a 10,000-service route configuration is megabytes, sent to every SotW proxy).
-const SHARE_MIN: usize = 16 * 1024;
-
-/// The data frames of the responses being written, in order: `ready` then `buf`.
-struct Chunker {
-    ready: std::collections::VecDeque<bytes::Bytes>,
-    buf: Vec<u8>,
-}
-
 impl Chunker {
-    fn new() -> Self {
-        Self {
-            ready: std::collections::VecDeque::new(),
-            buf: Vec::new(),
-        }
-    }
-
-    /// Moves what was copied so far into a frame of its own.
-    fn flush(&mut self) {
-        if !self.buf.is_empty() {
-            let full = std::mem::take(&mut self.buf);
-            self.ready.push_back(bytes::Bytes::from(full));
-        }
-    }
-
     /// Queues `message` compressed, prefix and frames, if it is worth compressing and fits a
     /// gRPC message; `false`: it was not queued.
     fn compressed(&mut self, message: &impl Parts) -> bool {
@@ -503,24 +186,6 @@ impl Chunker {
         }
         self.flush();
         true
-    }
-}
-
-impl Sink for Chunker {
-    fn raw(&mut self) -> &mut Vec<u8> {
-        if self.buf.capacity() == 0 {
-            self.buf.reserve(CHUNK + SHARE_MIN);
-        }
-        &mut self.buf
-    }
-
-    fn shared(&mut self, bytes: &bytes::Bytes) {
-        if bytes.len() >= SHARE_MIN {
-            self.flush();
-            self.ready.push_back(bytes.clone());
-        } else {
-            self.raw().extend_from_slice(bytes);
-        }
     }
 }
 
@@ -653,88 +318,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::type_url;
-    use envoy_types::pb::envoy::service::discovery::v3::{
-        DeltaDiscoveryResponse, DiscoveryResponse, Resource as DeltaResource,
-    };
-    use envoy_types::pb::google::protobuf::Any;
+    use crate::ads::codec::tests::{res, resources};
+    use crate::ads::codec::{DeltaResponse, SotwResponse};
+    use crate::ads::frames::SHARE_MIN;
+    use crate::ads::payload::Resources;
+    use crate::model::{type_url, Resource};
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
     use prost::Message;
-
-    fn res(name: &str, type_url: &'static str, body: Vec<u8>) -> Arc<Resource> {
-        Arc::new(Resource {
-            name: name.into(),
-            type_url,
-            version: crate::ads::snapshot::content_version(&body),
-            packed: Default::default(),
-            encoded: bytes::Bytes::from(body),
-        })
-    }
-
-    /// Resources of every size class a length prefix can take, and an empty one.
-    fn resources() -> Vec<Arc<Resource>> {
-        [0usize, 1, 127, 128, 300, 16_384, 70_000]
-            .iter()
-            .enumerate()
-            .map(|(i, &len)| {
-                let body: Vec<u8> = (0..len).map(|b| (b * 31 + i) as u8).collect();
-                res(
-                    &format!("outbound|80||s{i}.shop.svc.cluster.local"),
-                    type_url::ENDPOINT,
-                    body,
-                )
-            })
-            .collect()
-    }
-
-    fn any(r: &Resource) -> Any {
-        Any {
-            type_url: r.type_url.to_string(),
-            value: r.encoded.to_vec(),
-        }
-    }
-
-    /// Both forms of a response's resources: listed, and framed once for a whole snapshot.
-    fn both_forms(resources: &[Arc<Resource>]) -> [Resources; 2] {
-        let snapshot = crate::ads::snapshot::TypeSnapshot::new(resources);
-        [Resources::Listed(resources.to_vec()), snapshot.whole()]
-    }
-
-    #[test]
-    fn sotw_responses_are_byte_identical_to_prost_encoding() {
-        // Many small resources too, so the whole form spans several pieces.
-        let many: Vec<Arc<Resource>> = (0..100)
-            .map(|i| res(&format!("c{i:03}"), type_url::CLUSTER, vec![i as u8; 2_000]))
-            .collect();
-        for (resources, version, nonce) in [
-            (resources(), "v1", "7"),
-            (Vec::new(), "", ""),
-            (resources()[..1].to_vec(), "", "1"),
-            (many, "v2", "9"),
-        ] {
-            for form in both_forms(&resources) {
-                let ours = SotwResponse {
-                    version_info: version.into(),
-                    resources: form,
-                    type_url: type_url::ENDPOINT,
-                    nonce: nonce.into(),
-                };
-                let theirs = DiscoveryResponse {
-                    version_info: version.into(),
-                    resources: resources.iter().map(|r| any(r)).collect(),
-                    type_url: type_url::ENDPOINT.into(),
-                    nonce: nonce.into(),
-                    ..Default::default()
-                };
-                let bytes = ours.encode_to_vec();
-                assert_eq!(bytes.len(), ours.encoded_len());
-                assert_eq!(bytes, theirs.encode_to_vec());
-                assert_eq!(
-                    DiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
-                    theirs
-                );
-            }
-        }
-    }
 
     /// How many data frames of `out` are `piece` itself (sent by reference, not copied).
     fn by_reference(out: &[Frame<bytes::Bytes>], piece: &bytes::Bytes) -> usize {
@@ -785,45 +375,6 @@ mod tests {
         assert!(long.len() >= 2);
         for p in long {
             assert_eq!(shared(p), 2);
-        }
-    }
-
-    #[test]
-    fn delta_responses_are_byte_identical_to_prost_encoding() {
-        for (resources, removed) in [
-            (resources(), vec!["gone".to_string(), String::new()]),
-            (Vec::new(), Vec::new()),
-        ] {
-            let ours = DeltaResponse {
-                system_version_info: "sys".into(),
-                resources: resources.clone(),
-                type_url: type_url::ENDPOINT,
-                nonce: "42".into(),
-                removed_resources: removed.clone(),
-            };
-            let theirs = DeltaDiscoveryResponse {
-                system_version_info: "sys".into(),
-                resources: resources
-                    .iter()
-                    .map(|r| DeltaResource {
-                        name: r.name.clone(),
-                        version: r.version.clone(),
-                        resource: Some(any(r)),
-                        ..Default::default()
-                    })
-                    .collect(),
-                type_url: type_url::ENDPOINT.into(),
-                nonce: "42".into(),
-                removed_resources: removed,
-                ..Default::default()
-            };
-            let bytes = ours.encode_to_vec();
-            assert_eq!(bytes.len(), ours.encoded_len());
-            assert_eq!(bytes, theirs.encode_to_vec());
-            assert_eq!(
-                DeltaDiscoveryResponse::decode(bytes.as_slice()).expect("decodes"),
-                theirs
-            );
         }
     }
 
@@ -1091,5 +642,27 @@ mod tests {
                 .len(),
             2
         );
+    }
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use tokio_stream::StreamExt as _;
+
+    /// Both ports accept through `accepted`: its connections have Nagle's algorithm off.
+    #[tokio::test]
+    async fn accepted_connections_send_without_waiting_for_delayed_acks() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut incoming = super::accepted(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let conn = incoming
+            .next()
+            .await
+            .expect("a connection")
+            .expect("accepted");
+        assert!(conn.nodelay().expect("TCP_NODELAY readable"));
     }
 }

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use tokio::sync::{watch, Notify};
 
-use super::status::TypeState;
+use crate::ads::protocol::status::{Publishes, SyncState};
+use crate::ads::protocol::Protocol;
 use crate::ads::snapshot::Snapshot;
-use crate::ads::tracker::{Protocol, StreamState};
 use crate::metrics::Metrics;
 use crate::model::ProxyNode;
 use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
@@ -20,7 +20,7 @@ pub(super) struct ProxyEntry {
     pub(super) node: Arc<ProxyNode>,
     pub(super) protocol: Protocol,
     pub(super) snapshot: watch::Sender<Arc<Snapshot>>,
-    pub(super) status: Arc<Mutex<Vec<TypeState>>>,
+    pub(super) status: Arc<Mutex<Vec<SyncState>>>,
 }
 
 /// A proxy as the push loop sees it: who it is and where its snapshots go.
@@ -325,7 +325,7 @@ pub struct ProxyHandle {
     /// The proxy's current snapshot: unrendered (`epoch: None`) until the push loop renders
     /// it, then it changes when a push changed the proxy's config.
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
-    status: Arc<Mutex<Vec<TypeState>>>,
+    status: Arc<Mutex<Vec<SyncState>>>,
 }
 
 impl ProxyHandle {
@@ -338,17 +338,10 @@ impl ProxyHandle {
         &self.node
     }
 
-    /// Publishes the stream's protocol state for the debug endpoints (shared references and
+    /// Publishes the stream's sync state for the debug endpoints (shared references and
     /// versions; the lists are built when an endpoint asks).
-    pub fn publish(&self, state: &StreamState) {
-        let mut status = lock(&self.status);
-        if status.is_empty() {
-            *status = state.types().map(|(_, t)| TypeState::of(t)).collect();
-        } else {
-            for (slot, (_, t)) in status.iter_mut().zip(state.types()) {
-                slot.update(t);
-            }
-        }
+    pub fn publish(&self, state: &impl Publishes) {
+        state.publish_into(&mut lock(&self.status));
     }
 }
 

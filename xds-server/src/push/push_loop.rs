@@ -396,7 +396,7 @@ pub async fn run_push_loop(
             // New streams first, then a due push, then more events: a flood of events can
             // neither starve connecting proxies nor postpone a push past its deadline.
             biased;
-            () = crate::ads::stream::shutting_down(&mut shutdown) => break,
+            () = shutting_down(&mut shutdown) => break,
             () = hub.connects.notified() => pusher.serve_waiting(),
             _ = crate::timer::sleep_until_opt(deadline) => {
                 let change = std::mem::take(&mut pending);
@@ -438,10 +438,15 @@ fn trigger_reason(event: &SourceEvent) -> Option<String> {
     }
 }
 
+/// Resolves when the server starts shutting down (or its shutdown sender is gone).
+pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ads::tracker::Protocol;
+    use crate::ads::protocol::Protocol;
     use crate::index::TenantIndex;
     use crate::metrics::Metrics;
     use crate::model::{type_url, ProxyNode};

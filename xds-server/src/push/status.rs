@@ -7,8 +7,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::hub::{lock, Hub};
-use crate::ads::snapshot::{short_name, ResourceMap};
-use crate::ads::tracker::{Nack, Protocol, TypeTracker};
+use crate::ads::protocol::status::SyncState;
+use crate::ads::protocol::{Nack, Protocol};
+use crate::ads::snapshot::short_name;
 use crate::model::ProxyNode;
 
 /// Per-type sync state of a proxy, for the debug endpoint.
@@ -22,7 +23,7 @@ pub struct TypeStatus {
     pub awaiting_ack: bool,
     pub last_nack: Option<Nack>,
     /// The proxy rejected the latest content offered and holds older config (or none) until
-    /// the content changes ([`TypeTracker::rejected`]); `last_nack` may be history.
+    /// the content changes ([`SyncState::rejected`]); `last_nack` may be history.
     pub rejected: bool,
     /// Name → version of what the proxy holds.
     pub resources: Vec<(String, String)>,
@@ -39,74 +40,27 @@ pub struct ProxyStatus {
     pub types: Vec<TypeStatus>,
 }
 
-/// What a stream last published about one type: cheap to take at every message (the held
-/// resources are shared, not copied); turned into a [`TypeStatus`] only when asked.
-#[derive(Clone, Debug)]
-pub(super) struct TypeState {
-    subscribed: bool,
-    sent_version: Option<String>,
-    acked_version: Option<String>,
-    awaiting_ack: bool,
-    last_nack: Option<Nack>,
-    rejected: bool,
-    held: Arc<ResourceMap>,
-}
-
-impl TypeState {
-    pub(super) fn of(t: &TypeTracker) -> Self {
-        TypeState {
-            subscribed: t.subscribed(),
-            sent_version: t.sent_version().map(str::to_string),
-            acked_version: t.acked_version().map(str::to_string),
-            awaiting_ack: t.awaiting_ack(),
-            last_nack: t.last_nack().cloned(),
-            rejected: t.rejected(),
-            held: Arc::clone(t.held_map()),
-        }
-    }
-
-    /// Takes what changed in `t` in place: a stream publishes at every message, and most
-    /// messages change a flag or nothing, so versions are copied only when they differ.
-    pub(super) fn update(&mut self, t: &TypeTracker) {
-        fn set(slot: &mut Option<String>, value: Option<&str>) {
-            if slot.as_deref() != value {
-                *slot = value.map(str::to_string);
-            }
-        }
-        self.subscribed = t.subscribed();
-        set(&mut self.sent_version, t.sent_version());
-        set(&mut self.acked_version, t.acked_version());
-        self.awaiting_ack = t.awaiting_ack();
-        if self.last_nack.as_ref() != t.last_nack() {
-            self.last_nack = t.last_nack().cloned();
-        }
-        self.rejected = t.rejected();
-        if !Arc::ptr_eq(&self.held, t.held_map()) {
-            self.held = Arc::clone(t.held_map());
-        }
-    }
-
-    fn status(&self, index: usize, with_resources: bool) -> TypeStatus {
-        TypeStatus {
-            type_name: short_name(index),
-            subscribed: self.subscribed,
-            sent_version: self.sent_version.clone(),
-            acked_version: self.acked_version.clone(),
-            awaiting_ack: self.awaiting_ack,
-            last_nack: self.last_nack.clone(),
-            rejected: self.rejected,
-            resources: if with_resources {
-                self.held
-                    .iter()
-                    .map(|(n, r)| (n.clone(), r.version.clone()))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        }
+/// What the debug endpoints show of a type's published state.
+fn status(state: &SyncState, index: usize, with_resources: bool) -> TypeStatus {
+    TypeStatus {
+        type_name: short_name(index),
+        subscribed: state.subscribed,
+        sent_version: state.sent_version.clone(),
+        acked_version: state.acked_version.clone(),
+        awaiting_ack: state.awaiting_ack,
+        last_nack: state.last_nack.clone(),
+        rejected: state.rejected,
+        resources: if with_resources {
+            state
+                .held
+                .iter()
+                .map(|(n, r)| (n.clone(), r.version.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
-
 impl Hub {
     /// Every connected proxy with its sync state, including what each holds.
     pub fn proxy_statuses(&self) -> Vec<ProxyStatus> {
@@ -125,7 +79,7 @@ impl Hub {
 
     fn statuses(&self, id: Option<&str>, with_resources: bool) -> Vec<ProxyStatus> {
         // Take the shared state under the lock; build the lists outside it.
-        let taken: Vec<(Arc<ProxyNode>, Protocol, usize, Vec<TypeState>)> = lock(&self.proxies)
+        let taken: Vec<(Arc<ProxyNode>, Protocol, usize, Vec<SyncState>)> = lock(&self.proxies)
             .values()
             .filter(|e| id.is_none_or(|id| e.node.id == id))
             .map(|e| {
@@ -149,86 +103,11 @@ impl Hub {
                 types: types
                     .iter()
                     .enumerate()
-                    .map(|(i, t)| t.status(i, with_resources))
+                    .map(|(i, t)| status(t, i, with_resources))
                     .collect(),
             })
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Instant;
-
-    use bytes::Bytes;
-
-    use super::*;
-    use crate::ads::snapshot::{content_version, Snapshot};
-    use crate::ads::tracker::{Protocol, StreamState};
-    use crate::model::{type_url, ProxyConfig, Resource};
-
-    fn mk_config(tag: &str) -> ProxyConfig {
-        let res = |type_url: &'static str, name: &str| {
-            let encoded = Bytes::from(format!("{name}:{tag}"));
-            Arc::new(Resource {
-                name: name.to_string(),
-                type_url,
-                version: content_version(&encoded),
-                packed: Default::default(),
-                encoded,
-            })
-        };
-        ProxyConfig {
-            clusters: vec![res(type_url::CLUSTER, "c1")],
-            endpoints: vec![res(type_url::ENDPOINT, "c1")],
-            listeners: vec![res(type_url::LISTENER, "l1")],
-            routes: vec![res(type_url::ROUTE, "r1")],
-            vhds: None,
-        }
-    }
-
-    fn statuses(types: &[TypeState]) -> serde_json::Value {
-        let list: Vec<TypeStatus> = types
-            .iter()
-            .enumerate()
-            .map(|(i, t)| t.status(i, true))
-            .collect();
-        serde_json::to_value(list).expect("serializable")
-    }
-
-    /// Updated in place at every step, the published state is what a fresh copy would be:
-    /// subscriptions, sent and ACKed versions, a NACK, and the held resources.
-    #[test]
-    fn updating_in_place_equals_taking_a_fresh_copy() {
-        let mut state = StreamState::new(Protocol::Sotw);
-        let mut published: Vec<TypeState> = state.types().map(|(_, t)| TypeState::of(t)).collect();
-        let mut steps = 0;
-        let mut check = |state: &StreamState, published: &mut Vec<TypeState>| {
-            for (slot, (_, t)) in published.iter_mut().zip(state.types()) {
-                slot.update(t);
-            }
-            let fresh: Vec<TypeState> = state.types().map(|(_, t)| TypeState::of(t)).collect();
-            assert_eq!(statuses(published), statuses(&fresh), "step {steps}");
-            steps += 1;
-        };
-        check(&state, &mut published);
-        for (tag, reject) in [("a", false), ("b", true), ("c", false)] {
-            let snapshot = Snapshot::new(&mk_config(tag), Instant::now());
-            state.on_sotw_request(type_url::CLUSTER, "", "", &[], None);
-            check(&state, &mut published);
-            for out in state.next_responses(&snapshot) {
-                check(&state, &mut published);
-                let error = reject.then_some("rejected");
-                state.on_sotw_request(out.type_url, &out.nonce, &out.version, &[], error);
-                check(&state, &mut published);
-            }
-        }
-        assert!(
-            statuses(&published)[0]["last_nack"].is_object(),
-            "the NACK was published: {}",
-            statuses(&published)
-        );
     }
 }

@@ -1,160 +1,63 @@
 //! The tracker as it was before per-snapshot versions and shared maps: the model the
-//! incremental [`super::tracker`] must match response for response (see its tests).
+//! incremental [`super`] must match response for response (see its tests). It folds requests
+//! with the protocol's own [`Subscription`] and [`Exchange`] (what a request subscribes to and
+//! answers is not what is modelled); what it recomputes on every call is the scope, the plan of
+//! each branch and the order of types.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS};
-use super::tracker::{Nack, Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
+use super::ack::Exchange;
+use super::subscription::{Folded, Subscription};
+use super::{Outgoing, Protocol, RequestOutcome, DEPENDS_ON};
+use crate::ads::snapshot::{set_version, type_index, Snapshot, TypeSnapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, Resource};
-
-const WILDCARD: &str = "*";
-
-#[derive(Clone, Debug)]
-struct Pending {
-    nonce: String,
-    version: String,
-    prev_sent: BTreeMap<String, Arc<Resource>>,
-    prev_sent_version: Option<String>,
-    /// Desired version of the type when sent: a NACK blocks exactly this content.
-    desired_version: String,
-}
 
 /// Protocol state of one resource type on one stream.
 #[derive(Clone, Debug, Default)]
 pub struct TypeTracker {
-    requested: bool,
-    wildcard: bool,
-    names: BTreeSet<String>,
-    /// Subscribed names are VHDS namespaces.
-    namespaced: bool,
+    sub: Subscription,
+    ex: Exchange,
     /// VHDS: the route configurations the proxy holds; only their virtual hosts are in scope.
     held_routes: Option<BTreeSet<String>>,
-    /// What the proxy holds (or will hold once the pending response is ACKed).
-    sent: BTreeMap<String, Arc<Resource>>,
-    sent_version: Option<String>,
-    acked_version: Option<String>,
-    last_nonce: Option<String>,
-    pending: Option<Pending>,
-    nack_block: Option<String>,
-    last_nack: Option<Nack>,
     /// A changed subscription asks for an answer even when the content is unchanged.
     force: bool,
-    responded: bool,
-    /// SotW reconnect: the version the proxy already holds.
-    resume_version: Option<String>,
 }
 
 impl TypeTracker {
     /// Version of the last response sent.
     pub fn sent_version(&self) -> Option<&str> {
-        self.sent_version.as_deref()
+        self.ex.sent_version.as_deref()
     }
     /// Version of the last response ACKed.
     pub fn acked_version(&self) -> Option<&str> {
-        self.acked_version.as_deref()
+        self.ex.acked_version.as_deref()
     }
     /// Whether a response waits for its ACK.
     pub fn awaiting_ack(&self) -> bool {
-        self.pending.is_some()
+        self.ex.pending.is_some()
     }
     /// Names and versions of what the proxy holds.
     pub fn held(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.sent
+        self.ex
+            .sent
             .iter()
             .map(|(n, r)| (n.as_str(), r.version.as_str()))
     }
     /// Whether the proxy subscribed to this type.
     pub fn subscribed(&self) -> bool {
-        self.requested
+        self.sub.requested()
     }
 
     fn in_scope(&self, name: &str) -> bool {
-        let held = self
-            .held_routes
-            .as_ref()
-            .is_none_or(|routes| in_held_route(routes, name));
-        held && (self.wildcard || self.subscribed_to(name))
-    }
-
-    /// A subscribed name equals `name`, or (namespaced) is `name` without its last segment.
-    fn subscribed_to(&self, name: &str) -> bool {
-        self.names.iter().any(|n| {
-            if self.namespaced {
-                name.strip_prefix(n.as_str())
-                    .and_then(|rest| rest.strip_prefix('/'))
-                    .is_some_and(|last| !last.contains('/'))
-            } else {
-                n == name
-            }
-        })
-    }
-
-    /// Settles the pending response named by `nonce`; returns the outcome if it was one.
-    fn settle(
-        &mut self,
-        type_url: &'static str,
-        nonce: &str,
-        error: Option<&str>,
-    ) -> Option<RequestOutcome> {
-        if self.pending.as_ref().map(|p| p.nonce.as_str()) != Some(nonce) {
-            return None;
-        }
-        let pending = self.pending.take()?;
-        match error {
-            Some(message) => {
-                // The proxy keeps its previous config: so do we, and we do not offer the same
-                // content again until it changes.
-                self.sent = pending.prev_sent;
-                self.sent_version = pending.prev_sent_version;
-                self.nack_block = Some(pending.desired_version);
-                let nack = Nack {
-                    version: pending.version,
-                    message: message.to_string(),
-                    at: SystemTime::now(),
-                };
-                self.last_nack = Some(nack.clone());
-                Some(RequestOutcome::Nack { type_url, nack })
-            }
-            None => {
-                self.acked_version = Some(pending.version.clone());
-                Some(RequestOutcome::Ack {
-                    type_url,
-                    version: pending.version,
-                })
-            }
-        }
-    }
-
-    /// Whether `nonce` answers something other than our latest response of the type.
-    /// SotW reconnect: whether the proxy reported holding `version`, that of `target`; then it
-    /// holds `target`. The report is used up either way.
-    fn resumes(&mut self, target: &BTreeMap<String, Arc<Resource>>, version: &str) -> bool {
-        if self.resume_version.take().as_deref() != Some(version) {
-            return false;
-        }
-        self.sent = target.clone();
-        self.sent_version = Some(version.to_string());
-        self.acked_version = Some(version.to_string());
-        self.responded = true;
-        true
-    }
-
-    fn is_stale(&self, nonce: &str) -> bool {
-        match &self.last_nonce {
-            // Nothing sent on this stream yet: a nonce from a previous stream is just noise.
-            None => false,
-            Some(last) => !nonce.is_empty() && nonce != last,
-        }
+        in_scope(&self.sub, self.held_routes.as_ref(), name)
     }
 
     fn unsettled(&self, desired: &TypeSnapshot) -> bool {
-        self.requested
-            && (self.pending.is_some()
-                || self.nack_block.as_deref() == Some(desired.version.as_str()))
+        self.sub.requested() && self.ex.unsettled(&desired.version)
     }
 
     /// Plans the next response of this type, if one is due.
@@ -169,13 +72,8 @@ impl TypeTracker {
         nonce: &mut u64,
         changed_at: Instant,
     ) -> Option<Outgoing> {
-        if !self.requested || self.pending.is_some() {
+        if !self.sub.requested() || !self.ex.may_offer(&desired.version) {
             return None;
-        }
-        match &self.nack_block {
-            Some(blocked) if *blocked == desired.version => return None,
-            Some(_) => self.nack_block = None,
-            None => {}
         }
         let final_phase = final_phase && restrict.is_none();
         let scoped: BTreeMap<String, Arc<Resource>> = desired
@@ -189,16 +87,17 @@ impl TypeTracker {
                 // Endpoints are not state of the world: a response carries what changed, and
                 // nothing is ever removed by one.
                 let version = set_version(scoped.values());
-                if self.resumes(&scoped, &version) {
+                let scoped = Arc::new(scoped);
+                if self.ex.resumes(&scoped, &version) {
                     return None;
                 }
                 let upserts: Vec<Arc<Resource>> = scoped
                     .values()
-                    .filter(|r| self.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
+                    .filter(|r| self.ex.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
                     .cloned()
                     .collect();
-                if self.responded && upserts.is_empty() {
-                    self.sent = scoped;
+                if self.ex.responded && upserts.is_empty() {
+                    self.ex.sent = scoped;
                     self.force = false;
                     return None;
                 }
@@ -208,7 +107,7 @@ impl TypeTracker {
                 let mut target = scoped;
                 if !final_phase {
                     // Keep resources removed from the config until the additions are ACKed.
-                    for (n, r) in &self.sent {
+                    for (n, r) in self.ex.sent.iter() {
                         if self.in_scope(n)
                             && !target.contains_key(n)
                             && restrict.is_none_or(|x| x.contains_key(n))
@@ -218,10 +117,14 @@ impl TypeTracker {
                     }
                 }
                 let version = set_version(target.values());
-                if self.resumes(&target, &version) {
+                let target = Arc::new(target);
+                if self.ex.resumes(&target, &version) {
                     return None;
                 }
-                if self.responded && !self.force && self.sent_version.as_ref() == Some(&version) {
+                if self.ex.responded
+                    && !self.force
+                    && self.ex.sent_version.as_ref() == Some(&version)
+                {
                     return None;
                 }
                 let resources = target.values().cloned().collect();
@@ -230,11 +133,12 @@ impl TypeTracker {
             Protocol::Delta => {
                 let upserts: Vec<Arc<Resource>> = scoped
                     .values()
-                    .filter(|r| self.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
+                    .filter(|r| self.ex.sent.get(&r.name).map(|s| &s.version) != Some(&r.version))
                     .cloned()
                     .collect();
                 let removed: Vec<String> = if final_phase {
-                    self.sent
+                    self.ex
+                        .sent
                         .keys()
                         .filter(|n| !scoped.contains_key(*n))
                         .cloned()
@@ -242,30 +146,27 @@ impl TypeTracker {
                 } else {
                     Vec::new()
                 };
-                if self.responded && upserts.is_empty() && removed.is_empty() {
+                if self.ex.responded && upserts.is_empty() && removed.is_empty() {
                     return None;
                 }
-                let mut next = self.sent.clone();
+                let mut next = (*self.ex.sent).clone();
                 for r in &upserts {
                     next.insert(r.name.clone(), Arc::clone(r));
                 }
                 for n in &removed {
                     next.remove(n);
                 }
-                (next, desired.version.clone(), upserts, removed)
+                (Arc::new(next), desired.version.clone(), upserts, removed)
             }
         };
         *nonce += 1;
         let nonce = nonce.to_string();
-        self.pending = Some(Pending {
-            nonce: nonce.clone(),
-            version: version.clone(),
-            prev_sent: std::mem::replace(&mut self.sent, next_sent),
-            prev_sent_version: self.sent_version.replace(version.clone()),
-            desired_version: desired.version.clone(),
-        });
-        self.last_nonce = Some(nonce.clone());
-        self.responded = true;
+        self.ex.offer(
+            nonce.clone(),
+            version.clone(),
+            next_sent,
+            desired.version.clone(),
+        );
         self.force = false;
         Some(Outgoing {
             type_url,
@@ -276,6 +177,25 @@ impl TypeTracker {
             changed_at,
         })
     }
+}
+
+/// Whether `name` is in scope: within a held route (VHDS) and subscribed to.
+fn in_scope(sub: &Subscription, held_routes: Option<&BTreeSet<String>>, name: &str) -> bool {
+    let held = held_routes.is_none_or(|routes| in_held_route(routes, name));
+    held && (sub.wildcard() || subscribed_to(sub, name))
+}
+
+/// A subscribed name equals `name`, or (namespaced) is `name` without its last segment.
+fn subscribed_to(sub: &Subscription, name: &str) -> bool {
+    sub.names().iter().any(|n| {
+        if sub.is_namespaced() {
+            name.strip_prefix(n.as_str())
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|last| !last.contains('/'))
+        } else {
+            n == name
+        }
+    })
 }
 
 /// Whether virtual host `name` is `<route>/<last>` for one of `routes`.
@@ -299,7 +219,7 @@ pub struct StreamState {
 impl StreamState {
     pub fn new(protocol: Protocol) -> Self {
         let mut types: [TypeTracker; TYPE_COUNT] = Default::default();
-        types[VHDS].namespaced = true;
+        types[VHDS].sub = Subscription::namespaced();
         Self {
             protocol,
             vhds: false,
@@ -341,27 +261,16 @@ impl StreamState {
         };
         let url = type_url::ORDER[i];
         let t = &mut self.types[i];
-        if t.is_stale(nonce) {
+        if t.ex.is_stale(nonce) {
             return RequestOutcome::Stale;
         }
-        let outcome = t.settle(url, nonce, error);
-        let first = !t.requested;
-        t.requested = true;
-        let explicit_wildcard = resource_names.iter().any(|n| n == WILDCARD);
-        // An empty first request is the legacy wildcard; it stays wildcard while empty.
-        let wildcard = explicit_wildcard || (resource_names.is_empty() && (first || t.wildcard));
-        let names: BTreeSet<String> = resource_names
-            .iter()
-            .filter(|n| *n != WILDCARD)
-            .cloned()
-            .collect();
-        if !first && (wildcard != t.wildcard || names != t.names) {
+        let outcome = t.ex.settle(url, nonce, error);
+        let Folded { first, changed } = t.sub.fold_sotw(resource_names);
+        if !first && changed {
             t.force = true;
         }
-        t.wildcard = wildcard;
-        t.names = names;
         if first && !version_info.is_empty() {
-            t.resume_version = Some(version_info.to_string());
+            t.ex.resume_version = Some(version_info.to_string());
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
@@ -381,18 +290,14 @@ impl StreamState {
         };
         let url = type_url::ORDER[i];
         let t = &mut self.types[i];
-        if t.is_stale(nonce) {
+        if t.ex.is_stale(nonce) {
             return RequestOutcome::Stale;
         }
-        let outcome = t.settle(url, nonce, error);
-        let first = !t.requested;
-        t.requested = true;
-        if first {
-            // An empty first subscription is the legacy wildcard.
-            t.wildcard = subscribe.is_empty();
+        let outcome = t.ex.settle(url, nonce, error);
+        if !t.sub.requested() {
             for (name, version) in initial_versions {
                 // Only the version matters for what the proxy already holds.
-                t.sent.insert(
+                Arc::make_mut(&mut t.ex.sent).insert(
                     name.clone(),
                     Arc::new(Resource {
                         name: name.clone(),
@@ -404,32 +309,16 @@ impl StreamState {
                 );
             }
         }
-        for name in subscribe {
-            if name == WILDCARD {
-                t.wildcard = true;
-            } else {
-                t.names.insert(name.clone());
-            }
-        }
-        for name in unsubscribe {
-            if name == WILDCARD {
-                t.wildcard = false;
-            } else {
-                t.names.remove(name);
-            }
-            if !t.in_scope(name) {
+        let (held_routes, sent) = (&t.held_routes, &mut t.ex.sent);
+        t.sub.fold_delta(subscribe, unsubscribe, |sub, name| {
+            if !in_scope(sub, held_routes.as_ref(), name) {
                 // The proxy forgets it on its own: no removal needed.
-                t.sent.remove(name);
+                Arc::make_mut(sent).remove(name);
             }
-        }
-        if !t.wildcard {
-            let keep: BTreeSet<String> = t
-                .sent
-                .keys()
-                .filter(|n| t.subscribed_to(n))
-                .cloned()
-                .collect();
-            t.sent.retain(|n, _| keep.contains(n));
+        });
+        if !t.sub.wildcard() {
+            let sub = &t.sub;
+            Arc::make_mut(&mut t.ex.sent).retain(|n, _| subscribed_to(sub, n));
         }
         outcome.unwrap_or(RequestOutcome::Subscribe { type_url: url })
     }
@@ -441,41 +330,41 @@ impl StreamState {
         for i in 0..TYPE_COUNT {
             let desired = self.desired(snapshot, i);
             if DEPENDS_ON[i].iter().any(|&d| unsettled[d]) {
-                unsettled[i] = self.types[i].requested;
+                unsettled[i] = self.types[i].sub.requested();
                 continue;
             }
             if i == VHDS && self.vhds {
-                let routes: BTreeSet<String> = self.types[3].sent.keys().cloned().collect();
+                let routes: BTreeSet<String> = self.types[3].ex.sent.keys().cloned().collect();
                 let t = &mut self.types[VHDS];
                 // The proxy drops virtual hosts with their route configuration.
-                let dropped: Vec<String> = t
-                    .sent
-                    .keys()
-                    .filter(|n| !in_held_route(&routes, n))
-                    .cloned()
-                    .collect();
+                let dropped: Vec<String> =
+                    t.ex.sent
+                        .keys()
+                        .filter(|n| !in_held_route(&routes, n))
+                        .cloned()
+                        .collect();
                 t.held_routes = Some(routes);
                 for n in dropped {
-                    t.sent.remove(&n);
+                    Arc::make_mut(&mut t.ex.sent).remove(&n);
                 }
             }
             // EDS: only clusters sent on a wildcard CDS subscription.
             let cds = &self.types[0];
             let restrict = (i == 1
-                && cds.requested
-                && cds.wildcard
+                && cds.sub.requested()
+                && cds.sub.wildcard()
                 && snapshot.types[1]
                     .resources
                     .keys()
-                    .chain(self.types[1].sent.keys())
-                    .any(|n| !cds.sent.contains_key(n)))
-            .then(|| cds.sent.clone());
+                    .chain(self.types[1].ex.sent.keys())
+                    .any(|n| !cds.ex.sent.contains_key(n)))
+            .then(|| (*cds.ex.sent).clone());
             if let Some(o) = self.plan(i, desired, false, restrict.as_ref(), snapshot) {
                 out.push(o);
             }
             unsettled[i] = self.types[i].unsettled(desired) || restrict.is_some();
         }
-        if !out.is_empty() || self.types.iter().any(|t| t.pending.is_some()) {
+        if !out.is_empty() || self.types.iter().any(|t| t.ex.pending.is_some()) {
             return out;
         }
         for i in (0..TYPE_COUNT).rev() {
@@ -506,6 +395,7 @@ impl StreamState {
     ) -> Option<Outgoing> {
         let before: BTreeMap<String, String> = if i == 0 {
             self.types[0]
+                .ex
                 .sent
                 .iter()
                 .map(|(n, r)| (n.clone(), r.version.clone()))
@@ -524,19 +414,20 @@ impl StreamState {
         )?;
         if i == 0 {
             let changed: Vec<String> = self.types[0]
+                .ex
                 .sent
                 .iter()
                 .filter(|(n, r)| before.get(*n) != Some(&r.version))
                 .map(|(n, _)| n.clone())
                 .collect();
-            let eds = &mut self.types[1];
+            let eds = &mut self.types[1].ex;
             if !changed.is_empty() {
                 eds.resume_version = None;
             }
             for n in &changed {
-                eds.sent.remove(n);
+                Arc::make_mut(&mut eds.sent).remove(n);
                 if let Some(p) = &mut eds.pending {
-                    p.prev_sent.remove(n);
+                    Arc::make_mut(&mut p.prev_sent).remove(n);
                 }
             }
         }

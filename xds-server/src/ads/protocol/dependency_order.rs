@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
-use super::tracker::{Outgoing, Protocol, StreamState};
+use super::{Outgoing, Protocol, StreamState};
+use crate::ads::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
 use crate::test_rng::Rng;
 
@@ -232,7 +232,7 @@ impl Proxy {
         let Some(out) = self.inbox.pop_front() else {
             return;
         };
-        let t = super::snapshot::type_index(out.type_url).expect("served type");
+        let t = crate::ads::snapshot::type_index(out.type_url).expect("served type");
         self.last_nonce[t] = out.nonce.clone();
         if t == EDS {
             self.eds_rejected = reject;
@@ -257,7 +257,7 @@ impl Proxy {
                             assert!(
                                 !named_clusters(bytes).contains(gone),
                                 "{context}: cluster {gone} removed while {} {name} still names it",
-                                super::snapshot::short_name(user)
+                                crate::ads::snapshot::short_name(user)
                             );
                         }
                     }
@@ -424,7 +424,7 @@ impl Proxy {
 
     /// The invariants on a response the server just emitted.
     fn check_emitted(&self, out: &Outgoing, context: &str) {
-        let t = super::snapshot::type_index(out.type_url).expect("served type");
+        let t = crate::ads::snapshot::type_index(out.type_url).expect("served type");
         match t {
             EDS => {
                 // Sent on the stream: held, or in a CDS response ahead of this one.
@@ -450,7 +450,7 @@ impl Proxy {
                         assert!(
                             self.acked_cds.contains(&c),
                             "{context}: {} {} names cluster {c} before the proxy ACKed it (ACKed: {:?})",
-                            super::snapshot::short_name(t),
+                            crate::ads::snapshot::short_name(t),
                             r.name,
                             self.acked_cds
                         );
