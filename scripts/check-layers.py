@@ -3,9 +3,10 @@
 
 Reads every `use` declaration and every `crate::` / `super::` / `self::` path in the Rust
 sources of the crates in LAYERS (comments and string literals are skipped), resolves each to a
-module, and fails, naming file:line, when a module imports from a layer above its own, or when
-two of the listed modules import each other (directly or round a longer circle). Crate rules
-check a crate's Cargo.toml for dependencies it must not have.
+module, and fails, naming file:line, when a module imports from a layer above its own, when the
+files of layered modules import each other (directly or round a longer circle), or when an
+import breaks a narrower rule (ONLY). Crate rules check a crate's Cargo.toml for dependencies
+it must not have.
 
     scripts/check-layers.py              # checks the repository this script is in
     scripts/check-layers.py --root DIR   # checks another tree laid out the same way
@@ -35,8 +36,8 @@ LAYERS = {
         # `ads::tracker` is the protocol layer's former name, kept as an alias.
         ("ads: protocol", ["ads::protocol", "ads::tracker"]),
         ("ads: codec", ["ads::codec"]),
-        # The push side builds snapshots and reads what streams publish (layers above); the
-        # stream and the server register with its hub (layers below).
+        # The push side builds snapshots and reads what streams publish (the layers before it);
+        # the stream and the server register with its hub (the layers after it).
         ("push", ["push::hub", "push::status", "push::push_loop"]),
         ("ads: stream", ["ads::pacing", "ads::budget", "ads::stream"]),
         ("ads: server", ["ads::server"]),
@@ -61,8 +62,11 @@ ONLY = {
 # does not exist is an error, so a rule cannot silently stop checking.
 # ---------------------------------------------------------------------------------------------
 CRATE_RULES = [
-    # The pure core (issue 39, step 1) is added here with its crate:
-    # ("xds-core/Cargo.toml", ["meshplane-xds", "tokio", "kube", "tonic", "axum"]),
+    # The pure core: no server, no runtime, no client, no transport, no file watching, no codec.
+    (
+        "xds-core/Cargo.toml",
+        ["meshplane-xds", "tokio", "kube", "tonic", "axum", "hyper", "notify", "zstd"],
+    ),
 ]
 
 
@@ -423,6 +427,8 @@ def self_test():
         ("app/src/ads/low/mod.rs", "use a::A;\n", "import circle ads::low -> ads::low::a -> ads::low"),
         ("app/src/push.rs", "use crate::ads::low::{Map, Other};\n", "app/src/push.rs:1: push imports crate::ads::low::Other: of ads::low it may use only ads::low::Map"),
         ("app/Cargo.toml", "[dependencies]\ntokio = { version = \"1\" }\n", "app/Cargo.toml: depends on tokio"),
+        ("app/Cargo.toml", "[dependencies]\nrt = { package = \"tokio\", version = \"1\" }\n", "app/Cargo.toml: depends on tokio"),
+        ("app/Cargo.toml", "[target.'cfg(unix)'.dependencies.tokio]\nversion = \"1\"\n", "app/Cargo.toml: depends on tokio"),
     ]
     failures = []
 

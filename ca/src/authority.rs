@@ -2,7 +2,7 @@
 //! workload certificates from a CSR (identity given by the caller, never read from the CSR) and
 //! serving certificates for the instance's own TLS port.
 //!
-//! The layout has four files (contract 10 of docs/architecture.md):
+//! The layout has four files (contract 11 of docs/architecture.md):
 //!
 //! | key | holds |
 //! |---|---|

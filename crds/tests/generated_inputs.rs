@@ -1,4 +1,4 @@
-//! Generated-input tests (issue 16 item 10) of two input surfaces of `meshplane-crds`: label
+//! Generated-input tests of two input surfaces of `meshplane-crds`: label
 //! selectors (membership, workload selectors, the API stand-in's `?labelSelector=`) and
 //! multi-document manifests (samples, the directory source). 10,000 inputs per property; no
 //! input may panic, every refusal is an error that says what is wrong, and what is accepted

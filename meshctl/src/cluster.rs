@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use clap::Args;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use meshplane_xds::kinds::{KindVisitor, WatchedObject};
-use meshplane_xds::model::Kind;
+use meshplane_xds_core::kinds::{KindVisitor, WatchedObject};
+use meshplane_xds_core::model::Kind;
 
 use crate::state::MeshState;
 

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use meshplane_crds::networking::CaptureMode;
-use meshplane_xds::envoyfilter;
-use meshplane_xds::model::{type_url, Resource};
-use meshplane_xds::translate::{protojson, registry::ServiceSource, scope};
+use meshplane_xds_core::envoyfilter;
+use meshplane_xds_core::model::{type_url, Resource};
+use meshplane_xds_core::translate::{protojson, registry::ServiceSource, scope};
 use serde::Serialize;
 use serde_json::Value;
 

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 use meshplane_crds::membership::Membership;
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::{names, MeshConfig};
-use meshplane_xds::envoyfilter::PatchError;
-use meshplane_xds::index::TenantIndex;
-use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
+use meshplane_xds_core::envoyfilter::PatchError;
+use meshplane_xds_core::index::TenantIndex;
+use meshplane_xds_core::model::{ProxyConfig, ProxyNode, SourceEvent};
 use serde::Serialize;
 
 use crate::state::{placement, MeshState, Placement};
@@ -98,7 +98,7 @@ impl Workload {
         let name = self.name.clone().unwrap_or_else(|| "workload".to_string());
         let ip = self.ip.clone().unwrap_or_else(|| "0.0.0.0".to_string());
         ProxyNode {
-            kind: meshplane_xds::model::ProxyKind::Sidecar,
+            kind: meshplane_xds_core::model::ProxyKind::Sidecar,
             id: format!(
                 "sidecar~{ip}~{name}.{ns}~{ns}.svc.cluster.local",
                 ns = self.namespace
@@ -175,7 +175,7 @@ pub fn tenant_index(
     let mut index = TenantIndex::new(tenant, revision, control_namespace, MeshConfig::default());
     index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: meshplane_xds::model::Kind::ALL.to_vec(),
+        kinds: meshplane_xds_core::model::Kind::ALL.to_vec(),
     });
     for object in state.objects() {
         index.apply(SourceEvent::Upsert(object.clone()));

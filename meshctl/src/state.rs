@@ -1,24 +1,28 @@
 //! What meshctl reasons about: the objects of a cluster, or of a directory of manifests, decoded
-//! exactly as the xds-server decodes them (`meshplane_xds::source_dir::decode_document`), with
+//! exactly as the xds-server decodes them (`meshplane_xds_core::manifest::decode_document`), with
 //! the raw documents kept for the checks that read them as admission does.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use meshplane_crds::membership::{
     self, ControlPlaneFacts, Membership, NamespaceFacts, RevisionMembership, TagFacts,
 };
 use meshplane_crds::{names, MeshControlPlane, MeshRevisionTag};
-use meshplane_xds::model::{Object, ObjectKey};
-use meshplane_xds::source_dir::{self, decode_document};
+use meshplane_xds_core::manifest::{self, decode_document};
+use meshplane_xds_core::model::{Object, ObjectKey};
 use serde_json::Value;
 
 /// Why a state could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error(transparent)]
-    Directory(#[from] source_dir::DirSourceError),
+    #[error("cannot read manifest directory {path}: {source}")]
+    Directory {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{0} is not a directory of manifests")]
     NotADirectory(String),
 }
@@ -98,6 +102,33 @@ pub fn describe_value(doc: &Value) -> String {
     }
 }
 
+/// Every manifest file under `dir`, in path order: the files the directory source reads
+/// (`*.yaml`/`*.yml`, recursively, hidden entries skipped).
+fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, StateError> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), StateError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| StateError::Directory {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if manifest::is_hidden(&entry.file_name()) {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if manifest::is_manifest(&path) {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut paths = Vec::new();
+    walk(dir, &mut paths)?;
+    paths.sort();
+    Ok(paths)
+}
+
 /// Every object of a cluster or a directory.
 #[derive(Clone, Debug, Default)]
 pub struct MeshState {
@@ -115,7 +146,7 @@ impl MeshState {
             return Err(StateError::NotADirectory(dir.display().to_string()));
         }
         let mut state = MeshState::default();
-        for file in source_dir::manifest_files(dir)? {
+        for file in manifest_files(dir)? {
             let origin = file
                 .strip_prefix(dir)
                 .unwrap_or(&file)

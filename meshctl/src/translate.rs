@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
-use meshplane_xds::model::Resource;
-use meshplane_xds::translate::protojson;
+use meshplane_xds_core::model::Resource;
+use meshplane_xds_core::translate::protojson;
 use serde::Serialize;
 use serde_json::Value;
 

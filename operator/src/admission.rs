@@ -1,6 +1,6 @@
-//! The operator's own admission check of `MeshControlPlane` and `MeshRevisionTag` (issue 5
-//! item 3): the same membership rules as the status conditions, applied at `kubectl apply`
-//! time. [`review`] is pure; [`handle`] reads the current objects and calls it.
+//! The operator's own admission check of `MeshControlPlane` and `MeshRevisionTag`: the same
+//! membership rules as the status conditions, applied at `kubectl apply` time. [`review`] is
+//! pure; [`handle`] reads the current objects and calls it.
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};

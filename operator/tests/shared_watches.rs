@@ -1,4 +1,4 @@
-//! The controllers against the API stand-in share one watch per kind (issue 16 item 11):
+//! The controllers against the API stand-in share one watch per kind:
 //! MeshControlPlanes, MeshRevisionTags and Namespaces feed both the control-plane and the tag
 //! controller (and the membership caches) from a single watch each. The tag controller's
 //! triggers on control planes and namespaces are exercised first, so the watches they use are

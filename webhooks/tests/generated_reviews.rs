@@ -1,4 +1,4 @@
-//! Generated-input tests (issue 16 item 10) of the admission surface: AdmissionReview bodies
+//! Generated-input tests of the admission surface: AdmissionReview bodies
 //! for `/inject` and `/validate`, from raw bytes and from well-formed reviews carrying random
 //! objects. 10,000 inputs per property; no body may panic a handler, every answer is a review
 //! the API server can match (its uid), every refusal carries a message, and every injection

@@ -52,14 +52,9 @@ pub struct CredentialKey {
     pub secret: String,
 }
 
-/// What is known of a [`CredentialKey`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    Allowed,
-    Denied,
-    /// Not asked yet (or not answered): treated as refused until it is.
-    Unknown,
-}
+/// What is known of a [`CredentialKey`] (the core's, which the index asks through
+/// [`CredentialDecider`]).
+pub use meshplane_xds_core::credentials::{Access, CredentialDecider};
 
 #[derive(Clone, Copy, Debug)]
 struct Answer {
@@ -213,6 +208,12 @@ impl Default for CredentialAccess {
             wake: Notify::new(),
             answered: watch::Sender::new(0),
         }
+    }
+}
+
+impl CredentialDecider for CredentialAccess {
+    fn decide(&self, namespace: &str, service_account: &str, secret: &str) -> Access {
+        CredentialAccess::decide(self, namespace, service_account, secret)
     }
 }
 

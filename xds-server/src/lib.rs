@@ -1,20 +1,19 @@
 //! meshplane xds-server: one revision of one tenant, serving Envoy over ADS.
 
+pub use meshplane_xds_core::{
+    bounds, envoyfilter, generator, hash, index, kinds, manifest, model, translate,
+};
+
 pub mod admin;
 pub mod ads;
-pub mod bounds;
 pub mod cli;
 pub mod config_events;
 pub mod config_status;
 pub mod credential_access;
-pub mod envoyfilter;
 pub mod identity;
-pub mod index;
-pub mod kinds;
 pub mod log_budget;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod push;
 pub mod shared_members;
 pub mod source_dir;
@@ -24,4 +23,3 @@ pub mod tenancy;
 mod test_rng;
 mod timer;
 pub mod tokens;
-pub mod translate;

@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     // Kubernetes mode: config the index does not apply becomes Warning Events on it.
     let (event_sink, config_events) = match args.source {
         Source::Kube => {
-            let (sink, rx) = EventSink::channel();
+            let (sink, rx) = meshplane_xds::config_events::channel();
             (sink, Some(rx))
         }
         Source::Dir(_) => (EventSink::default(), None),

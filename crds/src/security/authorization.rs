@@ -2,8 +2,8 @@
 //! `security.istio.io/v1` AuthorizationPolicy, field for field where supported).
 //!
 //! Which policies apply to a workload is decided here ([`applicable_policies`]); what they
-//! mean for one inbound connection or request is the xds-server's translation
-//! (`xds-server/src/translate/authz.rs`, docs/authorization.md).
+//! mean for one inbound connection or request is the instance's translation
+//! (`xds-core/src/translate/authz.rs`, docs/authorization.md).
 
 use std::collections::BTreeMap;
 

@@ -10,7 +10,7 @@ use meshplane_crds::membership::TenantMembership;
 use meshplane_crds::Sidecar;
 use meshplane_webhooks::validate::{validate_config, ConfigKind, ConfigViolation};
 use meshplane_webhooks::StaticTenant;
-use meshplane_xds::model::Object;
+use meshplane_xds_core::model::Object;
 
 use super::codes;
 use super::{Context, Finding};

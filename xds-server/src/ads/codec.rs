@@ -21,7 +21,7 @@ use prost::bytes::{Buf, BufMut};
 use prost::encoding::{DecodeContext, WireType};
 use prost::DecodeError;
 
-use super::compressed::{Packer, PACK_MIN};
+use super::compressed::{Compress, Packer, PACK_MIN};
 use super::frames::{any_len, field_len, put_any, put_delimited, put_scalar, scalar_len, Sink};
 use super::payload::Resources;
 use super::protocol::{Outgoing, Protocol, RequestOutcome, StreamState};

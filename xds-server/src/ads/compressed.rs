@@ -17,8 +17,6 @@
 //! the first response that carries them, and their frame is shared by every stream; only the
 //! bytes around them (version, nonce, the `Any` headers) are compressed per response.
 
-use std::sync::OnceLock;
-
 use bytes::Bytes;
 
 /// A response is compressed only when it carries a shared piece at least this long. Below it
@@ -29,34 +27,19 @@ pub const PACK_MIN: usize = 256 * 1024;
 /// milliseconds, once per version.
 const LEVEL: i32 = 1;
 
-/// The compressed form of a shared encoding, made on first use (`None`: compression failed,
-/// and the message carrying it goes uncompressed).
-#[derive(Clone, Default)]
-pub struct Packed(OnceLock<Option<Bytes>>);
+/// The compressed form of a shared encoding, made on first use: the core's cache cell, which
+/// this codec fills.
+pub use meshplane_xds_core::model::Packed;
 
-impl Packed {
+/// Fills a [`Packed`] with zstd.
+pub trait Compress {
     /// The zstd frame of `pieces`, concatenated; compressed by the first caller.
-    pub fn get_or_compress<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> Option<Bytes> {
-        self.0.get_or_init(|| frame_of(pieces)).clone()
-    }
+    fn get_or_compress<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> Option<Bytes>;
 }
 
-impl PartialEq for Packed {
-    /// A cache of what it is attached to: never part of a value's identity.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for Packed {}
-
-impl std::fmt::Debug for Packed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.get() {
-            Some(Some(b)) => write!(f, "Packed({} bytes)", b.len()),
-            Some(None) => f.write_str("Packed(failed)"),
-            None => f.write_str("Packed(not yet)"),
-        }
+impl Compress for Packed {
+    fn get_or_compress<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> Option<Bytes> {
+        self.get_or_init(|| frame_of(pieces))
     }
 }
 

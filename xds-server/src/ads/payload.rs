@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::compressed::Packed;
+use super::compressed::{Compress, Packed};
 use super::map_diff::ResourceMap;
 use crate::model::Resource;
 

@@ -1,6 +1,10 @@
 //! The server: what one client may open or send ([`AdsLimits`]) and the admission of a stream
 //! (its first request within its budget, the proxy's identity, its namespace a member), after
 //! which the stream runs on its own task ([`super::stream`]).
+//!
+//! Virtual hosts go over VHDS ([`crate::translate::vhds`]) only to incremental streams of
+//! Envoy (`Node.user_agent_name`); state-of-the-world streams and proxyless gRPC clients keep
+//! them inline, and so does every client with `--vhds false` ([`AdsServer::with_vhds`]).
 
 use std::sync::Arc;
 use std::time::Duration;

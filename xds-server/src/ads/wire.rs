@@ -320,6 +320,7 @@ mod tests {
     use super::*;
     use crate::ads::codec::tests::{res, resources};
     use crate::ads::codec::{DeltaResponse, SotwResponse};
+    use crate::ads::compressed::Compress;
     use crate::ads::frames::SHARE_MIN;
     use crate::ads::payload::Resources;
     use crate::model::{type_url, Resource};

@@ -1,4 +1,4 @@
-//! Workload identity served by the instance (contract 10 of docs/architecture.md).
+//! Workload identity served by the instance (contract 11 of docs/architecture.md).
 //!
 //! - [`ca_dir`]: the tenant CA mounted from its Secret (Istio's `cacerts` layout), reloaded
 //!   when the files change.

@@ -1,6 +1,7 @@
 //! From source events to proxies, in four parts:
 //!
-//! - [`generator`]: the seam to the tenant's state ([`ConfigGenerator`], [`Change`]);
+//! - the seam to the tenant's state ([`ConfigGenerator`], [`Change`]), which is the core's
+//!   (`meshplane_xds_core::generator`);
 //! - [`hub`]: the registry of connected proxies, readiness and admission facts, shared (by
 //!   `Arc`) with the ADS streams and the admin endpoints; it never holds the generator;
 //! - [`push_loop`]: the one task that owns the generator, folds source events, debounces, renders
@@ -12,12 +13,11 @@
 //! Sources never see the hub: they send [`crate::model::SourceEvent::Ready`] once their initial
 //! state is delivered.
 
-pub mod generator;
 pub mod hub;
 pub mod push_loop;
 pub mod status;
 
-pub use generator::{Change, ChangeKind, ConfigGenerator};
 pub use hub::{Hub, ProxyHandle};
+pub use meshplane_xds_core::generator::{Change, ChangeKind, ConfigGenerator};
 pub use push_loop::{run_push_loop, DebounceConfig, Debouncer, Pusher};
 pub use status::{ProxyStatus, TypeStatus};

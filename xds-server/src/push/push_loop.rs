@@ -3,7 +3,9 @@
 //! every proxy that connects.
 //!
 //! A push replaces a proxy's snapshot only when its content changed (the stream diffs per
-//! type). Proxies sharing a scope share one rendered config and one snapshot per push. An
+//! type). Proxies sharing a scope share one rendered config and one snapshot per push, and
+//! scopes holding the same resources of a type share one type snapshot, its map and hash
+//! ([`TypeMemo`]). An
 //! endpoint-only change touches only the proxies holding a changed EDS cluster, and only their
 //! EDS: the other types of their snapshot are kept as they are.
 
@@ -13,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::generator::{Change, ChangeKind, ConfigGenerator};
 use super::hub::{Hub, Target};
+use super::{Change, ChangeKind, ConfigGenerator};
 use crate::ads::snapshot::{Snapshot, TypeMemo, TypeSnapshot};
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 

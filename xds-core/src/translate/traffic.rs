@@ -71,11 +71,11 @@ fn specificity(pattern: &str, hostname: &str) -> Option<usize> {
     }
 }
 
-fn namespace_of<K: kube::Resource>(o: &K) -> &str {
+fn namespace_of<K: kube_core::Resource>(o: &K) -> &str {
     o.meta().namespace.as_deref().unwrap_or_default()
 }
 
-fn name_of<K: kube::Resource>(o: &K) -> &str {
+fn name_of<K: kube_core::Resource>(o: &K) -> &str {
     o.meta().name.as_deref().unwrap_or_default()
 }
 

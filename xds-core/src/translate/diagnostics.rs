@@ -50,7 +50,7 @@ pub struct Diagnostics {
     pub objects: BTreeMap<ConfigRef, (Option<i64>, Vec<Finding>)>,
 }
 
-fn meta<K: kube::Resource>(o: &K) -> (&str, &str, Option<i64>) {
+fn meta<K: kube_core::Resource>(o: &K) -> (&str, &str, Option<i64>) {
     (
         o.meta().namespace.as_deref().unwrap_or_default(),
         o.meta().name.as_deref().unwrap_or_default(),

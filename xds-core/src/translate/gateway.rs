@@ -53,11 +53,11 @@ fn idle(
         .and_then(|(c, _)| super::endpoints::tcp_idle_timeout(registry, proxy_namespace, c))
 }
 
-fn namespace_of<K: kube::Resource>(o: &K) -> &str {
+fn namespace_of<K: kube_core::Resource>(o: &K) -> &str {
     o.meta().namespace.as_deref().unwrap_or_default()
 }
 
-fn name_of<K: kube::Resource>(o: &K) -> &str {
+fn name_of<K: kube_core::Resource>(o: &K) -> &str {
     o.meta().name.as_deref().unwrap_or_default()
 }
 

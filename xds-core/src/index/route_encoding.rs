@@ -19,7 +19,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use super::interner::Interner;
-use crate::ads::snapshot::PairHasher;
+use crate::hash::PairHasher;
 use crate::model::{type_url, Resource};
 use crate::translate;
 

@@ -1,136 +1,27 @@
-//! Translation cost and config size per proxy on a 1,000-service directory-style tenant
-//! (20 namespaces × 50 Services, 3 endpoints each), without Sidecars (every proxy imports the
-//! whole tenant) and with a namespace Sidecar importing `./*` (scoped).
+//! What the S1 profile found hot under churn (docs/benchmarks.md), on the 1,000-service tenant
+//! of the core's translation bench: a stream wake-up with nothing to send, a stream's EDS
+//! change + ACK cycle, publishing debug state, a directory read after a file event, and one
+//! endpoint change pushed to 400 proxies.
 //!
-//! Run: `cargo bench -p meshplane-xds --bench translate`. The config sizes are printed once
-//! before the timings.
-//!
-//! The `hot_spots` group times what the S1 profile found hot under churn (docs/benchmarks.md):
-//! a stream wake-up with nothing to send, a stream's EDS change + ACK cycle, publishing debug
-//! state, a directory read after a file event, and one endpoint change pushed to 400 proxies.
+//! Run: `cargo bench -p meshplane-xds --bench hot_spots`.
+
+// The translation bench uses all of it, this one not.
+#[allow(dead_code)]
+#[path = "../../xds-core/benches/common/mod.rs"]
+mod common;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::{manifests, node, tenant, NAMESPACES};
 use criterion::{criterion_group, criterion_main, Criterion};
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::MeshConfig;
 use meshplane_xds::ads::snapshot::{content_version, Snapshot};
 use meshplane_xds::ads::tracker::{Protocol, StreamState};
-use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
-use meshplane_xds::model::{type_url, Kind, ProxyConfig, ProxyNode, Resource, SourceEvent};
+use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
 use meshplane_xds::push::{Hub, Pusher};
 use meshplane_xds::source_dir::{load_dir, objects_from_yaml, DirState};
-
-const NAMESPACES: usize = 20;
-const SERVICES_PER_NAMESPACE: usize = 50;
-
-/// One manifest file per namespace, as a directory source would read them.
-fn manifests(scoped: bool) -> Vec<String> {
-    let mut files = Vec::new();
-    for n in 0..NAMESPACES {
-        let mut y = String::new();
-        y.push_str(&format!(
-            "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: ns{n}, labels: {{meshplane.io/rev: blue}}}}\n"
-        ));
-        if scoped {
-            y.push_str(&format!(
-                "---\napiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {{name: default, namespace: ns{n}}}\nspec: {{egress: [{{hosts: [\"./*\"]}}]}}\n"
-            ));
-        }
-        for s in 0..SERVICES_PER_NAMESPACE {
-            let ip = format!("198.19.{n}.{s}");
-            y.push_str(&format!(
-                "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc{s}, namespace: ns{n}}}\nspec: {{clusterIP: {ip}, selector: {{app: svc{s}}}, ports: [{{name: http, port: 80, targetPort: 8080}}, {{name: tcp-db, port: {}}}]}}\n",
-                7000 + s
-            ));
-            y.push_str(&format!(
-                "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: svc{s}-1, namespace: ns{n}, labels: {{kubernetes.io/service-name: svc{s}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}, {{name: tcp-db, port: {}}}]\nendpoints: [{{addresses: [198.18.{n}.{}], zone: a}}, {{addresses: [198.18.{n}.{}], zone: b}}, {{addresses: [198.18.{n}.{}], zone: c}}]\n",
-                7000 + s,
-                3 * s + 1,
-                3 * s + 2,
-                3 * s + 3
-            ));
-        }
-        files.push(y);
-    }
-    files
-}
-
-fn tenant(scoped: bool) -> TenantIndex {
-    let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", MeshConfig::default());
-    index.apply(SourceEvent::Resync {
-        namespace: None,
-        kinds: Kind::ALL.to_vec(),
-    });
-    for (i, file) in manifests(scoped).iter().enumerate() {
-        for obj in objects_from_yaml(&format!("ns{i}.yaml"), file) {
-            index.apply(SourceEvent::Upsert(obj));
-        }
-    }
-    index.apply(SourceEvent::Synced);
-    index
-}
-
-fn node() -> ProxyNode {
-    ProxyNode {
-        id: "sidecar~198.18.250.1~svc0-x.ns0~ns0.svc.cluster.local".into(),
-        kind: Default::default(),
-        namespace: "ns0".into(),
-        pod_name: Some("svc0-x".into()),
-        ip: Some("198.18.250.1".into()),
-        labels: [("app".to_string(), "svc0".to_string())].into(),
-        capture_mode: CaptureMode::Default,
-        loopback: None,
-        sds: false,
-        service_account: None,
-        readable_credentials: None,
-    }
-}
-
-fn bytes(config: &ProxyConfig) -> (usize, usize) {
-    let all = [
-        &config.clusters,
-        &config.endpoints,
-        &config.listeners,
-        &config.routes,
-    ];
-    let count = all.iter().map(|l| l.len()).sum();
-    let size = all
-        .iter()
-        .flat_map(|l| l.iter())
-        .map(|r| r.encoded.len())
-        .sum();
-    (count, size)
-}
-
-fn bench(c: &mut Criterion) {
-    let unscoped = tenant(false);
-    let scoped = tenant(true);
-    assert_eq!(
-        unscoped.registry().services.len(),
-        NAMESPACES * SERVICES_PER_NAMESPACE
-    );
-    let (n_u, b_u) = bytes(&unscoped.render_proxy(&node()));
-    let (n_s, b_s) = bytes(&scoped.render_proxy(&node()));
-    println!(
-        "config per proxy, 1,000 services: unscoped {n_u} resources / {b_u} bytes; scoped (./*) {n_s} resources / {b_s} bytes ({:.1}x smaller)",
-        b_u as f64 / b_s.max(1) as f64
-    );
-    let mut group = c.benchmark_group("render_proxy_1000_services");
-    group.sample_size(20);
-    group.bench_function("unscoped", |b| {
-        b.iter(|| unscoped.render_proxy_uncached(&node()))
-    });
-    group.bench_function("scoped", |b| {
-        b.iter(|| scoped.render_proxy_uncached(&node()))
-    });
-    group.bench_function("cached_same_scope", |b| {
-        b.iter(|| unscoped.render_proxy(&node()))
-    });
-    group.finish();
-}
 
 /// A SotW stream subscribed (wildcard) to every type, with `snapshot` sent and ACKed.
 fn synced_stream(snapshot: &Snapshot) -> StreamState {
@@ -265,5 +156,5 @@ fn push_change(pusher: &mut Pusher, event: SourceEvent) {
     pusher.push(Instant::now(), &change);
 }
 
-criterion_group!(benches, bench, hot_spots);
+criterion_group!(benches, hot_spots);
 criterion_main!(benches);

@@ -282,7 +282,7 @@ pub fn tls_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Option<TlsSecr
 }
 
 /// Sorts namespaced config objects oldest first, then by namespace and name.
-pub fn sort_oldest_first<K: kube::Resource>(list: &mut [K]) {
+pub fn sort_oldest_first<K: kube_core::Resource>(list: &mut [K]) {
     list.sort_by(|a, b| {
         let key = |o: &K| {
             (
@@ -296,7 +296,7 @@ pub fn sort_oldest_first<K: kube::Resource>(list: &mut [K]) {
 }
 
 /// Whether two lists hold the same objects (identity, creation time and spec).
-pub fn same_config<K: kube::Resource>(
+pub fn same_config<K: kube_core::Resource>(
     a: &[K],
     b: &[K],
     same_spec: impl Fn(&K, &K) -> bool,

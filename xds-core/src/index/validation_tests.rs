@@ -43,7 +43,7 @@ fn hosts(index: &TenantIndex) -> Vec<String> {
 
 fn index() -> (
     TenantIndex,
-    tokio::sync::mpsc::Receiver<config_events::ConfigEvent>,
+    std::sync::mpsc::Receiver<config_events::ConfigEvent>,
 ) {
     let (sink, rx) = EventSink::channel();
     let mut index = TenantIndex::new("blue", "blue-v1", "meshplane-blue", MeshConfig::default())
@@ -53,7 +53,7 @@ fn index() -> (
 }
 
 fn drain(
-    rx: &mut tokio::sync::mpsc::Receiver<config_events::ConfigEvent>,
+    rx: &mut std::sync::mpsc::Receiver<config_events::ConfigEvent>,
 ) -> Vec<(String, Option<i64>, &'static str, String)> {
     let mut out = Vec::new();
     while let Ok(ev) = rx.try_recv() {

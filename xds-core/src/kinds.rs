@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
-use kube::core::Resource as KubeResource;
+use kube_core::Resource as KubeResource;
 use meshplane_crds::validation::{self, ValidationErrors};
 use meshplane_crds::{
     AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,

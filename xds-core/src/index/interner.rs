@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 
 use prost::Message;
 
-use crate::ads::snapshot::content_version;
+use crate::hash::content_version;
 use crate::model::Resource;
 
 /// Resources by name and version, while anyone holds them.

@@ -13,9 +13,13 @@
 //! An endpoint-only change keeps the cached configurations and swaps in the re-encoded
 //! assignments of the changed EDS clusters: clusters, listeners and routes are not re-rendered.
 //! A Service change keeps the configurations that cannot see it, splices it into those it can
-//! ([`splice`]) and drops the rest. Encoded resources are interned by content ([`interner`]),
-//! so an identical resource is one `Arc<Resource>` across proxies and across re-renders, and
-//! its version (hex SHA-256 of the encoding) is stable across restarts.
+//! ([`splice`]) and drops the rest; any other configuration change drops every cached
+//! configuration. An endpoint change finds the assignments to re-encode through each cached
+//! configuration's positions of them, one index shared by the configurations that hold the
+//! same assignments (the same interned `Arc`s, as every unscoped namespace's). Encoded
+//! resources are interned by content ([`interner`]), so an identical resource is one
+//! `Arc<Resource>` across proxies and across re-renders, and its version (hex SHA-256 of the
+//! encoding) is stable across restarts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,14 +39,14 @@ use interner::Interner;
 use route_encoding::RouteParts;
 
 use crate::config_events::{self, ConfigEvent, EventSink};
-use crate::credential_access::{Access, CredentialAccess};
+use crate::credentials::{Access, CredentialDecider};
 use crate::envoyfilter;
+use crate::generator::ConfigGenerator;
+pub use crate::generator::{Change, ChangeKind};
 use crate::model::{
     list_key, same_resources, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind,
     ProxyNode, Resource, SourceEvent, VhdsRoutes,
 };
-use crate::push::ConfigGenerator;
-pub use crate::push::{Change, ChangeKind};
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, InboundPort, Registry, Translated};
 
@@ -206,7 +210,7 @@ pub struct TenantIndex {
     events: EventSink,
     /// Which gateway proxies may get which credential Secrets (Kubernetes mode); none: every
     /// gateway of the namespace gets them (directory mode has no API server to ask).
-    credential_access: Option<Arc<CredentialAccess>>,
+    credential_access: Option<Arc<dyn CredentialDecider>>,
 }
 
 impl TenantIndex {
@@ -248,7 +252,11 @@ impl TenantIndex {
 
     /// Serves a Gateway server's credential to a gateway proxy only when `access` says its
     /// ServiceAccount may `get` the Secret (SubjectAccessReview).
-    pub fn with_credential_access(mut self, access: Arc<CredentialAccess>) -> Self {
+    pub fn with_credential_access<D: CredentialDecider + 'static>(
+        mut self,
+        access: Arc<D>,
+    ) -> Self {
+        let access: Arc<dyn CredentialDecider> = access;
         self.credential_access = Some(access);
         self
     }
@@ -1014,7 +1022,7 @@ impl TenantIndex {
             _ => std::borrow::Cow::Borrowed(node),
         };
         if let (ProxyKind::Router, Some(access)) = (node.kind, &self.credential_access) {
-            let readable = self.readable_credentials(access, &node);
+            let readable = self.readable_credentials(access.as_ref(), &node);
             node.to_mut().readable_credentials = Some(readable);
         }
         node
@@ -1025,7 +1033,7 @@ impl TenantIndex {
     /// A proxy without a verified ServiceAccount reads none.
     fn readable_credentials(
         &self,
-        access: &CredentialAccess,
+        access: &dyn CredentialDecider,
         node: &ProxyNode,
     ) -> BTreeSet<String> {
         let Some(account) = node.service_account.as_deref() else {
@@ -1255,7 +1263,7 @@ fn same_objects<T>(
     same_spec: impl Fn(&T, &T) -> bool,
 ) -> bool
 where
-    T: kube::Resource,
+    T: kube_core::Resource,
 {
     let flat = |m: &BTreeMap<String, Vec<T>>| -> usize { m.values().map(Vec::len).sum() };
     flat(a) == flat(b)

@@ -5,7 +5,7 @@
 //! [`ProxyNode`]; the ADS server diffs and pushes [`Resource`]s by their content hash.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::networking::CaptureMode;
@@ -58,7 +58,7 @@ pub enum SourceEvent {
     /// The relist announced by the last `Resync` is complete.
     Synced,
     /// Which gateway proxies may get which TLS credentials changed (SubjectAccessReview
-    /// answers, [`crate::credential_access`]): gateways are rendered again.
+    /// answers, [`crate::credentials`]): gateways are rendered again.
     CredentialAccess,
     /// The source has delivered its initial state: proxies may be answered (readiness).
     Ready,
@@ -107,7 +107,7 @@ pub struct ProxyNode {
     /// what the node claims; `None` in directory mode.
     pub service_account: Option<String>,
     /// Gateways: the `credentialName` Secrets of its namespace that its ServiceAccount may
-    /// `get` (SubjectAccessReview, [`crate::credential_access`]), set by the index before
+    /// `get` (SubjectAccessReview, [`crate::credentials`]), set by the index before
     /// translation; `None`: not checked (directory mode, no API server to ask).
     pub readable_credentials: Option<BTreeSet<String>>,
 }
@@ -147,9 +147,41 @@ pub struct Resource {
     pub encoded: bytes::Bytes,
     /// Content hash of `encoded` (hex), used as the resource version: stable across restarts.
     pub version: String,
-    /// `encoded` compressed, for the streams that send a large resource compressed
-    /// ([`crate::ads::compressed`]); made by the first of them.
-    pub packed: crate::ads::compressed::Packed,
+    /// `encoded` compressed, for the streams that send a large resource compressed (the
+    /// xds-server's codec fills it); made by the first of them.
+    pub packed: Packed,
+}
+
+/// A compressed form of shared bytes, made once by the first stream that needs it and kept
+/// with what it compresses (`None`: compression failed, and the message carrying it goes
+/// uncompressed). The core only holds it: the codec that fills it is the server's.
+#[derive(Clone, Default)]
+pub struct Packed(OnceLock<Option<bytes::Bytes>>);
+
+impl Packed {
+    /// The bytes held, made by `fill` on first use.
+    pub fn get_or_init(&self, fill: impl FnOnce() -> Option<bytes::Bytes>) -> Option<bytes::Bytes> {
+        self.0.get_or_init(fill).clone()
+    }
+}
+
+impl PartialEq for Packed {
+    /// A cache of what it is attached to: never part of a value's identity.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Packed {}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.get() {
+            Some(Some(b)) => write!(f, "Packed({} bytes)", b.len()),
+            Some(None) => f.write_str("Packed(failed)"),
+            None => f.write_str("Packed(not yet)"),
+        }
+    }
 }
 
 /// Whether `a` holds exactly the resources of `b` (the same `Arc`s, in the same order): then

@@ -1,0 +1,33 @@
+//! The pure core of a meshplane tenant instance: what the xds-server computes, without the
+//! I/O around it.
+//!
+//! - [`kinds`]: the kinds of object the instance reads, declared once (one table generates
+//!   [`model::Kind`], [`model::Object`], their validation and typed dispatch);
+//! - [`model`]: the objects sources deliver, the proxies, the encoded resources;
+//! - [`translate`] and [`envoyfilter`]: a proxy's Envoy configuration from the tenant's
+//!   registry, EnvoyFilters applied;
+//! - [`index`]: the tenant's state folded from source events, and the rendered-config cache;
+//! - [`generator`]: the seam the push loop drives ([`generator::ConfigGenerator`],
+//!   [`generator::Change`]);
+//! - [`config_events`]: findings about config objects the instance cannot use, deduplicated;
+//! - [`credentials`]: what the index asks about gateway credentials;
+//! - [`manifest`]: YAML manifests decoded into objects, as the directory source reads them;
+//! - [`hash`]: content hashes used as resource and set versions;
+//! - [`bounds`]: size limits on what clients send.
+//!
+//! No I/O, no async runtime, no Kubernetes client, nothing from the wire: the xds-server
+//! (sources, push loop, ADS) and meshctl build on it.
+
+pub mod bounds;
+pub mod config_events;
+pub mod credentials;
+pub mod envoyfilter;
+pub mod generator;
+pub mod hash;
+pub mod index;
+pub mod kinds;
+pub mod manifest;
+pub mod model;
+#[cfg(test)]
+mod test_rng;
+pub mod translate;
