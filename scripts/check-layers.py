@@ -33,8 +33,7 @@ LAYERS = {
         # ADS, as `ads/mod.rs` lists it: resource maps and frames first, the transport last.
         ("ads: maps and frames", ["ads::map_diff", "ads::compressed", "ads::payload", "ads::frames"]),
         ("ads: snapshots", ["ads::snapshot"]),
-        # `ads::tracker` is the protocol layer's former name, kept as an alias.
-        ("ads: protocol", ["ads::protocol", "ads::tracker"]),
+        ("ads: protocol", ["ads::protocol"]),
         ("ads: codec", ["ads::codec"]),
         # The push side builds snapshots and reads what streams publish (the layers before it);
         # the stream and the server register with its hub (the layers after it).
@@ -53,7 +52,6 @@ ONLY = {
     "xds-server/src": [
         # Push reads the value a stream publishes, never the protocol state itself.
         ("push", "ads::protocol", ["ads::protocol::status", "ads::protocol::Protocol", "ads::protocol::Nack"]),
-        ("push", "ads::tracker", ["ads::tracker::Protocol"]),
     ],
 }
 

@@ -47,6 +47,7 @@ use crate::model::{
     list_key, same_resources, type_url, Kind, ListKey, Object, ObjectKey, ProxyConfig, ProxyKind,
     ProxyNode, Resource, SourceEvent, VhdsRoutes,
 };
+use crate::translate::endpoints::{AssignmentKey, AssignmentScope};
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, InboundPort, Registry, Translated};
 
@@ -875,8 +876,8 @@ impl TenantIndex {
         let RenderCache {
             configs, interner, ..
         } = &mut *cache;
-        // Scopes of one namespace and kind of marking share each assignment: encoded once.
-        let mut fresh: HashMap<(String, bool, String), Arc<Resource>> = HashMap::new();
+        // Scopes with the same assignment of a cluster share it: encoded once.
+        let mut fresh: HashMap<AssignmentKey, Arc<Resource>> = HashMap::new();
         for (key, cached) in configs.iter_mut() {
             let positions: Vec<usize> = clusters
                 .iter()
@@ -887,32 +888,17 @@ impl TenantIndex {
             if positions.is_empty() {
                 continue;
             }
-            let marks_meshed = key.traffic.kind() != ProxyKind::Grpc;
+            let scope = AssignmentScope::new(&key.namespace, key.traffic.kind());
             let mut next = ProxyConfig::clone(&cached.config);
             for at in positions {
                 let Some(r) = next.endpoints.get_mut(at) else {
                     continue;
                 };
-                // Only subset clusters depend on the namespace (its DestinationRule).
-                let subset_of_namespace = registry::parse_outbound_cluster_name(&r.name)
-                    .is_some_and(|(_, subset, _)| !subset.is_empty());
-                let namespace = if subset_of_namespace {
-                    key.namespace.clone()
-                } else {
-                    String::new()
-                };
-                let memo = (namespace, marks_meshed, r.name.clone());
+                let memo = scope.key(&r.name);
                 *r = match fresh.get(&memo) {
                     Some(f) => Arc::clone(f),
                     None => {
-                        let mut cla = translate::endpoints::outbound_load_assignment(
-                            &registry,
-                            &key.namespace,
-                            &r.name,
-                        );
-                        if marks_meshed {
-                            translate::mtls::mark_meshed_endpoints(&registry, &mut cla);
-                        }
+                        let cla = scope.load_assignment(&registry, &r.name);
                         let f = interner.intern(type_url::ENDPOINT, r.name.clone(), &cla);
                         fresh.insert(memo, Arc::clone(&f));
                         f

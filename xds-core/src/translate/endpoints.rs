@@ -2,15 +2,84 @@
 //! (`outbound|port|subset|host`) only those whose workload carries the subset's labels.
 //!
 //! One function serves the full render and the endpoint-only patch of the index, so a patched
-//! configuration equals a fresh one.
+//! configuration equals a fresh one. What an assignment depends on besides the registry and
+//! its cluster's name is said once, by [`AssignmentScope`].
 
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
 use super::envoy::load_assignment;
+use super::mtls::mark_meshed_endpoints;
 use super::registry::{
     outbound_cluster_name, parse_outbound_cluster_name, EndpointModel, Registry,
 };
 use super::traffic::{destination_rule, labels_match};
+use crate::model::{ProxyKind, ProxyNode};
+
+/// What the assignment of an EDS cluster depends on besides the registry and the cluster's
+/// name: the proxy's namespace (the DestinationRule defining a subset cluster's endpoints) and
+/// whether the endpoints carry the mutual TLS marks (every proxy but a proxyless gRPC client;
+/// `translate` applies `mtls` to the others). Proxies of equal scopes get the same assignment
+/// of every cluster: the index's endpoint patch shares assignments by it
+/// ([`AssignmentScope::key`]), the push loop shares an endpoint push's result by it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AssignmentScope {
+    pub namespace: String,
+    pub marks_meshed: bool,
+}
+
+impl AssignmentScope {
+    /// The scope of proxies of `kind` in `namespace`.
+    pub fn new(namespace: &str, kind: ProxyKind) -> Self {
+        AssignmentScope {
+            namespace: namespace.to_string(),
+            marks_meshed: marks_meshed(kind),
+        }
+    }
+
+    /// The scope of `node`.
+    pub fn of(node: &ProxyNode) -> Self {
+        Self::new(&node.namespace, node.kind)
+    }
+
+    /// Whether `node` is of this scope.
+    pub fn holds(&self, node: &ProxyNode) -> bool {
+        self.namespace == node.namespace && self.marks_meshed == marks_meshed(node.kind)
+    }
+
+    /// What the assignment of `cluster` is the same for: only a subset cluster's depends on
+    /// the namespace.
+    pub fn key(&self, cluster: &str) -> AssignmentKey {
+        let subset = parse_outbound_cluster_name(cluster).is_some_and(|(_, s, _)| !s.is_empty());
+        AssignmentKey {
+            namespace: subset.then(|| self.namespace.clone()),
+            marks_meshed: self.marks_meshed,
+            cluster: cluster.to_string(),
+        }
+    }
+
+    /// The assignment of `cluster` for proxies of this scope, as the full render builds it.
+    pub fn load_assignment(&self, registry: &Registry, cluster: &str) -> ClusterLoadAssignment {
+        let mut cla = outbound_load_assignment(registry, &self.namespace, cluster);
+        if self.marks_meshed {
+            mark_meshed_endpoints(registry, &mut cla);
+        }
+        cla
+    }
+}
+
+/// Whether proxies of `kind` get the mutual TLS marks on their endpoints.
+fn marks_meshed(kind: ProxyKind) -> bool {
+    kind != ProxyKind::Grpc
+}
+
+/// One cluster's assignment as far as it can differ between proxies ([`AssignmentScope::key`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct AssignmentKey {
+    /// The namespace of the proxies, for a subset cluster only.
+    namespace: Option<String>,
+    marks_meshed: bool,
+    cluster: String,
+}
 
 /// The load assignment of EDS cluster `cluster_name` for proxies of `proxy_namespace` (subsets
 /// are defined by the DestinationRule that applies to that namespace).
@@ -94,4 +163,31 @@ pub fn subset_labels(
     destination_rule(registry, proxy_namespace, host, host_namespace)?
         .subset(subset)
         .map(|s| s.labels.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assignment_depends_on_the_namespace_only_for_a_subset_cluster_and_on_the_marks() {
+        let plain = "outbound|80||web.shop.svc.cluster.local";
+        let subset = "outbound|80|v1|web.shop.svc.cluster.local";
+        let shop = AssignmentScope::new("shop", ProxyKind::Sidecar);
+        let other = AssignmentScope::new("other", ProxyKind::Sidecar);
+        assert_eq!(shop.key(plain), other.key(plain));
+        assert_ne!(shop.key(subset), other.key(subset));
+        // Gateways get the marks as sidecars do; proxyless gRPC clients do not.
+        let gateway = AssignmentScope::new("shop", ProxyKind::Router);
+        let grpc = AssignmentScope::new("shop", ProxyKind::Grpc);
+        assert_eq!(shop, gateway);
+        assert_ne!(shop.key(plain), grpc.key(plain));
+        let node = ProxyNode {
+            namespace: "shop".into(),
+            kind: ProxyKind::Router,
+            ..ProxyNode::default()
+        };
+        assert!(shop.holds(&node) && !other.holds(&node) && !grpc.holds(&node));
+        assert_eq!(AssignmentScope::of(&node), shop);
+    }
 }

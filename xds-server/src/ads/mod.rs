@@ -46,6 +46,3 @@ pub mod wire;
 
 pub use server::{AdsLimits, AdsServer};
 pub(crate) use wire::accepted;
-
-/// The protocol layer under its former name.
-pub use protocol as tracker;

@@ -19,6 +19,7 @@ use super::hub::{Hub, Target};
 use super::{Change, ChangeKind, ConfigGenerator};
 use crate::ads::snapshot::{Snapshot, TypeMemo, TypeSnapshot};
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
+use crate::translate::endpoints::AssignmentScope;
 
 /// Position of EDS in [`crate::model::type_url::ORDER`].
 const EDS: usize = 1;
@@ -271,7 +272,7 @@ impl Pusher {
 
     /// Pushes a change of the endpoints of `clusters` only: proxies holding none of them are
     /// left alone; the others get their EDS re-rendered, the rest of their snapshot kept.
-    /// Proxies holding the same snapshot (one scope's render) of the same namespace and kind
+    /// Proxies holding the same snapshot (one scope's render) of the same [`AssignmentScope`]
     /// form one [`EndpointGroup`]: the first of them is rendered and the others share its
     /// result, so the cost grows with the scopes, not with the proxies. A proxy whose snapshot
     /// predates the last configuration change is fully re-rendered.
@@ -303,7 +304,7 @@ impl Pusher {
                                 key,
                                 EndpointGroup {
                                     current: Arc::clone(&current),
-                                    node: Arc::clone(&target.node),
+                                    scope: AssignmentScope::of(&target.node),
                                     next: next.clone(),
                                 },
                             );
@@ -359,14 +360,13 @@ impl Pusher {
 }
 
 /// Proxies that get the same EDS from an endpoint-only push: they hold the same snapshot, which
-/// one scope's render produced (the stream keeps the `Arc` it is handed), and an assignment
-/// depends on the scope only through the proxy's namespace (the DestinationRule subsets) and
-/// kind (proxyless gRPC gets no mutual TLS marks), both compared too.
+/// one scope's render produced (the stream keeps the `Arc` it is handed), and are of the same
+/// [`AssignmentScope`] (what an assignment depends on besides the registry).
 struct EndpointGroup {
     /// The snapshot its proxies hold; kept so that its address is not reused within the push.
     current: Arc<Snapshot>,
-    /// The proxy that was rendered for the group.
-    node: Arc<ProxyNode>,
+    /// The assignment scope of the proxy that was rendered for the group.
+    scope: AssignmentScope,
     /// What its proxies get (`None`: the change does not touch them).
     next: Option<Arc<Snapshot>>,
 }
@@ -374,9 +374,7 @@ struct EndpointGroup {
 impl EndpointGroup {
     /// Whether a proxy of `node` holding `current` belongs to the group.
     fn holds(&self, node: &ProxyNode, current: &Arc<Snapshot>) -> bool {
-        Arc::ptr_eq(&self.current, current)
-            && self.node.namespace == node.namespace
-            && self.node.kind == node.kind
+        Arc::ptr_eq(&self.current, current) && self.scope.holds(node)
     }
 }
 
