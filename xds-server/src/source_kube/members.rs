@@ -279,7 +279,7 @@ mod tests {
         names.iter().map(|s| s.to_string()).collect()
     }
 
-    /// Issue 16 item 3: a deleted, missing or unreadable members ConfigMap no longer empties
+    /// A deleted, missing or unreadable members ConfigMap does not empty
     /// the tenant; the last known members stay, marked stale, until a readable one arrives.
     #[test]
     fn a_deleted_or_unreadable_members_configmap_keeps_the_last_known_members() {
