@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use meshplane_xds_core::manifest;
+use meshplane_xds_core::kinds::{KindVisitor, WatchedObject};
 use meshplane_xds_core::model::Kind;
 
 use crate::state::MeshState;
@@ -84,93 +84,16 @@ impl ClusterArgs {
     }
 }
 
-/// The API resource of a kind the mesh reads.
+/// The API resource of a kind the mesh reads, and whether it is namespaced.
 pub fn api_resource(kind: Kind) -> (ApiResource, bool) {
-    let (group, version, kind_name, plural, namespaced) = match kind {
-        Kind::Namespace => ("", "v1", "Namespace", "namespaces", false),
-        Kind::Service => ("", "v1", "Service", "services", true),
-        Kind::Pod => ("", "v1", "Pod", "pods", true),
-        Kind::EndpointSlice => (
-            "discovery.k8s.io",
-            "v1",
-            "EndpointSlice",
-            "endpointslices",
-            true,
-        ),
-        Kind::ServiceEntry => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "ServiceEntry",
-            "serviceentries",
-            true,
-        ),
-        Kind::Sidecar => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "Sidecar",
-            "sidecars",
-            true,
-        ),
-        Kind::EnvoyFilter => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "EnvoyFilter",
-            "envoyfilters",
-            true,
-        ),
-        Kind::PeerAuthentication => (
-            "security.meshplane.io",
-            "v1alpha1",
-            "PeerAuthentication",
-            "peerauthentications",
-            true,
-        ),
-        Kind::AuthorizationPolicy => (
-            "security.meshplane.io",
-            "v1alpha1",
-            "AuthorizationPolicy",
-            "authorizationpolicies",
-            true,
-        ),
-        Kind::VirtualService => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "VirtualService",
-            "virtualservices",
-            true,
-        ),
-        Kind::DestinationRule => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "DestinationRule",
-            "destinationrules",
-            true,
-        ),
-        Kind::Gateway => (
-            "networking.meshplane.io",
-            "v1alpha1",
-            "Gateway",
-            "gateways",
-            true,
-        ),
-        Kind::Secret => ("", "v1", "Secret", "secrets", true),
-        Kind::MeshControlPlane => (
-            "meshplane.io",
-            "v1alpha1",
-            "MeshControlPlane",
-            "meshcontrolplanes",
-            false,
-        ),
-        Kind::MeshRevisionTag => (
-            "meshplane.io",
-            "v1alpha1",
-            "MeshRevisionTag",
-            "meshrevisiontags",
-            false,
-        ),
-    };
-    let gvk = GroupVersionKind::gvk(group, version, kind_name);
-    (ApiResource::from_gvk_with_plural(&gvk, plural), namespaced)
+    struct Erase;
+    impl KindVisitor for Erase {
+        type Output = ApiResource;
+        fn visit<T: WatchedObject>(self) -> ApiResource {
+            ApiResource::erase::<T>(&())
+        }
+    }
+    (kind.visit(Erase), kind.namespaced())
 }
 
 /// Every object of `api`, page by page, as JSON documents with `apiVersion` and `kind`.
@@ -227,7 +150,7 @@ pub async fn read_state(client: &kube::Client, scope: &Scope) -> anyhow::Result<
     let mut state = MeshState::default();
     // Secrets stay unread: meshctl needs no access to key material, and a Gateway's
     // `credentialName` check is the instance's (its Accepted condition).
-    for kind in manifest::KINDS.into_iter().filter(|k| *k != Kind::Secret) {
+    for kind in Kind::ALL.iter().copied().filter(|k| *k != Kind::Secret) {
         let (resource, namespaced) = api_resource(kind);
         match (namespaced, scope) {
             (false, _) | (true, Scope::All) => {

@@ -10,7 +10,6 @@ use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::{names, MeshConfig};
 use meshplane_xds_core::envoyfilter::PatchError;
 use meshplane_xds_core::index::TenantIndex;
-use meshplane_xds_core::manifest;
 use meshplane_xds_core::model::{ProxyConfig, ProxyNode, SourceEvent};
 use serde::Serialize;
 
@@ -176,7 +175,7 @@ pub fn tenant_index(
     let mut index = TenantIndex::new(tenant, revision, control_namespace, MeshConfig::default());
     index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: manifest::KINDS.to_vec(),
+        kinds: meshplane_xds_core::model::Kind::ALL.to_vec(),
     });
     for object in state.objects() {
         index.apply(SourceEvent::Upsert(object.clone()));

@@ -1,6 +1,8 @@
 //! The pure core of a meshplane tenant instance: what the xds-server computes, without the
 //! I/O around it.
 //!
+//! - [`kinds`]: the kinds of object the instance reads, declared once (one table generates
+//!   [`model::Kind`], [`model::Object`], their validation and typed dispatch);
 //! - [`model`]: the objects sources deliver, the proxies, the encoded resources;
 //! - [`translate`] and [`envoyfilter`]: a proxy's Envoy configuration from the tenant's
 //!   registry, EnvoyFilters applied;
@@ -23,6 +25,7 @@ pub mod envoyfilter;
 pub mod generator;
 pub mod hash;
 pub mod index;
+pub mod kinds;
 pub mod manifest;
 pub mod model;
 #[cfg(test)]

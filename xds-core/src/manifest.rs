@@ -8,29 +8,10 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use meshplane_crds::manifest::{decode, parse_documents};
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::kinds::{KindVisitor, WatchedObject};
 use crate::model::{Kind, Object};
-
-/// Every kind the directory source delivers (the scope of its resyncs).
-pub const KINDS: [Kind; 15] = [
-    Kind::Namespace,
-    Kind::Service,
-    Kind::EndpointSlice,
-    Kind::Pod,
-    Kind::ServiceEntry,
-    Kind::Sidecar,
-    Kind::EnvoyFilter,
-    Kind::PeerAuthentication,
-    Kind::AuthorizationPolicy,
-    Kind::VirtualService,
-    Kind::DestinationRule,
-    Kind::Gateway,
-    Kind::Secret,
-    Kind::MeshControlPlane,
-    Kind::MeshRevisionTag,
-];
 
 /// Whether `path` names a manifest file (`*.yaml`/`*.yml`).
 pub fn is_manifest(path: &Path) -> bool {
@@ -117,8 +98,16 @@ fn describe(doc: &Value) -> String {
     )
 }
 
-fn typed<T: DeserializeOwned>(doc: &Value) -> Result<T, (String, String)> {
-    decode(doc).map_err(|e| (describe(doc), e.to_string()))
+/// Decodes a document into its kind's Rust type.
+struct Decode<'a>(&'a Value);
+
+impl KindVisitor for Decode<'_> {
+    type Output = Result<Object, (String, String)>;
+    fn visit<T: WatchedObject>(self) -> Self::Output {
+        decode::<T>(self.0)
+            .map(T::into_object)
+            .map_err(|e| (describe(self.0), e.to_string()))
+    }
 }
 
 /// Decodes one document; `Ok(None)` for kinds the xds-server does not read.
@@ -126,13 +115,8 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
     let api_version = doc
         .get("apiVersion")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let kind = doc
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+        .unwrap_or_default();
+    let kind_name = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
     if doc
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -140,55 +124,19 @@ fn object_from_value(mut doc: Value) -> Result<Option<Object>, (String, String)>
     {
         return Err((describe(&doc), "metadata.name is required".to_string()));
     }
-    let cluster_scoped = matches!(
-        kind.as_str(),
-        "Namespace" | "MeshControlPlane" | "MeshRevisionTag"
-    );
-    if !cluster_scoped && doc.pointer("/metadata/namespace").is_none() {
+    let Some(kind) = Kind::from_api(api_version, kind_name) else {
+        tracing::debug!(object = %describe(&doc), api_version, "kind not read by the xds-server, ignored");
+        return Ok(None);
+    };
+    if kind.namespaced() && doc.pointer("/metadata/namespace").is_none() {
         if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("namespace".into(), Value::String("default".into()));
         }
     }
-    let obj = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Namespace") => Object::Namespace(Box::new(typed(&doc)?)),
-        ("v1", "Service") => Object::Service(Box::new(typed(&doc)?)),
-        ("v1", "Pod") => Object::Pod(Box::new(typed(&doc)?)),
-        ("v1", "Secret") => Object::Secret(Box::new(typed(&doc)?)),
-        ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(Box::new(typed(&doc)?)),
-        ("networking.meshplane.io/v1alpha1", "ServiceEntry") => {
-            Object::ServiceEntry(Box::new(typed(&doc)?))
-        }
-        ("networking.meshplane.io/v1alpha1", "Sidecar") => Object::Sidecar(Box::new(typed(&doc)?)),
-        ("networking.meshplane.io/v1alpha1", "EnvoyFilter") => {
-            Object::EnvoyFilter(Box::new(typed(&doc)?))
-        }
-        ("security.meshplane.io/v1alpha1", "PeerAuthentication") => {
-            Object::PeerAuthentication(Box::new(typed(&doc)?))
-        }
-        ("security.meshplane.io/v1alpha1", "AuthorizationPolicy") => {
-            // Not dropped when invalid: an invalid policy denies what it selects (fails
-            // closed, translate::authz::unenforceable) and its status says why.
-            Object::AuthorizationPolicy(Box::new(typed(&doc)?))
-        }
-        ("networking.meshplane.io/v1alpha1", "VirtualService") => {
-            Object::VirtualService(Box::new(typed(&doc)?))
-        }
-        ("networking.meshplane.io/v1alpha1", "DestinationRule") => {
-            Object::DestinationRule(Box::new(typed(&doc)?))
-        }
-        ("networking.meshplane.io/v1alpha1", "Gateway") => Object::Gateway(Box::new(typed(&doc)?)),
-        ("meshplane.io/v1alpha1", "MeshControlPlane") => {
-            Object::MeshControlPlane(Box::new(typed(&doc)?))
-        }
-        ("meshplane.io/v1alpha1", "MeshRevisionTag") => {
-            Object::MeshRevisionTag(Box::new(typed(&doc)?))
-        }
-        _ => {
-            tracing::debug!(object = %describe(&doc), api_version, "kind not read by the xds-server, ignored");
-            return Ok(None);
-        }
-    };
-    // The rules the validating webhook and the index apply (`Object::validate`).
+    let obj = kind.visit(Decode(&doc))?;
+    // The rules the validating webhook and the index apply (`Object::validate`); an invalid
+    // AuthorizationPolicy is not dropped: it denies what it selects (fails closed,
+    // translate::authz::unenforceable) and its status says why.
     obj.validate()
         .map_err(|e| (describe(&doc), e.to_string()))?;
     Ok(Some(obj))

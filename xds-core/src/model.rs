@@ -7,136 +7,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use meshplane_crds::controlplane::GatewayDeployment;
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::{
-    AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,
-    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
-};
 
-/// A Kubernetes object a source delivers.
-#[derive(Clone, Debug)]
-pub enum Object {
-    /// A namespace (its labels decide membership in directory mode).
-    Namespace(Box<Namespace>),
-    /// A Service of a member namespace.
-    Service(Box<Service>),
-    /// An EndpointSlice of a member namespace.
-    EndpointSlice(Box<EndpointSlice>),
-    /// A Pod of a member namespace (workload labels and addresses).
-    Pod(Box<Pod>),
-    /// A ServiceEntry.
-    ServiceEntry(Box<ServiceEntry>),
-    /// A Sidecar.
-    Sidecar(Box<Sidecar>),
-    /// An EnvoyFilter.
-    EnvoyFilter(Box<EnvoyFilter>),
-    /// A PeerAuthentication (how workloads accept their peers: mutual TLS modes).
-    PeerAuthentication(Box<PeerAuthentication>),
-    /// An AuthorizationPolicy (who may call which workloads).
-    AuthorizationPolicy(Box<AuthorizationPolicy>),
-    /// A VirtualService.
-    VirtualService(Box<VirtualService>),
-    /// A DestinationRule.
-    DestinationRule(Box<DestinationRule>),
-    /// A Gateway.
-    Gateway(Box<Gateway>),
-    /// A TLS Secret of a gateway's namespace (what Gateway servers' `credentialName` name).
-    Secret(Box<Secret>),
-    /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
-    MeshControlPlane(Box<MeshControlPlane>),
-    /// A MeshRevisionTag (directory mode: tags resolving to the tenant's revisions).
-    MeshRevisionTag(Box<MeshRevisionTag>),
-}
+pub use crate::kinds::{Kind, Object};
 
 impl Object {
-    /// The object's metadata.
-    pub fn metadata(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        self.kind_and_metadata().1
-    }
-
     /// Kind, namespace and name of the object.
     pub fn key(&self) -> ObjectKey {
-        let (kind, meta) = self.kind_and_metadata();
+        let meta = self.metadata();
         ObjectKey {
-            kind,
+            kind: self.kind(),
             namespace: meta.namespace.clone(),
             name: meta.name.clone().unwrap_or_default(),
         }
     }
-
-    /// The semantic validation of `meshplane_crds::validation` that the validating webhook
-    /// applies, for the kinds the directory source and the index skip when they break it:
-    /// ServiceEntries, Sidecars, EnvoyFilters, VirtualServices, DestinationRules, Gateways,
-    /// MeshControlPlanes and MeshRevisionTags. Other kinds pass (an invalid
-    /// AuthorizationPolicy is kept: it denies what it selects, failing closed).
-    pub fn validate(&self) -> Result<(), meshplane_crds::validation::ValidationErrors> {
-        use meshplane_crds::validation;
-        match self {
-            Object::ServiceEntry(se) => validation::validate_service_entry(&se.spec),
-            Object::Sidecar(s) => validation::validate_sidecar(&s.spec),
-            Object::EnvoyFilter(f) => validation::validate_envoy_filter(&f.spec),
-            Object::VirtualService(v) => validation::validate_virtual_service(&v.spec),
-            Object::DestinationRule(d) => validation::validate_destination_rule(&d.spec),
-            Object::Gateway(g) => validation::validate_gateway(&g.spec),
-            Object::MeshControlPlane(m) => validation::validate_mesh_control_plane(m),
-            Object::MeshRevisionTag(t) => validation::validate_revision_tag(t),
-            Object::Namespace(_)
-            | Object::Service(_)
-            | Object::EndpointSlice(_)
-            | Object::Pod(_)
-            | Object::PeerAuthentication(_)
-            | Object::AuthorizationPolicy(_)
-            | Object::Secret(_) => Ok(()),
-        }
-    }
-
-    fn kind_and_metadata(
-        &self,
-    ) -> (
-        Kind,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) {
-        match self {
-            Object::Namespace(o) => (Kind::Namespace, &o.metadata),
-            Object::Service(o) => (Kind::Service, &o.metadata),
-            Object::EndpointSlice(o) => (Kind::EndpointSlice, &o.metadata),
-            Object::Pod(o) => (Kind::Pod, &o.metadata),
-            Object::ServiceEntry(o) => (Kind::ServiceEntry, &o.metadata),
-            Object::Sidecar(o) => (Kind::Sidecar, &o.metadata),
-            Object::EnvoyFilter(o) => (Kind::EnvoyFilter, &o.metadata),
-            Object::PeerAuthentication(o) => (Kind::PeerAuthentication, &o.metadata),
-            Object::AuthorizationPolicy(o) => (Kind::AuthorizationPolicy, &o.metadata),
-            Object::VirtualService(o) => (Kind::VirtualService, &o.metadata),
-            Object::DestinationRule(o) => (Kind::DestinationRule, &o.metadata),
-            Object::Gateway(o) => (Kind::Gateway, &o.metadata),
-            Object::Secret(o) => (Kind::Secret, &o.metadata),
-            Object::MeshControlPlane(o) => (Kind::MeshControlPlane, &o.metadata),
-            Object::MeshRevisionTag(o) => (Kind::MeshRevisionTag, &o.metadata),
-        }
-    }
-}
-
-/// Kind of an [`Object`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Namespace,
-    Service,
-    EndpointSlice,
-    Pod,
-    ServiceEntry,
-    Sidecar,
-    EnvoyFilter,
-    PeerAuthentication,
-    AuthorizationPolicy,
-    VirtualService,
-    DestinationRule,
-    Gateway,
-    Secret,
-    MeshControlPlane,
-    MeshRevisionTag,
 }
 
 /// Identity of an object: kind, namespace (none for cluster-scoped), name.

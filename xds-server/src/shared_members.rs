@@ -283,7 +283,7 @@ mod tests {
         view
     }
 
-    /// Issue 16 item 3: in Shared mode, a members ConfigMap that lists another tenant's
+    /// In Shared mode, a members ConfigMap that lists another tenant's
     /// namespace, a system namespace or one outside the tenant's selector does not make the
     /// instance read it; only namespaces membership confirms are read.
     #[test]

@@ -13,7 +13,7 @@
 //! stay (a truncated or half-edited file never deletes them), and a warning names the file and
 //! each problem whenever it is read, until it is fixed. A file cut exactly between documents
 //! still reads as a shorter manifest: only what does not parse or validate is caught. Documents
-//! are decoded by `meshplane_xds_core::manifest` (the kinds of [`KINDS`]; a namespaced object
+//! are decoded by `meshplane_xds_core::manifest` (the kinds of [`Kind::ALL`](meshplane_xds_core::model::Kind::ALL); a namespaced object
 //! without a namespace lands in `default`, as with kubectl).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,10 +24,10 @@ use tokio::sync::mpsc;
 
 use meshplane_xds_core::manifest::{self, is_manifest};
 pub use meshplane_xds_core::manifest::{
-    decode_document, objects_from_yaml, read_manifest, Manifest, SkippedObject, KINDS,
+    decode_document, objects_from_yaml, read_manifest, Manifest, SkippedObject,
 };
 
-use crate::model::{Object, ObjectKey, SourceEvent};
+use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 
 /// Quiet time after the last file event before files written in place are read. Only long
 /// enough to coalesce the several events of one write; files renamed into place are read at
@@ -277,7 +277,7 @@ impl DirState {
     pub fn resync_events(&self) -> Vec<SourceEvent> {
         std::iter::once(SourceEvent::Resync {
             namespace: None,
-            kinds: KINDS.to_vec(),
+            kinds: Kind::ALL.to_vec(),
         })
         .chain(self.objects().into_iter().map(SourceEvent::Upsert))
         .chain(std::iter::once(SourceEvent::Synced))

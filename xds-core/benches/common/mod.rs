@@ -4,7 +4,8 @@
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::MeshConfig;
 use meshplane_xds_core::index::TenantIndex;
-use meshplane_xds_core::manifest::{objects_from_yaml, KINDS};
+use meshplane_xds_core::manifest::objects_from_yaml;
+use meshplane_xds_core::model::Kind;
 use meshplane_xds_core::model::{ProxyNode, SourceEvent};
 
 pub const NAMESPACES: usize = 20;
@@ -46,7 +47,7 @@ pub fn tenant(scoped: bool) -> TenantIndex {
     let mut index = TenantIndex::new("acme", "blue", "meshplane-acme", MeshConfig::default());
     index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: KINDS.to_vec(),
+        kinds: Kind::ALL.to_vec(),
     });
     for (i, file) in manifests(scoped).iter().enumerate() {
         for obj in objects_from_yaml(&format!("ns{i}.yaml"), file) {

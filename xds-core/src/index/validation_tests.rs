@@ -1,4 +1,4 @@
-//! Issue 16 item 4: what the Kubernetes source reads is validated again in the index (objects
+//! What the Kubernetes source reads is validated again in the index (objects
 //! admitted without the validating webhook); invalid objects are skipped and reported once per
 //! generation, valid ones kept.
 
@@ -174,7 +174,7 @@ fn unmergeable(timeout: &str) -> Value {
             "patch": {"operation": "MERGE", "value": {"connect_timeout": timeout}}}])
 }
 
-/// Issue 16 item 5: a patch that cannot apply is reported on its EnvoyFilter, once per
+/// A patch that cannot apply is reported on its EnvoyFilter, once per
 /// generation of the filter, however many proxies it fails for.
 #[test]
 fn envoy_filter_patches_that_cannot_apply_are_reported_once_per_generation() {

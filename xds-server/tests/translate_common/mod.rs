@@ -51,7 +51,7 @@ pub fn feed(index: &mut TenantIndex, yaml: &[&str]) -> meshplane_xds::index::Cha
     let mut change = meshplane_xds::index::Change::default();
     change.merge(index.apply(SourceEvent::Resync {
         namespace: None,
-        kinds: meshplane_xds::source_dir::KINDS.to_vec(),
+        kinds: meshplane_xds::model::Kind::ALL.to_vec(),
     }));
     for (i, y) in yaml.iter().enumerate() {
         for obj in objects_from_yaml(&format!("doc{i}.yaml"), y) {

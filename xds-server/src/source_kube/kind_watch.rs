@@ -1,0 +1,280 @@
+//! One watcher per kind: a relist becomes `Resync` + `Upsert`s + `Synced` in one batch, a
+//! first listing releases readiness ([`InitialListing`]), and Shared mode filters to the
+//! members in process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::kinds::{NamespacedKindVisitor, NamespacedObject, Read};
+use crate::metrics::Metrics;
+use crate::model::{Kind, Object, ObjectKey, SourceEvent};
+
+/// Events that go onto the source's output together (a relist is one batch).
+pub(super) type Batch = Vec<SourceEvent>;
+
+/// Starts the watchers of every kind read per member namespace, in `namespace` (or
+/// cluster-wide, filtered by `filter`); each first listing's release is pushed onto `initial`.
+pub(super) fn spawn_kind_watchers(
+    client: &Client,
+    namespace: Option<&String>,
+    out: &mpsc::Sender<Batch>,
+    filter: Option<watch::Receiver<BTreeSet<String>>>,
+    initial: &mut Vec<oneshot::Receiver<()>>,
+    metrics: &Arc<Metrics>,
+) -> Vec<JoinHandle<()>> {
+    Kind::ALL
+        .iter()
+        .filter(|kind| kind.read() == Read::MemberNamespaces)
+        .filter_map(|kind| {
+            let (done_tx, done_rx) = oneshot::channel();
+            initial.push(done_rx);
+            kind.visit_namespaced(SpawnWatcher {
+                client,
+                namespace,
+                out,
+                filter: filter.clone(),
+                listing: InitialListing::new(done_tx, Arc::clone(metrics)),
+            })
+        })
+        .collect()
+}
+
+/// Starts the watcher of one kind in one namespace (or cluster-wide, filtered).
+struct SpawnWatcher<'a> {
+    client: &'a Client,
+    namespace: Option<&'a String>,
+    out: &'a mpsc::Sender<Batch>,
+    filter: Option<watch::Receiver<BTreeSet<String>>>,
+    listing: InitialListing,
+}
+
+impl NamespacedKindVisitor for SpawnWatcher<'_> {
+    type Output = JoinHandle<()>;
+    fn visit<T: NamespacedObject>(self) -> JoinHandle<()> {
+        let api = match self.namespace {
+            Some(ns) => Api::<T>::namespaced(self.client.clone(), ns),
+            None => Api::<T>::all(self.client.clone()),
+        };
+        tokio::spawn(watch_kind::<T>(
+            api,
+            self.namespace.cloned(),
+            T::KIND,
+            T::into_object,
+            self.out.clone(),
+            self.listing,
+            self.filter,
+        ))
+    }
+}
+
+fn key_of<K: ResourceExt>(kind: Kind, o: &K) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: o.namespace(),
+        name: o.name_any(),
+    }
+}
+
+/// One watcher of one kind (in one namespace, or cluster-wide filtered by `filter`).
+pub(super) async fn watch_kind<K>(
+    api: Api<K>,
+    namespace: Option<String>,
+    kind: Kind,
+    wrap: fn(K) -> Object,
+    out: mpsc::Sender<Batch>,
+    mut listing: InitialListing,
+    mut filter: Option<watch::Receiver<BTreeSet<String>>>,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut buffer: Batch = Vec::new();
+    // Shared mode: everything seen, so a namespace that joins gets its objects at once.
+    let mut cache: BTreeMap<ObjectKey, K> = BTreeMap::new();
+    let mut allowed: BTreeSet<String> = filter
+        .as_mut()
+        .map(|f| f.borrow_and_update().clone())
+        .unwrap_or_default();
+    let visible = |allowed: &BTreeSet<String>, key: &ObjectKey, shared: bool| {
+        !shared || key.namespace.as_ref().is_some_and(|n| allowed.contains(n))
+    };
+    let shared = filter.is_some();
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(e) => e,
+                None => break,
+            },
+            changed = async {
+                match filter.as_mut() {
+                    Some(f) => f.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    break;
+                }
+                let next = filter.as_mut().map(|f| f.borrow_and_update().clone()).unwrap_or_default();
+                let joined: Batch = cache
+                    .iter()
+                    .filter(|(k, _)| visible(&next, k, true) && !visible(&allowed, k, true))
+                    .map(|(_, o)| SourceEvent::Upsert(wrap(o.clone())))
+                    .collect();
+                allowed = next;
+                if !joined.is_empty() && out.send(joined).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let batch = match event {
+            Ok(Event::Init) => {
+                cache.clear();
+                buffer = vec![SourceEvent::Resync {
+                    namespace: namespace.clone(),
+                    kinds: vec![kind],
+                }];
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                let key = key_of(kind, &o);
+                if visible(&allowed, &key, shared) {
+                    buffer.push(SourceEvent::Upsert(wrap(o.clone())));
+                }
+                if shared {
+                    cache.insert(key, o);
+                }
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                buffer.push(SourceEvent::Synced);
+                std::mem::take(&mut buffer)
+            }
+            Ok(Event::Apply(o)) => {
+                let key = key_of(kind, &o);
+                let show = visible(&allowed, &key, shared);
+                let event = SourceEvent::Upsert(wrap(o.clone()));
+                if shared {
+                    cache.insert(key, o);
+                }
+                if !show {
+                    continue;
+                }
+                vec![event]
+            }
+            Ok(Event::Delete(o)) => {
+                let key = key_of(kind, &o);
+                cache.remove(&key);
+                if !visible(&allowed, &key, shared) {
+                    continue;
+                }
+                vec![SourceEvent::Delete(key)]
+            }
+            Err(e) => {
+                // Refused outright (a member namespace's admin removed the instance's reader
+                // binding, say): readiness does not wait for it. The instance serves what it
+                // can read; this kind of that namespace follows once the watch lists.
+                if listing.pending() && is_forbidden(&e) {
+                    tracing::warn!(
+                        ?kind,
+                        namespace = ?namespace,
+                        error = %e,
+                        "not allowed to list: serving without it until access returns"
+                    );
+                    listing.refused();
+                } else {
+                    tracing::warn!(?kind, namespace = ?namespace, error = %e, "watch failed, retrying");
+                }
+                continue;
+            }
+        };
+        let listed = matches!(batch.last(), Some(SourceEvent::Synced));
+        if out.send(batch).await.is_err() {
+            break;
+        }
+        if listed {
+            listing.listed();
+        }
+    }
+}
+
+/// A watch's first listing: readiness waits for it (`done`) until the watch lists or is
+/// refused (403) before it could. A refused watch is counted in
+/// `meshplane_xds_refused_watches` until it lists, or until it ends (a namespace that left,
+/// a dropped task).
+pub(super) struct InitialListing {
+    done: Option<oneshot::Sender<()>>,
+    metrics: Arc<Metrics>,
+    counted: bool,
+}
+
+impl InitialListing {
+    pub(super) fn new(done: oneshot::Sender<()>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            done: Some(done),
+            metrics,
+            counted: false,
+        }
+    }
+
+    /// Whether readiness still waits for the first listing.
+    fn pending(&self) -> bool {
+        self.done.is_some()
+    }
+
+    fn release(&mut self) {
+        if let Some(done) = self.done.take() {
+            // Readiness may have stopped waiting (the source ended): nothing to tell.
+            let _ = done.send(());
+        }
+    }
+
+    fn count(&mut self, refused: bool) {
+        if refused != self.counted {
+            self.metrics.refused_watches(if refused { 1 } else { -1 });
+            self.counted = refused;
+        }
+    }
+
+    /// Refused before the first listing: readiness stops waiting, the watch is counted.
+    fn refused(&mut self) {
+        self.release();
+        self.count(true);
+    }
+
+    /// Listed (or listed again after a refusal).
+    fn listed(&mut self) {
+        self.release();
+        self.count(false);
+    }
+}
+
+impl Drop for InitialListing {
+    fn drop(&mut self) {
+        self.count(false);
+    }
+}
+
+/// Whether a watch failed because the API server refuses the instance (403), as opposed to a
+/// transient failure.
+fn is_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
+    }
+}

@@ -1,0 +1,272 @@
+//! Kubernetes source: watches the kinds of [`crate::kinds`] read per member namespace in the
+//! tenant's member namespaces and its control namespace, the TLS Secrets of its gateways'
+//! namespaces, and reports the instance's connected proxy count (contract 3).
+//!
+//! Strict isolation reads only what namespace-scoped RoleBindings allow: the members ConfigMap
+//! (contract 2) in the control namespace, then one watcher per kind per member namespace,
+//! started and stopped as members change. Shared isolation runs cluster-wide watchers and
+//! filters in process. `kube::runtime::watcher` relists on 410 Gone and reconnects; each
+//! relist becomes `Resync` + `Upsert`s + `Synced`, delivered as one uninterrupted batch.
+//!
+//! Parts: `members` (the members ConfigMap, decoded once per event), `namespaces` (which
+//! watchers run where, and the readiness barrier), `kind_watch` (one watcher of one kind), and
+//! [`SharedVerifier`] (Shared mode's check of the listed members).
+
+mod kind_watch;
+mod members;
+mod namespaces;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use meshplane_contracts::proxies::{self, MembersStale};
+use tokio::sync::{mpsc, watch};
+
+use kind_watch::Batch;
+pub use members::{
+    decode_event, parse_gateways, parse_members, parse_mesh_config, read_members, Decoded,
+    MembersFollower, RevisionSettings,
+};
+use namespaces::{ready_after, NamespaceWatchers, SecretWatchers};
+
+use crate::metrics::Metrics;
+use crate::model::SourceEvent;
+
+/// What the Kubernetes source watches.
+#[derive(Clone, Debug)]
+pub struct KubeSourceConfig {
+    pub tenant: String,
+    pub control_namespace: String,
+    pub revision: String,
+    /// Shared isolation: cluster-wide watchers filtered in process, reading only the listed
+    /// members that membership confirms ([`crate::shared_members`]).
+    pub shared: bool,
+    /// Where `members_stale` and `members_unverified` are reported.
+    pub metrics: Arc<Metrics>,
+    /// Whether, since when and why the members in use are stale: what
+    /// [`report_proxy_count`] applies next to the count (contract 3).
+    pub members_stale: watch::Sender<Option<MembersStale>>,
+}
+
+/// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
+/// initial namespace watch have been listed, or refused (403): one namespace the instance may
+/// not read never keeps the whole instance unready.
+pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<SourceEvent>) {
+    let (batch_tx, batch_rx) = mpsc::channel::<Batch>(256);
+    let funnel = tokio::spawn(funnel(batch_rx, out));
+    let mut namespaces = NamespaceWatchers::start(
+        client.clone(),
+        batch_tx.clone(),
+        Arc::clone(&config.metrics),
+        config.control_namespace.clone(),
+        config.shared,
+    );
+    let mut secrets = SecretWatchers::new(
+        client.clone(),
+        batch_tx.clone(),
+        Arc::clone(&config.metrics),
+    );
+    let mut verifier = config
+        .shared
+        .then(|| SharedVerifier::spawn(client.clone(), &config));
+
+    let members_api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.control_namespace);
+    let name = meshplane_crds::names::members_configmap(&config.revision);
+    let selector = format!("metadata.name={name}");
+    let mut stream = watcher(members_api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let mut follower = MembersFollower::default();
+    let mut settings = RevisionSettings::default();
+    let mut members: Option<BTreeSet<String>> = None;
+    let mut ready_armed = false;
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(event) => Some(event),
+                None => break,
+            },
+            changed = async {
+                match verifier.as_mut() {
+                    Some(v) => v.confirmed.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    break;
+                }
+                None
+            }
+        };
+        if let Some(event) = event {
+            match event.map(members::decode_event) {
+                Ok(event) => {
+                    if let Event::InitApply(Ok(data)) | Event::Apply(Ok(data)) = &event {
+                        let changes = settings.update(data);
+                        for change in &changes {
+                            if let SourceEvent::GatewayDeployments(gateways) = change {
+                                secrets.follow(gateways);
+                            }
+                        }
+                        if !changes.is_empty() && batch_tx.send(changes).await.is_err() {
+                            break;
+                        }
+                    }
+                    follower.on_decoded(&event, members::now_rfc3339());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, configmap = %name, "members watch failed, retrying");
+                    follower.on_error(&e, members::now_rfc3339());
+                }
+            }
+            config.metrics.set_members_stale(follower.stale().is_some());
+            let mark = follower.stale().cloned();
+            config.members_stale.send_if_modified(|old| {
+                let differs = *old != mark;
+                if differs {
+                    *old = mark;
+                }
+                differs
+            });
+        }
+        let Some(listed) = follower.known() else {
+            continue;
+        };
+        let next = match verifier.as_mut() {
+            None => listed.clone(),
+            Some(v) => match v.read(listed) {
+                Some(read) => read,
+                None => continue,
+            },
+        };
+        if members.as_ref() != Some(&next) {
+            tracing::info!(members = ?next, "tenant members changed");
+            if batch_tx
+                .send(vec![SourceEvent::Members(next.clone())])
+                .await
+                .is_err()
+            {
+                break;
+            }
+            namespaces.follow(&next);
+            members = Some(next);
+        }
+        let initial = namespaces.take_initial();
+        if !ready_armed && members.is_some() {
+            ready_armed = true;
+            ready_after(initial, batch_tx.clone());
+        }
+    }
+    drop((namespaces, secrets));
+    funnel.abort();
+}
+
+/// One writer keeps each relist batch contiguous on the output channel.
+async fn funnel(mut batches: mpsc::Receiver<Batch>, out: mpsc::Sender<SourceEvent>) {
+    while let Some(batch) = batches.recv().await {
+        for event in batch {
+            if out.send(event).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Shared isolation: the listed members that membership confirms (the tenant's by their
+/// labels and the cluster's control planes and tags), so a members ConfigMap written by
+/// anyone else cannot widen what the cluster-wide watchers let through.
+struct SharedVerifier {
+    confirmed: watch::Receiver<Option<BTreeSet<String>>>,
+    unverified: BTreeSet<String>,
+    metrics: Arc<Metrics>,
+}
+
+impl SharedVerifier {
+    fn spawn(client: Client, config: &KubeSourceConfig) -> Self {
+        Self {
+            confirmed: crate::shared_members::spawn(client, config.tenant.clone()),
+            unverified: BTreeSet::new(),
+            metrics: Arc::clone(&config.metrics),
+        }
+    }
+
+    /// The members to read of `listed`; `None` until membership has listed.
+    fn read(&mut self, listed: &BTreeSet<String>) -> Option<BTreeSet<String>> {
+        let confirmed = self.confirmed.borrow_and_update().clone()?;
+        let (read, dropped) = crate::shared_members::verify(listed, &confirmed);
+        if dropped != self.unverified {
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    namespaces = ?dropped,
+                    "the members ConfigMap lists namespaces that are not the tenant's by their labels and the cluster's control planes and tags: not read"
+                );
+            }
+            self.metrics.set_members_unverified(dropped.len());
+            self.unverified = dropped;
+        }
+        Some(read)
+    }
+}
+
+/// Server-side-applies this pod's connected proxy count into `meshplane-R-proxies` (contract
+/// 3), and its members-stale mark while `stale` holds one, whenever either changes, until
+/// `shutdown`. Applying without the mark removes it (server-side apply drops a key its
+/// manager stops applying).
+pub async fn report_proxy_count(
+    client: Client,
+    control_namespace: String,
+    revision: String,
+    pod_name: String,
+    mut count: watch::Receiver<usize>,
+    mut stale: watch::Receiver<Option<MembersStale>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &control_namespace);
+    let name = proxies::configmap_name(&revision);
+    let params = PatchParams::apply(&proxies::field_manager(&pod_name));
+    let mut reported: Option<(usize, Option<MembersStale>)> = None;
+    // Without a source (it ended), the count is still reported.
+    let mut stale_open = true;
+    loop {
+        let current = (
+            *count.borrow_and_update(),
+            stale.borrow_and_update().clone(),
+        );
+        if reported.as_ref() != Some(&current) {
+            let data = proxies::entries(&pod_name, current.0 as u64, current.1.as_ref());
+            let patch = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": { "name": name, "namespace": control_namespace },
+                "data": data,
+            });
+            match api.patch(&name, &params, &Patch::Apply(&patch)).await {
+                Ok(_) => reported = Some(current),
+                Err(e) => {
+                    tracing::warn!(error = %e, configmap = %name, "cannot report proxy count, retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                        () = crate::ads::stream::shutting_down(&mut shutdown) => return,
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            changed = count.changed() => if changed.is_err() { return },
+            changed = async {
+                match stale_open {
+                    true => stale.changed().await,
+                    false => std::future::pending().await,
+                }
+            } => stale_open = changed.is_ok(),
+            () = crate::ads::stream::shutting_down(&mut shutdown) => return,
+        }
+    }
+}
