@@ -4,7 +4,7 @@
 //! the tenant's EnvoyFilter policy, and EnvoyFilter patches that cannot apply.
 //!
 //! The index reports into an [`EventSink`] (no I/O there: a bounded queue, never blocking);
-//! the xds-server's `config_events::run` publishes each report as an `events.k8s.io/v1` Event
+//! the xds-server's `report::config_events::run` publishes each report as an `events.k8s.io/v1` Event
 //! of type `Warning` regarding the object, in the object's namespace. The sink lets through one
 //! report per object generation
 //! and reason ([`Dedup`]): the same invalid object seen again on a relist or a push, or a

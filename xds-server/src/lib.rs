@@ -7,14 +7,13 @@ pub use meshplane_xds_core::{
 pub mod admin;
 pub mod ads;
 pub mod cli;
-pub mod config_events;
-pub mod config_status;
 pub mod credential_access;
 pub mod identity;
 pub mod log_budget;
 pub mod logging;
 pub mod metrics;
 pub mod push;
+pub mod report;
 pub mod shared_members;
 pub mod source_dir;
 pub mod source_kube;

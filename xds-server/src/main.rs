@@ -11,12 +11,12 @@ use meshplane_crds::MeshConfig;
 use meshplane_xds::admin::DebugAccess;
 use meshplane_xds::ads::{AdsLimits, AdsServer};
 use meshplane_xds::cli::{Args, Isolation, Source};
-use meshplane_xds::config_events::EventSink;
 use meshplane_xds::credential_access::CredentialAccess;
 use meshplane_xds::index::TenantIndex;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::SourceEvent;
 use meshplane_xds::push::{run_push_loop, ConfigGenerator, DebounceConfig, Hub, Pusher};
+use meshplane_xds::report::config_events::EventSink;
 use meshplane_xds::source_dir::run_dir_source_reporting;
 use meshplane_xds::source_kube::{self, KubeSourceConfig};
 use meshplane_xds::tenancy::TokenReviewer;
@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     // Kubernetes mode: config the index does not apply becomes Warning Events on it.
     let (event_sink, config_events) = match args.source {
         Source::Kube => {
-            let (sink, rx) = meshplane_xds::config_events::channel();
+            let (sink, rx) = meshplane_xds::report::config_events::channel();
             (sink, Some(rx))
         }
         Source::Dir(_) => (EventSink::default(), None),
@@ -169,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
                 ));
             }
             tokio::spawn(source_kube::run(client.clone(), config, events_tx));
-            tokio::spawn(source_kube::report_proxy_count(
+            tokio::spawn(meshplane_xds::report::proxy_count::run(
                 client.clone(),
                 control_namespace.clone(),
                 args.revision.clone(),
@@ -179,13 +179,13 @@ async fn main() -> anyhow::Result<()> {
                 shutdown_rx.clone(),
             ));
             // The Accepted condition of VirtualServices, DestinationRules and Gateways.
-            tokio::spawn(meshplane_xds::config_status::run(
+            tokio::spawn(meshplane_xds::report::config_status::run(
                 client.clone(),
                 args.revision.clone(),
                 hub.diagnostics(),
             ));
             if let Some(rx) = config_events {
-                tokio::spawn(meshplane_xds::config_events::run(
+                tokio::spawn(meshplane_xds::report::config_events::run(
                     client.clone(),
                     args.revision.clone(),
                     pod_name.clone(),

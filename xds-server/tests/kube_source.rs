@@ -170,7 +170,7 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     let (count_tx, count_rx) = watch::channel(3usize);
     let (_stop, stop_rx) = watch::channel(false);
     let (stale_tx, stale_rx) = watch::channel(None);
-    tokio::spawn(source_kube::report_proxy_count(
+    tokio::spawn(meshplane_xds::report::proxy_count::run(
         client.clone(),
         "meshplane-blue".into(),
         "blue-v1".into(),

@@ -1,6 +1,6 @@
 //! Kubernetes source: watches the kinds of [`crate::kinds`] read per member namespace in the
 //! tenant's member namespaces and its control namespace, the TLS Secrets of its gateways'
-//! namespaces, and reports the instance's connected proxy count (contract 3).
+//! namespaces, and follows the members ConfigMap (contract 2).
 //!
 //! Strict isolation reads only what namespace-scoped RoleBindings allow: the members ConfigMap
 //! (contract 2) in the control namespace, then one watcher per kind per member namespace,
@@ -18,15 +18,13 @@ mod namespaces;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use meshplane_contracts::proxies::{self, MembersStale};
+use meshplane_contracts::proxies::MembersStale;
 use tokio::sync::{mpsc, watch};
 
 use kind_watch::Batch;
@@ -51,7 +49,7 @@ pub struct KubeSourceConfig {
     /// Where `members_stale` and `members_unverified` are reported.
     pub metrics: Arc<Metrics>,
     /// Whether, since when and why the members in use are stale: what
-    /// [`report_proxy_count`] applies next to the count (contract 3).
+    /// [`crate::report::proxy_count`] applies next to the count (contract 3).
     pub members_stale: watch::Sender<Option<MembersStale>>,
 }
 
@@ -212,61 +210,5 @@ impl SharedVerifier {
             self.unverified = dropped;
         }
         Some(read)
-    }
-}
-
-/// Server-side-applies this pod's connected proxy count into `meshplane-R-proxies` (contract
-/// 3), and its members-stale mark while `stale` holds one, whenever either changes, until
-/// `shutdown`. Applying without the mark removes it (server-side apply drops a key its
-/// manager stops applying).
-pub async fn report_proxy_count(
-    client: Client,
-    control_namespace: String,
-    revision: String,
-    pod_name: String,
-    mut count: watch::Receiver<usize>,
-    mut stale: watch::Receiver<Option<MembersStale>>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &control_namespace);
-    let name = proxies::configmap_name(&revision);
-    let params = PatchParams::apply(&proxies::field_manager(&pod_name));
-    let mut reported: Option<(usize, Option<MembersStale>)> = None;
-    // Without a source (it ended), the count is still reported.
-    let mut stale_open = true;
-    loop {
-        let current = (
-            *count.borrow_and_update(),
-            stale.borrow_and_update().clone(),
-        );
-        if reported.as_ref() != Some(&current) {
-            let data = proxies::entries(&pod_name, current.0 as u64, current.1.as_ref());
-            let patch = serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": { "name": name, "namespace": control_namespace },
-                "data": data,
-            });
-            match api.patch(&name, &params, &Patch::Apply(&patch)).await {
-                Ok(_) => reported = Some(current),
-                Err(e) => {
-                    tracing::warn!(error = %e, configmap = %name, "cannot report proxy count, retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(2)) => continue,
-                        () = crate::ads::stream::shutting_down(&mut shutdown) => return,
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            changed = count.changed() => if changed.is_err() { return },
-            changed = async {
-                match stale_open {
-                    true => stale.changed().await,
-                    false => std::future::pending().await,
-                }
-            } => stale_open = changed.is_ok(),
-            () = crate::ads::stream::shutting_down(&mut shutdown) => return,
-        }
     }
 }
