@@ -121,7 +121,7 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         .kubectl(&["create", "namespace", "shop"])
         .expect("shop");
     // Config written before shop joined: no validating webhook selects shop yet, so an invalid
-    // ServiceEntry is admitted. The instance validates what it reads again (issue 16 item 4).
+    // ServiceEntry is admitted. The instance validates what it reads again.
     cluster
         .apply_manifest(&format!("{BYPASSED_INVALID}---\n{BYPASSED_VALID}"))
         .expect("config admitted before shop joined");

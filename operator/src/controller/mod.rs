@@ -1,6 +1,6 @@
 //! The kube-runtime controllers: one for `MeshControlPlane`, one for `MeshRevisionTag`, one for
 //! `MeshRevisionMigration`, sharing one [`Context`] (docs/architecture.md, "From `kubectl
-//! apply` to an Envoy", step 3).
+//! apply` to an Envoy", item 3).
 //!
 //! The control-plane controller writes, per revision, the members ConfigMap (contract 2), the
 //! empty proxies ConfigMap whose keys it sums into `status.connectedProxies` (contract 3), the

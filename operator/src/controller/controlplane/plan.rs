@@ -4,12 +4,13 @@
 //! does with `migration::step`.
 //!
 //! - [`decide`]: a revision in conflict changes nothing and only reports why; an active one
-//!   is reconciled for its membership (docs/architecture.md step 2).
+//!   is reconciled for its membership (docs/architecture.md, item 2).
 //! - [`access_objects`], [`access_writes`]: the control namespace and the operator's access
 //!   bindings, applied before anything they grant rights on ("Who may do what").
-//! - [`writes`]: one pass over the rendered objects (contracts 1–6 and 8, step 3): what to
-//!   apply (a binding whose roleRef changed is replaced), what another owner holds and what
-//!   to prune (only objects carrying our labels, contract 8; access bindings last).
+//! - [`writes`]: one pass over the rendered objects (contracts 1–6 and 8; item 3 of
+//!   docs/architecture.md): what to apply (a binding whose roleRef changed is replaced), what
+//!   another owner holds and what to prune (only objects carrying our labels, contract 8;
+//!   access bindings last).
 //!   [`render_facts`] are what a pass renders from, and the writes themselves can change them
 //!   (the Service's ClusterIP, the root of the tenant CA of contract 11): another pass follows
 //!   while they do.
