@@ -28,6 +28,7 @@ pub mod index;
 pub mod kinds;
 pub mod manifest;
 pub mod model;
-#[cfg(test)]
-mod test_rng;
+/// The seeded generator of the property tests here and in the xds-server (not for product use).
+#[doc(hidden)]
+pub mod test_rng;
 pub mod translate;

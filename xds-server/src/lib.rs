@@ -18,7 +18,5 @@ pub mod shared_members;
 pub mod source_dir;
 pub mod source_kube;
 pub mod tenancy;
-#[cfg(test)]
-mod test_rng;
 mod timer;
 pub mod tokens;

@@ -122,7 +122,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::model::type_url;
-    use crate::test_rng::Rng;
+    use meshplane_xds_core::test_rng::Rng;
 
     thread_local! {
         static FROM_CHANGES: Cell<usize> = const { Cell::new(0) };

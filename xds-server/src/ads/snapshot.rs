@@ -367,7 +367,7 @@ impl Snapshot {
 mod tests {
     use super::*;
     use crate::ads::map_diff::tests::{diffs_from_changes, names, pick};
-    use crate::test_rng::Rng;
+    use meshplane_xds_core::test_rng::Rng;
 
     fn res(name: &str, body: &[u8]) -> Arc<Resource> {
         Arc::new(Resource {
@@ -397,7 +397,7 @@ mod tests {
     /// snapshot, is what a walk finds, along random sequences of configurations.
     #[test]
     fn endpoints_within_clusters_follows_the_changes() {
-        let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = meshplane_xds_core::test_rng::Rng(0x2545_f491_4f6c_dd1d);
         let names = ["a", "b", "c", "d", "e", "f"];
         let mut pick = |keep: &[Arc<Resource>]| -> Vec<Arc<Resource>> {
             names

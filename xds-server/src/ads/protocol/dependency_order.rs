@@ -24,7 +24,7 @@ use bytes::Bytes;
 use super::{Outgoing, Protocol, StreamState};
 use crate::ads::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
-use crate::test_rng::Rng;
+use meshplane_xds_core::test_rng::Rng;
 
 const CDS: usize = 0;
 const EDS: usize = 1;

@@ -11,7 +11,7 @@ use super::tracker_model;
 use super::*;
 use crate::ads::snapshot::{Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, Resource};
-use crate::test_rng::Rng;
+use meshplane_xds_core::test_rng::Rng;
 
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
