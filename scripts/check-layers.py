@@ -61,9 +61,11 @@ ONLY = {
 # ---------------------------------------------------------------------------------------------
 CRATE_RULES = [
     # The pure core: no server, no runtime, no client, no transport, no file watching, no codec.
+    # tokio only for its channels (the index publishes its outputs on watch channels): no
+    # default features, nothing but `sync`, so no runtime, timer, I/O or process can come in.
     (
         "xds-core/Cargo.toml",
-        ["meshplane-xds", "tokio", "kube", "tonic", "axum", "hyper", "notify", "zstd"],
+        ["meshplane-xds", ("tokio", ["sync"]), "kube", "tonic", "axum", "hyper", "notify", "zstd"],
     ),
 ]
 
@@ -338,8 +340,9 @@ def circles(edges):
 
 
 def dependencies(manifest):
-    """Names of the dependencies a Cargo.toml declares, in any dependency table."""
-    names, in_deps = [], False
+    """(name, how it is declared) of each dependency a Cargo.toml declares, in any dependency
+    table: the text after `=` for an inline declaration, None for a table of its own."""
+    found, in_deps = [], False
     with open(manifest, encoding="utf-8") as f:
         for raw in f:
             line = raw.split("#", 1)[0].strip()
@@ -349,16 +352,33 @@ def dependencies(manifest):
                 in_deps = bool(re.search(r"(^|\.)(dev-|build-)?dependencies$", table))
                 sub = re.match(r"^(?:.*\.)?(?:dev-|build-)?dependencies\.([\w-]+)$", table)
                 if sub:
-                    names.append(sub.group(1))
+                    found.append((sub.group(1), None))
                 continue
             if in_deps:
-                m = re.match(r"^([\w-]+)\s*(?:\.\s*\w+\s*)?=", line)
+                m = re.match(r"^([\w-]+)\s*(?:\.\s*\w+\s*)?=(.*)$", line)
                 if m:
-                    names.append(m.group(1))
+                    found.append((m.group(1), m.group(2).strip()))
                     pkg = re.search(r'package\s*=\s*"([\w-]+)"', line)
                     if pkg:
-                        names.append(pkg.group(1))
-    return names
+                        found.append((pkg.group(1), m.group(2).strip()))
+    return found
+
+
+def confined_breach(declared, allowed):
+    """Why a dependency allowed only with `allowed` features breaks that, or None: it must be
+    an inline table with `default-features = false` and features drawn from `allowed`."""
+    if declared is None or not declared.startswith("{"):
+        return "must be declared inline with default-features = false"
+    if not re.search(r"default-features\s*=\s*false", declared):
+        return "must turn default features off"
+    if re.search(r"workspace\s*=\s*true", declared):
+        return "must not take the workspace's features"
+    listed = re.search(r"features\s*=\s*\[([^\]]*)\]", declared)
+    features = re.findall(r'"([\w-]+)"', listed.group(1)) if listed else []
+    extra = [f for f in features if f not in allowed]
+    if extra:
+        return "may use only features %s, not %s" % (allowed, extra)
+    return None
 
 
 def check_crate_rules(root, rules):
@@ -368,9 +388,15 @@ def check_crate_rules(root, rules):
         if not os.path.exists(path):
             errors.append("%s: no such manifest (named in CRATE_RULES)" % manifest)
             continue
-        for dep in dependencies(path):
-            if dep in banned:
+        outright = [b for b in banned if isinstance(b, str)]
+        confined = dict(b for b in banned if not isinstance(b, str))
+        for dep, declared in dependencies(path):
+            if dep in outright:
                 errors.append("%s: depends on %s, which this crate must not" % (manifest, dep))
+            elif dep in confined:
+                why = confined_breach(declared, confined[dep])
+                if why:
+                    errors.append("%s: depends on %s, which %s" % (manifest, dep, why))
     return errors
 
 
@@ -409,9 +435,9 @@ def self_test():
         "app/src/ads/high.rs": "use super::{low::Map, mid};\npub struct Server;\n#[cfg(test)]\nmod tests {\n    use super::super::low::Map;\n}\n",
         "app/src/push.rs": "use crate::ads::low::Map;\npub struct Hub;\n",
         "app/src/other.rs": "use crate::ads::high::Server;\nuse crate::ads::Server as S;\n",
-        "app/Cargo.toml": "[package]\nname = \"app\"\n\n[dependencies]\nserde = \"1\"\n# tokio = \"1\"\n",
+        "app/Cargo.toml": "[package]\nname = \"app\"\n\n[dependencies]\nserde = \"1\"\n# tokio = \"1\"\nsync-lib = { version = \"1\", default-features = false, features = [\"sync\"] }\n",
     }
-    rules = [("app/Cargo.toml", ["tokio"])]
+    rules = [("app/Cargo.toml", ["tokio", ("sync-lib", ["sync"])])]
     bad = [
         # (file, its text, what the report must name)
         ("app/src/ads/low/mod.rs", "use super::high::Server;\n", "app/src/ads/low/mod.rs:1: ads::low (layer 'low') imports super::high::Server"),
@@ -427,6 +453,12 @@ def self_test():
         ("app/Cargo.toml", "[dependencies]\ntokio = { version = \"1\" }\n", "app/Cargo.toml: depends on tokio"),
         ("app/Cargo.toml", "[dependencies]\nrt = { package = \"tokio\", version = \"1\" }\n", "app/Cargo.toml: depends on tokio"),
         ("app/Cargo.toml", "[target.'cfg(unix)'.dependencies.tokio]\nversion = \"1\"\n", "app/Cargo.toml: depends on tokio"),
+        # A dependency allowed with some features only.
+        ("app/Cargo.toml", "[dependencies]\nsync-lib = \"1\"\n", "depends on sync-lib, which must be declared inline"),
+        ("app/Cargo.toml", "[dependencies]\nsync-lib = { version = \"1\", features = [\"sync\"] }\n", "must turn default features off"),
+        ("app/Cargo.toml", "[dependencies]\nsync-lib = { version = \"1\", default-features = false, features = [\"sync\", \"rt\"] }\n", "not ['rt']"),
+        ("app/Cargo.toml", "[dependencies.sync-lib]\nversion = \"1\"\n", "depends on sync-lib, which must be declared inline"),
+        ("app/Cargo.toml", "[dependencies]\nsync-lib = { workspace = true, default-features = false }\n", "workspace"),
     ]
     failures = []
 

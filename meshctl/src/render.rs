@@ -207,7 +207,7 @@ pub fn render(
         &serving.placement.control_namespace,
     );
     let node = workload.node();
-    let (config, patch_errors) = index.render_proxy_checked(&node);
+    let (config, patch_errors) = index.render_checked(&node);
     Ok(Rendered {
         serving,
         node,

@@ -21,6 +21,7 @@ use meshplane_xds::ads::AdsServer;
 use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
+use meshplane_xds::outputs::IndexWatch;
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::tenancy::TokenReviewer;
 use prost::Message;
@@ -166,8 +167,8 @@ impl ConfigGenerator for Generator {
             ..Default::default()
         })
     }
-    fn members(&self) -> BTreeSet<String> {
-        ["shop".to_string()].into()
+    fn watch(&self) -> IndexWatch {
+        IndexWatch::with_members(["shop".to_string()].into())
     }
 }
 

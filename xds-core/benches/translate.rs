@@ -35,8 +35,8 @@ fn bench(c: &mut Criterion) {
         unscoped.registry().services.len(),
         NAMESPACES * SERVICES_PER_NAMESPACE
     );
-    let (n_u, b_u) = bytes(&unscoped.render_proxy(&node()));
-    let (n_s, b_s) = bytes(&scoped.render_proxy(&node()));
+    let (n_u, b_u) = bytes(&unscoped.render(&node()));
+    let (n_s, b_s) = bytes(&scoped.render(&node()));
     println!(
         "config per proxy, 1,000 services: unscoped {n_u} resources / {b_u} bytes; scoped (./*) {n_s} resources / {b_s} bytes ({:.1}x smaller)",
         b_u as f64 / b_s.max(1) as f64
@@ -44,14 +44,10 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("render_proxy_1000_services");
     group.sample_size(20);
     group.bench_function("unscoped", |b| {
-        b.iter(|| unscoped.render_proxy_uncached(&node()))
+        b.iter(|| unscoped.render_checked(&node()).0)
     });
-    group.bench_function("scoped", |b| {
-        b.iter(|| scoped.render_proxy_uncached(&node()))
-    });
-    group.bench_function("cached_same_scope", |b| {
-        b.iter(|| unscoped.render_proxy(&node()))
-    });
+    group.bench_function("scoped", |b| b.iter(|| scoped.render_checked(&node()).0));
+    group.bench_function("cached_same_scope", |b| b.iter(|| unscoped.render(&node())));
     group.finish();
 }
 

@@ -4,9 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
-
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
+use crate::outputs::IndexWatch;
 
 /// What the push loop needs from the tenant's state: fold source events, render a proxy.
 pub trait ConfigGenerator: Send + 'static {
@@ -15,22 +14,9 @@ pub trait ConfigGenerator: Send + 'static {
     /// The full configuration of one proxy; the same `Arc` for proxies that get the same config
     /// until the next change (pushes then build one snapshot for all of them).
     fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig>;
-    /// The tenant's member namespaces (asked after a change with `members_changed`).
-    fn members(&self) -> BTreeSet<String>;
-    /// The verdict on the tenant's traffic config (what the `Accepted` conditions say); asked
-    /// after a configuration change.
-    fn diagnostics(&self) -> Arc<crate::translate::diagnostics::Diagnostics> {
-        Arc::default()
-    }
-    /// What the tenant's EnvoyFilters may do, for the validating webhook; asked after a
-    /// configuration change.
-    fn envoy_filter_policy(&self) -> EnvoyFilterPolicy {
-        EnvoyFilterPolicy::default()
-    }
-    /// The `credentialName`s the tenant's Gateways name; asked after a configuration change.
-    fn credential_names(&self) -> BTreeSet<String> {
-        BTreeSet::new()
-    }
+    /// Receivers of what the generator publishes besides configurations (members, verdicts,
+    /// the EnvoyFilter policy, credential names); they follow every applied event.
+    fn watch(&self) -> IndexWatch;
 }
 
 /// How far a change reaches.

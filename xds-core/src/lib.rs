@@ -7,6 +7,8 @@
 //! - [`translate`] and [`envoyfilter`]: a proxy's Envoy configuration from the tenant's
 //!   registry, EnvoyFilters applied;
 //! - [`index`]: the tenant's state folded from source events, and the rendered-config cache;
+//! - [`outputs`]: what the index publishes besides configurations (members, verdicts, the
+//!   EnvoyFilter policy, credential names), on watch channels;
 //! - [`generator`]: the seam the push loop drives ([`generator::ConfigGenerator`],
 //!   [`generator::Change`]);
 //! - [`config_events`]: findings about config objects the instance cannot use, deduplicated;
@@ -15,7 +17,7 @@
 //! - [`hash`]: content hashes used as resource and set versions;
 //! - [`bounds`]: size limits on what clients send.
 //!
-//! No I/O, no async runtime, no Kubernetes client, nothing from the wire: the xds-server
+//! No I/O, no async runtime (`tokio::sync` channels only), no Kubernetes client, nothing from the wire: the xds-server
 //! (sources, push loop, ADS) and meshctl build on it.
 
 pub mod bounds;
@@ -28,6 +30,7 @@ pub mod index;
 pub mod kinds;
 pub mod manifest;
 pub mod model;
+pub mod outputs;
 /// The seeded generator of the property tests here and in the xds-server (not for product use).
 #[doc(hidden)]
 pub mod test_rng;

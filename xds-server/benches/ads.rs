@@ -110,7 +110,7 @@ fn config_bytes(scoped: bool) -> usize {
         service_account: None,
         readable_credentials: None,
     };
-    let config = index.render_proxy(&node);
+    let config = index.render(&node);
     [
         &config.clusters,
         &config.endpoints,

@@ -18,7 +18,6 @@
 #[path = "../tests/token_common/mod.rs"]
 mod token_common;
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,6 +32,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, SourceEvent};
+use meshplane_xds::outputs::IndexWatch;
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::tenancy::TokenReviewer;
 use tokio::sync::{mpsc, watch};
@@ -381,8 +381,8 @@ impl ConfigGenerator for Shop {
     fn render(&self, _node: &ProxyNode) -> Arc<ProxyConfig> {
         Arc::new(ProxyConfig::default())
     }
-    fn members(&self) -> BTreeSet<String> {
-        ["shop".to_string()].into()
+    fn watch(&self) -> IndexWatch {
+        IndexWatch::with_members(["shop".to_string()].into())
     }
 }
 

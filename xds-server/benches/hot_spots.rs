@@ -89,7 +89,7 @@ fn proxy(ns: usize, i: usize) -> ProxyNode {
 }
 
 fn hot_spots(c: &mut Criterion) {
-    let config = tenant(false).render_proxy(&node());
+    let config = tenant(false).render(&node());
     let snap_a = Snapshot::new(&config, Instant::now());
     let snap_b = Snapshot::new(&with_changed_endpoint(&config, "b"), Instant::now());
     let mut group = c.benchmark_group("hot_spots");

@@ -1,7 +1,7 @@
 //! meshplane xds-server: one revision of one tenant, serving Envoy over ADS.
 
 pub use meshplane_xds_core::{
-    bounds, envoyfilter, generator, hash, index, kinds, manifest, model, translate,
+    bounds, envoyfilter, generator, hash, index, kinds, manifest, model, outputs, translate,
 };
 
 pub mod admin;

@@ -177,7 +177,7 @@ async fn client_chosen_loopback_addresses_do_not_grow_the_render_cache() {
             readable_credentials: None,
             kind: meshplane_xds::model::ProxyKind::Sidecar,
         };
-        index.render_proxy_shared(&node);
+        index.render(&node);
         assert!(
             index.cached_scopes() <= 8,
             "{} cached",

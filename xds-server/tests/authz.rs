@@ -709,7 +709,7 @@ fn describe_rbac_filter(f: &Filter) -> String {
 #[test]
 fn policies_of_the_workload_go_before_the_router_and_the_tcp_proxy() {
     let index = index_with(&[MESH]);
-    let config = index.render_proxy(&sds_proxy());
+    let config = index.render(&sds_proxy());
     let listeners = decode_all::<Listener>(&config.listeners);
     let text = describe_chains(&listeners);
     golden("authz/web_strict", &text);
@@ -720,9 +720,7 @@ fn policies_of_the_workload_go_before_the_router_and_the_tcp_proxy() {
     // Another workload of shop gets the namespace-wide policy only.
     let mut other = proxy("shop", &[("app", "cart")], CaptureMode::Default);
     other.sds = true;
-    let other_text = describe_chains(&decode_all::<Listener>(
-        &index.render_proxy(&other).listeners,
-    ));
+    let other_text = describe_chains(&decode_all::<Listener>(&index.render(&other).listeners));
     assert!(
         other_text.contains("rbac(ALLOW: )") && !other_text.contains("web-from-cart"),
         "{other_text}"
@@ -738,13 +736,13 @@ fn without_policies_chains_are_unchanged_and_changes_reach_the_proxy() {
         .join("---");
     let mut index = index_with(&[&plain]);
     let before = describe_chains(&decode_all::<Listener>(
-        &index.render_proxy(&sds_proxy()).listeners,
+        &index.render(&sds_proxy()).listeners,
     ));
     assert!(!before.contains("rbac"), "{before}");
     let change = feed(&mut index, &[MESH]);
     assert_eq!(change.kind, meshplane_xds::index::ChangeKind::Config);
     let after = describe_chains(&decode_all::<Listener>(
-        &index.render_proxy(&sds_proxy()).listeners,
+        &index.render(&sds_proxy()).listeners,
     ));
     assert!(
         after.contains("rbac(DENY: ns[shop]-policy[deny-admin]-rule[0])"),
@@ -798,7 +796,7 @@ spec: {action: AUDIT, rules: [{to: [{operation: {methods: [POST]}}]}]}
 "#;
     let permissive = MESH.replace("mode: STRICT", "mode: PERMISSIVE");
     let index = index_with(&[&permissive, every_form]);
-    let config = index.render_proxy(&sds_proxy());
+    let config = index.render(&sds_proxy());
     let text = describe_chains(&decode_all::<Listener>(&config.listeners));
     assert!(text.contains("tcp rbac("), "{text}");
     assert!(

@@ -21,6 +21,7 @@ use meshplane_xds::ads::AdsServer;
 use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
+use meshplane_xds::outputs::IndexWatch;
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use meshplane_xds::tenancy::TokenReviewer;
 use time::OffsetDateTime;
@@ -39,8 +40,8 @@ impl ConfigGenerator for Members {
     fn render(&self, _node: &ProxyNode) -> Arc<ProxyConfig> {
         Arc::new(ProxyConfig::default())
     }
-    fn members(&self) -> BTreeSet<String> {
-        self.0.clone()
+    fn watch(&self) -> IndexWatch {
+        IndexWatch::with_members(self.0.clone())
     }
 }
 

@@ -68,7 +68,7 @@ fn rendered() -> &'static (Translated, ProxyConfig) {
     RENDERED.get_or_init(|| {
         let index = index_with(&[MESH]);
         let translated = translate::translate(index.registry(), &web_proxy());
-        (translated, index.render_proxy(&web_proxy()))
+        (translated, index.render_checked(&web_proxy()).0)
     })
 }
 

@@ -55,7 +55,7 @@ fn client(sds: bool) -> ProxyNode {
 }
 
 fn vms_cluster(index: &meshplane_xds::index::TenantIndex, node: &ProxyNode) -> Cluster {
-    let clusters: Vec<Cluster> = decode_all(&index.render_proxy(node).clusters);
+    let clusters: Vec<Cluster> = decode_all(&index.render(node).clusters);
     clusters
         .into_iter()
         .find(|c| c.name == "outbound|9000||vms.example.com")
@@ -221,7 +221,7 @@ fn upsert(index: &mut TenantIndex, yaml: &str) -> ChangeKind {
 }
 
 fn orders_identities(index: &TenantIndex) -> Vec<Option<MatchPattern>> {
-    let clusters: Vec<Cluster> = decode_all(&index.render_proxy(&client(true)).clusters);
+    let clusters: Vec<Cluster> = decode_all(&index.render(&client(true)).clusters);
     let cluster = clusters
         .into_iter()
         .find(|c| c.name == "outbound|8080||orders.shop.svc.cluster.local")
@@ -327,7 +327,7 @@ spec: {mtls: {mode: STRICT}}
 fn inbound_identities(index: &TenantIndex) -> Vec<Option<MatchPattern>> {
     let mut node = proxy("shop", &[("app", "web")], CaptureMode::Default);
     node.sds = true;
-    let listeners: Vec<Listener> = decode_all(&index.render_proxy(&node).listeners);
+    let listeners: Vec<Listener> = decode_all(&index.render(&node).listeners);
     let contexts: Vec<DownstreamTlsContext> = listeners
         .iter()
         .filter(|l| l.name == "virtualInbound")

@@ -283,7 +283,7 @@ const REVIEWS_VHOST: &str = "reviews.shop.svc.cluster.local:9080";
 #[test]
 fn virtual_service_rules_become_routes_in_their_order() {
     let index = index_of(&[MESH, REVIEWS]);
-    let config = index.render_proxy(&node("pay", &[("app", "web")]));
+    let config = index.render(&node("pay", &[("app", "web")]));
     let routes = vhost_routes(&config, "9080", REVIEWS_VHOST);
     let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
     // One route per match block, in order; nothing appended after the rules.
@@ -314,7 +314,7 @@ fn virtual_service_rules_become_routes_in_their_order() {
 #[test]
 fn hosts_without_a_virtual_service_get_istios_default_route() {
     let index = index_of(&[MESH, REVIEWS]);
-    let config = index.render_proxy(&node("pay", &[]));
+    let config = index.render(&node("pay", &[]));
     let routes = vhost_routes(&config, "80", "web.pay.svc.cluster.local:80");
     assert_eq!(routes.len(), 1);
     let text = routes::describe_route(&routes[0]);
@@ -333,7 +333,7 @@ fn virtual_service_precedence_table() {
         let docs: Vec<&str> = std::iter::once(MESH)
             .chain(yaml.iter().map(String::as_str))
             .collect();
-        let config = index_of(&docs).render_proxy(&proxy);
+        let config = index_of(&docs).render(&proxy);
         vhost_routes(&config, "9080", REVIEWS_VHOST)[0].name.clone()
     };
     let old = "2026-01-01T00:00:00Z";
@@ -394,7 +394,7 @@ spec:
 "#;
     let index = index_of(&[MESH, REVIEWS.split("---").nth(1).unwrap_or_default(), vs]);
     let names = |n: ProxyNode| -> Vec<String> {
-        vhost_routes(&index.render_proxy(&n), "9080", REVIEWS_VHOST)
+        vhost_routes(&index.render(&n), "9080", REVIEWS_VHOST)
             .iter()
             .map(|r| r.name.clone())
             .collect()
@@ -432,7 +432,7 @@ metadata: {name: web, namespace: shop}
 spec: {clusterIP: 198.19.0.42, selector: {app: web}, ports: [{name: http, port: 80}]}
 "#;
     let index = index_of(&[MESH, extra, &text]);
-    let config = index.render_proxy(&node("shop", &[("app", "productpage")]));
+    let config = index.render(&node("shop", &[("app", "productpage")]));
     let mut out = String::new();
     for (rc, vhost) in [
         ("9080", "details.shop.svc.cluster.local:9080"),
@@ -466,7 +466,7 @@ spec: {clusterIP: 198.19.0.42, selector: {app: web}, ports: [{name: http, port: 
 #[test]
 fn subsets_are_clusters_whose_eds_holds_only_their_endpoints() {
     let index = index_of(&[MESH, REVIEWS]);
-    let config = index.render_proxy(&node("pay", &[]));
+    let config = index.render(&node("pay", &[]));
     let all = "outbound|9080||reviews.shop.svc.cluster.local";
     let v1 = "outbound|9080|v1|reviews.shop.svc.cluster.local";
     let v2 = "outbound|9080|v2|reviews.shop.svc.cluster.local";
@@ -492,7 +492,7 @@ fn subsets_are_clusters_whose_eds_holds_only_their_endpoints() {
         "  - {name: v1, labels: {version: v1}}\n  - {name: v3, labels: {version: v3}}",
     );
     let index = index_of(&[MESH, &v3_rule]);
-    let config = index.render_proxy(&node("pay", &[]));
+    let config = index.render(&node("pay", &[]));
     assert_eq!(
         endpoints_of(&config, "outbound|9080|v3|reviews.shop.svc.cluster.local"),
         BTreeSet::from(["198.18.1.3:9080".into()])
@@ -503,16 +503,20 @@ fn subsets_are_clusters_whose_eds_holds_only_their_endpoints() {
 fn a_pod_changing_version_moves_between_subsets_as_an_endpoint_change() {
     let mut index = index_of(&[MESH, REVIEWS]);
     let n = node("pay", &[]);
-    let before = index.render_proxy_shared(&n);
+    let before = index.render(&n);
     let relabel = "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v1, namespace: shop, labels: {app: reviews, version: v2}}\nstatus: {podIP: 198.18.1.1}\n";
     let change = index.apply(SourceEvent::Upsert(
         objects_from_yaml("p.yaml", relabel).remove(0),
     ));
     assert_eq!(change.kind, ChangeKind::Endpoints, "{change:?}");
-    assert!(index.imports_any_cluster(&n, &change.clusters));
-    let after = index.render_proxy(&n);
+    assert!(index
+        .render(&n)
+        .endpoints
+        .iter()
+        .any(|r| change.clusters.contains(&r.name)));
+    let after = index.render(&n);
     // The patched configuration equals a full render.
-    assert_eq!(after, index.render_proxy_uncached(&n));
+    assert_eq!(*after, index.render_checked(&n).0);
     assert_eq!(
         endpoints_of(&after, "outbound|9080|v2|reviews.shop.svc.cluster.local"),
         BTreeSet::from(["198.18.1.1:9080".into(), "198.18.1.2:9080".into()])
@@ -527,7 +531,7 @@ fn a_pod_changing_version_moves_between_subsets_as_an_endpoint_change() {
 #[test]
 fn destination_policies_land_on_the_clusters() {
     let index = index_of(&[MESH, REVIEWS]);
-    let config = index.render_proxy(&node("pay", &[]));
+    let config = index.render(&node("pay", &[]));
     let clusters: Vec<Cluster> = decode_all(&config.clusters);
     let by_name = |n: &str| {
         clusters
@@ -574,7 +578,7 @@ fn destination_rule_lookup_order() {
         let all: Vec<&str> = std::iter::once(MESH)
             .chain(docs.iter().map(String::as_str))
             .collect();
-        let config = index_of(&all).render_proxy(&node(proxy_ns, &[]));
+        let config = index_of(&all).render(&node(proxy_ns, &[]));
         let c: Vec<Cluster> = decode_all(&config.clusters);
         c.iter()
             .find(|c| c.name == "outbound|80||web.pay.svc.cluster.local")
@@ -621,7 +625,7 @@ spec:
       connectionPool: {http: {h2UpgradePolicy: UPGRADE}}
 "#;
     let index = index_of(&[MESH, rules]);
-    let config = index.render_proxy(&node("pay", &[]));
+    let config = index.render(&node("pay", &[]));
     let text = describe_in_full(&config);
     let line = text
         .lines()
@@ -667,7 +671,7 @@ spec:
 "#;
     let index = index_of(&[MESH, vs]);
     let listeners: Vec<envoy_types::pb::envoy::config::listener::v3::Listener> =
-        decode_all(&index.render_proxy(&node("pay", &[])).listeners);
+        decode_all(&index.render(&node("pay", &[])).listeners);
     let mongo = listeners
         .iter()
         .find(|l| l.name == "0.0.0.0_27017")
@@ -685,7 +689,7 @@ spec:
         Some(90),
         "connectionPool.tcp.idleTimeout"
     );
-    let text = describe(&index.render_proxy(&node("pay", &[])));
+    let text = describe(&index.render(&node("pay", &[])));
     assert!(
         text.contains("chain outbound|27017||mongo.shop.svc.cluster.local [198.19.0.12]: tcp_proxy -> [outbound|27017||mongo.shop.svc.cluster.local=90, outbound|27017||mongo-backup.shop.svc.cluster.local=10]"),
         "{text}"
@@ -806,7 +810,7 @@ fn gateway_index() -> TenantIndex {
 #[test]
 fn a_gateway_serves_its_servers_with_trusted_virtual_services() {
     let index = gateway_index();
-    let config = index.render_proxy(&router());
+    let config = index.render(&router());
     let text = describe(&config);
     // Bound on the Service's target ports, one listener per port.
     assert!(
@@ -881,7 +885,7 @@ fn a_gateway_credential_goes_only_to_a_service_account_that_may_read_it() {
         service_account: account.map(str::to_string),
         ..router()
     };
-    let served = index.render_proxy(&gateway);
+    let served = index.render(&gateway);
     let text = describe(&served);
     assert!(
         text.contains(
@@ -896,7 +900,7 @@ fn a_gateway_credential_goes_only_to_a_service_account_that_may_read_it() {
         as_account(Some("unasked")),
         as_account(None),
     ] {
-        let config = index.render_proxy(&impostor);
+        let config = index.render(&impostor);
         let text = describe(&config);
         assert!(
             !listeners_carry(&config, b"KEY"),
@@ -914,14 +918,11 @@ fn a_gateway_credential_goes_only_to_a_service_account_that_may_read_it() {
     // Access granted later: the next render serves it (the answer is part of the scope).
     access.record(key("impostor"), true);
     assert!(listeners_carry(
-        &index.render_proxy(&as_account(Some("impostor"))),
+        &index.render(&as_account(Some("impostor"))),
         b"KEY"
     ));
     // Without an API server to ask (directory mode), the namespace's gateways get it.
-    assert!(listeners_carry(
-        &gateway_index().render_proxy(&router()),
-        b"KEY"
-    ));
+    assert!(listeners_carry(&gateway_index().render(&router()), b"KEY"));
 }
 
 #[test]
@@ -1043,7 +1044,7 @@ spec:
   trafficPolicy: {tls: {mode: SIMPLE}, outlierDetection: {consecutive5xxErrors: 3}}
 "#;
     let index = index_of(&[MESH, vs]);
-    let config = index.render_proxy(&grpc_client("pay"));
+    let config = index.render(&grpc_client("pay"));
     let listeners: Vec<String> = names(&config.listeners);
     assert!(
         listeners.contains(&"ratings.shop.svc.cluster.local:9090".to_string()),
@@ -1156,7 +1157,7 @@ fn real_envoy_accepts_traffic_configs() {
         ),
         ("router", router()),
     ] {
-        let config = index.render_proxy(&n);
+        let config = index.render(&n);
         if name == "router" {
             assert!(
                 describe(&config).contains("+tls"),

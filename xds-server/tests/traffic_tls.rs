@@ -91,7 +91,7 @@ fn client(sds: bool) -> ProxyNode {
 }
 
 fn clusters(index: &TenantIndex, node: &ProxyNode) -> Vec<Cluster> {
-    decode_all(&index.render_proxy(node).clusters)
+    decode_all(&index.render(node).clusters)
 }
 
 fn cluster<'a>(clusters: &'a [Cluster], name: &str) -> &'a Cluster {
@@ -222,7 +222,7 @@ spec:
   - {name: v1, labels: {version: v1}}
 "#;
     let index = index_with(&[MESH, subsets]);
-    let config = index.render_proxy(&client(true));
+    let config = index.render(&client(true));
     let got: Vec<Cluster> = decode_all(&config.clusters);
     let v1 = cluster(&got, WEB_V1);
     assert_eq!(v1.transport_socket_matches.len(), 1, "{v1:?}");
@@ -260,12 +260,12 @@ spec:
 "#;
     let mut index = index_with(&[before, subsets]);
     let node = client(true);
-    let _ = index.render_proxy(&node);
+    let _ = index.render(&node);
     for obj in meshplane_xds::source_dir::objects_from_yaml("later.yaml", &after) {
         index.apply(meshplane_xds::model::SourceEvent::Upsert(obj));
     }
-    let patched = index.render_proxy(&node);
-    let full = index_with(&[MESH, subsets]).render_proxy(&node);
+    let patched = index.render(&node);
+    let full = index_with(&[MESH, subsets]).render(&node);
     let v1 = |config: &meshplane_xds::model::ProxyConfig| {
         let endpoints: Vec<envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment> =
             decode_all(&config.endpoints);

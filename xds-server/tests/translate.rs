@@ -151,19 +151,22 @@ spec: {revision: blue}
 "#;
     let index = index_with(&[BASE, tagged]);
     assert!(
-        index.is_member("tagged"),
+        index.members().contains("tagged"),
         "a tag pointing at our revision joins its namespaces"
     );
     let mut by_flag = TenantIndex::new(TENANT, REVISION, CONTROL_NS, MeshConfig::default())
         .with_tags(["canary".to_string()]);
     feed(&mut by_flag, &[BASE, "apiVersion: v1\nkind: Namespace\nmetadata: {name: c, labels: {meshplane.io/rev: canary}}\n"]);
-    assert!(by_flag.is_member("c"), "--tags resolve to our revision");
+    assert!(
+        by_flag.members().contains("c"),
+        "--tags resolve to our revision"
+    );
 }
 
 #[test]
 fn objects_of_foreign_namespaces_never_reach_a_proxy() {
     let index = index_with(&[BASE]);
-    let all = describe(&index.render_proxy(&web_proxy()));
+    let all = describe(&index.render(&web_proxy()));
     assert!(!all.contains("secret.other"), "{all}");
     assert!(!all.contains("198.18.9.1"), "{all}");
 }
@@ -174,7 +177,7 @@ fn explicit_members_drop_objects_outside() {
     let change = index.apply(SourceEvent::Members(BTreeSet::from(["shop".to_string()])));
     assert_eq!(change.kind, ChangeKind::Config);
     assert!(change.members_changed);
-    let clusters = names(&index.render_proxy(&web_proxy()).clusters);
+    let clusters = names(&index.render(&web_proxy()).clusters);
     assert!(
         clusters.iter().all(|c| !c.contains(".pay.")),
         "{clusters:?}"
@@ -200,7 +203,11 @@ endpoints:
         change.clusters,
         BTreeSet::from(["outbound|80||web.shop.svc.cluster.local".to_string()])
     );
-    assert!(index.imports_any_cluster(&web_proxy(), &change.clusters));
+    assert!(index
+        .render(&web_proxy())
+        .endpoints
+        .iter()
+        .any(|r| change.clusters.contains(&r.name)));
     // The same object again changes nothing.
     assert_eq!(index.apply(SourceEvent::Upsert(obj)).kind, ChangeKind::None);
     // A new Service is configuration.
@@ -225,8 +232,8 @@ fn endpoint_only_changes_patch_eds_of_the_scopes_that_import_the_cluster() {
     let mut index = index_with(&[BASE, sidecar]);
     let shop = web_proxy();
     let pay = proxy("pay", &[("app", "api")], CaptureMode::Default);
-    let shop_before = index.render_proxy_shared(&shop);
-    let pay_before = index.render_proxy_shared(&pay);
+    let shop_before = index.render(&shop);
+    let pay_before = index.render(&pay);
     let slice = |ips: &str| {
         let yaml = format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{{addresses: [{ips}]}}]\n");
         SourceEvent::Upsert(objects_from_yaml("u.yaml", &yaml).remove(0))
@@ -245,10 +252,10 @@ fn endpoint_only_changes_patch_eds_of_the_scopes_that_import_the_cluster() {
         assert_eq!(change.kind, ChangeKind::Endpoints);
         // The patched cache equals a full render.
         for node in [&shop, &pay] {
-            assert_eq!(index.render_proxy(node), index.render_proxy_uncached(node));
+            assert_eq!(*index.render(node), index.render_checked(node).0);
         }
     }
-    let shop_after = index.render_proxy_shared(&shop);
+    let shop_after = index.render(&shop);
     let same = |a: &[Arc<meshplane_xds::model::Resource>],
                 b: &[Arc<meshplane_xds::model::Resource>]| {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
@@ -258,22 +265,23 @@ fn endpoint_only_changes_patch_eds_of_the_scopes_that_import_the_cluster() {
     assert!(same(&shop_before.listeners, &shop_after.listeners));
     assert!(same(&shop_before.routes, &shop_after.routes));
     assert!(!same(&shop_before.endpoints, &shop_after.endpoints));
-    assert!(Arc::ptr_eq(&pay_before, &index.render_proxy_shared(&pay)));
-    assert!(!index.imports_any_cluster(
-        &pay,
-        &BTreeSet::from(["outbound|80||web.shop.svc.cluster.local".to_string()])
-    ));
+    assert!(Arc::ptr_eq(&pay_before, &index.render(&pay)));
+    assert!(!index
+        .render(&pay)
+        .endpoints
+        .iter()
+        .any(|r| r.name == "outbound|80||web.shop.svc.cluster.local"));
 }
 
 #[test]
 fn resync_deletes_what_was_not_seen_again() {
     let mut index = index_with(&[BASE, ENTRIES]);
-    assert!(names(&index.render_proxy(&web_proxy()).clusters)
+    assert!(names(&index.render(&web_proxy()).clusters)
         .iter()
         .any(|c| c.contains("api.example.com")));
     let change = feed(&mut index, &[BASE]);
     assert_eq!(change.kind, ChangeKind::Config);
-    assert!(!names(&index.render_proxy(&web_proxy()).clusters)
+    assert!(!names(&index.render(&web_proxy()).clusters)
         .iter()
         .any(|c| c.contains("example.com")));
 }
@@ -281,9 +289,9 @@ fn resync_deletes_what_was_not_seen_again() {
 #[test]
 fn identical_resources_are_shared_and_versions_are_content_hashes() {
     let index = index_with(&[BASE, ENTRIES]);
-    let a = index.render_proxy(&web_proxy());
-    let b = index.render_proxy(&proxy("shop", &[("app", "web")], CaptureMode::Default));
-    let c = index.render_proxy(&proxy("pay", &[("app", "api")], CaptureMode::Default));
+    let a = index.render(&web_proxy());
+    let b = index.render(&proxy("shop", &[("app", "web")], CaptureMode::Default));
+    let c = index.render(&proxy("pay", &[("app", "api")], CaptureMode::Default));
     assert!(Arc::ptr_eq(&a.clusters[0], &b.clusters[0]));
     // Another scope still shares the resources whose content is the same.
     let shared = a
@@ -293,7 +301,7 @@ fn identical_resources_are_shared_and_versions_are_content_hashes() {
         .count();
     assert!(shared > 3, "only {shared} clusters shared");
     // Versions are stable across indexes (restarts): a fresh index gives the same ones.
-    let again = index_with(&[BASE, ENTRIES]).render_proxy(&web_proxy());
+    let again = index_with(&[BASE, ENTRIES]).render(&web_proxy());
     assert_eq!(a, again);
     assert_eq!(a.clusters[0].version.len(), 64);
 }
@@ -303,14 +311,14 @@ fn identical_resources_are_shared_and_versions_are_content_hashes() {
 #[test]
 fn golden_capture_mode() {
     let index = index_with(&[BASE, ENTRIES]);
-    golden("capture", &describe(&index.render_proxy(&web_proxy())));
+    golden("capture", &describe(&index.render(&web_proxy())));
 }
 
 #[test]
 fn golden_bind_mode() {
     let index = index_with(&[BASE, ENTRIES]);
     let node = proxy("shop", &[("app", "web")], CaptureMode::None);
-    let text = describe(&index.render_proxy(&node));
+    let text = describe(&index.render(&node));
     assert!(
         !text.contains("virtualOutbound") && !text.contains("virtualInbound"),
         "{text}"
@@ -325,7 +333,7 @@ fn golden_bind_mode() {
 #[test]
 fn golden_service_entry_resolutions() {
     let index = index_with(&[BASE, ENTRIES]);
-    let text = describe(&index.render_proxy(&web_proxy()));
+    let text = describe(&index.render(&web_proxy()));
     let clusters: String = text
         .lines()
         .filter(|l| l.contains("example.com") && l.starts_with("cluster"))
@@ -360,7 +368,7 @@ spec:
   - hosts: ["./*"]
 "#;
     let index = index_with(&[BASE, sidecar]);
-    let text = describe(&index.render_proxy(&web_proxy()));
+    let text = describe(&index.render(&web_proxy()));
     assert!(
         text.contains("listener 127.0.0.2_18080 127.0.0.2:18080 \n"),
         "bound listener\n{text}"
@@ -379,12 +387,12 @@ fn a_proxy_with_its_own_loopback_binds_there_instead_of_127_0_0_1() {
     let index = index_with(&[BASE, ENTRIES]);
     let mut node = proxy("shop", &[("app", "web")], CaptureMode::None);
     node.loopback = Some("127.0.0.23".to_string());
-    let text = describe(&index.render_proxy(&node));
+    let text = describe(&index.render(&node));
     assert!(text.contains("127.0.0.23:80"), "{text}");
     assert!(!text.contains("127.0.0.1:80"), "{text}");
     // Without it, the same proxy binds 127.0.0.1 as in a cluster (and is cached separately).
     let plain = proxy("shop", &[("app", "web")], CaptureMode::None);
-    assert!(describe(&index.render_proxy(&plain)).contains("127.0.0.1:80"));
+    assert!(describe(&index.render(&plain)).contains("127.0.0.1:80"));
 }
 
 // ---------- scoping ----------
@@ -469,7 +477,7 @@ fn scoping_table() {
     ];
     for case in cases {
         let index = index_with(&[BASE, case.extra]);
-        let got = outbound_hosts(&index.render_proxy(&case.node));
+        let got = outbound_hosts(&index.render(&case.node));
         let want: BTreeSet<String> = case.expect.iter().map(|s| s.to_string()).collect();
         assert_eq!(got, want, "{}", case.name);
     }
@@ -479,7 +487,7 @@ fn scoping_table() {
 fn scoped_config_lists_only_imported_hosts_in_every_type() {
     let sidecar = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: d, namespace: shop}\nspec: {egress: [{hosts: [\"pay/*\"]}]}\n";
     let index = index_with(&[BASE, sidecar]);
-    let text = describe(&index.render_proxy(&web_proxy()));
+    let text = describe(&index.render(&web_proxy()));
     let outbound: String = text
         .lines()
         .filter(|l| !l.contains("inbound"))
@@ -584,8 +592,7 @@ fn export_to_table() {
                 },
             ],
         );
-        let hosts =
-            outbound_hosts(&index.render_proxy(&proxy(case.from_ns, &[], CaptureMode::Default)));
+        let hosts = outbound_hosts(&index.render(&proxy(case.from_ns, &[], CaptureMode::Default)));
         assert_eq!(
             hosts.contains("x.pay.svc.cluster.local"),
             case.visible,
@@ -596,9 +603,9 @@ fn export_to_table() {
     // ServiceEntry exportTo.
     let se = "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {name: e, namespace: pay}\nspec: {hosts: [e.example.com], ports: [{number: 80, name: http}], resolution: DNS, exportTo: [shop]}\n";
     let index = index_with(&[BASE, se]);
-    assert!(outbound_hosts(&index.render_proxy(&web_proxy())).contains("e.example.com"));
+    assert!(outbound_hosts(&index.render(&web_proxy())).contains("e.example.com"));
     assert!(
-        !outbound_hosts(&index.render_proxy(&proxy("pay", &[], CaptureMode::Default)))
+        !outbound_hosts(&index.render(&proxy("pay", &[], CaptureMode::Default)))
             .contains("e.example.com")
     );
 }
@@ -608,7 +615,7 @@ fn a_mesh_config_event_changes_the_policy_of_every_proxy() {
     // Kubernetes mode: the operator publishes the revision's meshConfig in the members
     // ConfigMap and the source delivers it as an event.
     let mut index = index_with(&[BASE]);
-    let before = describe(&index.render_proxy(&web_proxy()));
+    let before = describe(&index.render(&web_proxy()));
     assert!(before.contains("vhost allow_any"), "{before}");
     let change = index.apply(SourceEvent::MeshConfig(Box::new(MeshConfig {
         outbound_traffic_policy: meshplane_crds::controlplane::OutboundTrafficPolicy {
@@ -620,7 +627,7 @@ fn a_mesh_config_event_changes_the_policy_of_every_proxy() {
         !change.is_empty(),
         "a mesh config change is a config change"
     );
-    let after = describe(&index.render_proxy(&web_proxy()));
+    let after = describe(&index.render(&web_proxy()));
     assert!(
         after.contains("vhost block_all [\"*\"] -> direct 502"),
         "{after}"
@@ -637,7 +644,7 @@ fn outbound_traffic_policy_decides_the_fallback() {
     };
     let mut index = TenantIndex::new(TENANT, REVISION, CONTROL_NS, mesh);
     feed(&mut index, &[BASE]);
-    let text = describe(&index.render_proxy(&web_proxy()));
+    let text = describe(&index.render(&web_proxy()));
     assert!(
         text.contains("chain BlackHoleCluster []: tcp_proxy -> BlackHoleCluster"),
         "{text}"
@@ -649,7 +656,7 @@ fn outbound_traffic_policy_decides_the_fallback() {
     // A Sidecar's policy overrides the mesh's.
     let sidecar = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: d, namespace: shop}\nspec: {egress: [{hosts: [\"*/*\"]}], outboundTrafficPolicy: {mode: ALLOW_ANY}}\n";
     feed(&mut index, &[BASE, sidecar]);
-    let text = describe(&index.render_proxy(&web_proxy()));
+    let text = describe(&index.render(&web_proxy()));
     assert!(
         text.contains("chain PassthroughCluster []: tcp_proxy -> PassthroughCluster"),
         "{text}"
@@ -663,7 +670,7 @@ fn outbound_traffic_policy_decides_the_fallback() {
 #[test]
 fn http_domains_cover_fqdn_short_names_and_cluster_ip() {
     let index = index_with(&[BASE]);
-    let config = index.render_proxy(&web_proxy());
+    let config = index.render(&web_proxy());
     let routes = decode_all::<RouteConfiguration>(&config.routes);
     let r80 = routes.iter().find(|r| r.name == "80").expect("route 80");
     let web = r80
@@ -708,7 +715,7 @@ fn with_filter(patches: &str) -> String {
         "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: shop}}\nspec:\n  configPatches:\n{patches}"
     );
     let index = index_with(&[BASE, &ef, ALLOW_ALL_PATCHES]);
-    describe(&index.render_proxy(&web_proxy()))
+    describe(&index.render(&web_proxy()))
 }
 
 #[test]
@@ -931,7 +938,7 @@ spec:
 "#;
     let index = index_with(&[BASE, filters, ALLOW_ALL_PATCHES]);
     let timeout = |node: &ProxyNode| {
-        let config = index.render_proxy(node);
+        let config = index.render(node);
         let c = decode_all::<Cluster>(&config.clusters)
             .into_iter()
             .find(|c| c.name == "BlackHoleCluster")
@@ -982,7 +989,7 @@ fn real_envoy_accepts_rendered_configs() {
     let allow_lua = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {envoyFilterPolicy: {allowLua: true}}\n";
     let index = index_with(&[BASE, ENTRIES, sidecar, lua, allow_lua]);
     assert!(
-        describe(&index.render_proxy(&web_proxy())).contains("envoy.filters.http.lua"),
+        describe(&index.render(&web_proxy())).contains("envoy.filters.http.lua"),
         "the allowed Lua filter is applied"
     );
     for (name, node) in [
@@ -993,7 +1000,7 @@ fn real_envoy_accepts_rendered_configs() {
             proxy("pay", &[("app", "api")], CaptureMode::Default),
         ),
     ] {
-        let (ok, log) = envoy_validates(&bin, &static_bootstrap(&index.render_proxy(&node)), name);
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(&index.render(&node)), name);
         assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
     }
     // With access logging on every HCM and TCP proxy logs to a file.
@@ -1008,18 +1015,14 @@ fn real_envoy_accepts_rendered_configs() {
     feed(&mut logged, &[BASE, ENTRIES]);
     let (ok, log) = envoy_validates(
         &bin,
-        &static_bootstrap(&logged.render_proxy(&web_proxy())),
+        &static_bootstrap(&logged.render(&web_proxy())),
         "logged",
     );
     assert!(ok, "access-logged config rejected:\n{log}");
     // The check has teeth: the router placed first is rejected by Envoy.
     let bad = "apiVersion: networking.meshplane.io/v1alpha1\nkind: EnvoyFilter\nmetadata: {name: bad, namespace: shop}\nspec:\n  configPatches:\n  - applyTo: HTTP_FILTER\n    match: {listener: {portNumber: 80}}\n    patch: {operation: INSERT_FIRST, value: {name: early-router, typedConfig: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}}\n";
     let index = index_with(&[BASE, bad]);
-    let (ok, _) = envoy_validates(
-        &bin,
-        &static_bootstrap(&index.render_proxy(&web_proxy())),
-        "bad",
-    );
+    let (ok, _) = envoy_validates(&bin, &static_bootstrap(&index.render(&web_proxy())), "bad");
     assert!(
         !ok,
         "Envoy should reject a router that is not the last HTTP filter"
@@ -1039,7 +1042,7 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
     feed(&mut index, &[BASE]);
     let mut hcms = 0;
     let mut tcps = 0;
-    for l in decode_all::<Listener>(&index.render_proxy(&web_proxy()).listeners) {
+    for l in decode_all::<Listener>(&index.render(&web_proxy()).listeners) {
         for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
             let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
                 continue;
@@ -1056,7 +1059,7 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
     assert!(hcms > 0 && tcps > 0, "{hcms} HCMs, {tcps} TCP proxies");
     // Off by default.
     let plain = index_with(&[BASE]);
-    for l in decode_all::<Listener>(&plain.render_proxy(&web_proxy()).listeners) {
+    for l in decode_all::<Listener>(&plain.render(&web_proxy()).listeners) {
         for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
             let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
                 continue;
@@ -1072,14 +1075,14 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
 fn the_revision_declared_in_the_directory_brings_its_mesh_config() {
     let mcp = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n";
     let mut index = index_with(&[BASE]);
-    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost allow_any"));
+    assert!(describe(&index.render(&web_proxy())).contains("vhost allow_any"));
     let change = feed(&mut index, &[BASE, mcp]);
     assert_eq!(change.kind, ChangeKind::Config);
-    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost block_all"));
+    assert!(describe(&index.render(&web_proxy())).contains("vhost block_all"));
     // Another tenant's revision with the same settings changes nothing for us.
     let foreign = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: green}\nspec:\n  tenant: other\n  meshConfig: {outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n";
     let index = index_with(&[BASE, foreign]);
-    assert!(describe(&index.render_proxy(&web_proxy())).contains("vhost allow_any"));
+    assert!(describe(&index.render(&web_proxy())).contains("vhost allow_any"));
 }
 
 /// Patch values are read through envoy-types' descriptor set, so filters that the old
@@ -1109,7 +1112,7 @@ fn any_envoy_filter_type_can_be_patched_in_and_envoy_accepts_it() {
     let index = index_with(&[BASE, &ef, ALLOW_ALL_PATCHES]);
     let (ok, log) = envoy_validates(
         &bin,
-        &static_bootstrap(&index.render_proxy(&web_proxy())),
+        &static_bootstrap(&index.render(&web_proxy())),
         "new-filter-types",
     );
     assert!(ok, "Envoy rejected the patched filters:\n{log}");
@@ -1122,14 +1125,14 @@ fn a_proxys_workload_labels_come_from_its_pod_not_from_its_claim() {
     let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop, labels: {app: web}}\nspec: {containers: [{name: app, ports: [{name: http, containerPort: 8080}]}]}\n";
     let index = index_with(&[BASE, pod]);
     let unlabelled = proxy("shop", &[], CaptureMode::Default);
-    let clusters = names(&index.render_proxy(&unlabelled).clusters);
+    let clusters = names(&index.render(&unlabelled).clusters);
     assert!(
         clusters.contains(&"inbound|80||".to_string()),
         "the Pod's labels select Service web: {clusters:?}"
     );
     // A proxy claiming another workload's labels still gets its own Pod's ports.
     let claiming_db = proxy("shop", &[("app", "db")], CaptureMode::Default);
-    let clusters = names(&index.render_proxy(&claiming_db).clusters);
+    let clusters = names(&index.render(&claiming_db).clusters);
     assert!(
         clusters.contains(&"inbound|80||".to_string()),
         "{clusters:?}"
@@ -1151,7 +1154,7 @@ fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_m
         node
     };
     let inbound_chains = |index: &TenantIndex, node: &ProxyNode| -> Vec<(String, bool)> {
-        let listeners: Vec<Listener> = decode_all(&index.render_proxy(node).listeners);
+        let listeners: Vec<Listener> = decode_all(&index.render(node).listeners);
         let inbound = listeners
             .iter()
             .find(|l| l.name == "virtualInbound")
@@ -1211,7 +1214,7 @@ fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_m
 
     // Client side: mutual TLS to the meshed endpoint only, trusting the tenant's trust domain.
     let client = with_sds(proxy("pay", &[("app", "api")], CaptureMode::Default));
-    let config = index.render_proxy(&client);
+    let config = index.render(&client);
     let clusters: Vec<Cluster> = decode_all(&config.clusters);
     let web = clusters
         .iter()
@@ -1246,7 +1249,7 @@ fn peer_authentication_modes_shape_the_inbound_chains_and_meshed_endpoints_get_m
         ]
     );
     // A proxy without SDS originates no TLS at all.
-    let plain = index.render_proxy(&proxy("pay", &[("app", "api")], CaptureMode::Default));
+    let plain = index.render(&proxy("pay", &[("app", "api")], CaptureMode::Default));
     let clusters: Vec<Cluster> = decode_all(&plain.clusters);
     assert!(clusters
         .iter()
@@ -1273,7 +1276,7 @@ fn config_labelled_for_a_revision_reaches_only_that_revision_and_its_tags() {
     .concat();
     let mut index = index_with(&[BASE, &filters]);
     let timeout = |index: &TenantIndex| {
-        decode_all::<Cluster>(&index.render_proxy(&web_proxy()).clusters)
+        decode_all::<Cluster>(&index.render(&web_proxy()).clusters)
             .into_iter()
             .find(|c| c.name == "BlackHoleCluster")
             .and_then(|c| c.connect_timeout)
@@ -1310,7 +1313,7 @@ const EXFILTRATION: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: 
 #[test]
 fn the_envoy_filter_policy_holds_in_translation() {
     let applied = |index: &TenantIndex| {
-        let text = describe(&index.render_proxy(&web_proxy()));
+        let text = describe(&index.render(&web_proxy()));
         (
             text.contains("cluster metadata"),
             text.contains("envoy.filters.http.lua"),
@@ -1355,7 +1358,7 @@ const EXPORTING_LOGS: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind
 fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
     use envoy_types::pb::envoy::config::cluster::v3::cluster::LbConfig;
     let applied = |index: &TenantIndex| {
-        let config = index.render_proxy(&web_proxy());
+        let config = index.render(&web_proxy());
         let header_picks = decode_all::<Cluster>(&config.clusters).iter().any(
             |c| matches!(&c.lb_config, Some(LbConfig::OriginalDstLbConfig(o)) if o.use_http_header),
         );

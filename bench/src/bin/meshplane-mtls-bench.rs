@@ -66,6 +66,7 @@ use meshplane_ca::spiffe::SpiffeId;
 use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
 use meshplane_proxy::agent::{sds, Secrets, WorkloadCert};
 use meshplane_xds::ads::AdsServer;
+use meshplane_xds::outputs::IndexWatch;
 use meshplane_xds::identity::{secure, CaDirectory, CertificateServer, ServingCert};
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
@@ -478,8 +479,8 @@ impl ConfigGenerator for ShopOnly {
     fn render(&self, _node: &ProxyNode) -> Arc<ProxyConfig> {
         Arc::new(ProxyConfig::default())
     }
-    fn members(&self) -> std::collections::BTreeSet<String> {
-        [NAMESPACE.to_string()].into()
+    fn watch(&self) -> IndexWatch {
+        IndexWatch::with_members([NAMESPACE.to_string()].into())
     }
 }
 

@@ -312,7 +312,7 @@ fn envoy_filter_patches(cx: &Context<'_>, out: &mut Vec<Finding>) {
         // (filter, patch index, reason) -> workloads it failed for.
         let mut failed: BTreeMap<(String, usize, String), Vec<String>> = BTreeMap::new();
         for workload in workloads.values() {
-            let (_, errors) = index.render_proxy_checked(&workload.node());
+            let (_, errors) = index.render_checked(&workload.node());
             for e in errors {
                 failed
                     .entry((e.filter.clone(), e.index, e.reason.clone()))

@@ -9,7 +9,9 @@ use prost::Message;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::render_cache::EdsIndexMemo;
 use super::*;
+use crate::model::{type_url, Kind, Object, ObjectKey, Resource};
 use crate::test_rng::Rng;
 
 /// `a` and `b` are members, `c` is not.
@@ -130,12 +132,12 @@ fn keyed_updates_match_a_full_build() {
             let context = format!("seed {seed} step {step}: {event:?}");
             let before = Arc::clone(index.registry());
             let change = index.apply(event);
-            let (full, full_keys) = index.build_registry();
+            let (full, full_keys) = index.state.build_registry();
             let now = index.registry();
             assert_eq!(now.services, full.services, "{context}");
             assert_eq!(now.endpoints, full.endpoints, "{context}");
             assert_eq!(now.pod_ports, full.pod_ports, "{context}");
-            assert_eq!(index.keys.clusters, full_keys.clusters, "{context}");
+            assert_eq!(index.state.keys.clusters, full_keys.clusters, "{context}");
             let expected = if before.services != full.services || before.pod_ports != full.pod_ports
             {
                 ChangeKind::Config
@@ -274,7 +276,7 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
         let mut index = tenant_index();
         for step in 0..60 {
             for p in &proxies {
-                index.render_proxy_shared(p);
+                index.render(p);
             }
             let event = match rng.below(20) {
                 0..=1 => sidecar_event(&mut rng),
@@ -292,8 +294,8 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
                 }
             }
             for p in &proxies {
-                let cached = index.render_proxy_shared(p);
-                let fresh = index.render_proxy_uncached(p);
+                let cached = index.render(p);
+                let fresh = index.render_checked(p).0;
                 assert!(*cached == fresh, "{context}: proxy {}", p.id);
             }
         }
@@ -342,11 +344,11 @@ fn a_service_change_reaches_scopes_routing_to_it_through_a_virtual_service() {
             "http": [{"route": [{"destination": {"host": "back.a.svc.cluster.local"}}]}]},
     })))));
     let client = proxy(ProxyKind::Sidecar, "b", None, "client");
-    let before = index.render_proxy_shared(&client);
+    let before = index.render(&client);
 
     index.apply(service("a", "back", "198.19.0.2", 9090));
-    let cached = index.render_proxy_shared(&client);
-    let fresh = index.render_proxy_uncached(&client);
+    let cached = index.render(&client);
+    let fresh = index.render_checked(&client).0;
     assert!(
         *before != fresh,
         "the port change changes the route's cluster"
@@ -359,7 +361,7 @@ fn a_service_change_reaches_scopes_routing_to_it_through_a_virtual_service() {
     // A Service no VirtualService names keeps the scope cached.
     index.apply(service("a", "other", "198.19.0.3", 80));
     assert_eq!(index.cached_scopes(), 1, "the client's scope stays cached");
-    assert!(*index.render_proxy_shared(&client) == index.render_proxy_uncached(&client));
+    assert!(*index.render(&client) == index.render_checked(&client).0);
 }
 
 fn service_with_ports(namespace: &str, name: &str, ip: &str, ports: Value) -> SourceEvent {
@@ -380,16 +382,16 @@ fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
     let mut spliced = 0;
     // `expect_splice`: the change keeps the client's scope cached, updated in place.
     let mut check = |index: &mut TenantIndex, event: SourceEvent, expect_splice: bool| {
-        let before = index.render_proxy_shared(&client);
+        let before = index.render(&client);
         let context = format!("{event:?}");
         assert_eq!(index.apply(event).kind, ChangeKind::Config, "{context}");
         let now = index.lock_cache().spliced;
         assert_eq!(now > spliced, expect_splice, "{context}");
         assert_eq!(index.cached_scopes() == 1, expect_splice, "{context}");
         spliced = now;
-        let cached = index.render_proxy_shared(&client);
+        let cached = index.render(&client);
         assert!(*cached != *before, "{context}: the configuration changed");
-        assert!(*cached == index.render_proxy_uncached(&client), "{context}");
+        assert!(*cached == index.render_checked(&client).0, "{context}");
     };
     let http = |port: u16| json!([{"name": "http", "port": port, "targetPort": 8080}]);
     // Another host on port 80: its cluster, assignment and virtual host join.
@@ -431,7 +433,7 @@ fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
         service_with_ports("b", "local", "198.19.0.7", http(80)),
         true,
     );
-    let routes = index.render_proxy_shared(&client).routes.clone();
+    let routes = index.render(&client).routes.clone();
     let domains: Vec<String> = routes
         .iter()
         .filter(|r| r.name == "80")
@@ -443,16 +445,16 @@ fn a_service_change_is_spliced_only_where_it_touches_the_hosts_own_resources() {
     assert!(domains.iter().any(|d| d == "local"), "{domains:?}");
     // One selecting the client adds its inbound ports: the client moves to a scope of its own,
     // rendered anew, and the one it left is spliced.
-    let before = index.render_proxy_shared(&client);
+    let before = index.render(&client);
     assert_eq!(
         index
             .apply(service_with_ports("b", "client", "198.19.0.8", http(80)))
             .kind,
         ChangeKind::Config
     );
-    let after = index.render_proxy_shared(&client);
+    let after = index.render(&client);
     assert!(*after != *before);
-    assert!(*after == index.render_proxy_uncached(&client));
+    assert!(*after == index.render_checked(&client).0);
     assert_eq!(index.cached_scopes(), 2);
 }
 

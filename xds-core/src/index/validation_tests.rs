@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::config_events::{self, EventSink};
+use crate::model::{Kind, Object};
 
 fn entry(name: &str, generation: i64, spec: Value) -> SourceEvent {
     SourceEvent::Upsert(Object::ServiceEntry(Box::new(
@@ -182,7 +183,7 @@ fn envoy_filter_patches_that_cannot_apply_are_reported_once_per_generation() {
     index.apply(entry("good", 1, good_spec("good.example.com")));
     index.apply(envoy_filter("slow", 1, unmergeable("soon")));
     assert!(drain(&mut rx).is_empty(), "valid and allowed: nothing yet");
-    index.render_proxy(&proxy("a"));
+    index.render(&proxy("a"));
     let reported = drain(&mut rx);
     assert_eq!(reported.len(), 1, "{reported:?}");
     let (name, generation, reason, note) = &reported[0];
@@ -196,12 +197,12 @@ fn envoy_filter_patches_that_cannot_apply_are_reported_once_per_generation() {
     );
     // Other proxies, other renders (a config change empties the cache): no second Event.
     index.apply(entry("other", 1, good_spec("other.example.com")));
-    index.render_proxy(&proxy("a"));
-    index.render_proxy(&proxy("b"));
+    index.render(&proxy("a"));
+    index.render(&proxy("b"));
     assert!(drain(&mut rx).is_empty());
     // A new generation (the spec changed) is judged anew.
     index.apply(envoy_filter("slow", 2, unmergeable("later")));
-    index.render_proxy(&proxy("a"));
+    index.render(&proxy("a"));
     let reported: Vec<Option<i64>> = drain(&mut rx).into_iter().map(|r| r.1).collect();
     assert_eq!(reported, [Some(2)]);
 }

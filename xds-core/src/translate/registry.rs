@@ -295,8 +295,9 @@ pub fn sort_oldest_first<K: kube_core::Resource>(list: &mut [K]) {
     });
 }
 
-/// Whether two lists hold the same objects (identity, creation time and spec).
-pub fn same_config<K: kube_core::Resource>(
+/// Whether two lists hold the same objects in the same order: namespace, name, creation time,
+/// generation and spec (the one definition of "the same config object" the index uses).
+fn same_objects<K: kube_core::Resource>(
     a: &[K],
     b: &[K],
     same_spec: impl Fn(&K, &K) -> bool,
@@ -311,6 +312,18 @@ pub fn same_config<K: kube_core::Resource>(
         })
 }
 
+/// [`same_objects`] for lists kept by namespace.
+fn same_objects_by_namespace<K: kube_core::Resource>(
+    a: &BTreeMap<String, Vec<K>>,
+    b: &BTreeMap<String, Vec<K>>,
+    same_spec: impl Fn(&K, &K) -> bool,
+) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((na, xa), (nb, xb))| na == nb && same_objects(xa, xb, &same_spec))
+}
+
 impl Registry {
     /// The tenant's trust domain, which every mesh identity a proxy accepts must be of. The
     /// index always resolves it; a bare registry has none and then accepts no identity.
@@ -318,14 +331,38 @@ impl Registry {
         self.mesh_config.trust_domain.as_deref().unwrap_or_default()
     }
 
-    /// Whether the traffic config (VirtualServices, DestinationRules, Gateways, gateway
-    /// deployments) of two registries is the same.
-    pub fn same_traffic_config(&self, other: &Registry) -> bool {
-        same_config(&self.virtual_services, &other.virtual_services, |a, b| {
-            a.spec == b.spec
-        }) && same_config(&self.destination_rules, &other.destination_rules, |a, b| {
-            a.spec == b.spec
-        }) && same_config(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
+    /// Whether every proxy gets the same configuration from both registries, endpoints aside:
+    /// the one comparison that tells a configuration change from an endpoint-only one.
+    /// Addresses and accounts of meshed pods count through what translation reads of them
+    /// (`meshed_addresses`, `service_accounts`).
+    pub fn same_config(&self, other: &Registry) -> bool {
+        self.control_namespace == other.control_namespace
+            && self.mesh_config == other.mesh_config
+            && self.services == other.services
+            && same_objects_by_namespace(&self.sidecars, &other.sidecars, |a, b| a.spec == b.spec)
+            && same_objects_by_namespace(&self.envoy_filters, &other.envoy_filters, |a, b| {
+                a.spec == b.spec
+            })
+            && self.pod_ports == other.pod_ports
+            && self.meshed_addresses == other.meshed_addresses
+            && self.service_accounts == other.service_accounts
+            && same_objects(
+                &self.peer_authentications,
+                &other.peer_authentications,
+                |a, b| a.spec == b.spec,
+            )
+            && same_objects(
+                &self.authorization_policies,
+                &other.authorization_policies,
+                |a, b| a.spec == b.spec,
+            )
+            && same_objects(&self.virtual_services, &other.virtual_services, |a, b| {
+                a.spec == b.spec
+            })
+            && same_objects(&self.destination_rules, &other.destination_rules, |a, b| {
+                a.spec == b.spec
+            })
+            && same_objects(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
             && self.gateway_deployments == other.gateway_deployments
             && self.tls_secrets == other.tls_secrets
     }

@@ -1,10 +1,12 @@
-//! The hub: connected proxies with their snapshot channels, readiness, the members proxies are
-//! admitted from, and metrics. Shared by the ADS streams, the push loop and the admin server;
-//! it holds no generator, so nothing here waits for a render.
+//! The hub: connected proxies with their snapshot channels, readiness and metrics. Shared by
+//! the ADS streams, the push loop and the admin server; it holds no generator, so nothing here
+//! waits for a render. What admission and the webhooks read of the tenant (members, the
+//! EnvoyFilter policy, credential names, verdicts) comes from the index's watch channels
+//! ([`crate::outputs::IndexWatch`]), attached when the push loop takes the generator.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use tokio::sync::{watch, Notify};
@@ -14,6 +16,7 @@ use crate::ads::protocol::Protocol;
 use crate::ads::snapshot::Snapshot;
 use crate::metrics::Metrics;
 use crate::model::ProxyNode;
+use crate::outputs::IndexWatch;
 use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 
 pub(super) struct ProxyEntry {
@@ -30,7 +33,7 @@ pub(super) struct Target {
     pub(super) snapshot: watch::Sender<Arc<Snapshot>>,
 }
 
-/// Shared state of the server: connected proxies, readiness, members, metrics.
+/// Shared state of the server: connected proxies, readiness, metrics, and the index's outputs.
 pub struct Hub {
     tenant: String,
     revision: String,
@@ -43,12 +46,8 @@ pub struct Hub {
     waiting: Mutex<Vec<(u64, Instant)>>,
     pub(super) connects: Notify,
     ready: watch::Sender<bool>,
-    members: watch::Sender<Arc<BTreeSet<String>>>,
-    diagnostics: watch::Sender<Arc<crate::translate::diagnostics::Diagnostics>>,
-    envoy_filter_policy: watch::Sender<Arc<EnvoyFilterPolicy>>,
-    /// The `credentialName`s of the tenant's Gateways (a connecting gateway's access to them
-    /// is asked before its first config).
-    credential_names: watch::Sender<Arc<BTreeSet<String>>>,
+    /// The outputs of the generator the push loop drives (detached, empty, until it attaches).
+    index: RwLock<IndexWatch>,
     connected: watch::Sender<usize>,
     pushes: watch::Sender<u64>,
     metrics: Arc<Metrics>,
@@ -76,10 +75,7 @@ impl Hub {
             waiting: Mutex::new(Vec::new()),
             connects: Notify::new(),
             ready: watch::Sender::new(false),
-            members: watch::Sender::new(Arc::default()),
-            diagnostics: watch::Sender::new(Arc::default()),
-            envoy_filter_policy: watch::Sender::new(Arc::default()),
-            credential_names: watch::Sender::new(Arc::default()),
+            index: RwLock::new(IndexWatch::detached()),
             connected: watch::Sender::new(0),
             pushes: watch::Sender::new(0),
             metrics,
@@ -99,9 +95,25 @@ impl Hub {
         &self.metrics
     }
 
+    /// Reads the outputs of the generator the push loop drives (called by `Pusher::new`).
+    pub(super) fn attach(&self, index: IndexWatch) {
+        *self.index.write().unwrap_or_else(|e| e.into_inner()) = index;
+    }
+
+    fn index(&self) -> IndexWatch {
+        self.index.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Whether proxies of `namespace` may connect.
     pub fn admits_namespace(&self, namespace: &str) -> bool {
-        namespace == self.control_namespace || self.members.borrow().contains(namespace)
+        namespace == self.control_namespace
+            || self
+                .index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .members
+                .borrow()
+                .contains(namespace)
     }
 
     /// Resolves once proxies of `namespace` are no longer admitted: it left the tenant (a
@@ -111,62 +123,28 @@ impl Hub {
         if namespace == self.control_namespace {
             return std::future::pending().await;
         }
-        let mut members = self.members.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = members.wait_for(|m| !m.contains(namespace)).await;
-    }
-
-    pub(super) fn publish_members(&self, members: BTreeSet<String>) {
-        self.members.send_replace(Arc::new(members));
+        let mut members = self.index().members;
+        // A generator that is gone publishes nothing more: its members stay as they were.
+        if members.wait_for(|m| !m.contains(namespace)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// What the tenant's EnvoyFilters may do now (the validating webhook checks against it).
     pub fn envoy_filter_policy(&self) -> Arc<EnvoyFilterPolicy> {
-        Arc::clone(&self.envoy_filter_policy.borrow())
+        Arc::clone(&self.index().envoy_filter_policy.borrow())
     }
 
-    /// The `credentialName`s the tenant's Gateways name.
+    /// The `credentialName`s the tenant's Gateways name (a connecting gateway's access to them
+    /// is asked before its first config).
     pub fn credential_names(&self) -> Arc<BTreeSet<String>> {
-        Arc::clone(&self.credential_names.borrow())
+        Arc::clone(&self.index().credential_names.borrow())
     }
 
-    pub(super) fn publish_credential_names(&self, names: BTreeSet<String>) {
-        self.credential_names.send_if_modified(|n| {
-            let changed = **n != names;
-            if changed {
-                *n = Arc::new(names);
-            }
-            changed
-        });
-    }
-
-    pub(super) fn publish_envoy_filter_policy(&self, policy: EnvoyFilterPolicy) {
-        self.envoy_filter_policy.send_if_modified(|p| {
-            let changed = **p != policy;
-            if changed {
-                *p = Arc::new(policy);
-            }
-            changed
-        });
-    }
-
-    pub(super) fn publish_diagnostics(
-        &self,
-        verdict: Arc<crate::translate::diagnostics::Diagnostics>,
-    ) {
-        self.diagnostics.send_if_modified(|d| {
-            if **d == *verdict {
-                false
-            } else {
-                *d = verdict;
-                true
-            }
-        });
-    }
-
-    /// The verdict on the tenant's traffic config, as it changes (the status writer's input).
+    /// The verdict on the tenant's traffic config, as it changes (the status writer's input;
+    /// ask after the push loop attached its generator).
     pub fn diagnostics(&self) -> watch::Receiver<Arc<crate::translate::diagnostics::Diagnostics>> {
-        self.diagnostics.subscribe()
+        self.index().diagnostics
     }
 
     /// Marks the sources synced: streams start answering.

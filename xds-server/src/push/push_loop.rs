@@ -118,11 +118,9 @@ pub struct Pusher {
 }
 
 impl Pusher {
-    /// A pusher for `hub` over `generator`; publishes the generator's members at once.
+    /// A pusher for `hub` over `generator`; the hub reads the generator's outputs from now on.
     pub fn new(hub: Arc<Hub>, generator: Box<dyn ConfigGenerator>) -> Self {
-        hub.publish_members(generator.members());
-        hub.publish_envoy_filter_policy(generator.envoy_filter_policy());
-        hub.publish_credential_names(generator.credential_names());
+        hub.attach(generator.watch());
         Pusher {
             hub,
             generator,
@@ -147,14 +145,6 @@ impl Pusher {
         }
         if change.kind == ChangeKind::Config {
             self.epoch += 1;
-            self.hub.publish_diagnostics(self.generator.diagnostics());
-            self.hub
-                .publish_envoy_filter_policy(self.generator.envoy_filter_policy());
-            self.hub
-                .publish_credential_names(self.generator.credential_names());
-        }
-        if change.members_changed {
-            self.hub.publish_members(self.generator.members());
         }
         if ready && !self.hub.is_ready() {
             self.hub.mark_ready();
@@ -450,6 +440,7 @@ mod tests {
     use crate::index::TenantIndex;
     use crate::metrics::Metrics;
     use crate::model::{type_url, ProxyNode};
+    use crate::outputs::IndexWatch;
     use crate::push::ProxyHandle;
     use crate::source_dir::objects_from_yaml;
     use meshplane_crds::networking::CaptureMode;
@@ -616,10 +607,10 @@ spec: {clusterIP: 198.19.0.20, ports: [{name: http, port: 80}]}
         fn render(&self, node: &ProxyNode) -> Arc<ProxyConfig> {
             self.renders
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.index.render_proxy_shared(node)
+            self.index.render(node)
         }
-        fn members(&self) -> BTreeSet<String> {
-            self.index.members().clone()
+        fn watch(&self) -> IndexWatch {
+            self.index.watch()
         }
     }
 
@@ -743,7 +734,7 @@ status: {podIP: 198.18.1.1}
             let reference = index_of(&applied);
             for (n, h) in nodes.iter().zip(&mut handles) {
                 let got = current(h);
-                let want = Snapshot::new(&reference.render_proxy_uncached(n), Instant::now());
+                let want = Snapshot::new(&reference.render_checked(n).0, Instant::now());
                 let bytes = |s: &Snapshot| -> Vec<(String, bytes::Bytes)> {
                     s.types[EDS]
                         .resources

@@ -2,7 +2,7 @@
 //! per-namespace configs the test sets directly, and tonic clients for both ADS variants.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use meshplane_xds::ads::snapshot::content_version;
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
+use meshplane_xds::outputs::{IndexWatch, Outputs};
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -32,7 +33,7 @@ pub struct Configs(pub Arc<Mutex<BTreeMap<String, ProxyConfig>>>);
 
 struct TestGenerator {
     configs: Configs,
-    members: BTreeSet<String>,
+    outputs: Outputs,
     /// Every node rendered for, as the server admitted it.
     rendered: Arc<Mutex<Vec<ProxyNode>>>,
 }
@@ -43,7 +44,7 @@ impl ConfigGenerator for TestGenerator {
         match event {
             SourceEvent::Ready => Change::default(),
             SourceEvent::Members(members) => {
-                self.members = members;
+                self.outputs.publish_members(members);
                 Change {
                     members_changed: true,
                     ..Change::config()
@@ -60,8 +61,8 @@ impl ConfigGenerator for TestGenerator {
         let configs = self.configs.0.lock().expect("configs lock");
         Arc::new(configs.get(&node.namespace).cloned().unwrap_or_default())
     }
-    fn members(&self) -> BTreeSet<String> {
-        self.members.clone()
+    fn watch(&self) -> IndexWatch {
+        self.outputs.watch()
     }
 }
 
@@ -124,8 +125,11 @@ impl Harness {
         let generator = TestGenerator {
             rendered: Arc::clone(&rendered),
             configs: configs.clone(),
-            members: ["shop".to_string(), "bank".to_string()].into(),
+            outputs: Outputs::default(),
         };
+        generator
+            .outputs
+            .publish_members(["shop".to_string(), "bank".to_string()].into());
         let hub = Hub::new(
             TENANT,
             "blue-v1",

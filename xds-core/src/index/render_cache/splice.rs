@@ -5,7 +5,7 @@
 //! alter nothing but the host's own resources, the index replaces those in the cached
 //! configuration instead: its clusters and assignments, and its virtual host in the route
 //! configuration of each of its ports, which is reassembled from the other virtual hosts'
-//! encodings ([`super::route_encoding`]). The result equals a full render
+//! encodings ([`super::super::route_encoding`]). The result equals a full render
 //! (`cached_configurations_equal_fresh_renders_after_every_event`). That holds when:
 //!
 //! - one Service declares the host, before and after (no ServiceEntry shares its hostname),
@@ -26,8 +26,8 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use super::interner::Interner;
-use super::route_encoding;
+use super::super::interner::Interner;
+use super::super::route_encoding;
 use super::{CachedConfig, EdsIndexMemo, ScopeKey};
 use crate::model::{type_url, ProxyConfig, ProxyKind, Resource};
 use crate::translate::registry::{self, Registry, ServiceModel};
