@@ -389,7 +389,9 @@ pub struct MeshControlPlaneStatus {
     pub control_namespace_uid: Option<String>,
     /// `Ready`, `Reconciled`, `WebhooksReady`, `MembersStale` (an instance serves the last
     /// members it could read: its members ConfigMap is deleted, unreadable or not the
-    /// operator's), `Degraded`, `InUse`.
+    /// operator's), `WatchesRefused` (the API server refuses an instance pod some reads, named
+    /// as namespace/kind, and it serves without those objects until access returns),
+    /// `Degraded`, `InUse`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Namespaces attached to this revision (directly or through a tag).

@@ -141,6 +141,16 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         connected("1").await;
     }
 
+    // A member namespace whose admin took the instance's read access away (replaced its
+    // reader RoleBinding with one of their own, which the operator leaves alone) does not keep
+    // a restarted instance unready: it serves shop's proxy without that namespace, and the
+    // control plane names what it cannot read (WatchesRefused, one Warning Event) until
+    // access returns.
+    watches_refused_is_reported_and_recovers(&cluster).await;
+    if cluster.network().is_some() {
+        connected("1").await;
+    }
+
     cluster
         .kubectl(&["label", "namespace", "shop", "meshplane.io/rev-"])
         .expect("leave");
@@ -199,20 +209,180 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
 
 /// `MembersStale` of blue-v1 (status, reason, message) as `kubectl get` shows it.
 fn members_stale(cluster: &Cluster) -> Result<(String, String, String), String> {
+    blue_condition(cluster, "MembersStale")
+}
+
+/// Condition `type_` of blue-v1 (status, reason, message) as `kubectl get` shows it.
+fn blue_condition(cluster: &Cluster, type_: &str) -> Result<(String, String, String), String> {
     let out = cluster
         .kubectl(&[
             "get",
             "meshcontrolplane",
             "blue-v1",
             "-o",
-            r#"jsonpath={range .status.conditions[?(@.type=="MembersStale")]}{.status}|{.reason}|{.message}{end}"#,
+            &format!(
+                r#"jsonpath={{range .status.conditions[?(@.type=="{type_}")]}}{{.status}}|{{.reason}}|{{.message}}{{end}}"#
+            ),
         ])
         .map_err(|e| e.to_string())?;
     let mut parts = out.trim().splitn(3, '|').map(str::to_string);
     match (parts.next(), parts.next(), parts.next()) {
         (Some(s), Some(r), Some(m)) => Ok((s, r, m)),
-        _ => Err(format!("no MembersStale condition yet: {out:?}")),
+        _ => Err(format!("no {type_} condition yet: {out:?}")),
     }
+}
+
+/// Warning Events with `reason` about blue-v1.
+async fn blue_warnings(cluster: &Cluster, reason: &str) -> usize {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(cluster.client());
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("blue-v1"))
+        .count()
+}
+
+/// bank joins blue; its admin replaces the instance's reader RoleBinding with their own (the
+/// instance's ServiceAccount no longer a subject); blue's instance restarts. It becomes ready
+/// without bank, `WatchesRefused` names what it cannot read in bank, one Warning Event says so,
+/// and deleting the admin's binding (the operator puts its own back) clears it.
+async fn watches_refused_is_reported_and_recovers(cluster: &Cluster) {
+    let reader = names::member_reader("blue-v1");
+    cluster
+        .kubectl(&["create", "namespace", "bank"])
+        .expect("bank");
+    cluster
+        .kubectl(&["label", "namespace", "bank", "meshplane.io/rev=blue-stable"])
+        .expect("bank joins");
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.client(), "bank");
+    let mut binding = wait_for("the reader RoleBinding in bank", DEADLINE, || async {
+        match bindings.get_opt(&reader).await.map_err(|e| e.to_string())? {
+            Some(b) => Ok(Some(b)),
+            None => Err("no reader RoleBinding in bank yet".to_string()),
+        }
+    })
+    .await
+    .expect("bank joined");
+    wait_for("blue-v1 WatchesRefused=False", DEADLINE, || async {
+        match blue_condition(cluster, "WatchesRefused")? {
+            c if c.0 == "False" => Ok(Some(())),
+            c => Err(format!("WatchesRefused {c:?}")),
+        }
+    })
+    .await
+    .expect("every watch lists before");
+    let warned_before = blue_warnings(cluster, "WatchesRefused").await;
+    let control = names::control_namespace("blue");
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), &control);
+    let instance_pods = ListParams::default().labels("app.kubernetes.io/name=meshplane-xds");
+    let before: Vec<String> = pods
+        .list(&instance_pods)
+        .await
+        .expect("instance pods")
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+
+    // One replace: the operator's labels and owner and the instance as subject go at once.
+    binding.metadata.labels = None;
+    binding.metadata.owner_references = None;
+    binding.metadata.managed_fields = None;
+    binding.subjects = Some(vec![k8s_openapi::api::rbac::v1::Subject {
+        kind: "ServiceAccount".into(),
+        name: "default".into(),
+        namespace: Some("bank".into()),
+        ..Default::default()
+    }]);
+    bindings
+        .replace(&reader, &Default::default(), &binding)
+        .await
+        .expect("replace the reader RoleBinding");
+    cluster
+        .kubectl(&[
+            "-n",
+            &control,
+            "rollout",
+            "restart",
+            "deployment/meshplane-blue-v1",
+        ])
+        .expect("restart blue's instance");
+    // The restarted instance becomes ready although bank cannot be read: the rollout ends
+    // with one ready pod, a new one.
+    let restarted = wait_for("one ready instance pod, a new one", DEADLINE, || async {
+        let now = pods
+            .list(&instance_pods)
+            .await
+            .map_err(|e| e.to_string())?
+            .items;
+        match now.as_slice() {
+            [pod] if meshplane_e2e::harness::pod_is_ready(pod) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                match before.contains(&name) {
+                    true => Err(format!("{name} is the pod from before the restart")),
+                    false => Ok(Some(name)),
+                }
+            }
+            pods => Err(format!(
+                "{} instance pods, {} ready",
+                pods.len(),
+                pods.iter()
+                    .filter(|p| meshplane_e2e::harness::pod_is_ready(p))
+                    .count()
+            )),
+        }
+    })
+    .await
+    .expect("the restarted instance is ready");
+
+    let (_, reason, message) = wait_for("blue-v1 WatchesRefused=True", DEADLINE, || async {
+        match blue_condition(cluster, "WatchesRefused")? {
+            c if c.0 == "True" => Ok(Some(c)),
+            c => Err(format!("WatchesRefused {c:?}")),
+        }
+    })
+    .await
+    .expect("WatchesRefused True");
+    assert_eq!(reason, "ReadAccessRefused");
+    assert!(
+        message.contains(&format!("{restarted} cannot read ")),
+        "the message names the instance pod: {message}"
+    );
+    assert!(message.contains("bank/Service"), "{message}");
+    assert!(message.contains("serve without"), "{message}");
+    assert!(!message.contains("shop/"), "shop is readable: {message}");
+    cluster
+        .wait_for_mcp_ready("blue-v1", DEADLINE)
+        .await
+        .expect("blue-v1 Ready with bank unreadable");
+    assert_eq!(
+        blue_warnings(cluster, "WatchesRefused").await,
+        warned_before + 1,
+        "one Warning Event as WatchesRefused turns True"
+    );
+
+    // Access returns: without the admin's binding the operator writes its own again, and the
+    // instance's watches of bank list (it retries them) without a restart.
+    bindings
+        .delete(&reader, &Default::default())
+        .await
+        .expect("delete the admin's RoleBinding");
+    wait_for("blue-v1 WatchesRefused=False", DEADLINE, || async {
+        match blue_condition(cluster, "WatchesRefused")? {
+            c if c.0 == "False" => Ok(Some(())),
+            c => Err(format!("WatchesRefused {c:?}")),
+        }
+    })
+    .await
+    .expect("WatchesRefused False");
+    cluster
+        .kubectl(&["label", "namespace", "bank", "meshplane.io/rev-"])
+        .expect("bank leaves");
 }
 
 async fn members_stale_is_reported_and_recovers(cluster: &Cluster) {
@@ -252,17 +422,11 @@ async fn members_stale_is_reported_and_recovers(cluster: &Cluster) {
         "the message names the instance pod: {message}"
     );
     assert!(message.contains("unreadable"), "{message}");
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(cluster.client());
-    let warned = events
-        .list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("MembersStale"))
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("blue-v1"))
-        .count();
-    assert_eq!(warned, 1, "one Warning Event as MembersStale turns True");
+    assert_eq!(
+        blue_warnings(cluster, "MembersStale").await,
+        1,
+        "one Warning Event as MembersStale turns True"
+    );
 
     // Deleting the foreign ConfigMap lets the operator write its own again.
     cluster

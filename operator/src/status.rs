@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use meshplane_contracts::proxies::{self, MembersStale, ProxyCounts};
+use meshplane_contracts::proxies::{self, MembersStale, ProxyCounts, RefusedWatches};
 use meshplane_contracts::Data;
 use meshplane_crds::controlplane::{
     NamespaceList, RejectedNamespace, RejectedNamespaces, STATUS_NAME_LIMIT,
@@ -25,10 +25,15 @@ pub mod types {
     pub const DEGRADED: &str = "Degraded";
     pub const IN_USE: &str = "InUse";
     pub const MEMBERS_STALE: &str = "MembersStale";
+    pub const WATCHES_REFUSED: &str = "WatchesRefused";
 }
 
 /// Reason of `MembersStale=True`: some instance pod serves the members it last read.
 pub const MEMBERS_STALE_REASON: &str = "LastKnownMembers";
+
+/// Reason of `WatchesRefused=True`: the API server refuses some instance pod reads (403), and
+/// the pod serves without those objects.
+pub const WATCHES_REFUSED_REASON: &str = "ReadAccessRefused";
 
 /// A condition without its transition time, which [`merge_conditions`] fills in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +177,48 @@ pub fn members_stale_condition(stale: &[(String, MembersStale)]) -> ConditionSpe
     )
 }
 
+/// The instance pods in `live` that serve without what the API server refuses them to read
+/// (contract 3), with what they cannot read.
+pub fn refused_watches(
+    proxies_configmap: Option<&Value>,
+    live: &BTreeSet<String>,
+) -> Vec<(String, RefusedWatches)> {
+    proxy_counts(proxies_configmap)
+        .map(|counts| {
+            counts
+                .refused_watches_of(live)
+                .map(|(pod, mark)| (pod.to_string(), mark.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `WatchesRefused` condition: True, naming each instance pod and the namespaces and kinds
+/// it cannot read, while any serves without them; False otherwise.
+pub fn watches_refused_condition(refused: &[(String, RefusedWatches)]) -> ConditionSpec {
+    if refused.is_empty() {
+        return ConditionSpec::new(
+            types::WATCHES_REFUSED,
+            false,
+            "AllWatchesListed",
+            "every instance pod reads every namespace and kind it watches",
+        );
+    }
+    let pods = refused
+        .iter()
+        .map(|(pod, mark)| format!("{pod} cannot read {mark}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    ConditionSpec::new(
+        types::WATCHES_REFUSED,
+        true,
+        WATCHES_REFUSED_REASON,
+        format!(
+            "the API server refuses (403) instance pods some reads (namespace/kind); they serve without those objects until access returns (a member namespace's reader RoleBinding removed or changed, say): {pods}"
+        ),
+    )
+}
+
 /// What the reconcile observed about the instance, for the status.
 #[derive(Clone, Debug, Default)]
 pub struct InstanceFacts {
@@ -183,6 +230,9 @@ pub struct InstanceFacts {
     pub connected_proxies: Option<i32>,
     /// Instance pods that serve stale members, from the proxies ConfigMap.
     pub members_stale: Vec<(String, MembersStale)>,
+    /// Instance pods that serve without what the API server refuses them, from the proxies
+    /// ConfigMap.
+    pub refused_watches: Vec<(String, RefusedWatches)>,
     /// What the probe of the revision's validating webhook found (None: not probed, the
     /// instance or its webhook configurations are not in place).
     pub webhook_probe: Option<crate::webhook_probe::ProbeResult>,
@@ -348,6 +398,7 @@ pub fn active_status(
         },
     ];
     wanted.push(members_stale_condition(&facts.members_stale));
+    wanted.push(watches_refused_condition(&facts.refused_watches));
     wanted.push(if let Some(problem) = &facts.ca_problem {
         ConditionSpec::new(types::DEGRADED, true, CA_INVALID_REASON, problem.clone())
     } else if let Some(problem) = &facts.gateway_problem {
@@ -583,6 +634,44 @@ mod tests {
         ));
         assert!(!fresh.status);
         assert_eq!(fresh.type_, types::MEMBERS_STALE);
+    }
+
+    /// An instance pod's refused-watches mark (contract 3) becomes `WatchesRefused=True`
+    /// naming the pod and each namespace/kind it cannot read; a gone pod's mark counts for
+    /// nothing and is removed with its count; a broken mark is ignored.
+    #[test]
+    fn refused_watches_marks_of_live_pods_become_the_condition() {
+        let cm = json!({"data": {
+            "xds-a": "3", "xds-a.refused-watches": "bank/EndpointSlice\nbank/Service",
+            "xds-b": "1", "xds-b.refused-watches": "not a mark",
+            "xds-gone": "9", "xds-gone.refused-watches": "shop/Service",
+        }});
+        let live: BTreeSet<String> = ["xds-a", "xds-b"].map(String::from).into();
+        assert_eq!(connected_proxies(Some(&cm), &live), Some(4));
+        assert_eq!(
+            stale_proxy_keys(Some(&cm), &live),
+            ["xds-gone", "xds-gone.refused-watches"]
+        );
+        let refused = refused_watches(Some(&cm), &live);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        let c = watches_refused_condition(&refused);
+        assert!(c.status);
+        assert_eq!(c.type_, types::WATCHES_REFUSED);
+        assert_eq!(c.reason, WATCHES_REFUSED_REASON);
+        assert!(
+            c.message
+                .contains("xds-a cannot read bank/EndpointSlice, bank/Service"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("serve without"), "{}", c.message);
+        assert!(!c.message.contains("xds-gone"), "{}", c.message);
+        let listed = watches_refused_condition(&refused_watches(
+            Some(&json!({"data": {"xds-a": "3"}})),
+            &live,
+        ));
+        assert!(!listed.status);
+        assert_eq!(listed.type_, types::WATCHES_REFUSED);
     }
 
     #[test]

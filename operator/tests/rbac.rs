@@ -448,3 +448,108 @@ fn what_the_operator_holds_where_covers_every_write_read_watch_and_grant() {
         }
     }
 }
+
+/// Every document of the shipped YAML files in `dir` (kustomization.yaml aside).
+fn shipped_documents(dir: &str) -> Vec<Value> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("shipped directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml") && !p.ends_with("kustomization.yaml")
+        })
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .flat_map(|p| {
+            parse_documents(&std::fs::read_to_string(p).expect("readable")).expect("YAML")
+        })
+        .collect()
+}
+
+/// The guardrails (config/rbac/operator_guardrails.yaml) confine the operator's webhook
+/// configurations; under them, as its ServiceAccount, it still applies, re-applies and prunes
+/// every webhook configuration it renders, and fills in the caBundle of its own shipped one.
+#[tokio::test]
+async fn the_guardrails_let_the_operator_manage_its_own_webhook_configurations() {
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
+
+    let standin = StandIn::start(StandInOptions::default())
+        .await
+        .expect("stand-in");
+    let admin = standin.client(&Identity::Admin).await.expect("admin");
+    let operator = standin.client(&Identity::Operator).await.expect("operator");
+    let mut installed = vec![serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": OPERATOR.0}})];
+    installed.extend(shipped_documents("../config/rbac"));
+    installed.extend(shipped_documents("../config/webhook"));
+    for doc in installed {
+        let object: DynamicObject = serde_json::from_value(doc).expect("object");
+        let types = object.types.clone().expect("typed");
+        let gvk = GroupVersionKind::try_from(&types).expect("gvk");
+        let plural = match gvk.kind.as_str() {
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies".to_string(),
+            kind => format!("{}s", kind.to_lowercase()),
+        };
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
+            None => Api::all_with(admin.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("installing {plural}: {e}"));
+    }
+
+    let mut applied = BTreeMap::new();
+    for (label, objects) in renders() {
+        for object in objects.iter().filter(|o| {
+            matches!(
+                o.key.kind,
+                Kind::MutatingWebhookConfiguration | Kind::ValidatingWebhookConfiguration
+            )
+        }) {
+            let api: Api<DynamicObject> =
+                Api::all_with(operator.clone(), &object.key.kind.api_resource());
+            // No MeshControlPlane exists here: without its owner the garbage collector would
+            // remove the object before the test prunes it.
+            let mut body = object.body.clone();
+            if let Some(meta) = body["metadata"].as_object_mut() {
+                meta.remove("ownerReferences");
+            }
+            let apply = PatchParams::apply(names::FIELD_MANAGER).force();
+            for round in ["created", "updated"] {
+                api.patch(&object.key.name, &apply, &Patch::Apply(&body))
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {} {round}: {e}", object.key.name));
+            }
+            applied.insert(
+                (object.key.kind.name(), object.key.name.clone()),
+                object.key.kind,
+            );
+        }
+    }
+    assert!(applied.len() >= 6, "{applied:?}");
+    for ((_, name), kind) in &applied {
+        Api::<DynamicObject>::all_with(operator.clone(), &kind.api_resource())
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("pruning {name}: {e}"));
+    }
+
+    let tls = meshplane_operator::tls::issue(
+        "meshplane-operator.meshplane-system.svc",
+        time::OffsetDateTime::now_utc(),
+        time::Duration::days(1),
+        None,
+    )
+    .expect("certificate");
+    let trusted =
+        meshplane_operator::admission_tls::publish_ca_bundle(&operator, "meshplane-operator", &tls)
+            .await
+            .expect("the operator fills in its own caBundle");
+    assert!(trusted);
+}

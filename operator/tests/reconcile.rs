@@ -861,3 +861,112 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
     );
     assert!(api.events().iter().all(|e| e["type"] != "Warning"));
 }
+
+/// An instance pod that reports watches the API server refuses it in the proxies ConfigMap
+/// (contract 3) turns `WatchesRefused` True, naming the pod and each namespace/kind it cannot
+/// read, with one Warning Event; a gone pod's mark counts for nothing and leaves with its
+/// count; a resync while refused writes nothing; once the mark is gone the condition is False.
+#[tokio::test]
+async fn an_instance_with_refused_watches_raises_watches_refused_with_one_warning() {
+    let api = cluster();
+    let ctx = context(api.client());
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "WatchesRefused"),
+        ("False".into(), "AllWatchesListed".into())
+    );
+    let pod = "meshplane-blue-v1-xds-7f9c-abcde";
+    api.insert(("", "pods"), json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": "meshplane-blue",
+                     "labels": {"app.kubernetes.io/name": "meshplane-xds", names::REVISION_LABEL: "blue-v1"}}}));
+    let proxies = |data: Value| {
+        let mut cm = api
+            .get(
+                "",
+                "configmaps",
+                Some("meshplane-blue"),
+                "meshplane-blue-v1-proxies",
+            )
+            .expect("proxies ConfigMap");
+        cm["data"] = data;
+        api.insert(("", "configmaps"), cm);
+    };
+    proxies(json!({
+        pod: "2",
+        format!("{pod}.refused-watches"): "bank/EndpointSlice\nbank/Service",
+        "meshplane-blue-v1-xds-gone": "5",
+        "meshplane-blue-v1-xds-gone.refused-watches": "vault/Service",
+    }));
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    let mcp = stored(&api, "blue-v1");
+    assert_eq!(
+        condition(&mcp, "WatchesRefused"),
+        ("True".into(), "ReadAccessRefused".into())
+    );
+    let message = mcp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "WatchesRefused"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "{pod} cannot read bank/EndpointSlice, bank/Service"
+        )) && !message.contains("vault"),
+        "{message}"
+    );
+    assert_eq!(
+        mcp.status.as_ref().and_then(|s| s.connected_proxies),
+        Some(2)
+    );
+    let warnings: Vec<Value> = api
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "Warning" && e["reason"] == "WatchesRefused")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains(pod)),
+        "{warnings:?}"
+    );
+    let left: BTreeSet<String> = api
+        .get(
+            "",
+            "configmaps",
+            Some("meshplane-blue"),
+            "meshplane-blue-v1-proxies",
+        )
+        .and_then(|cm| cm["data"].as_object().map(|d| d.keys().cloned().collect()))
+        .unwrap_or_default();
+    assert_eq!(
+        left,
+        BTreeSet::from([pod.to_string(), format!("{pod}.refused-watches")]),
+        "the gone pod's count and mark are removed"
+    );
+
+    // Still refused at the next resync: nothing is written, no second Warning.
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(api.writes(), Vec::new());
+    assert!(api.events().is_empty());
+
+    // Access returns: the pod's watches list and it drops its mark.
+    proxies(json!({pod: "2"}));
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
+        .await
+        .expect("reconciles");
+    assert_eq!(
+        condition(&stored(&api, "blue-v1"), "WatchesRefused"),
+        ("False".into(), "AllWatchesListed".into())
+    );
+    assert!(api.events().iter().all(|e| e["type"] != "Warning"));
+}

@@ -151,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("connecting to the Kubernetes API")?;
             let (members_stale, stale_rx) = watch::channel(None);
+            let (refused_watches, refused_rx) = watch::channel(None);
             let config = KubeSourceConfig {
                 tenant: args.tenant.clone(),
                 control_namespace: control_namespace.clone(),
@@ -158,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
                 shared: args.isolation == Isolation::Shared,
                 metrics: Arc::clone(hub.metrics()),
                 members_stale,
+                refused_watches,
             };
             if let Some(access) = &credential_access {
                 tokio::spawn(meshplane_xds::credential_access::run(
@@ -175,7 +177,10 @@ async fn main() -> anyhow::Result<()> {
                 args.revision.clone(),
                 pod_name.clone(),
                 hub.connected_count(),
-                stale_rx,
+                meshplane_xds::report::proxy_count::Marks {
+                    members_stale: stale_rx,
+                    refused_watches: refused_rx,
+                },
                 shutdown_rx.clone(),
             ));
             // The Accepted condition of VirtualServices, DestinationRules and Gateways.

@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::Api;
-use meshplane_contracts::proxies::{MembersStale, ProxyCounts};
+use meshplane_contracts::proxies::{MembersStale, ProxyCounts, RefusedWatches};
 use meshplane_crds::{names, MeshControlPlane};
 use meshplane_kube_standin::{Identity, StandIn, StandInOptions};
 use meshplane_xds::model::{Object, SourceEvent};
@@ -40,6 +40,20 @@ fn start_source(
     client: &kube::Client,
     shared: bool,
 ) -> (Seen, Arc<meshplane_xds::metrics::Metrics>) {
+    let (seen, metrics, _) = start_source_reporting(client, shared);
+    (seen, metrics)
+}
+
+/// [`start_source`], with the refused-watches mark the source publishes.
+fn start_source_reporting(
+    client: &kube::Client,
+    shared: bool,
+) -> (
+    Seen,
+    Arc<meshplane_xds::metrics::Metrics>,
+    watch::Receiver<Option<RefusedWatches>>,
+) {
+    let (refused_tx, refused_rx) = watch::channel(None);
     let seen = Seen::default();
     let (tx, mut rx) = mpsc::channel(1024);
     let metrics = Arc::new(meshplane_xds::metrics::Metrics::new());
@@ -50,6 +64,7 @@ fn start_source(
         shared,
         metrics: Arc::clone(&metrics),
         members_stale: watch::channel(None).0,
+        refused_watches: refused_tx,
     };
     tokio::spawn(source_kube::run(client.clone(), config, tx));
     let recorder = seen.clone();
@@ -58,7 +73,7 @@ fn start_source(
             recorder.0.lock().expect("lock").push(e);
         }
     });
-    (seen, metrics)
+    (seen, metrics, refused_rx)
 }
 
 fn service_upsert<'a>(ns: &'a str, name: &'a str) -> impl Fn(&SourceEvent) -> bool + 'a {
@@ -170,13 +185,17 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     let (count_tx, count_rx) = watch::channel(3usize);
     let (_stop, stop_rx) = watch::channel(false);
     let (stale_tx, stale_rx) = watch::channel(None);
+    let (refused_tx, refused_rx) = watch::channel(None);
     tokio::spawn(meshplane_xds::report::proxy_count::run(
         client.clone(),
         "meshplane-blue".into(),
         "blue-v1".into(),
         "xds-0".into(),
         count_rx,
-        stale_rx,
+        meshplane_xds::report::proxy_count::Marks {
+            members_stale: stale_rx,
+            refused_watches: refused_rx,
+        },
         stop_rx,
     ));
     let read = |cms: Api<ConfigMap>| async move {
@@ -223,7 +242,12 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
             let counts = ProxyCounts::from_data(&data).expect("contract 3");
             match want {
                 "stale" => counts.members_stale.contains_key("xds-0"),
-                _ => counts.members_stale.is_empty() && counts.by_pod.get("xds-0") == Some(&5),
+                "refused" => counts.refused_watches.contains_key("xds-0"),
+                _ => {
+                    counts.members_stale.is_empty()
+                        && counts.refused_watches.is_empty()
+                        && counts.by_pod.get("xds-0") == Some(&5)
+                }
             }
         }
     };
@@ -255,6 +279,40 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
     )
     .await
     .expect("the mark is removed, the count stays")
+    .expect("watch");
+
+    // The same for the watches the API server refuses: named next to the count while
+    // refused, removed once they list.
+    let refused = RefusedWatches::of([(Some("bank"), "Service")]);
+    refused_tx.send_replace(refused.clone());
+    let refused_cm = tokio::time::timeout(
+        DEADLINE,
+        await_condition(
+            cms.clone(),
+            "meshplane-blue-v1-proxies",
+            proxies_cm("refused"),
+        ),
+    )
+    .await
+    .expect("the refused-watches mark is applied")
+    .expect("watch")
+    .and_then(|c| c.data)
+    .unwrap_or_default();
+    assert_eq!(
+        ProxyCounts::from_data(&refused_cm).map(|c| c.refused_watches.get("xds-0").cloned()),
+        Ok(refused)
+    );
+    refused_tx.send_replace(None);
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(
+            cms.clone(),
+            "meshplane-blue-v1-proxies",
+            proxies_cm("fresh"),
+        ),
+    )
+    .await
+    .expect("the refused-watches mark is removed, the count stays")
     .expect("watch");
 }
 
@@ -473,7 +531,7 @@ async fn an_unreadable_member_namespace_does_not_keep_the_instance_unready() {
         .await
         .expect("instance client");
 
-    let (seen, metrics) = start_source(&instance, false);
+    let (seen, metrics, mark) = start_source_reporting(&instance, false);
     let refused = || {
         let text = metrics.encode().expect("metrics");
         text.lines()
@@ -488,11 +546,27 @@ async fn an_unreadable_member_namespace_does_not_keep_the_instance_unready() {
     assert!(seen.has(service_upsert("shop", "web")));
     assert!(!seen.has(service_upsert("bank", "ledger")));
     assert!(refused() > 0, "what is missing is reported");
+    // ... and named, for the operator's `WatchesRefused` condition (contract 3): every kind
+    // read per member namespace, in bank only.
+    let named = mark.borrow().clone().expect("a refused-watches mark");
+    assert_eq!(
+        i64::try_from(named.listed.len() + named.more).ok(),
+        Some(refused()),
+        "{named:?}"
+    );
+    assert!(
+        named.listed.iter().all(|w| w.starts_with("bank/")),
+        "{named:?}"
+    );
+    assert!(
+        named.listed.contains(&"bank/Service".to_string()),
+        "{named:?}"
+    );
 
     // Access returns: bank's objects follow without a restart.
     grant("bank").await;
     eventually("bank's Service arrives and nothing is refused", || {
-        seen.has(service_upsert("bank", "ledger")) && refused() == 0
+        seen.has(service_upsert("bank", "ledger")) && refused() == 0 && mark.borrow().is_none()
     })
     .await;
 }

@@ -226,9 +226,19 @@ pub async fn admit_via(
     dialer: &Dialer,
     req: AdmissionInput,
 ) -> Result<Value, AdmissionDenied> {
-    // Like the real API, webhook configurations are never subject to webhooks, so a broken
-    // webhook can always be removed.
+    // Like the real API, admission configuration is never subject to webhooks, so a broken
+    // webhook can always be removed; policies do apply to webhook configurations, but never
+    // to policies and their bindings.
     if req.api_version == ADMISSION_REGISTRATION {
+        const POLICIES: [&str; 4] = [
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ];
+        if !POLICIES.contains(&req.resource.as_str()) {
+            super::admission_policy::check(lookup, &req, &namespace_labels(lookup, &req))?;
+        }
         return Ok(stored_object(&req));
     }
     let mut req = req;

@@ -326,3 +326,166 @@ async fn policies_refuse_only_through_a_deny_binding() {
     );
     create(&admin, cm("three", "b")).await.expect("admitted");
 }
+
+fn webhook_configuration(kind: &str, name: &str, managed: bool, webhook: Value) -> Value {
+    let mut metadata = json!({"name": name});
+    if managed {
+        metadata["labels"] = json!({"app.kubernetes.io/managed-by": "meshplane"});
+    }
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": metadata,
+        "webhooks": [webhook]})
+}
+
+fn webhook(name: &str, client: Value, rules: Value, namespace_selector: Value) -> Value {
+    json!({"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "clientConfig": client, "rules": rules, "namespaceSelector": namespace_selector})
+}
+
+/// Webhook configurations are not the operator's to edit unless it made them, and those it
+/// makes can only call a Service about pods of mesh namespaces or the meshplane API.
+#[tokio::test]
+async fn the_operator_edits_only_its_own_webhook_configurations() {
+    let (_handle, admin, operator) = cluster().await;
+    let istiod =
+        json!({"service": {"name": "istiod", "namespace": "istio-system", "path": "/validate"}});
+    let pods = json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]);
+    let istio_config = json!([{"apiGroups": ["networking.istio.io"], "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["*"]}]);
+    create(
+        &admin,
+        webhook_configuration(
+            "ValidatingWebhookConfiguration",
+            "istio-validator-istio-system",
+            false,
+            webhook(
+                "rev.validation.istio.io",
+                istiod.clone(),
+                istio_config.clone(),
+                json!({}),
+            ),
+        ),
+    )
+    .await
+    .expect("Istio's validator");
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+        ),
+        "validatingwebhookconfigurations",
+    );
+    let validators: Api<DynamicObject> = Api::all_with(operator.clone(), &resource);
+    let mut hook = webhook(
+        "rev.validation.istio.io",
+        istiod.clone(),
+        istio_config.clone(),
+        json!({}),
+    );
+    hook["failurePolicy"] = json!("Ignore");
+    let open_up = json!({"webhooks": [hook]});
+    let (code, message) = refused(
+        validators
+            .patch(
+                "istio-validator-istio-system",
+                &PatchParams::default(),
+                &Patch::Merge(&open_up),
+            )
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(message.contains("managed-by=meshplane"), "{message}");
+    refused(
+        validators
+            .delete("istio-validator-istio-system", &DeleteParams::default())
+            .await,
+    );
+    // Labelling a new one as its own does not widen what it may make.
+    let mesh_only = json!({"matchExpressions": [{"key": "meshplane.io/rev", "operator": "In", "values": ["blue-v1"]}]});
+    let own = json!({"service": {"name": "meshplane-blue-v1", "namespace": "blue-system", "path": "/inject"}});
+    for (kind, name, hook, why) in [
+        (
+            "MutatingWebhookConfiguration",
+            "istio-sidecar-injector",
+            webhook(
+                "a.meshplane.io",
+                own.clone(),
+                pods.clone(),
+                mesh_only.clone(),
+            ),
+            "named meshplane-*",
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "meshplane-blue-v1-injector",
+            webhook(
+                "a.meshplane.io",
+                json!({"url": "https://198.18.0.10/inject"}),
+                pods.clone(),
+                mesh_only.clone(),
+            ),
+            "call only Services",
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "meshplane-blue-v1-injector",
+            webhook("a.meshplane.io", own.clone(), pods.clone(), json!({})),
+            "namespaces that joined a revision",
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "meshplane-blue-v1-injector",
+            webhook(
+                "a.meshplane.io",
+                own.clone(),
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["secrets"]}]),
+                mesh_only.clone(),
+            ),
+            "only pod creation",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            "meshplane-blue-v1-validator",
+            webhook(
+                "a.meshplane.io",
+                own.clone(),
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]}]),
+                mesh_only.clone(),
+            ),
+            "only the meshplane API",
+        ),
+    ] {
+        let (_, message) =
+            refused(create(&operator, webhook_configuration(kind, name, true, hook)).await);
+        assert!(message.contains(why), "{name}: {message}");
+    }
+    // What it does make: created, changed and deleted.
+    let validator = webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        "meshplane-blue-v1-validator",
+        true,
+        webhook(
+            "blue-v1.validate.meshplane.io",
+            own,
+            json!([{"apiGroups": ["networking.meshplane.io"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["sidecars"]}]),
+            mesh_only,
+        ),
+    );
+    create(&operator, validator)
+        .await
+        .expect("its own validator");
+    let note = json!({"metadata": {"annotations": {"meshplane.io/note": "x"}}});
+    validators
+        .patch(
+            "meshplane-blue-v1-validator",
+            &PatchParams::default(),
+            &Patch::Merge(&note),
+        )
+        .await
+        .expect("changed");
+    validators
+        .delete("meshplane-blue-v1-validator", &DeleteParams::default())
+        .await
+        .expect("deleted");
+}

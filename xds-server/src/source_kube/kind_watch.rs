@@ -4,12 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
+use meshplane_contracts::proxies::RefusedWatches;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -29,7 +30,7 @@ pub(super) fn spawn_kind_watchers(
     out: &mpsc::Sender<Batch>,
     filter: Option<watch::Receiver<BTreeSet<String>>>,
     initial: &mut Vec<oneshot::Receiver<()>>,
-    metrics: &Arc<Metrics>,
+    refusals: &Arc<Refusals>,
 ) -> Vec<JoinHandle<()>> {
     Kind::ALL
         .iter()
@@ -42,7 +43,7 @@ pub(super) fn spawn_kind_watchers(
                 namespace,
                 out,
                 filter: filter.clone(),
-                listing: InitialListing::new(done_tx, Arc::clone(metrics)),
+                listing: InitialListing::new(done_tx, Arc::clone(refusals), namespace, *kind),
             })
         })
         .collect()
@@ -210,21 +211,73 @@ pub(super) async fn watch_kind<K>(
     }
 }
 
+/// The watches refused now (one kind in one namespace, `None`: cluster-wide), counted in
+/// `meshplane_xds_refused_watches` and published as the refused-watches mark that
+/// [`crate::report::proxy_count`] applies next to the count (contract 3).
+pub(super) struct Refusals {
+    metrics: Arc<Metrics>,
+    /// How many running watchers of each (namespace, kind) are refused now.
+    refused: Mutex<BTreeMap<(Option<String>, Kind), usize>>,
+    out: watch::Sender<Option<RefusedWatches>>,
+}
+
+impl Refusals {
+    pub(super) fn new(metrics: Arc<Metrics>, out: watch::Sender<Option<RefusedWatches>>) -> Self {
+        Self {
+            metrics,
+            refused: Mutex::new(BTreeMap::new()),
+            out,
+        }
+    }
+
+    /// One watcher of `kind` in `namespace` is refused now (`true`) or no longer (`false`).
+    fn set(&self, namespace: &Option<String>, kind: Kind, refused: bool) {
+        self.metrics.refused_watches(if refused { 1 } else { -1 });
+        let mut all = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.clone(), kind);
+        if refused {
+            *all.entry(key).or_default() += 1;
+        } else if let Some(n) = all.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                all.remove(&key);
+            }
+        }
+        let mark = RefusedWatches::of(all.keys().map(|(ns, kind)| (ns.as_deref(), kind.name())));
+        self.out.send_if_modified(|old| {
+            let differs = *old != mark;
+            if differs {
+                *old = mark;
+            }
+            differs
+        });
+    }
+}
+
 /// A watch's first listing: readiness waits for it (`done`) until the watch lists or is
 /// refused (403) before it could. A refused watch is counted in
-/// `meshplane_xds_refused_watches` until it lists, or until it ends (a namespace that left,
-/// a dropped task).
+/// `meshplane_xds_refused_watches` and named in the refused-watches mark ([`Refusals`]) until
+/// it lists, or until it ends (a namespace that left, a dropped task).
 pub(super) struct InitialListing {
     done: Option<oneshot::Sender<()>>,
-    metrics: Arc<Metrics>,
+    refusals: Arc<Refusals>,
+    namespace: Option<String>,
+    kind: Kind,
     counted: bool,
 }
 
 impl InitialListing {
-    pub(super) fn new(done: oneshot::Sender<()>, metrics: Arc<Metrics>) -> Self {
+    pub(super) fn new(
+        done: oneshot::Sender<()>,
+        refusals: Arc<Refusals>,
+        namespace: Option<&String>,
+        kind: Kind,
+    ) -> Self {
         Self {
             done: Some(done),
-            metrics,
+            refusals,
+            namespace: namespace.cloned(),
+            kind,
             counted: false,
         }
     }
@@ -243,15 +296,16 @@ impl InitialListing {
 
     fn count(&mut self, refused: bool) {
         if refused != self.counted {
-            self.metrics.refused_watches(if refused { 1 } else { -1 });
+            self.refusals.set(&self.namespace, self.kind, refused);
             self.counted = refused;
         }
     }
 
-    /// Refused before the first listing: readiness stops waiting, the watch is counted.
+    /// Refused before the first listing: the watch is counted, then readiness stops waiting
+    /// (so `Ready` comes after the refusal is published).
     fn refused(&mut self) {
-        self.release();
         self.count(true);
+        self.release();
     }
 
     /// Listed (or listed again after a refusal).

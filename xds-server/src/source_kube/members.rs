@@ -379,7 +379,7 @@ mod tests {
         f.on_event_at(Event::InitDone, at("2026-12-02T03:07:00Z"));
         assert_eq!(f.stale(), None);
         // What the reporter applies parses on the operator's side.
-        let data = proxies::entries("xds-0", 2, Some(&mark));
+        let data = proxies::entries("xds-0", 2, Some(&mark), None);
         let counts = proxies::ProxyCounts::from_data(&data).expect("contract 3");
         assert_eq!(counts.members_stale.get("xds-0"), Some(&mark));
         assert!(proxies::MembersStale::from_value(&now_rfc3339()).is_ok());

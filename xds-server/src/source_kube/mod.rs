@@ -24,10 +24,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use meshplane_contracts::proxies::MembersStale;
+use meshplane_contracts::proxies::{MembersStale, RefusedWatches};
 use tokio::sync::{mpsc, watch};
 
-use kind_watch::Batch;
+use kind_watch::{Batch, Refusals};
 pub use members::{
     decode_event, parse_gateways, parse_members, parse_mesh_config, read_members, Decoded,
     MembersFollower, RevisionSettings,
@@ -46,11 +46,15 @@ pub struct KubeSourceConfig {
     /// Shared isolation: cluster-wide watchers filtered in process, reading only the listed
     /// members that membership confirms ([`crate::shared_members`]).
     pub shared: bool,
-    /// Where `members_stale` and `members_unverified` are reported.
+    /// Where `members_stale`, `members_unverified` and `refused_watches` are reported.
     pub metrics: Arc<Metrics>,
     /// Whether, since when and why the members in use are stale: what
     /// [`crate::report::proxy_count`] applies next to the count (contract 3).
     pub members_stale: watch::Sender<Option<MembersStale>>,
+    /// The watches the API server refuses now (403 before they first listed), which the
+    /// instance serves without: what [`crate::report::proxy_count`] applies next to the
+    /// count (contract 3).
+    pub refused_watches: watch::Sender<Option<RefusedWatches>>,
 }
 
 /// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
@@ -59,18 +63,18 @@ pub struct KubeSourceConfig {
 pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<SourceEvent>) {
     let (batch_tx, batch_rx) = mpsc::channel::<Batch>(256);
     let funnel = tokio::spawn(funnel(batch_rx, out));
+    let refusals = Arc::new(Refusals::new(
+        Arc::clone(&config.metrics),
+        config.refused_watches.clone(),
+    ));
     let mut namespaces = NamespaceWatchers::start(
         client.clone(),
         batch_tx.clone(),
-        Arc::clone(&config.metrics),
+        Arc::clone(&refusals),
         config.control_namespace.clone(),
         config.shared,
     );
-    let mut secrets = SecretWatchers::new(
-        client.clone(),
-        batch_tx.clone(),
-        Arc::clone(&config.metrics),
-    );
+    let mut secrets = SecretWatchers::new(client.clone(), batch_tx.clone(), refusals);
     let mut verifier = config
         .shared
         .then(|| SharedVerifier::spawn(client.clone(), &config));

@@ -13,16 +13,15 @@ use meshplane_crds::controlplane::GatewayDeployment;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::kind_watch::{spawn_kind_watchers, watch_kind, Batch, InitialListing};
+use super::kind_watch::{spawn_kind_watchers, watch_kind, Batch, InitialListing, Refusals};
 use crate::kinds::WatchedObject;
-use crate::metrics::Metrics;
 use crate::model::SourceEvent;
 
 /// The watchers of the member namespaces' kinds.
 pub(super) struct NamespaceWatchers {
     client: Client,
     out: mpsc::Sender<Batch>,
-    metrics: Arc<Metrics>,
+    refusals: Arc<Refusals>,
     control_namespace: String,
     shared: bool,
     /// Per namespace (`None`: the cluster-wide set of Shared mode).
@@ -39,7 +38,7 @@ impl NamespaceWatchers {
     pub(super) fn start(
         client: Client,
         out: mpsc::Sender<Batch>,
-        metrics: Arc<Metrics>,
+        refusals: Arc<Refusals>,
         control_namespace: String,
         shared: bool,
     ) -> Self {
@@ -47,7 +46,7 @@ impl NamespaceWatchers {
         let mut this = Self {
             client,
             out,
-            metrics,
+            refusals,
             control_namespace,
             shared,
             running: HashMap::new(),
@@ -61,7 +60,7 @@ impl NamespaceWatchers {
                 &this.out,
                 Some(allowed_rx),
                 &mut this.initial,
-                &this.metrics,
+                &this.refusals,
             );
             this.running.insert(None, handles);
         }
@@ -88,7 +87,7 @@ impl NamespaceWatchers {
                         &self.out,
                         None,
                         &mut self.initial,
-                        &self.metrics,
+                        &self.refusals,
                     ));
                 }
             }
@@ -113,16 +112,16 @@ impl Drop for NamespaceWatchers {
 pub(super) struct SecretWatchers {
     client: Client,
     out: mpsc::Sender<Batch>,
-    metrics: Arc<Metrics>,
+    refusals: Arc<Refusals>,
     running: HashMap<String, JoinHandle<()>>,
 }
 
 impl SecretWatchers {
-    pub(super) fn new(client: Client, out: mpsc::Sender<Batch>, metrics: Arc<Metrics>) -> Self {
+    pub(super) fn new(client: Client, out: mpsc::Sender<Batch>, refusals: Arc<Refusals>) -> Self {
         Self {
             client,
             out,
-            metrics,
+            refusals,
             running: HashMap::new(),
         }
     }
@@ -147,7 +146,7 @@ impl SecretWatchers {
                     Secret::KIND,
                     Secret::into_object,
                     self.out.clone(),
-                    InitialListing::new(done, Arc::clone(&self.metrics)),
+                    InitialListing::new(done, Arc::clone(&self.refusals), Some(ns), Secret::KIND),
                     None,
                 )));
             }

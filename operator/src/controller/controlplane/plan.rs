@@ -494,6 +494,7 @@ impl Outcome<'_> {
             webhook_probe: self.webhook_probe.clone(),
             connected_proxies: status::connected_proxies(proxies, self.live_instances),
             members_stale: status::members_stale(proxies, self.live_instances),
+            refused_watches: status::refused_watches(proxies, self.live_instances),
             foreign_objects: self.foreign.iter().map(ToString::to_string).collect(),
             ca_problem: self
                 .tenant_ca
@@ -505,8 +506,9 @@ impl Outcome<'_> {
 }
 
 /// The status of an active revision from its reconcile's outcome, and the Events the change
-/// brings: a Warning on each namespace newly rejected, one when `MembersStale` turns True, and
-/// `ConflictResolved` when a Degraded revision has nothing left to report.
+/// brings: a Warning on each namespace newly rejected, one when `MembersStale` or
+/// `WatchesRefused` turns True, and `ConflictResolved` when a Degraded revision has nothing
+/// left to report.
 pub fn report(
     mcp: &MeshControlPlane,
     revision: &RevisionMembership,
@@ -535,18 +537,23 @@ pub fn report(
             message: rejection.message.clone(),
         })
         .collect();
-    let members_stale = |s: Option<&'_ MeshControlPlaneStatus>| {
-        condition(s, types::MEMBERS_STALE)
-            .filter(|c| c.status == "True")
-            .map(|c| c.message.clone())
+    let turned_true = |type_: &str| {
+        let is_true = |s: Option<&'_ MeshControlPlaneStatus>| {
+            condition(s, type_)
+                .filter(|c| c.status == "True")
+                .map(|c| c.message.clone())
+        };
+        match (is_true(Some(&status)), is_true(previous)) {
+            (Some(message), None) => Some(message),
+            _ => None,
+        }
     };
-    // Contract 3 carries the instance's word that it serves the members it last read.
-    if let (Some(message), None) = (members_stale(Some(&status)), members_stale(previous)) {
-        notices.push(Notice::on_control_plane(
-            true,
-            types::MEMBERS_STALE,
-            message,
-        ));
+    // Contract 3 carries the instance's word that it serves the members it last read, and
+    // that it serves without what the API server refuses it.
+    for type_ in [types::MEMBERS_STALE, types::WATCHES_REFUSED] {
+        if let Some(message) = turned_true(type_) {
+            notices.push(Notice::on_control_plane(true, type_, message));
+        }
     }
     if condition(previous, types::DEGRADED).is_some_and(|c| c.status == "True")
         && facts.foreign_objects.is_empty()
@@ -1114,6 +1121,40 @@ mod tests {
             .contains("xds-a since 2026-12-02T03:40:00Z"));
         mcp.status = Some(turned.status);
         assert_eq!(mk_report(&mcp, &membership, stale).notices, []);
+    }
+
+    #[test]
+    fn watches_refused_is_warned_about_when_it_turns_true() {
+        let (mut mcp, membership) = mk_blue();
+        mcp.status = Some(mk_report(&mcp, &membership, json!({"xds-a": "1"})).status);
+        let refused =
+            json!({"xds-a": "1", "xds-a.refused-watches": "shop/EndpointSlice\nshop/Service"});
+        let turned = mk_report(&mcp, &membership, refused.clone());
+        let reasons: Vec<&str> = turned.notices.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, [types::WATCHES_REFUSED]);
+        assert!(turned.notices[0].warning);
+        assert!(
+            turned.notices[0]
+                .message
+                .contains("xds-a cannot read shop/EndpointSlice, shop/Service"),
+            "{}",
+            turned.notices[0].message
+        );
+        mcp.status = Some(turned.status);
+        assert_eq!(
+            mk_report(&mcp, &membership, refused).notices,
+            [],
+            "no second Warning while it stays True"
+        );
+        let cleared = mk_report(&mcp, &membership, json!({"xds-a": "1"}));
+        assert_eq!(cleared.notices, [], "clearing is no Warning");
+        let condition = cleared
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::WATCHES_REFUSED)
+            .expect("WatchesRefused");
+        assert_eq!(condition.status, "False");
     }
 
     #[test]
