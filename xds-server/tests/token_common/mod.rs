@@ -14,12 +14,18 @@ fn encode(bytes: &[u8]) -> String {
 
 /// A token named `name` whose claims say ServiceAccount `namespace/default` and `audience`,
 /// valid for an hour. Claims are not identity: the fake API server answers from the name.
+/// The expiry is fixed once per test process, so the same name and claims are the same token
+/// however long a test runs (a test counting reviews per token must not see a second one
+/// because the clock ticked between two calls).
 pub fn jwt_for(name: &str, namespace: &str, audience: &str) -> String {
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        + 3600;
+    static EXP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let exp = *EXP.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+            + 3600
+    });
     let claims = serde_json::json!({
         "aud": [audience],
         "exp": exp,
