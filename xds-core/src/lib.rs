@@ -31,7 +31,7 @@ pub mod kinds;
 pub mod manifest;
 pub mod model;
 pub mod outputs;
-/// The seeded generator of the property tests here and in the xds-server (not for product use).
-#[doc(hidden)]
-pub mod test_rng;
+/// Choices for the property tests here and in the xds-server (not part of product builds).
+#[cfg(any(test, feature = "testing"))]
+pub mod test_choices;
 pub mod translate;

@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 use super::render_cache::EdsIndexMemo;
 use super::*;
 use crate::model::{type_url, Kind, Object, ObjectKey, Resource};
-use crate::test_rng::Rng;
+use std::cell::Cell;
+
+use crate::test_choices::{for_choices, Choices};
 
 /// `a` and `b` are members, `c` is not.
 const NAMESPACES: [&str; 3] = ["a", "b", "c"];
@@ -21,9 +23,9 @@ fn typed<T: DeserializeOwned>(v: Value) -> Box<T> {
     Box::new(serde_json::from_value(v).expect("valid object"))
 }
 
-fn random_event(rng: &mut Rng) -> SourceEvent {
+fn random_event(rng: &mut Choices) -> SourceEvent {
     let ns = NAMESPACES[rng.below(3) as usize];
-    let ip = |rng: &mut Rng| format!("198.18.0.{}", 1 + rng.below(6));
+    let ip = |rng: &mut Choices| format!("198.18.0.{}", 1 + rng.below(6));
     match rng.below(10) {
         0..=1 => {
             let i = rng.below(4);
@@ -124,12 +126,11 @@ fn tenant_index() -> TenantIndex {
 
 #[test]
 fn keyed_updates_match_a_full_build() {
-    for seed in 1..=300u64 {
-        let mut rng = Rng(seed * 7919);
+    for_choices(300, 1024, |mut rng| {
         let mut index = tenant_index();
         for step in 0..80 {
             let event = random_event(&mut rng);
-            let context = format!("seed {seed} step {step}: {event:?}");
+            let context = format!("step {step}: {event:?}");
             let before = Arc::clone(index.registry());
             let change = index.apply(event);
             let (full, full_keys) = index.state.build_registry();
@@ -161,10 +162,10 @@ fn keyed_updates_match_a_full_build() {
                 assert_eq!(change.clusters, differ, "{context}");
             }
         }
-    }
+    });
 }
 
-fn sidecar_event(rng: &mut Rng) -> SourceEvent {
+fn sidecar_event(rng: &mut Choices) -> SourceEvent {
     let ns = NAMESPACES[rng.below(2) as usize];
     if rng.chance(25) {
         return SourceEvent::Delete(ObjectKey {
@@ -189,7 +190,7 @@ fn sidecar_event(rng: &mut Rng) -> SourceEvent {
 /// A VirtualService or Gateway upsert or delete: VirtualServices name services of the tenant
 /// (by full name, short name or wildcard) or external hosts, as hosts and as destinations, for
 /// sidecars, the gateway or both; the Gateway selects the gateway proxy.
-fn traffic_event(rng: &mut Rng) -> SourceEvent {
+fn traffic_event(rng: &mut Choices) -> SourceEvent {
     const HOSTS: [&str; 5] = [
         "s1.a.svc.cluster.local",
         "s2",
@@ -266,13 +267,12 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
         proxy(ProxyKind::Router, "b", None, "gw"),
     ];
     // Service changes after which some configuration stayed cached: the per-scope path ran.
-    let mut kept_across_service_changes = 0;
+    let kept_across_service_changes = Cell::new(0);
     // Of those, the ones made while the tenant had VirtualServices.
-    let mut kept_beside_virtual_services = 0;
+    let kept_beside_virtual_services = Cell::new(0);
     // Configurations updated in place by splicing a Service change in.
-    let mut spliced = 0;
-    for seed in 1..=120u64 {
-        let mut rng = Rng(seed * 104_729);
+    let spliced = Cell::new(0);
+    for_choices(120, 1024, |mut rng| {
         let mut index = tenant_index();
         for step in 0..60 {
             for p in &proxies {
@@ -283,14 +283,14 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
                 2..=4 => traffic_event(&mut rng),
                 _ => random_event(&mut rng),
             };
-            let context = format!("seed {seed} step {step}: {event:?}");
+            let context = format!("step {step}: {event:?}");
             let is_service = matches!(&event, SourceEvent::Upsert(Object::Service(_)))
                 || matches!(&event, SourceEvent::Delete(k) if k.kind == Kind::Service);
             let change = index.apply(event);
             if is_service && change.kind == ChangeKind::Config && index.cached_scopes() > 0 {
-                kept_across_service_changes += 1;
+                kept_across_service_changes.set(kept_across_service_changes.get() + 1);
                 if !index.registry().virtual_services.is_empty() {
-                    kept_beside_virtual_services += 1;
+                    kept_beside_virtual_services.set(kept_beside_virtual_services.get() + 1);
                 }
             }
             for p in &proxies {
@@ -299,8 +299,13 @@ fn cached_configurations_equal_fresh_renders_after_every_event() {
                 assert!(*cached == fresh, "{context}: proxy {}", p.id);
             }
         }
-        spliced += index.lock_cache().spliced;
-    }
+        spliced.set(spliced.get() + index.lock_cache().spliced);
+    });
+    let (spliced, kept_across_service_changes, kept_beside_virtual_services) = (
+        spliced.get(),
+        kept_across_service_changes.get(),
+        kept_beside_virtual_services.get(),
+    );
     assert!(
         spliced > 50,
         "only {spliced} configurations were spliced on a Service change"

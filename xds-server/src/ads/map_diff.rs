@@ -122,7 +122,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::model::type_url;
-    use meshplane_xds_core::test_rng::Rng;
+    use meshplane_xds_core::test_choices::{for_choices, Choices};
 
     thread_local! {
         static FROM_CHANGES: Cell<usize> = const { Cell::new(0) };
@@ -168,7 +168,7 @@ pub(crate) mod tests {
     const NAMES: [&str; 8] = ["a", "b", "c", "d", "e", "ab", "b0", ""];
 
     /// A random map over [`NAMES`], sharing the entries of `from` it keeps unchanged.
-    pub(crate) fn pick(rng: &mut Rng, from: &ResourceMap) -> ResourceMap {
+    pub(crate) fn pick(rng: &mut Choices, from: &ResourceMap) -> ResourceMap {
         let mut out = ResourceMap::new();
         for n in NAMES {
             if !rng.chance(60) {
@@ -193,8 +193,7 @@ pub(crate) mod tests {
     /// The one-walk diff gives what per-name look-ups give, on random pairs of maps.
     #[test]
     fn the_ordered_walk_equals_per_name_lookups() {
-        let mut rng = Rng(0x9e37_79b9);
-        for _ in 0..2_000 {
+        for_choices(2_000, 64, |mut rng| {
             let held = pick(&mut rng, &ResourceMap::new());
             let desired = pick(&mut rng, &held);
             let (changed, gone) = names(&walk(&held, &desired));
@@ -214,7 +213,7 @@ pub(crate) mod tests {
                 names_within(&held, &desired),
                 held.keys().all(|n| desired.contains_key(n))
             );
-        }
+        });
         // The same map: nothing differs, without a look.
         let m = map(&[("a", "1")]);
         let (changed, gone) = names(&walk(&m, &m));

@@ -367,7 +367,8 @@ impl Snapshot {
 mod tests {
     use super::*;
     use crate::ads::map_diff::tests::{diffs_from_changes, names, pick};
-    use meshplane_xds_core::test_rng::Rng;
+    use meshplane_xds_core::test_choices::for_choices;
+    use std::cell::Cell;
 
     fn res(name: &str, body: &[u8]) -> Arc<Resource> {
         Arc::new(Resource {
@@ -397,41 +398,44 @@ mod tests {
     /// snapshot, is what a walk finds, along random sequences of configurations.
     #[test]
     fn endpoints_within_clusters_follows_the_changes() {
-        let mut rng = meshplane_xds_core::test_rng::Rng(0x2545_f491_4f6c_dd1d);
         let names = ["a", "b", "c", "d", "e", "f"];
-        let mut pick = |keep: &[Arc<Resource>]| -> Vec<Arc<Resource>> {
-            names
-                .iter()
-                .filter_map(|n| {
-                    let roll = rng.below(10);
-                    let held = keep.iter().find(|r| r.name == *n);
-                    match (roll, held) {
-                        (0..=5, Some(r)) => Some(Arc::clone(r)),
-                        (0..=2, None) | (6..=7, _) => Some(res(n, &[b'0' + (roll as u8)])),
-                        _ => None,
-                    }
-                })
-                .collect()
-        };
-        let mut config = ProxyConfig::default();
-        let mut snapshot = Snapshot::new(&config, Instant::now());
-        let mut derived = 0;
-        for step in 0..3_000 {
-            config = ProxyConfig {
-                clusters: pick(&config.clusters),
-                endpoints: pick(&config.endpoints),
-                ..ProxyConfig::default()
+        let derived = Cell::new(0);
+        for_choices(100, 1024, |mut rng| {
+            let mut pick = |keep: &[Arc<Resource>]| -> Vec<Arc<Resource>> {
+                names
+                    .iter()
+                    .filter_map(|n| {
+                        let roll = rng.below(10);
+                        let held = keep.iter().find(|r| r.name == *n);
+                        match (roll, held) {
+                            (0..=5, Some(r)) => Some(Arc::clone(r)),
+                            (0..=2, None) | (6..=7, _) => Some(res(n, &[b'0' + (roll as u8)])),
+                            _ => None,
+                        }
+                    })
+                    .collect()
             };
-            let previous_within = snapshot.endpoints_within_clusters;
-            snapshot = if step % 7 == 0 {
-                Snapshot::new(&config, Instant::now())
-            } else {
-                Snapshot::reusing(&config, Instant::now(), Some(&snapshot))
-            };
-            derived += usize::from(previous_within && step % 7 != 0);
-            let walked = names_within(&snapshot.types[1].resources, &snapshot.types[0].resources);
-            assert_eq!(snapshot.endpoints_within_clusters, walked, "step {step}");
-        }
+            let mut config = ProxyConfig::default();
+            let mut snapshot = Snapshot::new(&config, Instant::now());
+            for step in 0..30 {
+                config = ProxyConfig {
+                    clusters: pick(&config.clusters),
+                    endpoints: pick(&config.endpoints),
+                    ..ProxyConfig::default()
+                };
+                let previous_within = snapshot.endpoints_within_clusters;
+                snapshot = if step % 7 == 0 {
+                    Snapshot::new(&config, Instant::now())
+                } else {
+                    Snapshot::reusing(&config, Instant::now(), Some(&snapshot))
+                };
+                derived.set(derived.get() + usize::from(previous_within && step % 7 != 0));
+                let walked =
+                    names_within(&snapshot.types[1].resources, &snapshot.types[0].resources);
+                assert_eq!(snapshot.endpoints_within_clusters, walked, "step {step}");
+            }
+        });
+        let derived = derived.get();
         assert!(derived > 300, "{derived} derived");
     }
 
@@ -502,27 +506,30 @@ mod tests {
     /// very map it succeeded (not another with the same content).
     #[test]
     fn a_successor_diffs_from_its_changes_exactly_as_a_walk() {
-        let mut rng = Rng(0x51_7cc1_b727);
         let before = diffs_from_changes();
-        let mut previous = TypeSnapshot::new(&[]);
-        for _ in 0..2_000 {
-            let next_map = pick(&mut rng, &previous.resources);
-            let list: Vec<Arc<Resource>> = next_map.values().cloned().collect();
-            let next = TypeMemo::default().snapshot(&list, Some(&previous));
-            let held = &previous.resources;
-            assert_eq!(
-                names(&diff(held, &next.resources, &next)),
-                names(&walk(held, &next.resources))
-            );
-            // A copy of the predecessor holds the same content in another map: walked.
-            let copy = Arc::new((**held).clone());
-            assert!(next.changed_since(&copy).is_none());
-            assert_eq!(
-                names(&diff(&copy, &next.resources, &next)),
-                names(&walk(&copy, &next.resources))
-            );
-            previous = (*next).clone();
-        }
-        assert_eq!(diffs_from_changes() - before, 2_000);
+        let steps = Cell::new(0);
+        for_choices(100, 1024, |mut rng| {
+            let mut previous = TypeSnapshot::new(&[]);
+            for _ in 0..20 {
+                let next_map = pick(&mut rng, &previous.resources);
+                let list: Vec<Arc<Resource>> = next_map.values().cloned().collect();
+                let next = TypeMemo::default().snapshot(&list, Some(&previous));
+                let held = &previous.resources;
+                assert_eq!(
+                    names(&diff(held, &next.resources, &next)),
+                    names(&walk(held, &next.resources))
+                );
+                // A copy of the predecessor holds the same content in another map: walked.
+                let copy = Arc::new((**held).clone());
+                assert!(next.changed_since(&copy).is_none());
+                assert_eq!(
+                    names(&diff(&copy, &next.resources, &next)),
+                    names(&walk(&copy, &next.resources))
+                );
+                previous = (*next).clone();
+                steps.set(steps.get() + 1);
+            }
+        });
+        assert_eq!(diffs_from_changes() - before, steps.get());
     }
 }

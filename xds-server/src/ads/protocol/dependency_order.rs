@@ -24,7 +24,7 @@ use bytes::Bytes;
 use super::{Outgoing, Protocol, StreamState};
 use crate::ads::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
-use meshplane_xds_core::test_rng::Rng;
+use meshplane_xds_core::test_choices::{for_choices, Choices};
 
 const CDS: usize = 0;
 const EDS: usize = 1;
@@ -56,17 +56,17 @@ fn named_clusters(encoded: &[u8]) -> BTreeSet<String> {
 
 /// A consistent config: endpoints, listeners and routes name only clusters it has. `full`:
 /// every resource present, with generations never used before (a change of every type).
-fn random_config(rng: &mut Rng, full: bool) -> Snapshot {
+fn random_config(rng: &mut Choices, full: bool) -> Snapshot {
     let generations: Vec<u64> = (0..16)
         .map(|_| if full { 1000 } else { rng.below(3) })
         .collect();
-    let likely = |rng: &mut Rng, percent: u64| full || rng.chance(percent);
+    let likely = |rng: &mut Choices, percent: u64| full || rng.chance(percent);
     let present: Vec<&str> = CLUSTERS
         .iter()
         .copied()
         .filter(|_| likely(rng, 60))
         .collect();
-    let pick = |rng: &mut Rng| -> Vec<&str> {
+    let pick = |rng: &mut Choices| -> Vec<&str> {
         present.iter().copied().filter(|_| rng.chance(40)).collect()
     };
     let clusters = present
@@ -80,7 +80,7 @@ fn random_config(rng: &mut Rng, full: bool) -> Snapshot {
         .filter(|_| likely(rng, 70))
         .map(|(i, c)| resource(EDS, c, generations[6 + i % 6], &[c]))
         .collect();
-    let named = |t: usize, prefix: &str, rng: &mut Rng| -> Vec<Arc<Resource>> {
+    let named = |t: usize, prefix: &str, rng: &mut Choices| -> Vec<Arc<Resource>> {
         let mut out = Vec::new();
         for i in 0..3 {
             if likely(rng, 70) {
@@ -528,8 +528,7 @@ fn emit(state: &mut StreamState, proxy: &mut Proxy, snapshot: &Snapshot, context
     }
 }
 
-fn run(protocol: Protocol, vhds: bool, seed: u64) {
-    let mut rng = Rng(seed);
+fn run(protocol: Protocol, vhds: bool, mut rng: Choices) {
     let mut proxy = Proxy::new(protocol, rng.chance(50), vhds);
     let new_state = || {
         let state = StreamState::new(protocol);
@@ -544,7 +543,7 @@ fn run(protocol: Protocol, vhds: bool, seed: u64) {
     proxy.subscribe(&mut state, CDS, false);
     proxy.subscribe(&mut state, LDS, false);
     for step in 0..80 {
-        let context = format!("{protocol:?} vhds {vhds} seed {seed} step {step}");
+        let context = format!("{protocol:?} vhds {vhds} step {step}");
         match rng.below(10) {
             // The config changes (any type, any resource, removals included).
             0 | 1 => snapshot = random_config(&mut rng, false),
@@ -575,7 +574,7 @@ fn run(protocol: Protocol, vhds: bool, seed: u64) {
     // Changes and rejections stop (after one last change of every type, so no type stays
     // blocked by a rejection of the final content): the proxy converges.
     snapshot = random_config(&mut rng, true);
-    let context = format!("{protocol:?} vhds {vhds} seed {seed} drain");
+    let context = format!("{protocol:?} vhds {vhds} drain");
     emit(&mut state, &mut proxy, &snapshot, &context);
     for _ in 0..64 {
         if proxy.inbox.is_empty() {
@@ -594,21 +593,15 @@ fn run(protocol: Protocol, vhds: bool, seed: u64) {
 
 #[test]
 fn sotw_never_names_a_cluster_before_its_ack() {
-    for seed in 1..=600 {
-        run(Protocol::Sotw, false, seed * 104_729);
-    }
+    for_choices(600, 4096, |rng| run(Protocol::Sotw, false, rng));
 }
 
 #[test]
 fn delta_never_names_a_cluster_before_its_ack() {
-    for seed in 1..=600 {
-        run(Protocol::Delta, false, seed * 104_729);
-    }
+    for_choices(600, 4096, |rng| run(Protocol::Delta, false, rng));
 }
 
 #[test]
 fn vhds_never_names_a_cluster_before_its_ack() {
-    for seed in 1..=600 {
-        run(Protocol::Delta, true, seed * 104_729);
-    }
+    for_choices(600, 4096, |rng| run(Protocol::Delta, true, rng));
 }

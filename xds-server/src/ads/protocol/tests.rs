@@ -11,13 +11,13 @@ use super::tracker_model;
 use super::*;
 use crate::ads::snapshot::{Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, Resource};
-use meshplane_xds_core::test_rng::Rng;
+use meshplane_xds_core::test_choices::{for_choices, Choices};
 
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
 /// Resources of each type named from [`NAMES`] (virtual hosts `<name>/x` and `<name>/y`,
 /// in the namespaces of route names), with a VHDS form of the routes most of the time.
-fn random_config(rng: &mut Rng) -> crate::model::ProxyConfig {
+fn random_config(rng: &mut Choices) -> crate::model::ProxyConfig {
     let mut lists: [Vec<Arc<Resource>>; TYPE_COUNT + 1] = Default::default();
     for (i, list) in lists.iter_mut().enumerate() {
         let names: Vec<String> = if i == VHDS {
@@ -64,7 +64,7 @@ fn random_config(rng: &mut Rng) -> crate::model::ProxyConfig {
 
 /// `config` with one resource of one type added, changed or removed, the others shared:
 /// the kind of change a push usually makes.
-fn successor(config: &crate::model::ProxyConfig, rng: &mut Rng) -> crate::model::ProxyConfig {
+fn successor(config: &crate::model::ProxyConfig, rng: &mut Choices) -> crate::model::ProxyConfig {
     let mut next = config.clone();
     let i = rng.below(TYPE_COUNT as u64) as usize;
     let name = NAMES[rng.below(NAMES.len() as u64) as usize];
@@ -104,7 +104,7 @@ fn successor(config: &crate::model::ProxyConfig, rng: &mut Rng) -> crate::model:
     next
 }
 
-fn random_names(rng: &mut Rng) -> Vec<String> {
+fn random_names(rng: &mut Choices) -> Vec<String> {
     let mut names: Vec<String> = NAMES
         .iter()
         .filter(|_| rng.chance(40))
@@ -176,8 +176,7 @@ fn model_view(s: &tracker_model::StreamState) -> Vec<TypeView> {
 /// Random protocol sessions (subscriptions, ACKs, NACKs, stale nonces, reconnects with a
 /// version, config changes and repeated wake-ups) give the same responses and state as the
 /// tracker that recomputed everything on every wake-up.
-fn matches_the_recomputing_model(protocol: Protocol, vhds: bool, seed: u64) {
-    let mut rng = Rng(seed);
+fn matches_the_recomputing_model(protocol: Protocol, vhds: bool, mut rng: Choices) {
     let mut state = StreamState::new(protocol);
     let mut model = tracker_model::StreamState::new(protocol);
     if vhds {
@@ -254,7 +253,7 @@ fn matches_the_recomputing_model(protocol: Protocol, vhds: bool, seed: u64) {
                     }
                     other => (format!("{other:?}"), String::new(), String::new()),
                 };
-                assert_eq!(strip(a), strip(b), "seed {seed} step {step}");
+                assert_eq!(strip(a), strip(b), "step {step}");
             }
             _ => {
                 // A first subscription (possibly resuming a version, or with initial
@@ -292,26 +291,22 @@ fn matches_the_recomputing_model(protocol: Protocol, vhds: bool, seed: u64) {
             assert_eq!(
                 ours.iter().map(view).collect::<Vec<_>>(),
                 theirs.iter().map(view).collect::<Vec<_>>(),
-                "seed {seed} step {step}"
+                "step {step}"
             );
             if !ours.is_empty() {
                 last = ours;
             }
         }
-        assert_eq!(
-            state_view(&state),
-            model_view(&model),
-            "seed {seed} step {step}"
-        );
+        assert_eq!(state_view(&state), model_view(&model), "step {step}");
     }
 }
 
 #[test]
 fn sotw_matches_the_recomputing_model() {
     let before = diffs_from_changes();
-    for seed in 1..=400 {
-        matches_the_recomputing_model(Protocol::Sotw, false, seed * 7919);
-    }
+    for_choices(400, 4096, |rng| {
+        matches_the_recomputing_model(Protocol::Sotw, false, rng)
+    });
     // The sequences reach the plans taken from a snapshot's recorded changes.
     assert!(diffs_from_changes() - before > 100);
 }
@@ -319,9 +314,9 @@ fn sotw_matches_the_recomputing_model() {
 #[test]
 fn delta_matches_the_recomputing_model() {
     let before = diffs_from_changes();
-    for seed in 1..=400 {
-        matches_the_recomputing_model(Protocol::Delta, false, seed * 7919);
-    }
+    for_choices(400, 4096, |rng| {
+        matches_the_recomputing_model(Protocol::Delta, false, rng)
+    });
     // The sequences reach the plans taken from a snapshot's recorded changes.
     assert!(diffs_from_changes() - before > 100);
 }
@@ -330,9 +325,9 @@ fn delta_matches_the_recomputing_model() {
 #[test]
 fn vhds_matches_the_recomputing_model() {
     let before = diffs_from_changes();
-    for seed in 1..=400 {
-        matches_the_recomputing_model(Protocol::Delta, true, seed * 7919);
-    }
+    for_choices(400, 4096, |rng| {
+        matches_the_recomputing_model(Protocol::Delta, true, rng)
+    });
     // The sequences reach the plans taken from a snapshot's recorded changes.
     assert!(diffs_from_changes() - before > 100);
 }
