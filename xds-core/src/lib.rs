@@ -34,4 +34,7 @@ pub mod outputs;
 /// Choices for the property tests here and in the xds-server (not part of product builds).
 #[cfg(any(test, feature = "testing"))]
 pub mod test_choices;
+/// Builders the tests here and in the xds-server share (not part of product builds).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod translate;

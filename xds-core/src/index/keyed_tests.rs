@@ -15,6 +15,7 @@ use crate::model::{type_url, Kind, Object, ObjectKey, Resource};
 use std::cell::Cell;
 
 use crate::test_choices::{for_choices, Choices};
+use crate::testing::mk_proxy;
 
 /// `a` and `b` are members, `c` is not.
 const NAMESPACES: [&str; 3] = ["a", "b", "c"];
@@ -245,10 +246,9 @@ fn proxy(kind: ProxyKind, namespace: &str, pod: Option<&str>, app: &str) -> Prox
     ProxyNode {
         id: format!("{kind:?}~{namespace}~{app}"),
         kind,
-        namespace: namespace.to_string(),
         pod_name: pod.map(str::to_string),
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
-        ..ProxyNode::default()
+        ip: None,
+        ..mk_proxy(namespace, &[("app", app)])
     }
 }
 

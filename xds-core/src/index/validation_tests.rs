@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::config_events::{self, EventSink};
 use crate::model::{Kind, Object};
+use crate::testing::mk_proxy;
 
 fn entry(name: &str, generation: i64, spec: Value) -> SourceEvent {
     SourceEvent::Upsert(Object::ServiceEntry(Box::new(
@@ -160,10 +161,10 @@ fn envoy_filter(name: &str, generation: i64, patches: Value) -> SourceEvent {
 
 fn proxy(pod: &str) -> ProxyNode {
     ProxyNode {
-        id: format!("sidecar~198.18.0.10~{pod}.shop~shop.svc.cluster.local"),
-        namespace: "shop".into(),
+        id: format!("sidecar~198.18.1.1~{pod}.shop~shop.svc.cluster.local"),
         pod_name: Some(pod.into()),
-        ..ProxyNode::default()
+        ip: None,
+        ..mk_proxy("shop", &[])
     }
 }
 

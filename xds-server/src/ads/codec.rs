@@ -458,16 +458,11 @@ pub(crate) mod tests {
         DeltaDiscoveryResponse, DiscoveryResponse, Resource as DeltaResource,
     };
     use envoy_types::pb::google::protobuf::Any;
+    use meshplane_xds_core::testing::mk_resource;
     use prost::Message;
 
     pub(crate) fn res(name: &str, type_url: &'static str, body: Vec<u8>) -> Arc<Resource> {
-        Arc::new(Resource {
-            name: name.into(),
-            type_url,
-            version: crate::ads::snapshot::content_version(&body),
-            packed: Default::default(),
-            encoded: bytes::Bytes::from(body),
-        })
+        mk_resource(type_url, name, body)
     }
 
     /// Resources of every size class a length prefix can take, and an empty one.

@@ -368,16 +368,11 @@ mod tests {
     use super::*;
     use crate::ads::map_diff::tests::{diffs_from_changes, names, pick};
     use meshplane_xds_core::test_choices::for_choices;
+    use meshplane_xds_core::testing::mk_resource;
     use std::cell::Cell;
 
     fn res(name: &str, body: &[u8]) -> Arc<Resource> {
-        Arc::new(Resource {
-            name: name.into(),
-            type_url: type_url::CLUSTER,
-            encoded: bytes::Bytes::copy_from_slice(body),
-            version: content_version(body),
-            packed: Default::default(),
-        })
+        mk_resource(type_url::CLUSTER, name, body.to_vec())
     }
 
     #[test]

@@ -13,12 +13,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use meshplane_xds::ads::snapshot::content_version;
 use meshplane_xds::ads::AdsServer;
 use meshplane_xds::metrics::Metrics;
 use meshplane_xds::model::{type_url, ProxyConfig, ProxyNode, Resource, SourceEvent};
 use meshplane_xds::outputs::{IndexWatch, Outputs};
 use meshplane_xds::push::{run_push_loop, Change, ConfigGenerator, DebounceConfig, Hub, Pusher};
+use meshplane_xds_core::testing::mk_resource;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -68,14 +68,7 @@ impl ConfigGenerator for TestGenerator {
 
 /// One encoded resource with a content-hash version.
 pub fn res(type_url: &'static str, name: &str, body: &str) -> Arc<Resource> {
-    let encoded = bytes::Bytes::from(format!("{name}:{body}"));
-    Arc::new(Resource {
-        name: name.into(),
-        type_url,
-        version: content_version(&encoded),
-        packed: Default::default(),
-        encoded,
-    })
+    mk_resource(type_url, name, format!("{name}:{body}"))
 }
 
 /// A config with one resource per type (cluster `c1`, endpoints `c1`, listener `l1`, route `r1`).

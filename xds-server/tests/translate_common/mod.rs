@@ -28,56 +28,19 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_pro
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use envoy_types::pb::google::protobuf::Any;
 use meshplane_crds::networking::CaptureMode;
-use meshplane_crds::MeshConfig;
-use meshplane_xds::index::TenantIndex;
-use meshplane_xds::model::{ProxyConfig, ProxyNode, SourceEvent};
-use meshplane_xds::source_dir::objects_from_yaml;
+use meshplane_xds::model::{ProxyConfig, ProxyNode};
 use prost::Message;
 
 pub mod routes;
 
-pub const TENANT: &str = "acme";
-pub const REVISION: &str = "blue";
-pub const CONTROL_NS: &str = "meshplane-acme";
-
-pub fn index_with(yaml: &[&str]) -> TenantIndex {
-    let mut index = TenantIndex::new(TENANT, REVISION, CONTROL_NS, MeshConfig::default());
-    feed(&mut index, yaml);
-    index
-}
-
-/// Delivers manifests as the directory source does: one full resync.
-pub fn feed(index: &mut TenantIndex, yaml: &[&str]) -> meshplane_xds::index::Change {
-    let mut change = meshplane_xds::index::Change::default();
-    change.merge(index.apply(SourceEvent::Resync {
-        namespace: None,
-        kinds: meshplane_xds::model::Kind::ALL.to_vec(),
-    }));
-    for (i, y) in yaml.iter().enumerate() {
-        for obj in objects_from_yaml(&format!("doc{i}.yaml"), y) {
-            change.merge(index.apply(SourceEvent::Upsert(obj)));
-        }
-    }
-    change.merge(index.apply(SourceEvent::Synced));
-    change
-}
+// Not every test file uses every builder.
+#[allow(unused_imports)]
+pub use meshplane_xds_core::testing::{feed, index_with, mk_proxy, CONTROL_NS, REVISION, TENANT};
 
 pub fn proxy(ns: &str, labels: &[(&str, &str)], capture: CaptureMode) -> ProxyNode {
     ProxyNode {
-        id: format!("sidecar~198.18.1.1~p.{ns}~{ns}.svc.cluster.local"),
-        kind: Default::default(),
-        namespace: ns.to_string(),
-        pod_name: Some("p".into()),
-        ip: Some("198.18.1.1".into()),
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
         capture_mode: capture,
-        loopback: None,
-        sds: false,
-        service_account: None,
-        readable_credentials: None,
+        ..mk_proxy(ns, labels)
     }
 }
 

@@ -22,9 +22,10 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Outgoing, Protocol, StreamState};
-use crate::ads::snapshot::{content_version, Snapshot, TYPE_COUNT, VHDS};
+use crate::ads::snapshot::{Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, ProxyConfig, Resource, VhdsRoutes};
 use meshplane_xds_core::test_choices::{for_choices, Choices};
+use meshplane_xds_core::testing::mk_resource;
 
 const CDS: usize = 0;
 const EDS: usize = 1;
@@ -35,13 +36,7 @@ const CLUSTERS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
 /// A resource whose bytes carry the clusters it names: `name#generation>c1,c3`.
 fn resource(type_index: usize, name: &str, generation: u64, names: &[&str]) -> Arc<Resource> {
     let body = format!("{name}#{generation}>{}", names.join(","));
-    Arc::new(Resource {
-        name: name.to_string(),
-        type_url: type_url::ORDER[type_index],
-        version: content_version(body.as_bytes()),
-        packed: Default::default(),
-        encoded: Bytes::from(body),
-    })
+    mk_resource(type_url::ORDER[type_index], name, body)
 }
 
 /// The clusters a resource names, read from its bytes.

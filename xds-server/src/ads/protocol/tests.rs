@@ -12,6 +12,7 @@ use super::*;
 use crate::ads::snapshot::{Snapshot, TYPE_COUNT, VHDS};
 use crate::model::{type_url, Resource};
 use meshplane_xds_core::test_choices::{for_choices, Choices};
+use meshplane_xds_core::testing::mk_resource;
 
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 
@@ -333,13 +334,7 @@ fn vhds_matches_the_recomputing_model() {
 }
 
 fn resource(url: &'static str, name: &str, body: &str) -> Arc<Resource> {
-    Arc::new(Resource {
-        name: name.into(),
-        type_url: url,
-        encoded: Bytes::from(body.to_string()),
-        version: super::super::snapshot::content_version(body.as_bytes()),
-        packed: Default::default(),
-    })
+    mk_resource(url, name, body.to_string())
 }
 
 /// SotW streams that send a snapshot's whole set share one framing of it: the first
