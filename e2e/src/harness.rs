@@ -12,7 +12,9 @@ use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use meshplane_kube_standin::{Dialer, Identity, StandIn, StandInHandle, StandInOptions};
+use meshplane_kube_standin::{
+    Dialer, Identity, StandIn, StandInHandle, StandInOptions, WebhookClientCredentials,
+};
 use meshplane_pod_runner::net::NetError;
 use meshplane_pod_runner::{
     default_bin_dir, locate_binary, workspace_root, PodRunner, PodRunnerError, PodRunnerOptions,
@@ -86,16 +88,31 @@ impl Cluster {
     /// A fresh stand-in with a pod runner that can run meshplane (its binaries and Envoy must
     /// exist); with `E2E_KUBECONFIG`, that cluster instead.
     pub async fn start(name: &str) -> Result<Self, HarnessError> {
-        Self::start_with(name, true).await
+        Self::start_with(name, true, WebhookClientCredentials::default()).await
+    }
+
+    /// [`Cluster::start`] with a stand-in that presents `credentials` to admission webhooks,
+    /// as an API server started with an `--admission-control-config-file` whose
+    /// `WebhookAdmissionConfiguration` kubeconfig holds them. Against a real cluster
+    /// (`E2E_KUBECONFIG`) the cluster's own API server configuration decides.
+    pub async fn start_with_webhook_credentials(
+        name: &str,
+        credentials: WebhookClientCredentials,
+    ) -> Result<Self, HarnessError> {
+        Self::start_with(name, true, credentials).await
     }
 
     /// A fresh stand-in with a pod runner for application pods only (no meshplane binaries
     /// needed).
     pub async fn start_plain(name: &str) -> Result<Self, HarnessError> {
-        Self::start_with(name, false).await
+        Self::start_with(name, false, WebhookClientCredentials::default()).await
     }
 
-    async fn start_with(name: &str, meshplane: bool) -> Result<Self, HarnessError> {
+    async fn start_with(
+        name: &str,
+        meshplane: bool,
+        webhook_credentials: WebhookClientCredentials,
+    ) -> Result<Self, HarnessError> {
         init_tracing();
         let kubectl = kubectl_path()?;
         let work_dir =
@@ -137,6 +154,7 @@ impl Cluster {
                 let dialer = dialer.clone();
                 async move { dialer.connect(address).await }
             }),
+            webhook_credentials,
             ..StandInOptions::default()
         })
         .await

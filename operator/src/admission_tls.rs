@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use meshplane_crds::names;
+use meshplane_webhooks::client_auth::ClientAuth;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -243,10 +244,13 @@ async fn try_publish_ca_bundle(
 /// Serves the shared admission certificate until `stop` turns true: syncs the Secret, keeps
 /// the caBundle equal to its `ca.crt`, swaps the serving certificate when the Secret changes
 /// (only once the caBundle trusts it, unless nothing is served yet), and reports ready only
-/// while the served certificate's CA is in the caBundle.
+/// while the served certificate's CA is in the caBundle. With `client_auth`, the served
+/// configuration asks callers for the API server's admission client certificate.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     shared: SharedTls,
+    client_auth: Option<Arc<ClientAuth>>,
     clock: Arc<dyn Fn() -> OffsetDateTime + Send + Sync>,
     configs: watch::Sender<Option<Arc<rustls::ServerConfig>>>,
     health: Health,
@@ -269,7 +273,7 @@ pub async fn run(
                         })
                 };
                 if served.as_ref() != Some(&tls) && (trusted || served.is_none()) {
-                    match server::rustls_config(&tls.cert_pem, &tls.key_pem) {
+                    match server::rustls_config(&tls.cert_pem, &tls.key_pem, client_auth.clone()) {
                         Ok(config) => {
                             configs.send_replace(Some(config));
                             served = Some(tls.clone());

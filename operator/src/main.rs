@@ -14,6 +14,7 @@ use meshplane_operator::controller::{self, Context, Settings};
 use meshplane_operator::leader::LeaderElector;
 use meshplane_operator::metrics::Metrics;
 use meshplane_operator::server::{self, Health};
+use meshplane_webhooks::client_auth::ClientAuth;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -72,6 +73,26 @@ struct Args {
     /// Lease duration in seconds; renewals happen every third of it.
     #[arg(long, default_value_t = 15)]
     lease_duration_seconds: u64,
+    /// PEM file with the CA bundle that signs the Kubernetes API server's admission client
+    /// certificate (the kubeconfig of its `--admission-control-config-file`). When set, the
+    /// operator's /validate-meshplane and every instance's /inject and /validate answer only
+    /// callers presenting a certificate of this CA (others get 401 or 403, /healthz stays
+    /// open); the operator hands it to the instances as `client-ca.crt` in their webhook TLS
+    /// Secrets. Reloaded when the file changes (instances get it at their next reconcile).
+    /// Unset: admission calls are not authenticated (a NetworkPolicy cannot name the API
+    /// server). See docs/webhooks.md, "Authenticating the API server".
+    #[arg(long, value_name = "FILE")]
+    apiserver_client_ca: Option<PathBuf>,
+    /// With --apiserver-client-ca: an identity the API server's client certificate must carry
+    /// (subject CN, DNS or URI SAN); repeat or separate with commas to accept several. Unset:
+    /// any certificate of the CA.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_delimiter = ',',
+        requires = "apiserver_client_ca"
+    )]
+    apiserver_client_name: Vec<String>,
     /// Validity of the webhook certificates issued for instances, in days.
     #[arg(long, default_value_t = 90)]
     tls_validity_days: i64,
@@ -154,6 +175,22 @@ async fn run_controllers(ctx: Arc<Context>, stop_rx: &watch::Receiver<bool>) {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(args.log_format);
+    // Checked before anything else: the operator must not serve without the CA it was told to
+    // require.
+    let client_auth = match &args.apiserver_client_ca {
+        Some(path) => {
+            let auth = ClientAuth::from_file(
+                path.clone(),
+                args.apiserver_client_name.clone(),
+                Arc::new(rustls::crypto::ring::default_provider()),
+            )
+            .with_context(|| "--apiserver-client-ca".to_string())?;
+            info!(ca = %path.display(), names = ?args.apiserver_client_name, "admission calls need the API server's client certificate");
+            Some(Arc::new(auth))
+        }
+        None => None,
+    };
+
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
@@ -185,7 +222,11 @@ async fn main() -> anyhow::Result<()> {
     let tls_task = match &args.webhook_tls_dir {
         Some(dir) => {
             let (cert_pem, key_pem) = server::read_tls_dir(dir)?;
-            tls_tx.send_replace(Some(server::rustls_config(&cert_pem, &key_pem)?));
+            tls_tx.send_replace(Some(server::rustls_config(
+                &cert_pem,
+                &key_pem,
+                client_auth.clone(),
+            )?));
             health.set_ready(true);
             None
         }
@@ -200,6 +241,7 @@ async fn main() -> anyhow::Result<()> {
                 config_name: args.webhook_config_name.clone(),
                 validity: time::Duration::days(args.tls_validity_days),
             },
+            client_auth.clone(),
             Arc::new(time::OffsetDateTime::now_utc),
             tls_tx,
             health.clone(),
@@ -209,7 +251,7 @@ async fn main() -> anyhow::Result<()> {
     let admission_task = tokio::spawn(server::serve_https_reloading(
         admission,
         tls_rx,
-        server::admission_router(client.clone()),
+        server::admission_router(client.clone(), client_auth.clone()),
         stopped(&stop_rx),
     ));
 
@@ -220,6 +262,7 @@ async fn main() -> anyhow::Result<()> {
             namespace: args.namespace.clone(),
             name: args.service_account.clone(),
         },
+        apiserver_client: client_auth,
         ..Settings::default()
     };
     let ctx = Arc::new(Context::new(

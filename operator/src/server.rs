@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use kube::api::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::Client;
+use meshplane_webhooks::client_auth::ClientAuth;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
@@ -102,10 +103,11 @@ pub fn monitoring_router(metrics: Arc<Metrics>, health: Health) -> Router {
         .with_state((metrics, health))
 }
 
-/// `POST /validate-meshplane`.
-pub fn admission_router(client: Client) -> Router {
-    Router::new()
-        .route(
+/// `POST /validate-meshplane`; with `client_auth`, only for callers presenting the API
+/// server's admission client certificate (`meshplane_webhooks::client_auth`).
+pub fn admission_router(client: Client, client_auth: Option<Arc<ClientAuth>>) -> Router {
+    let router =
+        Router::new().route(
             crate::admission::PATH,
             post(
                 |State(client): State<Client>,
@@ -113,8 +115,15 @@ pub fn admission_router(client: Client) -> Router {
                     Json(crate::admission::handle(&client, review).await)
                 },
             ),
-        )
-        .with_state(client)
+        );
+    let router = match client_auth {
+        Some(auth) => router.route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            meshplane_webhooks::client_auth::gate,
+        )),
+        None => router,
+    };
+    router.with_state(client)
 }
 
 /// Reads `tls.crt` and `tls.key` from a directory (a mounted `kubernetes.io/tls` Secret).
@@ -130,10 +139,13 @@ pub fn read_tls_dir(dir: &Path) -> Result<(String, String), ServeError> {
     Ok((read(TLS_CRT)?, read(TLS_KEY)?))
 }
 
-/// A rustls server configuration from PEM material.
+/// A rustls server configuration from PEM material; with `client_auth`, it asks every client
+/// for a certificate of the API server's admission client CA (optional in the handshake, the
+/// admission route refuses calls without one).
 pub fn rustls_config(
     cert_pem: &str,
     key_pem: &str,
+    client_auth: Option<Arc<ClientAuth>>,
 ) -> Result<Arc<rustls::ServerConfig>, ServeError> {
     let certs: Vec<_> = rustls_pemfile::certs(&mut cert_pem.as_bytes())
         .collect::<Result<_, _>>()
@@ -142,12 +154,15 @@ pub fn rustls_config(
         .map_err(|e| ServeError::Pem(e.to_string()))?
         .ok_or_else(|| ServeError::Pem("no private key found".into()))?;
     // Explicit provider: kube's client may link another one, and the default would be ambiguous.
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)?;
+    .with_safe_default_protocol_versions()?;
+    let builder = match client_auth {
+        Some(auth) => builder.with_client_cert_verifier(auth),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -226,6 +226,7 @@ async fn the_serving_loop_is_ready_only_once_the_ca_bundle_trusts_its_certificat
     let task = tokio::spawn(admission_tls::run(
         client.clone(),
         shared(),
+        None,
         Arc::new(OffsetDateTime::now_utc),
         configs_tx,
         health.clone(),
@@ -253,4 +254,195 @@ async fn the_serving_loop_is_ready_only_once_the_ca_bundle_trusts_its_certificat
         .await
         .expect("stops when asked")
         .expect("task");
+}
+
+/// One POST of `body` to `path` over TLS trusting `ca_pem`, presenting `client` if given: the
+/// raw HTTP/1.1 response, or the handshake's error.
+async fn post_over_tls(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    client: Option<&(String, String)>,
+    path: &str,
+    body: &str,
+) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("CA PEM")).expect("root");
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("chain"),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+            )
+            .expect("client config"),
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(HOST).expect("name"), tcp)
+        .await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await?;
+    let mut out = String::new();
+    tls.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// A client CA: its PEM and the issuer that signs client certificates.
+fn client_ca() -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    (ca.pem(), Issuer::new(ca_params, ca_key))
+}
+
+fn client_ca_issuer_elsewhere() -> rcgen::Issuer<'static, rcgen::KeyPair> {
+    client_ca().1
+}
+
+/// A client certificate for subject CN `cn`: (certificate PEM, key PEM).
+fn client_cert(issuer: &rcgen::Issuer<'static, rcgen::KeyPair>, cn: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let cert = params.signed_by(&key, issuer).expect("client certificate");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// `--apiserver-client-ca`: the operator's /validate-meshplane answers only the API server's
+/// client certificate (of the CA, with an accepted name); a forged review from anyone else
+/// gets 401 or 403 and no verdict (which could tell which trust domains other tenants hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_check_answers_only_the_api_servers_client_certificate() {
+    use meshplane_operator::server;
+    use meshplane_webhooks::client_auth::ClientAuth;
+    let (_standin, client) = cluster().await;
+    let (serving, _) = tls::ensure(
+        None,
+        HOST,
+        OffsetDateTime::now_utc(),
+        time::Duration::days(1),
+    )
+    .expect("serving certificate");
+    let (client_ca, issuer) = client_ca();
+    let apiserver = client_cert(&issuer, "kube-apiserver-admission");
+    // Another client the same CA signed, and a certificate of another CA with the right name.
+    let other_name = client_cert(&issuer, "system:node:worker-1");
+    let rogue = client_cert(&client_ca_issuer_elsewhere(), "kube-apiserver-admission");
+    let dir = std::env::temp_dir().join(format!("operator-client-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, &client_ca).expect("CA file");
+    let auth = Arc::new(
+        ClientAuth::from_file(
+            ca_file.clone(),
+            vec!["kube-apiserver-admission".into()],
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .expect("client CA"),
+    );
+    assert!(
+        ClientAuth::from_file(
+            dir.join("absent.crt"),
+            vec![],
+            Arc::new(rustls::crypto::ring::default_provider())
+        )
+        .is_err(),
+        "a flag naming a missing file is an error at start"
+    );
+    let config = server::rustls_config(&serving.cert_pem, &serving.key_pem, Some(auth.clone()))
+        .expect("config");
+    let (_configs_tx, configs) = watch::channel(Some(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let task = tokio::spawn(server::serve_https_reloading(
+        listener,
+        configs,
+        server::admission_router(client.clone(), Some(auth.clone())),
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    ));
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged", "operation": "CREATE", "name": "probe",
+            "kind": {"group": "meshplane.io", "version": "v1alpha1", "kind": "MeshControlPlane"},
+            "resource": {"group": "meshplane.io", "version": "v1alpha1", "resource": "meshcontrolplanes"},
+            "userInfo": {"username": "nobody"},
+            "object": {"apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+                "metadata": {"name": "probe"},
+                "spec": {"tenant": "probe", "meshConfig": {"trustDomain": "green.meshplane.local"}}}
+        }
+    })
+    .to_string();
+    let path = meshplane_contracts::operator_tls::ADMISSION_PATH;
+
+    let anonymous = post_over_tls(addr, &serving.ca_bundle_pem, None, path, &review)
+        .await
+        .expect("the handshake succeeds without a certificate");
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    assert!(!anonymous.contains("AdmissionReview"), "{anonymous}");
+    let wrong_name = post_over_tls(
+        addr,
+        &serving.ca_bundle_pem,
+        Some(&other_name),
+        path,
+        &review,
+    )
+    .await
+    .expect("the CA signed it: the handshake succeeds");
+    assert!(wrong_name.starts_with("HTTP/1.1 403"), "{wrong_name}");
+    assert!(wrong_name.contains("system:node:worker-1"), "{wrong_name}");
+    assert!(!wrong_name.contains("AdmissionReview"), "{wrong_name}");
+    // Signed by another CA: refused in the handshake (or with 403), never answered.
+    let forged = post_over_tls(addr, &serving.ca_bundle_pem, Some(&rogue), path, &review).await;
+    assert!(
+        forged
+            .as_ref()
+            .map_or(true, |r| !r.contains("AdmissionReview")),
+        "{forged:?}"
+    );
+    let answered = post_over_tls(
+        addr,
+        &serving.ca_bundle_pem,
+        Some(&apiserver),
+        path,
+        &review,
+    )
+    .await
+    .expect("the API server is answered");
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    assert!(answered.contains("AdmissionReview"), "{answered}");
+    assert!(
+        auth.refusals() >= 3,
+        "refusals counted: {}",
+        auth.refusals()
+    );
+
+    stop_tx.send_replace(true);
+    task.await.expect("server stops");
+    let _ = std::fs::remove_dir_all(&dir);
 }

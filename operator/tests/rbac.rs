@@ -192,6 +192,7 @@ fn render_of(cp: &MeshControlPlane, m: &Membership) -> Vec<DesiredObject> {
         },
         observed: &Observed::default(),
         operator: &render::OperatorAccount::default(),
+        client_auth: None,
     })
 }
 

@@ -85,6 +85,7 @@ fn render_of(cp: &MeshControlPlane, m: &Membership, observed: &Observed) -> Vec<
         tls: &fixed_tls(),
         observed,
         operator: &render::OperatorAccount::default(),
+        client_auth: None,
     })
 }
 
@@ -668,6 +669,14 @@ fn rendered_objects_satisfy_the_contracts() {
     )))
     .expect("contract 4");
     assert_eq!(tls.ca_pem, fixed_tls().ca_bundle_pem);
+    assert_eq!(
+        webhook_tls::ClientAuthData::from_data(&data_of(find(
+            Kind::Secret,
+            &webhook_tls::secret_name("blue-v1"),
+        ))),
+        Ok(None),
+        "contract 4: no admission client CA unless the platform admin gave one"
+    );
 
     for (kind, name, path) in [
         (
@@ -972,6 +981,7 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         tls: &fixed_tls(),
         observed: &Observed::default(),
         operator: &render::OperatorAccount::default(),
+        client_auth: None,
     };
     assert_eq!(render::misplaced_gateway_of(&input), None);
 
@@ -1021,4 +1031,76 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
     };
     let problem = render::misplaced_gateway_of(&input).expect("reported");
     assert!(problem.contains("\"bank\""), "{problem}");
+}
+
+/// Contract 4 with the API server's admission client CA (`--apiserver-client-ca`): the
+/// webhook TLS Secret carries it, and the accepted names, beside the serving material, in the
+/// form the instance reads; the rest of the Secret is as without it.
+#[test]
+fn the_admission_client_ca_travels_in_the_webhook_tls_secret() {
+    use meshplane_contracts::webhook_tls::{self, ClientAuthData, TlsData};
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let rev = m.revision_of_control_plane("blue-v1").expect("active");
+    let members = m.tenant_members(&rev.tenant);
+    let client_auth = ClientAuthData {
+        ca_pem: "-----BEGIN CERTIFICATE-----\nAPISERVER-CLIENT-CA\n-----END CERTIFICATE-----\n"
+            .into(),
+        names: vec!["kube-apiserver-admission".into()],
+    };
+    let render_with = |client_auth: Option<&ClientAuthData>| {
+        render::render(&RenderInput {
+            control_plane: &cps[0],
+            revision: rev,
+            tenant_members: &members,
+            tls: &fixed_tls(),
+            observed: &Observed::default(),
+            operator: &render::OperatorAccount::default(),
+            client_auth,
+        })
+    };
+    let secret_of = |objects: &[DesiredObject]| {
+        objects
+            .iter()
+            .find(|o| {
+                o.key.kind == Kind::Secret && o.key.name == webhook_tls::secret_name("blue-v1")
+            })
+            .expect("the webhook TLS Secret")
+            .clone()
+    };
+    let with = secret_of(&render_with(Some(&client_auth)));
+    let data = data_of(&with);
+    assert_eq!(
+        ClientAuthData::from_data(&data),
+        Ok(Some(client_auth.clone()))
+    );
+    assert_eq!(
+        data[webhook_tls::CLIENT_NAMES],
+        "kube-apiserver-admission\n"
+    );
+    assert_eq!(
+        TlsData::from_data(&data).expect("serving keys").ca_pem,
+        fixed_tls().ca_bundle_pem
+    );
+    assert_eq!(with.body["type"], webhook_tls::SECRET_TYPE);
+
+    // Any certificate of the CA: no names key.
+    let any = ClientAuthData {
+        names: vec![],
+        ..client_auth
+    };
+    let data = data_of(&secret_of(&render_with(Some(&any))));
+    assert!(!data.contains_key(webhook_tls::CLIENT_NAMES));
+    assert_eq!(ClientAuthData::from_data(&data), Ok(Some(any)));
+
+    // Without it, exactly the three serving keys.
+    let data = data_of(&secret_of(&render_with(None)));
+    assert_eq!(
+        data.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            webhook_tls::CA_CRT,
+            webhook_tls::TLS_CRT,
+            webhook_tls::TLS_KEY
+        ]
+    );
 }

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -17,6 +17,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
+
+use crate::client_auth::ClientConnection;
 
 /// The serving configuration new connections use; `None` refuses them (nothing to serve yet).
 pub type TlsConfigs = watch::Receiver<Option<Arc<rustls::ServerConfig>>>;
@@ -54,7 +56,8 @@ pub fn fixed(config: Arc<rustls::ServerConfig>) -> TlsConfigs {
 
 /// Serves `router` over TLS on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish for at most `limits.drain_timeout`. Each new connection takes the latest
-/// configuration of `configs` (certificate swaps without a restart).
+/// configuration of `configs` (certificate swaps without a restart). Every request carries the
+/// connection's [`ClientConnection`] (peer address, client certificate chain) as an extension.
 pub async fn serve(
     listener: TcpListener,
     configs: TlsConfigs,
@@ -82,7 +85,7 @@ pub async fn serve(
             continue;
         };
         let acceptor = TlsAcceptor::from(config);
-        let service = TowerToHyperService::new(router.clone());
+        let router = router.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let tls =
@@ -97,6 +100,18 @@ pub async fn serve(
                         return;
                     }
                 };
+            // What the routes may ask of the client (`client_auth::gate`).
+            let client = ClientConnection {
+                peer: Some(peer),
+                certificates: Arc::new(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .map(<[_]>::to_vec)
+                        .unwrap_or_default(),
+                ),
+            };
+            let service = TowerToHyperService::new(router.layer(Extension(client)));
             let conn = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(tls), service)
                 .into_owned();

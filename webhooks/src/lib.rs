@@ -8,11 +8,14 @@
 //! - [`review`]: the AdmissionReview v1 wire format.
 //! - [`handlers`]: [`Webhooks`], request body in, response body out.
 //! - [`tls`]: the serving certificate, reloaded when the mounted Secret changes.
+//! - [`client_auth`]: when the API server's admission client CA is configured, only callers
+//!   with its certificate reach `/inject` and `/validate` (and the operator's check).
 //! - [`server`]: the routes `/inject`, `/validate` and `/healthz`, served by [`https`], the
 //!   accept loop the operator's own admission check uses too.
 //!
 //! `docs/webhooks.md` explains the failure policy and the tenant-boundary rules.
 
+pub mod client_auth;
 pub mod downward;
 pub mod grpc_agent;
 pub mod handlers;
@@ -25,5 +28,5 @@ pub mod tls;
 pub mod validate;
 
 pub use handlers::{Reply, Webhooks};
-pub use server::{serve, serve_on, ServeError};
+pub use server::{serve, serve_on, serve_with, ServeError};
 pub use tenant::{StaticTenant, TenantView};

@@ -45,7 +45,7 @@ pub enum TlsError {
 
 /// What identifies one version of a file without reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
+pub(crate) struct FileStamp {
     len: u64,
     modified: Option<SystemTime>,
     #[cfg(unix)]
@@ -54,7 +54,7 @@ struct FileStamp {
     changed: (i64, i64),
 }
 
-fn stamp(path: &Path) -> Option<FileStamp> {
+pub(crate) fn stamp(path: &Path) -> Option<FileStamp> {
     let meta = std::fs::metadata(path).ok()?;
     #[cfg(unix)]
     use std::os::unix::fs::MetadataExt;

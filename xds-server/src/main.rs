@@ -413,10 +413,13 @@ fn spawn_webhooks(
         trust_domain: args.trust_domain(),
         default_capture_mode: meshplane_webhooks::inject::CaptureMode::Default,
     };
+    let metrics = Arc::clone(hub.metrics());
     let handlers = Arc::new(meshplane_webhooks::Webhooks::new(
         injection,
         Arc::new(HubTenant(hub, args.trust_domain())),
     ));
+    let on_refusal: meshplane_webhooks::client_auth::RefusalHook =
+        Arc::new(move |reason| metrics.webhook_refused(reason));
     let (addr, tls_dir) = (args.webhook_addr, args.webhook_tls_dir.clone());
     let fatal = matches!(args.source, Source::Kube);
     Some(tokio::spawn(async move {
@@ -424,7 +427,9 @@ fn spawn_webhooks(
         let stopped = async move {
             let _ = shutdown.wait_for(|s| *s).await;
         };
-        if let Err(e) = meshplane_webhooks::serve(addr, tls_dir, handlers, stopped).await {
+        if let Err(e) =
+            meshplane_webhooks::serve(addr, tls_dir, handlers, Some(on_refusal), stopped).await
+        {
             tracing::error!(error = %e, "admission webhook server stopped");
             if fatal {
                 let _ = stop_all.send(true);

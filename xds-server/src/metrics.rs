@@ -111,6 +111,7 @@ pub struct Metrics {
     budget_exceeded: Family<LimitLabel, Counter>,
     certificates: Family<ResultLabel, Counter>,
     token_refusals: Family<TokenRefusalLabels, Counter>,
+    webhook_refusals: Family<ReasonLabel, Counter>,
     unsynced: Family<TypeLabel, Gauge>,
     triggers: Family<TriggerLabel, Counter>,
     ca_expiry: Family<CertificateLabel, Gauge>,
@@ -233,6 +234,17 @@ impl Metrics {
             "Bearer tokens refused without a new TokenReview, by service (ads, certificates, debug) and reason: malformed, wrong_audience, expired (read from the token itself), refused_before (a TokenReview refused it within 10 s), peer_budget, namespace_budget, service_budget (reviews for new tokens from that peer address, claimed namespace or service are spent; the caller may retry)",
             token_refusals.clone(),
         );
+        let webhook_refusals = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "webhook_refusals",
+            "Calls of /inject and /validate refused because the caller is not the authenticated API server (only with the API server's admission client CA configured), by reason: no_certificate, unknown_ca (a certificate no CA in force signed; the handshake fails), name_not_accepted",
+            webhook_refusals.clone(),
+        );
+        for reason in meshplane_webhooks::client_auth::REFUSAL_REASONS {
+            let _ = webhook_refusals.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
         let triggers = Family::<TriggerLabel, Counter>::default();
         registry.register(
             "push_triggers",
@@ -352,6 +364,7 @@ impl Metrics {
             budget_exceeded,
             certificates,
             token_refusals,
+            webhook_refusals,
             unsynced,
             triggers,
             ca_expiry,
@@ -479,6 +492,15 @@ impl Metrics {
     /// Records a refused stream.
     pub fn rejected(&self, reason: &str) {
         self.rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records an admission call refused for want of the API server's client certificate.
+    pub fn webhook_refused(&self, reason: &str) {
+        self.webhook_refusals
             .get_or_create(&ReasonLabel {
                 reason: reason.to_string(),
             })

@@ -15,6 +15,9 @@ pub struct Settings {
     pub ca_rotation: meshplane_ca::rotation::RotationPolicy,
     /// The operator's ServiceAccount, bound per member namespace to restart workloads.
     pub operator_account: crate::render::OperatorAccount,
+    /// The API server's admission client CA (`--apiserver-client-ca`), handed to every
+    /// instance in its webhook TLS Secret (contract 4); `None`: admission is not authenticated.
+    pub apiserver_client: Option<std::sync::Arc<meshplane_webhooks::client_auth::ClientAuth>>,
 }
 
 impl Default for Settings {
@@ -25,6 +28,7 @@ impl Default for Settings {
             in_use_retry: Duration::from_secs(15),
             ca_rotation: meshplane_ca::rotation::RotationPolicy::default(),
             operator_account: crate::render::OperatorAccount::default(),
+            apiserver_client: None,
         }
     }
 }

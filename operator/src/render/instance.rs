@@ -1,6 +1,10 @@
 //! The instance in the control namespace: Namespace, ServiceAccount, Deployment, Service,
 //! PodDisruptionBudget, NetworkPolicy, members and proxies ConfigMaps, webhook TLS Secret.
 
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
 use meshplane_contracts::instance::{env, InstanceArgs, Isolation};
 use meshplane_contracts::members::MembersData;
 use meshplane_contracts::{proxies, webhook_tls};
@@ -144,14 +148,30 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         // own field manager, so the operator never owns (or removes) those keys.
         rev.object(Kind::ConfigMap, ns, &proxies_configmap(&rev.revision), json!({})),
     ];
-    let tls = rev.input.tls;
+    let mut data: BTreeMap<String, String> = rev
+        .input
+        .tls
+        .secret_data()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    // The API server's admission client CA, when the platform admin gave it: the instance
+    // then answers admission calls only with its certificate.
+    if let Some(client_auth) = rev.input.client_auth {
+        data.extend(
+            client_auth
+                .to_data()
+                .into_iter()
+                .map(|(k, v)| (k, B64.encode(v))),
+        );
+    }
     out.push(rev.object(
         Kind::Secret,
         ns,
         &names::webhook_tls_secret(&rev.revision),
         json!({
             "type": webhook_tls::SECRET_TYPE,
-            "data": tls.secret_data(),
+            "data": data,
         }),
     ));
     out
@@ -247,8 +267,10 @@ fn pod_labels(rev: &Revision<'_>) -> Value {
 /// Who may reach the instance pods. xDS only from the tenant's namespaces: its members and the
 /// control namespace, selected by `kubernetes.io/metadata.name`, which the API server sets on
 /// every namespace and nobody can move. The webhook port from anywhere: the API server that
-/// calls it is not a pod a selector could name. The monitoring port from anywhere, so metrics
-/// stay scrapeable. Egress is left open: the instance talks to the API server.
+/// calls it is not a pod a selector could name (with the admission client CA configured, the
+/// instance authenticates it by its client certificate instead). The monitoring port from
+/// anywhere, so metrics stay scrapeable. Egress is left open: the instance talks to the API
+/// server.
 fn network_policy_spec(rev: &Revision<'_>) -> Value {
     let mut tenant: Vec<&str> = vec![rev.control_namespace.as_str()];
     tenant.extend(
@@ -273,8 +295,10 @@ fn network_policy_spec(rev: &Revision<'_>) -> Value {
             },
             // The webhooks and the monitoring port are called by the API server itself
             // (admission, and the pods/proxy path meshctl and the migration gates read /debug
-            // through), whose source address no NetworkPolicy can name: they stay open, and
-            // /debug needs a debug token whoever calls (contract 12).
+            // through), whose source address no NetworkPolicy can name: they stay open;
+            // admission calls need the API server's client certificate when the platform admin
+            // configured its CA (contract 4), and /debug needs a debug token whoever calls
+            // (contract 12).
             {"ports": port(ports::HTTPS_WEBHOOK)},
             {"ports": port(ports::HTTP_MONITORING)},
         ],

@@ -252,6 +252,9 @@ pub struct RenderInput<'a> {
     pub observed: &'a Observed,
     /// Who gets the right to restart workloads in each member namespace (migrations).
     pub operator: &'a OperatorAccount,
+    /// The API server's admission client CA and accepted names, added to the webhook TLS
+    /// Secret (contract 4); `None`: the instance's admission calls are not authenticated.
+    pub client_auth: Option<&'a meshplane_contracts::webhook_tls::ClientAuthData>,
 }
 
 /// Derived names and shared metadata of one revision.

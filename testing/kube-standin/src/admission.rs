@@ -6,6 +6,10 @@
 //! concurrently on the final object. Each webhook is called over
 //! HTTPS with an `admission.k8s.io/v1` AdmissionReview, its certificate verified against the
 //! configuration's `caBundle` and the service DNS name `<svc>.<ns>.svc` (or the URL's host).
+//! With [`WebhookClientCredentials`] (opt-in, as kube-apiserver's
+//! `--admission-control-config-file` with a `WebhookAdmissionConfiguration` kubeconfig), the
+//! call presents the client certificate of the kubeconfig user matching the webhook's host,
+//! with the API server's matching rules.
 //!
 //! Not implemented: `matchConditions` (webhooks are called as if they matched),
 //! `reinvocationPolicy: IfNeeded`, conversion of the object for `matchPolicy: Equivalent`
@@ -96,6 +100,8 @@ pub enum WebhookCallError {
     InvalidUrl(String),
     #[error("invalid caBundle: {0}")]
     InvalidCaBundle(String),
+    #[error("invalid client certificate for the webhook: {0}")]
+    InvalidClientCertificate(String),
     #[error("invalid server name {0:?}")]
     InvalidServerName(String),
     #[error("failed to connect: {0}")]
@@ -220,10 +226,124 @@ impl std::fmt::Debug for Dialer {
     }
 }
 
+/// A client certificate and its key, PEM.
+#[derive(Clone)]
+pub struct ClientCertificate {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for ClientCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("ClientCertificate")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client certificates admission webhooks are called with, by webhook host: the `users`
+/// of the kubeconfig a real API server reads from its `WebhookAdmissionConfiguration`
+/// (`kubeConfigFile`). Empty (the default): webhooks are called without one.
+#[derive(Clone, Debug, Default)]
+pub struct WebhookClientCredentials {
+    users: BTreeMap<String, ClientCertificate>,
+}
+
+impl WebhookClientCredentials {
+    /// Adds the user `name`: a webhook host as the API server matches it, `<svc>.<ns>.svc:<port>`
+    /// (`:443` may be left out), a URL's `host:port` (or host for port 443), `*.<suffix>` for
+    /// every host ending so, or `*` for any.
+    pub fn with(mut self, name: &str, cert_pem: &str, key_pem: &str) -> Self {
+        self.users.insert(
+            name.to_string(),
+            ClientCertificate {
+                cert_pem: cert_pem.to_string(),
+                key_pem: key_pem.to_string(),
+            },
+        );
+        self
+    }
+
+    /// Reads the users of a kubeconfig (`client-certificate-data`/`client-key-data`, or
+    /// `client-certificate`/`client-key` files relative to the kubeconfig) as the API server
+    /// reads its admission kubeconfig. Users without a client certificate are skipped.
+    pub fn from_kubeconfig(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let config: Value =
+            serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(std::path::Path::new("."));
+        let read = |user: &Value, data: &str, file: &str| -> Result<Option<String>, String> {
+            if let Some(encoded) = user.get(data).and_then(Value::as_str) {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .map_err(|e| format!("{data}: {e}"))?;
+                return String::from_utf8(raw)
+                    .map(Some)
+                    .map_err(|e| format!("{data}: {e}"));
+            }
+            match user.get(file).and_then(Value::as_str) {
+                Some(name) => std::fs::read_to_string(base.join(name))
+                    .map(Some)
+                    .map_err(|e| format!("{file} {name}: {e}")),
+                None => Ok(None),
+            }
+        };
+        let mut credentials = Self::default();
+        for entry in config
+            .get("users")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = entry.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let user = entry.get("user").cloned().unwrap_or(Value::Null);
+            let cert = read(&user, "client-certificate-data", "client-certificate")?;
+            let key = read(&user, "client-key-data", "client-key")?;
+            if let (Some(cert), Some(key)) = (cert, key) {
+                credentials = credentials.with(name, &cert, &key);
+            }
+        }
+        Ok(credentials)
+    }
+
+    /// The user for a webhook at `host_port` (`host:port`), by the API server's rules: the
+    /// exact name, then `*.` + each shorter suffix; for port 443 the same again without the
+    /// port; then `*`.
+    pub fn resolve(&self, host_port: &str) -> Option<&ClientCertificate> {
+        let by_name = |target: &str| {
+            self.users.get(target).or_else(|| {
+                let steps: Vec<&str> = target.split('.').collect();
+                (1..steps.len())
+                    .find_map(|i| self.users.get(&format!("*.{}", steps[i..].join("."))))
+            })
+        };
+        by_name(host_port)
+            .or_else(|| host_port.strip_suffix(":443").and_then(by_name))
+            .or_else(|| self.users.get("*"))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+}
+
 /// [`admit`], reaching webhooks through `dialer`.
 pub async fn admit_via(
     lookup: &dyn ObjectLookup,
     dialer: &Dialer,
+    req: AdmissionInput,
+) -> Result<Value, AdmissionDenied> {
+    admit_with(lookup, dialer, &WebhookClientCredentials::default(), req).await
+}
+
+/// [`admit_via`], presenting the client certificates of `credentials`.
+pub async fn admit_with(
+    lookup: &dyn ObjectLookup,
+    dialer: &Dialer,
+    credentials: &WebhookClientCredentials,
     req: AdmissionInput,
 ) -> Result<Value, AdmissionDenied> {
     // Like the real API, admission configuration is never subject to webhooks, so a broken
@@ -248,7 +368,8 @@ pub async fn admit_via(
         if !matches(&hook, &req, &namespace_labels) {
             continue;
         }
-        let Some(response) = call_with_policy(lookup, dialer, &hook, &req).await? else {
+        let Some(response) = call_with_policy(lookup, dialer, credentials, &hook, &req).await?
+        else {
             continue;
         };
         if let (Some(patch), Some(object)) = (response.get("patch"), req.object.as_mut()) {
@@ -264,7 +385,7 @@ pub async fn admit_via(
         .collect();
     let calls = validating
         .iter()
-        .map(|hook| call_with_policy(lookup, dialer, hook, &req));
+        .map(|hook| call_with_policy(lookup, dialer, credentials, hook, &req));
     for outcome in futures::future::join_all(calls).await {
         outcome?;
     }
@@ -425,6 +546,7 @@ fn resource_matches(rule: &str, resource: &str, subresource: Option<&str>) -> bo
 async fn call_with_policy(
     lookup: &dyn ObjectLookup,
     dialer: &Dialer,
+    credentials: &WebhookClientCredentials,
     hook: &Webhook,
     req: &AdmissionInput,
 ) -> Result<Option<Value>, AdmissionDenied> {
@@ -436,7 +558,7 @@ async fn call_with_policy(
     }
     let uid = new_uid();
     let review = admission_review(&uid, req);
-    match call(lookup, dialer, hook, &review, &uid).await {
+    match call(lookup, dialer, credentials, hook, &review, &uid).await {
         Ok(response) => {
             if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                 if hook.kind == WebhookKind::Validating && response.get("patch").is_some() {
@@ -593,12 +715,15 @@ struct CallTarget {
     server_name: String,
     /// `Host` header.
     authority: String,
+    /// The host and port the API server looks the webhook's client credentials up by.
+    credentials_name: String,
     path: String,
 }
 
 async fn call(
     lookup: &dyn ObjectLookup,
     dialer: &Dialer,
+    credentials: &WebhookClientCredentials,
     hook: &Webhook,
     review: &Value,
     uid: &str,
@@ -610,6 +735,7 @@ async fn call(
             .ca_bundle
             .as_ref()
             .map(|b| b.0.as_slice()),
+        credentials.resolve(&target.credentials_name),
     )?;
     let path = format!("{}?timeout={timeout_seconds}s", target.path);
     let body = serde_json::to_vec(review).map_err(|e| WebhookCallError::Http(e.to_string()))?;
@@ -660,6 +786,7 @@ fn resolve_target(
             connect_host: ip.to_string(),
             connect_port: target_port,
             authority: format!("{server_name}:{port}"),
+            credentials_name: format!("{server_name}:{port}"),
             server_name,
             path: service.path.clone().unwrap_or_else(|| "/".to_string()),
         });
@@ -685,11 +812,16 @@ fn resolve_target(
         .authority()
         .map(|a| a.to_string())
         .unwrap_or_else(|| host.clone());
+    let credentials_name = match uri.port_u16() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.clone(),
+    };
     Ok(CallTarget {
         connect_host: host.clone(),
         connect_port: port,
         server_name: host,
         authority,
+        credentials_name,
         path: uri.path().to_string(),
     })
 }
@@ -773,7 +905,10 @@ fn resolve_service(
     Err(no_endpoints())
 }
 
-fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, WebhookCallError> {
+fn tls_config(
+    ca_bundle: Option<&[u8]>,
+    client: Option<&ClientCertificate>,
+) -> Result<Arc<rustls::ClientConfig>, WebhookCallError> {
     let pem = ca_bundle
         .filter(|b| !b.is_empty())
         .ok_or_else(|| WebhookCallError::InvalidCaBundle("caBundle is empty".to_string()))?;
@@ -790,11 +925,24 @@ fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, Web
         ));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| WebhookCallError::InvalidCaBundle(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut config = match client {
+        Some(client) => {
+            let invalid = |e: String| WebhookCallError::InvalidClientCertificate(e);
+            let chain = CertificateDer::pem_slice_iter(client.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid(e.to_string()))?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes())
+                .map_err(|e| invalid(e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| invalid(e.to_string()))?
+        }
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -936,19 +1084,39 @@ mod tests {
 
     impl WebhookServer {
         async fn start(server_names: &[&str]) -> Self {
+            Self::start_with(server_names, None).await
+        }
+
+        /// A server that, with `client_ca`, accepts only clients presenting a certificate of
+        /// that CA.
+        async fn start_with(server_names: &[&str], client_ca: Option<&str>) -> Self {
             let (ca_bundle, cert_pem, key_pem) = certificates(server_names);
             let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
                 .collect::<Result<Vec<_>, _>>()
                 .unwrap();
             let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
-            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap();
+            let builder = match client_ca {
+                Some(ca) => {
+                    let mut roots = rustls::RootCertStore::empty();
+                    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                        roots.add(cert.unwrap()).unwrap();
+                    }
+                    builder.with_client_cert_verifier(
+                        rustls::server::WebPkiClientVerifier::builder_with_provider(
+                            Arc::new(roots),
+                            provider,
+                        )
+                        .build()
+                        .unwrap(),
+                    )
+                }
+                None => builder.with_no_client_auth(),
+            };
+            let config = builder.with_single_cert(certs, key).unwrap();
             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let port = listener.local_addr().unwrap().port();
@@ -1297,6 +1465,120 @@ mod tests {
         ));
         assert!(admit(&lookup, create_pod("blue")).await.is_err());
         assert!(good.requests().is_empty());
+    }
+
+    /// A client CA and a client certificate it signed: (CA PEM, certificate PEM, key PEM).
+    fn client_certificate() -> (String, String, String) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver-admission");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    #[tokio::test]
+    async fn configured_client_certificates_are_presented_by_webhook_host() {
+        let (client_ca, cert, key) = client_certificate();
+        let server = WebhookServer::start_with(&[SERVICE_DNS_NAME], Some(&client_ca)).await;
+        let lookup = cluster(server.port);
+        lookup.add(configuration(
+            "ValidatingWebhookConfiguration",
+            "v",
+            vec![hook(
+                "auth.meshplane.io",
+                "/allow",
+                &server.ca_bundle,
+                json!({}),
+            )],
+        ));
+        // Like an API server without an admission kubeconfig: no certificate, the webhook
+        // refuses the handshake and failurePolicy Fail rejects the request.
+        let refused = admit(&lookup, create_pod("blue")).await.unwrap_err();
+        assert_eq!(refused.code, 500, "{refused:?}");
+        assert!(
+            refused.message.contains("failed calling webhook"),
+            "{refused:?}"
+        );
+        // A certificate for another host is not presented either.
+        let elsewhere = WebhookClientCredentials::default().with("*.other.svc", &cert, &key);
+        assert!(
+            admit_with(&lookup, &Dialer::default(), &elsewhere, create_pod("blue"))
+                .await
+                .is_err()
+        );
+        assert!(server.requests().is_empty());
+        // The service's host (port 443 may be left out of the name): presented and admitted.
+        for name in [
+            "webhook.hooks.svc",
+            "webhook.hooks.svc:443",
+            "*.hooks.svc",
+            "*.svc:443",
+            "*",
+        ] {
+            let credentials = WebhookClientCredentials::default().with(name, &cert, &key);
+            admit_with(
+                &lookup,
+                &Dialer::default(),
+                &credentials,
+                create_pod("blue"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        }
+        assert_eq!(server.requests().len(), 5);
+    }
+
+    #[test]
+    fn client_credentials_resolve_like_the_api_servers_admission_kubeconfig() {
+        let (_, cert, key) = client_certificate();
+        let dir = std::env::temp_dir().join(format!(
+            "standin-admission-kubeconfig-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("client.crt"), &cert).unwrap();
+        std::fs::write(dir.join("client.key"), &key).unwrap();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: hook.blue.svc:15017\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n- name: '*.green.svc:15017'\n  user:\n    client-certificate: client.crt\n    client-key: client.key\n- name: token-only\n  user:\n    token: abc\n",
+            base64(&cert),
+            base64(&key)
+        );
+        std::fs::write(dir.join("admission.kubeconfig"), kubeconfig).unwrap();
+        let credentials =
+            WebhookClientCredentials::from_kubeconfig(&dir.join("admission.kubeconfig")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let found = |host: &str| credentials.resolve(host).map(|c| c.cert_pem.clone());
+        assert_eq!(found("hook.blue.svc:15017"), Some(cert.clone()));
+        assert_eq!(found("hook.green.svc:15017"), Some(cert.clone()));
+        assert_eq!(found("a.b.green.svc:15017"), Some(cert.clone()));
+        // Another port, another namespace, a user without a certificate: none.
+        assert_eq!(found("hook.blue.svc:443"), None);
+        assert_eq!(found("hook.red.svc:15017"), None);
+        assert_eq!(found("token-only"), None);
+        // Port 443 falls back to the bare host; `*` is the default.
+        let credentials = WebhookClientCredentials::default()
+            .with("hook.blue.svc", &cert, "k1")
+            .with("*", &cert, "k2");
+        assert_eq!(
+            credentials
+                .resolve("hook.blue.svc:443")
+                .map(|c| c.key_pem.as_str()),
+            Some("k1")
+        );
+        assert_eq!(
+            credentials
+                .resolve("hook.blue.svc:8443")
+                .map(|c| c.key_pem.as_str()),
+            Some("k2")
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
-use super::admission::Dialer;
+use super::admission::{Dialer, WebhookClientCredentials};
 use super::auth::{Authenticator, Identity};
 use super::rbac::Authorizer;
 use super::requests::{RequestCounter, RequestCounts};
@@ -36,6 +36,9 @@ pub struct StandInOptions {
     pub advertise_address: Option<SocketAddr>,
     /// How admission webhooks are reached (default: from the stand-in's own network).
     pub webhook_dialer: Dialer,
+    /// Client certificates presented to admission webhooks, by webhook host, as a real API
+    /// server's `WebhookAdmissionConfiguration` kubeconfig gives them (default: none).
+    pub webhook_credentials: WebhookClientCredentials,
 }
 
 impl Default for StandInOptions {
@@ -47,6 +50,7 @@ impl Default for StandInOptions {
             bookmark_interval: Duration::from_secs(5),
             advertise_address: None,
             webhook_dialer: Dialer::default(),
+            webhook_credentials: WebhookClientCredentials::default(),
         }
     }
 }
@@ -112,6 +116,7 @@ impl StandIn {
             bookmark_interval: opts.bookmark_interval,
             requests: requests.clone(),
             webhook_dialer: opts.webhook_dialer.clone(),
+            webhook_credentials: opts.webhook_credentials.clone(),
             authorizer: authorizer.clone(),
         });
         if let Some(address) = opts.advertise_address {

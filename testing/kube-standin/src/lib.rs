@@ -93,7 +93,7 @@ pub mod tls;
 pub mod tokens;
 pub mod watch;
 
-pub use admission::Dialer;
+pub use admission::{ClientCertificate, Dialer, WebhookClientCredentials};
 pub use auth::Identity;
 pub use handle::{StandIn, StandInError, StandInHandle, StandInOptions};
 pub use store::KUBERNETES_SERVICE_IP;

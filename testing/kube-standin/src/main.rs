@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use meshplane_kube_standin::{StandIn, StandInOptions};
+use meshplane_kube_standin::{StandIn, StandInOptions, WebhookClientCredentials};
 
 /// Test fixture: an in-memory Kubernetes API stand-in for meshplane's e2e suite and demo.
 /// Writes admin.kubeconfig, operator.kubeconfig and node.kubeconfig into --kubeconfig-dir and
@@ -25,6 +25,11 @@ struct Args {
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 5)]
     bookmark_interval_seconds: u64,
+    /// A kubeconfig whose `users` give the client certificates admission webhooks are called
+    /// with, by webhook host (the `kubeConfigFile` of a real API server's
+    /// `WebhookAdmissionConfiguration`). Unset: webhooks are called without one.
+    #[arg(long, value_name = "FILE")]
+    admission_kubeconfig: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -37,7 +42,14 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let webhook_credentials = match &args.admission_kubeconfig {
+        Some(path) => {
+            WebhookClientCredentials::from_kubeconfig(path).map_err(anyhow::Error::msg)?
+        }
+        None => WebhookClientCredentials::default(),
+    };
     let handle = StandIn::start(StandInOptions {
+        webhook_credentials,
         port: args.port,
         kubeconfig_dir: Some(args.kubeconfig_dir),
         history_limit: args.history_limit,

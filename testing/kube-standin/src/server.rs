@@ -49,6 +49,8 @@ pub struct ServerState {
     pub requests: Arc<RequestCounter>,
     /// How admission webhooks are reached.
     pub webhook_dialer: admission::Dialer,
+    /// The client certificates admission webhooks are called with.
+    pub webhook_credentials: admission::WebhookClientCredentials,
     /// RBAC with its cache of resolved rules, for `store`.
     pub authorizer: Arc<rbac::Authorizer>,
 }
@@ -850,7 +852,14 @@ async fn admit(
         user: call.user.clone(),
         dry_run: call.query.dry_run(),
     };
-    match admission::admit_via(state.store.as_ref(), &state.webhook_dialer, input).await {
+    match admission::admit_with(
+        state.store.as_ref(),
+        &state.webhook_dialer,
+        &state.webhook_credentials,
+        input,
+    )
+    .await
+    {
         Ok(obj) => Ok(had_object.then_some(obj)),
         Err(denied) => {
             let reason = match denied.code {

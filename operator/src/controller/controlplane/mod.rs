@@ -34,6 +34,7 @@ use crate::ca::{self, CaSource};
 use crate::render::{self, DesiredObject, Kind, ObjectKey, OperatorAccount, RenderInput};
 use crate::status;
 use crate::tls::{self, WebhookTls};
+use meshplane_contracts::webhook_tls::ClientAuthData;
 use plan::{Decision, Named, Notice, Regarding, Writes};
 
 /// Entry point of the controller: wraps the work in the finalizer and records metrics.
@@ -130,6 +131,11 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
                 revision,
                 tenant_members: &tenant_members,
                 operator: &ctx.settings.operator_account,
+                client_auth: ctx
+                    .settings
+                    .apiserver_client
+                    .as_ref()
+                    .and_then(|a| a.data()),
                 uid: mcp.uid().unwrap_or_default(),
             };
             reconcile_active(&target, &snap, &now, ctx).await
@@ -144,6 +150,9 @@ struct Target<'a> {
     /// Member namespaces of the whole tenant.
     tenant_members: &'a BTreeSet<String>,
     operator: &'a OperatorAccount,
+    /// The API server's admission client CA for the webhook TLS Secret (contract 4), as read
+    /// at the start of this reconcile.
+    client_auth: Option<ClientAuthData>,
     /// The control plane's uid, which its objects' owner references carry.
     uid: String,
 }
@@ -161,6 +170,7 @@ impl Target<'_> {
             tls,
             observed,
             operator: self.operator,
+            client_auth: self.client_auth.as_ref(),
         }
     }
 }

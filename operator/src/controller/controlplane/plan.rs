@@ -230,6 +230,7 @@ pub fn access_objects(
         tls: &no_tls,
         observed: &Observed::default(),
         operator,
+        client_auth: None,
     };
     render::render(&input)
         .into_iter()
@@ -697,6 +698,7 @@ mod tests {
             tls: &mk_tls(),
             observed: &Observed::default(),
             operator: &OperatorAccount::default(),
+            client_auth: None,
         })
     }
 
