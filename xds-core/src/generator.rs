@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
 use crate::outputs::IndexWatch;
+use crate::translate::cluster_id::HostPort;
 
 /// What the push loop needs from the tenant's state: fold source events, render a proxy.
 pub trait ConfigGenerator: Send + 'static {
@@ -35,8 +36,9 @@ pub enum ChangeKind {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Change {
     pub kind: ChangeKind,
-    /// EDS clusters whose endpoints changed (for [`ChangeKind::Endpoints`]).
-    pub clusters: BTreeSet<String>,
+    /// The hosts' ports whose endpoints changed (for [`ChangeKind::Endpoints`]): their EDS
+    /// clusters and those of their subsets.
+    pub clusters: BTreeSet<HostPort>,
     /// Namespaces whose objects changed.
     pub namespaces: BTreeSet<String>,
     /// Whether the member namespaces changed.

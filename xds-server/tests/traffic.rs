@@ -513,7 +513,7 @@ fn a_pod_changing_version_moves_between_subsets_as_an_endpoint_change() {
         .render(&n)
         .endpoints
         .iter()
-        .any(|r| change.clusters.contains(&r.name)));
+        .any(|r| change.clusters.iter().any(|c| c.cluster_name() == r.name)));
     let after = index.render(&n);
     // The patched configuration equals a full render.
     assert_eq!(*after, index.render_checked(&n).0);

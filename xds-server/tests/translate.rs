@@ -5,6 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use meshplane_xds::translate::cluster_id::HostPort;
+
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -201,13 +203,13 @@ endpoints:
     assert_eq!(change.kind, ChangeKind::Endpoints);
     assert_eq!(
         change.clusters,
-        BTreeSet::from(["outbound|80||web.shop.svc.cluster.local".to_string()])
+        BTreeSet::from([HostPort::new("web.shop.svc.cluster.local", 80)])
     );
     assert!(index
         .render(&web_proxy())
         .endpoints
         .iter()
-        .any(|r| change.clusters.contains(&r.name)));
+        .any(|r| r.name == "outbound|80||web.shop.svc.cluster.local"));
     // The same object again changes nothing.
     assert_eq!(index.apply(SourceEvent::Upsert(obj)).kind, ChangeKind::None);
     // A new Service is configuration.

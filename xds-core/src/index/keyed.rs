@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use crate::model::{Kind, Object, ObjectKey};
-use crate::translate::registry::{self, EndpointModel, Registry, ServiceModel, ServiceSource};
+use crate::translate::cluster_id::HostPort;
+use crate::translate::registry::{self, Registry, ServiceModel, ServiceSource};
 
 /// Kinds an event of which updates the registry per key.
 pub(super) const KINDS: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Pod];
@@ -58,9 +59,6 @@ pub(super) struct Keys {
     pub(super) services: BTreeMap<(String, String), ServiceModel>,
     /// EndpointSlice names of the tenant by (namespace, Service name).
     pub(super) slices: BTreeMap<(String, String), BTreeSet<String>>,
-    /// Names of the EDS clusters of `Registry::endpoints` by host: the clusters an update of a
-    /// host may leave stale, found without scanning every cluster of the registry.
-    pub(super) clusters: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Keys {
@@ -70,23 +68,6 @@ impl Keys {
         let (origins, services) = models.into_iter().unzip();
         self.origins = origins;
         services
-    }
-
-    /// Indexes the clusters of `endpoints` by host (after a full build).
-    pub(super) fn index_clusters(&mut self, endpoints: &BTreeMap<String, Vec<EndpointModel>>) {
-        self.clusters.clear();
-        for cluster in endpoints.keys() {
-            self.index_cluster(cluster);
-        }
-    }
-
-    fn index_cluster(&mut self, cluster: &str) {
-        if let Some(host) = host_of(cluster) {
-            self.clusters
-                .entry(host.to_string())
-                .or_default()
-                .insert(cluster.to_string());
-        }
     }
 
     /// Positions of the registry services of `hostname`.
@@ -254,15 +235,15 @@ impl Keys {
         hosts
     }
 
-    /// Recomputes the endpoints of every cluster of `hosts` from the objects, as a full build
-    /// would (slices in name order, then ServiceEntries' pods); returns the clusters whose
+    /// Recomputes the endpoints of every port of `hosts` from the objects, as a full build
+    /// would (slices in name order, then ServiceEntries' pods); returns the ports whose
     /// endpoints changed.
     pub(super) fn recompute_endpoints(
         &mut self,
         reg: &mut Registry,
         objects: &BTreeMap<ObjectKey, Object>,
         hosts: &BTreeSet<String>,
-    ) -> BTreeSet<String> {
+    ) -> BTreeSet<HostPort> {
         let mut fresh = BTreeMap::new();
         let mut pod_labels: BTreeMap<&str, registry::PodLabels<'_>> = BTreeMap::new();
         for host in hosts {
@@ -296,39 +277,27 @@ impl Keys {
                 }
             }
         }
-        let stale: Vec<String> = hosts
+        // The registry keeps a host's ports together: what the update may leave stale is one
+        // range per host, found without scanning every port of the registry.
+        let stale: Vec<HostPort> = hosts
             .iter()
-            .filter_map(|h| self.clusters.get(h))
-            .flatten()
-            .filter(|c| !fresh.contains_key(*c))
+            .flat_map(|h| reg.host_endpoints(h))
+            .map(|(service, _)| service)
+            .filter(|service| !fresh.contains_key(*service))
             .cloned()
             .collect();
         let mut changed = BTreeSet::new();
-        for cluster in stale {
-            reg.endpoints.remove(&cluster);
-            self.unindex_cluster(&cluster);
-            changed.insert(cluster);
+        for service in stale {
+            reg.endpoints.remove(&service);
+            changed.insert(service);
         }
-        for (cluster, endpoints) in fresh {
-            if reg.endpoints.get(&cluster) != Some(&endpoints) {
-                self.index_cluster(&cluster);
-                reg.endpoints.insert(cluster.clone(), endpoints);
-                changed.insert(cluster);
+        for (service, endpoints) in fresh {
+            if reg.endpoints.get(&service) != Some(&endpoints) {
+                reg.endpoints.insert(service.clone(), endpoints);
+                changed.insert(service);
             }
         }
         changed
-    }
-
-    fn unindex_cluster(&mut self, cluster: &str) {
-        let Some(host) = host_of(cluster) else {
-            return;
-        };
-        if let Some(names) = self.clusters.get_mut(host) {
-            names.remove(cluster);
-            if names.is_empty() {
-                self.clusters.remove(host);
-            }
-        }
     }
 }
 
@@ -347,10 +316,6 @@ pub(super) fn labels_or_addresses_changed(before: Option<&Object>, after: Option
 }
 
 /// The host a cluster name ends with (`outbound|80||web.shop.svc.cluster.local`).
-fn host_of(cluster: &str) -> Option<&str> {
-    cluster.rsplit_once('|').map(|(_, h)| h)
-}
-
 /// Pods of `namespace`, in name order.
 fn pods_of<'a>(
     objects: &'a BTreeMap<ObjectKey, Object>,

@@ -29,8 +29,9 @@ use crate::model::{
     list_key, same_resources, type_url, ListKey, ProxyConfig, ProxyKind, ProxyNode, Resource,
     VhdsRoutes,
 };
+use crate::translate::cluster_id::{HostPort, OutboundCluster};
 use crate::translate::endpoints::{AssignmentKey, AssignmentScope};
-use crate::translate::registry::{self, ServiceModel};
+use crate::translate::registry::ServiceModel;
 use crate::translate::{self, InboundPort, Registry, Translated};
 
 /// Everything a rendered configuration depends on besides the registry: proxies with equal
@@ -66,15 +67,16 @@ pub(super) struct CachedConfig {
     pub(super) node: ProxyNode,
     /// What each of `config.routes` was assembled from, in the same order.
     pub(super) routes: Vec<RouteParts>,
-    /// Positions in `config.endpoints` by the cluster whose endpoint change re-encodes them:
-    /// a cluster's own assignment, and those of its subset clusters (`outbound|port|subset|host`,
-    /// built from the same endpoints). An endpoint change finds what to patch here instead of
-    /// looking at every assignment of every configuration.
+    /// Positions in `config.endpoints` by the host's port whose endpoint change re-encodes
+    /// them: the assignment of its own cluster, and those of its subsets' clusters (built from
+    /// the same endpoints). An endpoint change finds what to patch here instead of looking at
+    /// every assignment of every configuration.
     pub(super) eds_at: Arc<EdsIndex>,
 }
 
-/// Positions of assignments by the cluster whose endpoint change re-encodes them.
-pub(super) type EdsIndex = HashMap<String, Vec<usize>>;
+/// Positions of assignments, with the subset each is of (empty: the port's own cluster), by
+/// the host's port whose endpoint change re-encodes them.
+pub(super) type EdsIndex = HashMap<HostPort, Vec<(usize, String)>>;
 
 impl CachedConfig {
     pub(super) fn new(config: Arc<ProxyConfig>, node: ProxyNode, routes: Vec<RouteParts>) -> Self {
@@ -122,20 +124,24 @@ impl EdsIndexMemo {
             return Arc::clone(index);
         }
         let mut index = EdsIndex::new();
+        // Every assignment translation renders is an outbound cluster's; the names are read
+        // back once per distinct list, here, and the index carries the typed keys.
         for (at, r) in list.iter().enumerate() {
-            let parent = registry::parse_outbound_cluster_name(&r.name)
-                .filter(|(_, subset, _)| !subset.is_empty())
-                .map(|(port, _, host)| registry::outbound_cluster_name(port, host));
-            index
-                .entry(parent.unwrap_or_else(|| r.name.clone()))
-                .or_default()
-                .push(at);
+            if let Some(cluster) = OutboundCluster::parse(&r.name) {
+                index
+                    .entry(cluster.service)
+                    .or_default()
+                    .push((at, cluster.subset));
+            }
         }
         let index = Arc::new(index);
         candidates.push((Arc::clone(config), Arc::clone(&index)));
         index
     }
 }
+
+/// An assignment to patch: its position, the host's port it takes endpoints from, its subset.
+type OutboundPosition<'a> = (usize, &'a HostPort, &'a String);
 
 /// Rendered configurations by scope, with the interner their resources come from.
 pub(super) struct RenderCache {
@@ -220,33 +226,33 @@ impl RenderCache {
     /// cannot patch it), and each assignment is built as the full render builds it for the
     /// scope (subsets from its namespace's DestinationRule; mutual TLS marks for every proxy
     /// but proxyless gRPC), so the result equals a full render.
-    pub(super) fn patch_endpoints(&mut self, registry: &Registry, clusters: &BTreeSet<String>) {
+    pub(super) fn patch_endpoints(&mut self, registry: &Registry, clusters: &BTreeSet<HostPort>) {
         let RenderCache {
             configs, interner, ..
         } = self;
         // Scopes with the same assignment of a cluster share it: encoded once.
         let mut fresh: HashMap<AssignmentKey, Arc<Resource>> = HashMap::new();
         for (key, cached) in configs.iter_mut() {
-            let positions: Vec<usize> = clusters
+            let positions: Vec<OutboundPosition> = clusters
                 .iter()
-                .filter_map(|c| cached.eds_at.get(c))
-                .flatten()
-                .copied()
+                .filter_map(|c| Some((c, cached.eds_at.get(c)?)))
+                .flat_map(|(c, at)| at.iter().map(move |(at, subset)| (*at, c, subset)))
                 .collect();
             if positions.is_empty() {
                 continue;
             }
             let scope = AssignmentScope::new(&key.namespace, key.traffic.kind());
             let mut next = ProxyConfig::clone(&cached.config);
-            for at in positions {
+            for (at, service, subset) in positions {
                 let Some(r) = next.endpoints.get_mut(at) else {
                     continue;
                 };
-                let memo = scope.key(&r.name);
+                let cluster = OutboundCluster::new(service.clone(), subset);
+                let memo = scope.key(&cluster);
                 *r = match fresh.get(&memo) {
                     Some(f) => Arc::clone(f),
                     None => {
-                        let cla = scope.load_assignment(registry, &r.name);
+                        let cla = scope.load_assignment(registry, &cluster);
                         let f = interner.intern(type_url::ENDPOINT, r.name.clone(), &cla);
                         fresh.insert(memo, Arc::clone(&f));
                         f

@@ -19,6 +19,7 @@ use super::keyed;
 use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::generator::{Change, ChangeKind};
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
+use crate::translate::cluster_id::HostPort;
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, Registry};
 
@@ -37,14 +38,14 @@ pub enum Invalidation {
     /// None (nothing changed, or what changed is part of each proxy's scope key).
     #[default]
     None,
-    /// The assignments of these EDS clusters (and of their subset clusters).
-    Endpoints(BTreeSet<String>),
+    /// The assignments of the EDS clusters of these hosts' ports (and of their subsets).
+    Endpoints(BTreeSet<HostPort>),
     /// A Kubernetes Service changed (`models`: what it was and what it is), and the endpoints
     /// of `clusters`: configurations that may see the Service are updated, the others keep
     /// everything but those assignments.
     Service {
         models: Vec<ServiceModel>,
-        clusters: BTreeSet<String>,
+        clusters: BTreeSet<HostPort>,
     },
     /// Every rendered configuration.
     All,
@@ -358,7 +359,7 @@ impl TenantState {
         // when that set changes, the clusters change (contract 11), not only their endpoints.
         let touched_hosts: BTreeSet<String> = clusters
             .iter()
-            .filter_map(|c| registry::parse_outbound_cluster_name(c).map(|(_, _, h)| h.to_string()))
+            .map(|c| c.host.clone())
             .chain(hosts.iter().map(|h| h.to_string()))
             .collect();
         if registry::refresh_service_accounts(reg, touched_hosts) {
@@ -407,11 +408,11 @@ impl TenantState {
             change.kind = ChangeKind::Config;
         } else if prev.endpoints != next.endpoints {
             change.kind = ChangeKind::Endpoints;
-            let names: BTreeSet<&String> =
+            let ports: BTreeSet<&HostPort> =
                 prev.endpoints.keys().chain(next.endpoints.keys()).collect();
-            change.clusters = names
+            change.clusters = ports
                 .into_iter()
-                .filter(|n| prev.endpoints.get(*n) != next.endpoints.get(*n))
+                .filter(|p| prev.endpoints.get(*p) != next.endpoints.get(*p))
                 .cloned()
                 .collect();
         }
@@ -666,7 +667,6 @@ impl TenantState {
             models.push((keyed::Origin::service(m, name), m.clone()));
         }
         reg.services = keys.order(models);
-        keys.index_clusters(&reg.endpoints);
         let hosts: BTreeSet<String> = reg.services.iter().map(|s| s.hostname.clone()).collect();
         registry::refresh_service_accounts(&mut reg, hosts);
         registry::sort_oldest_first(&mut reg.virtual_services);

@@ -7,11 +7,10 @@
 
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
+use super::cluster_id::OutboundCluster;
 use super::envoy::load_assignment;
 use super::mtls::mark_meshed_endpoints;
-use super::registry::{
-    outbound_cluster_name, parse_outbound_cluster_name, EndpointModel, Registry,
-};
+use super::registry::{EndpointModel, Registry};
 use super::traffic::{destination_rule, labels_match};
 use crate::model::{ProxyKind, ProxyNode};
 
@@ -48,17 +47,20 @@ impl AssignmentScope {
 
     /// What the assignment of `cluster` is the same for: only a subset cluster's depends on
     /// the namespace.
-    pub fn key(&self, cluster: &str) -> AssignmentKey {
-        let subset = parse_outbound_cluster_name(cluster).is_some_and(|(_, s, _)| !s.is_empty());
+    pub fn key(&self, cluster: &OutboundCluster) -> AssignmentKey {
         AssignmentKey {
-            namespace: subset.then(|| self.namespace.clone()),
+            namespace: cluster.is_subset().then(|| self.namespace.clone()),
             marks_meshed: self.marks_meshed,
-            cluster: cluster.to_string(),
+            cluster: cluster.clone(),
         }
     }
 
     /// The assignment of `cluster` for proxies of this scope, as the full render builds it.
-    pub fn load_assignment(&self, registry: &Registry, cluster: &str) -> ClusterLoadAssignment {
+    pub fn load_assignment(
+        &self,
+        registry: &Registry,
+        cluster: &OutboundCluster,
+    ) -> ClusterLoadAssignment {
         let mut cla = outbound_load_assignment(registry, &self.namespace, cluster);
         if self.marks_meshed {
             mark_meshed_endpoints(registry, &mut cla);
@@ -78,42 +80,32 @@ pub struct AssignmentKey {
     /// The namespace of the proxies, for a subset cluster only.
     namespace: Option<String>,
     marks_meshed: bool,
-    cluster: String,
+    cluster: OutboundCluster,
 }
 
-/// The load assignment of EDS cluster `cluster_name` for proxies of `proxy_namespace` (subsets
-/// are defined by the DestinationRule that applies to that namespace).
+/// The load assignment of EDS cluster `cluster` for proxies of `proxy_namespace` (subsets are
+/// defined by the DestinationRule that applies to that namespace).
 pub fn outbound_load_assignment(
     registry: &Registry,
     proxy_namespace: &str,
-    cluster_name: &str,
+    cluster: &OutboundCluster,
 ) -> ClusterLoadAssignment {
-    let endpoints = subset_endpoints(registry, proxy_namespace, cluster_name);
-    load_assignment(cluster_name, &endpoints)
+    let endpoints = subset_endpoints(registry, proxy_namespace, cluster);
+    load_assignment(&cluster.name(), &endpoints)
 }
 
 /// The endpoints of an outbound cluster (see [`outbound_load_assignment`]).
 pub fn subset_endpoints(
     registry: &Registry,
     proxy_namespace: &str,
-    cluster_name: &str,
+    cluster: &OutboundCluster,
 ) -> Vec<EndpointModel> {
-    let Some((port, subset, host)) = parse_outbound_cluster_name(cluster_name) else {
-        return registry
-            .endpoints
-            .get(cluster_name)
-            .cloned()
-            .unwrap_or_default();
-    };
-    let all = registry
-        .endpoints
-        .get(&outbound_cluster_name(port, host))
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    if subset.is_empty() {
+    let all = registry.endpoints_of(&cluster.service);
+    if !cluster.is_subset() {
         return all.to_vec();
     }
-    let Some(labels) = subset_labels(registry, proxy_namespace, host, subset) else {
+    let host = &cluster.service.host;
+    let Some(labels) = subset_labels(registry, proxy_namespace, host, &cluster.subset) else {
         // An unknown subset has no endpoints (requests to it fail with 503, as in Istio).
         return Vec::new();
     };
@@ -130,11 +122,13 @@ pub fn tcp_idle_timeout(
     proxy_namespace: &str,
     cluster_name: &str,
 ) -> Option<std::time::Duration> {
-    let (port, subset, host) = parse_outbound_cluster_name(cluster_name)?;
+    // Route destinations name their clusters: the one place translation reads a name back.
+    let cluster = OutboundCluster::parse(cluster_name)?;
+    let host = cluster.service.host.as_str();
     let host_namespace = host_namespace(registry, proxy_namespace, host);
     let rule = destination_rule(registry, proxy_namespace, host, host_namespace)?;
-    let subset = (!subset.is_empty()).then_some(subset);
-    super::traffic::effective_policy(&rule, port, subset)
+    let subset = cluster.is_subset().then_some(cluster.subset.as_str());
+    super::traffic::effective_policy(&rule, cluster.service.port, subset)
         .connection_pool?
         .tcp?
         .idle_timeout
@@ -171,8 +165,9 @@ mod tests {
 
     #[test]
     fn an_assignment_depends_on_the_namespace_only_for_a_subset_cluster_and_on_the_marks() {
-        let plain = "outbound|80||web.shop.svc.cluster.local";
-        let subset = "outbound|80|v1|web.shop.svc.cluster.local";
+        let web = super::super::cluster_id::HostPort::new("web.shop.svc.cluster.local", 80);
+        let plain = &OutboundCluster::from(web.clone());
+        let subset = &OutboundCluster::new(web, "v1");
         let shop = AssignmentScope::new("shop", ProxyKind::Sidecar);
         let other = AssignmentScope::new("other", ProxyKind::Sidecar);
         assert_eq!(shop.key(plain), other.key(plain));

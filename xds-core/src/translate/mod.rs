@@ -29,6 +29,7 @@
 pub mod access_log;
 pub mod authz;
 pub mod authz_diagnostics;
+pub mod cluster_id;
 pub mod diagnostics;
 pub mod endpoints;
 pub mod envoy;

@@ -59,7 +59,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use meshplane_contracts::tenant_ca::{SDS_CLUSTER, TRUST_BUNDLE_SECRET, WORKLOAD_CERT_SECRET};
 use meshplane_crds::security::MtlsMode;
 
-use super::registry::{parse_outbound_cluster_name, Registry, ServiceSource};
+use super::cluster_id::OutboundCluster;
+use super::registry::{Registry, ServiceSource};
 use super::Translated;
 use crate::model::ProxyNode;
 
@@ -420,13 +421,13 @@ fn is_eds(cluster: &Cluster) -> bool {
 fn inline_entry<'a>(
     registry: &'a Registry,
     namespace: &str,
-    cluster_name: &str,
+    cluster: &OutboundCluster,
 ) -> Option<(BTreeSet<&'a str>, &'a [String])> {
-    let (_, _, host) = parse_outbound_cluster_name(cluster_name)?;
+    let host = &cluster.service.host;
     let svc = registry
         .services
         .iter()
-        .find(|s| s.hostname == host && s.visible_from(namespace, &registry.mesh_config))?;
+        .find(|s| s.hostname == *host && s.visible_from(namespace, &registry.mesh_config))?;
     let ServiceSource::Entry {
         endpoints,
         subject_alt_names,
@@ -490,13 +491,15 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
     }
     let trust_domain = registry.trust_domain();
     for cluster in out.clusters.iter_mut() {
-        if !cluster.name.starts_with("outbound|") {
+        // Clusters come here as Envoy messages from every translator (sidecars, gateways,
+        // gRPC clients): their names say which are outbound.
+        let Some(id) = OutboundCluster::parse(&cluster.name) else {
             continue;
-        }
-        let sni = outbound_sni(&cluster.name);
+        };
+        let sni = id.sni();
         if is_eds(cluster) {
             if node.sds {
-                let identities = eds_server_identities(registry, &node.namespace, &cluster.name);
+                let identities = eds_server_identities(registry, &node.namespace, &id);
                 originate_mtls_to_meshed_endpoints(
                     cluster,
                     istio_mutual_transport_socket(trust_domain, &identities, &sni),
@@ -510,9 +513,7 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
         {
             continue;
         }
-        let Some((meshed, subject_alt_names)) =
-            inline_entry(registry, &node.namespace, &cluster.name)
-        else {
+        let Some((meshed, subject_alt_names)) = inline_entry(registry, &node.namespace, &id) else {
             continue;
         };
         if mark_inline_endpoints(registry, &meshed, cluster) && node.sds {
@@ -530,10 +531,12 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
 /// behind its host ([`Registry::service_accounts`]), or the `subjectAltNames` of a
 /// ServiceEntry for the host that the proxy sees and that sets them. None known: any identity
 /// of the trust domain (no meshed endpoint yet, so nothing is reached over mutual TLS anyway).
-fn eds_server_identities(registry: &Registry, namespace: &str, cluster_name: &str) -> Vec<String> {
-    let Some((_, _, host)) = parse_outbound_cluster_name(cluster_name) else {
-        return Vec::new();
-    };
+fn eds_server_identities(
+    registry: &Registry,
+    namespace: &str,
+    cluster: &OutboundCluster,
+) -> Vec<String> {
+    let host = cluster.service.host.as_str();
     let subject_alt_names = registry
         .services_named(host)
         .filter(|s| s.visible_from(namespace, &registry.mesh_config))
@@ -552,13 +555,10 @@ fn eds_server_identities(registry: &Registry, namespace: &str, cluster_name: &st
     )
 }
 
-/// Istio's SNI for an outbound cluster name `outbound|<port>|<subset>|<host>`.
+/// Istio's SNI for an outbound cluster name `outbound|<port>|<subset>|<host>` (the name itself
+/// for a cluster of another form).
 pub fn outbound_sni(cluster_name: &str) -> String {
-    let mut parts = cluster_name.splitn(4, '|').skip(1);
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(port), Some(subset), Some(host)) => format!("outbound_.{port}_.{subset}_.{host}"),
-        _ => cluster_name.to_string(),
-    }
+    OutboundCluster::parse(cluster_name).map_or_else(|| cluster_name.to_string(), |c| c.sni())
 }
 
 #[cfg(test)]

@@ -21,11 +21,12 @@ use meshplane_crds::networking::virtual_service::{L4MatchAttributes, RouteDestin
 use meshplane_crds::networking::{CaptureMode, Resolution};
 use meshplane_crds::VirtualService;
 
+use super::cluster_id::{HostPort, OutboundCluster};
 use super::endpoints::outbound_load_assignment;
 use super::envoy::{self, socket_address};
 use super::registry::{
-    outbound_cluster_name, split_locality, subset_cluster_name, EndpointModel, Protocol, Registry,
-    ServiceModel, ServicePort, ServiceSource,
+    outbound_cluster_name, split_locality, EndpointModel, Protocol, Registry, ServiceModel,
+    ServicePort, ServiceSource,
 };
 use super::routes::{self, destination_cluster, RouteContext};
 use super::scope::{EgressScope, ProxyScope};
@@ -166,18 +167,19 @@ pub(super) fn outbound_clusters(
     });
     let rule = traffic::destination_rule(registry, proxy_namespace, &svc.hostname, &svc.namespace);
     for sp in &svc.ports {
+        let service = HostPort::new(&svc.hostname, sp.port);
         let mut variants: Vec<(
-            String,
+            OutboundCluster,
             Option<&meshplane_crds::networking::destination_rule::Subset>,
-        )> = vec![(outbound_cluster_name(sp.port, &svc.hostname), None)];
+        )> = vec![(OutboundCluster::from(service.clone()), None)];
         for subset in rule.iter().flat_map(|r| r.subsets.iter()) {
             variants.push((
-                subset_cluster_name(sp.port, &subset.name, &svc.hostname),
+                OutboundCluster::new(service.clone(), &subset.name),
                 Some(subset),
             ));
         }
-        for (name, subset) in variants {
-            let mut cluster = outbound_cluster(&name, svc, sp, subset.map(|s| &s.labels));
+        for (id, subset) in variants {
+            let mut cluster = outbound_cluster(&id.name(), svc, sp, subset.map(|s| &s.labels));
             let effective = rule
                 .as_ref()
                 .map(|r| traffic::effective_policy(r, sp.port, subset.map(|s| s.name.as_str())))
@@ -201,7 +203,7 @@ pub(super) fn outbound_clusters(
             out.clusters.push(cluster);
             if eds {
                 out.endpoints
-                    .push(outbound_load_assignment(registry, proxy_namespace, &name));
+                    .push(outbound_load_assignment(registry, proxy_namespace, &id));
             }
         }
     }

@@ -14,6 +14,8 @@ use meshplane_crds::{
 
 pub use meshplane_crds::networking::DOMAIN_SUFFIX;
 
+use super::cluster_id::{self, HostPort};
+
 /// Application protocol of a port, as it decides the listener's filters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -138,25 +140,13 @@ impl ServiceModel {
 
 /// Outbound cluster name of a host's port, Istio-style.
 pub fn outbound_cluster_name(port: u32, hostname: &str) -> String {
-    format!("outbound|{port}||{hostname}")
+    cluster_id::cluster_name(port, "", hostname)
 }
 
 /// Outbound cluster name of a subset of a host's port (`outbound|port|subset|host`); the
 /// host's own cluster when `subset` is empty.
 pub fn subset_cluster_name(port: u32, subset: &str, hostname: &str) -> String {
-    format!("outbound|{port}|{subset}|{hostname}")
-}
-
-/// Port, subset and host of an outbound cluster name.
-pub fn parse_outbound_cluster_name(name: &str) -> Option<(u32, &str, &str)> {
-    let mut parts = name.splitn(4, '|');
-    if parts.next()? != "outbound" {
-        return None;
-    }
-    let port = parts.next()?.parse().ok()?;
-    let subset = parts.next()?;
-    let host = parts.next()?;
-    Some((port, subset, host))
+    cluster_id::cluster_name(port, subset, hostname)
 }
 
 /// Inbound cluster name of a workload's service port.
@@ -186,8 +176,8 @@ pub struct Registry {
     pub mesh_config: MeshConfig,
     /// Hosts sorted by (hostname, namespace).
     pub services: Vec<ServiceModel>,
-    /// Endpoints of EDS clusters by cluster name.
-    pub endpoints: BTreeMap<String, Vec<EndpointModel>>,
+    /// Endpoints of the EDS clusters of hosts' ports (a subset's are a part of its host's).
+    pub endpoints: BTreeMap<HostPort, Vec<EndpointModel>>,
     /// Sidecars by namespace, oldest first (ties by name).
     pub sidecars: BTreeMap<String, Vec<Sidecar>>,
     /// EnvoyFilters by namespace.
@@ -325,6 +315,23 @@ fn same_objects_by_namespace<K: kube_core::Resource>(
 }
 
 impl Registry {
+    /// The endpoints of a host's port (none when it has none).
+    pub fn endpoints_of(&self, service: &HostPort) -> &[EndpointModel] {
+        self.endpoints
+            .get(service)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The ports of `host` that have endpoints, with them, by port.
+    pub fn host_endpoints(
+        &self,
+        host: &str,
+    ) -> std::collections::btree_map::Range<'_, HostPort, Vec<EndpointModel>> {
+        self.endpoints
+            .range(HostPort::first_of(host)..=HostPort::last_of(host))
+    }
+
     /// The tenant's trust domain, which every mesh identity a proxy accepts must be of. The
     /// index always resolves it; a bare registry has none and then accepts no identity.
     pub fn trust_domain(&self) -> &str {
@@ -411,8 +418,7 @@ pub fn accounts_behind(reg: &Registry, hostname: &str) -> BTreeSet<(String, Stri
     let mut out = BTreeSet::new();
     for svc in reg.services_named(hostname) {
         for port in &svc.ports {
-            let cluster = outbound_cluster_name(port.port, hostname);
-            for ep in reg.endpoints.get(&cluster).into_iter().flatten() {
+            for ep in reg.endpoints_of(&HostPort::new(hostname, port.port)) {
                 if let Some(account) = reg.meshed_accounts.get(&ep.address) {
                     out.insert(account.clone());
                 }
@@ -597,7 +603,7 @@ pub fn add_slice_endpoints(
     slice: &EndpointSlice,
     services: &BTreeMap<(String, String), ServiceModel>,
     pods: &PodLabels<'_>,
-    out: &mut BTreeMap<String, Vec<EndpointModel>>,
+    out: &mut BTreeMap<HostPort, Vec<EndpointModel>>,
 ) {
     let Some(namespace) = slice.metadata.namespace.clone() else {
         return;
@@ -629,7 +635,7 @@ pub fn add_slice_endpoints(
         else {
             continue;
         };
-        let cluster = outbound_cluster_name(sp.port, &svc.hostname);
+        let cluster = HostPort::new(&svc.hostname, sp.port);
         for ep in slice.endpoints.iter().flatten() {
             let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
             if !ready {
@@ -668,7 +674,7 @@ pub fn add_slice_endpoints(
 pub fn add_entry_pod_endpoints<'a>(
     svc: &ServiceModel,
     pods: impl Iterator<Item = &'a Pod>,
-    out: &mut BTreeMap<String, Vec<EndpointModel>>,
+    out: &mut BTreeMap<HostPort, Vec<EndpointModel>>,
 ) {
     let ServiceSource::Entry {
         workload_selector: Some(selector),
@@ -693,7 +699,7 @@ pub fn add_entry_pod_endpoints<'a>(
                 TargetPort::Number(n) => *n,
                 TargetPort::Named(_) => sp.port,
             };
-            out.entry(outbound_cluster_name(sp.port, &svc.hostname))
+            out.entry(HostPort::new(&svc.hostname, sp.port))
                 .or_default()
                 .push(EndpointModel {
                     address: ip.clone(),

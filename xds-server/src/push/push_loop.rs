@@ -19,6 +19,7 @@ use super::hub::{Hub, Target};
 use super::{Change, ChangeKind, ConfigGenerator};
 use crate::ads::snapshot::{Snapshot, TypeMemo, TypeSnapshot};
 use crate::model::{ProxyConfig, ProxyNode, SourceEvent};
+use crate::translate::cluster_id::HostPort;
 use crate::translate::endpoints::AssignmentScope;
 
 /// Position of EDS in [`crate::model::type_url::ORDER`].
@@ -266,9 +267,11 @@ impl Pusher {
     /// form one [`EndpointGroup`]: the first of them is rendered and the others share its
     /// result, so the cost grows with the scopes, not with the proxies. A proxy whose snapshot
     /// predates the last configuration change is fully re-rendered.
-    pub fn push_endpoints(&mut self, changed_at: Instant, clusters: &BTreeSet<String>) {
+    pub fn push_endpoints(&mut self, changed_at: Instant, clusters: &BTreeSet<HostPort>) {
         // Cached configs holding these clusters were patched: their snapshots are stale.
         self.latest.clear();
+        // Snapshots hold resources by the names Envoy knows them by.
+        let clusters: Vec<String> = clusters.iter().map(HostPort::cluster_name).collect();
         let mut full = Shared::new();
         let mut types = TypeMemo::default();
         let mut eds: Shared<Arc<TypeSnapshot>> = Shared::new();
@@ -288,7 +291,7 @@ impl Pusher {
                         _ => {
                             rendered += 1;
                             let next = self.patch_eds(
-                                &target, &current, clusters, changed_at, &mut eds, &mut types,
+                                &target, &current, &clusters, changed_at, &mut eds, &mut types,
                             );
                             groups.insert(
                                 key,
@@ -324,7 +327,7 @@ impl Pusher {
         &self,
         target: &Target,
         current: &Snapshot,
-        clusters: &BTreeSet<String>,
+        clusters: &[String],
         changed_at: Instant,
         eds: &mut Shared<Arc<TypeSnapshot>>,
         types: &mut TypeMemo,

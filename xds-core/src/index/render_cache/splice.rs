@@ -30,7 +30,8 @@ use super::super::interner::Interner;
 use super::super::route_encoding;
 use super::{CachedConfig, EdsIndexMemo, ScopeKey};
 use crate::model::{type_url, ProxyConfig, ProxyKind, Resource};
-use crate::translate::registry::{self, Registry, ServiceModel};
+use crate::translate::cluster_id::OutboundCluster;
+use crate::translate::registry::{Registry, ServiceModel};
 use crate::translate::{self, scope, vhds};
 
 /// A Service change that can be spliced.
@@ -95,8 +96,8 @@ impl<'a> HostChange<'a> {
         // The host is the name's last part: a name that does not end with it cannot be the
         // host's, which spares parsing the other 9,999 names of a 10,000-service scope.
         resource.name.ends_with(self.hostname)
-            && registry::parse_outbound_cluster_name(&resource.name)
-                .is_some_and(|(_, _, host)| host == self.hostname)
+            && OutboundCluster::parse(&resource.name)
+                .is_some_and(|c| c.service.host == self.hostname)
     }
 }
 
