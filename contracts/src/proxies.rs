@@ -395,7 +395,7 @@ mod tests {
         assert!(err.to_string().contains("\"x\""), "{err}");
     }
 
-    /// Issue 16 item 3: an instance serving stale members says so next to its count; the mark
+    /// An instance serving stale members says so next to its count; the mark
     /// round-trips, old-format data (counts only) reads as before, and a gone pod's mark goes
     /// with its count.
     #[test]

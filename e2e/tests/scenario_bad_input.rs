@@ -301,7 +301,7 @@ fn events_about(
         .collect())
 }
 
-/// Issue 16 item 4: the ServiceEntry admitted before shop joined is not applied to shop's
+/// The ServiceEntry admitted before shop joined is not applied to shop's
 /// proxies (the valid one written with it is) and is reported by a Warning Event on it.
 async fn skipped_config_is_not_applied_and_gets_a_warning_event(cluster: &Cluster) {
     let events = first_events_about(cluster, "shop", "ServiceEntry", "bypassed").await;
@@ -359,7 +359,7 @@ async fn skipped_config_is_not_applied_and_gets_a_warning_event(cluster: &Cluste
     unapplicable_patch_gets_a_warning_event(cluster, &in_pod).await;
 }
 
-/// Issue 16 item 5: an EnvoyFilter patch that passes admission but cannot apply (a duration
+/// An EnvoyFilter patch that passes admission but cannot apply (a duration
 /// that is not one) is reported by one Warning Event on the EnvoyFilter, not only logged; the
 /// rest of the proxy's config is served.
 async fn unapplicable_patch_gets_a_warning_event(

@@ -132,7 +132,7 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         connected("1").await;
     }
 
-    // Issue 16 item 3: a members ConfigMap the operator cannot overwrite (someone replaced it
+    // A members ConfigMap the operator cannot overwrite (someone replaced it
     // with one of their own, which the operator leaves alone) leaves the instance serving the
     // members it last read; the control plane says so (MembersStale, one Warning Event), and
     // says it no more once the ConfigMap is the operator's again.
@@ -154,7 +154,7 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
     cluster
         .kubectl(&["label", "namespace", "shop", "meshplane.io/rev-"])
         .expect("leave");
-    // Issue 16 item 3: the stream of the proxy in shop, which left the tenant, is closed (its
+    // The stream of the proxy in shop, which left the tenant, is closed (its
     // reconnects are refused), so blue's instance counts no proxy.
     if cluster.network().is_some() {
         connected("0").await;

@@ -271,7 +271,7 @@ async fn operator_may(
         .is_some_and(|s| s.allowed)
 }
 
-/// Issue 16 item 8: the operator (which ran everything above as its ServiceAccount, with
+/// The operator (which ran everything above as its ServiceAccount, with
 /// `config/rbac` applied and the stand-in enforcing RBAC) holds no cluster-wide right on
 /// Secrets, Deployments, ServiceAccounts, PDBs or NetworkPolicies; it holds them in each control
 /// namespace, through the RoleBinding it gave itself there.

@@ -600,7 +600,7 @@ mod tests {
         );
     }
 
-    /// Issue 16 item 3: an instance pod's members-stale mark (contract 3) becomes
+    /// An instance pod's members-stale mark (contract 3) becomes
     /// `MembersStale=True` naming the pod, since when and why; a gone pod's mark counts for
     /// nothing and is removed with its count.
     #[test]

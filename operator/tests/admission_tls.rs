@@ -1,7 +1,7 @@
 //! The operator's shared admission certificate against the API stand-in: replicas racing on an
 //! empty namespace serve one certificate, a Secret near expiry or holding garbage is rotated in
 //! place, every caBundle of the webhook configuration follows the Secret, and the serving loop
-//! reports ready only once the caBundle trusts what it serves. Issue 16 item 11: this was
+//! reports ready only once the caBundle trusts what it serves. This was
 //! ~200 untested lines of `main.rs`.
 
 use std::sync::Arc;

@@ -151,7 +151,7 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
             "shop/meshplane-blue-v1-restarter"
         ]
     );
-    // Issue 16 item 8: every read and write of Secrets, Deployments, ServiceAccounts, PDBs and
+    // Every read and write of Secrets, Deployments, ServiceAccounts, PDBs and
     // NetworkPolicies (and Service writes) stayed in the control namespace, after the
     // operator bound itself meshplane-control-namespace there (its first write after the
     // namespace).
@@ -398,7 +398,7 @@ async fn a_duplicate_revision_gets_a_condition_and_writes_no_object() {
         .any(|e| e["reason"] == "RevisionConflict" && e["type"] == "Warning"));
 }
 
-/// Issue 16 item 2: a control plane naming another tenant's member namespace as its control
+/// A control plane naming another tenant's member namespace as its control
 /// namespace (admitted while the admission check was down) gets a condition; the namespace is
 /// not relabelled and stays a member of its tenant.
 #[tokio::test]
@@ -437,7 +437,7 @@ async fn a_control_namespace_that_is_not_ours_is_never_taken() {
     assert!(members.contains(&"shop".to_string()), "{members:?}");
 }
 
-/// Issue 43 hole 5: a namespace created in advance under the tenant's control namespace name,
+/// A namespace created in advance under the tenant's control namespace name,
 /// with meshplane's labels (anyone who may create namespaces can set them), is never taken:
 /// nothing is written into it, the tenant CA's key least of all. A namespace the operator
 /// creates itself is recorded by UID, and that record is what later reconciles trust.
@@ -754,22 +754,39 @@ async fn the_webhook_certificate_rotates_when_a_third_of_its_validity_remains() 
         .any(|e| e["reason"] == "CertificateIssued"));
 }
 
-/// Issue 16 item 3: an instance pod that reports serving stale members in the proxies
-/// ConfigMap (contract 3) turns `MembersStale` True, naming the pod and since when, with one
-/// Warning Event; a gone pod's mark counts for nothing and leaves with its count; a resync
-/// while stale writes nothing; once the pod's mark is gone the condition is False again.
-#[tokio::test]
-async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning() {
+/// What an instance pod's mark in the proxies ConfigMap (contract 3) turns into on the
+/// MeshControlPlane.
+struct PodMark {
+    /// The mark's key is the pod's name with this suffix.
+    suffix: &'static str,
+    /// The live pod's mark and a gone pod's.
+    live: &'static str,
+    gone: &'static str,
+    condition: &'static str,
+    /// The condition's reason while no pod is marked, and while one is.
+    clear: &'static str,
+    raised: &'static str,
+    /// What the condition's message says of the live pod (after its name), and a word of the
+    /// gone pod's mark it must not repeat.
+    says: &'static str,
+    not: &'static str,
+}
+
+/// A live instance pod's mark turns the condition True, naming the pod, with one Warning
+/// Event; a gone pod's mark counts for nothing and leaves with its count; a resync while
+/// marked writes nothing; once the mark is gone the condition is False again.
+async fn a_pod_mark_raises_its_condition_with_one_warning(mark: PodMark) {
     let api = cluster();
     let ctx = context(api.client());
     reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
         .await
         .expect("reconciles");
     assert_eq!(
-        condition(&stored(&api, "blue-v1"), "MembersStale"),
-        ("False".into(), "MembersCurrent".into())
+        condition(&stored(&api, "blue-v1"), mark.condition),
+        ("False".into(), mark.clear.into())
     );
     let pod = "meshplane-blue-v1-xds-7f9c-abcde";
+    let gone = "meshplane-blue-v1-xds-gone";
     api.insert(("", "pods"), json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod, "namespace": "meshplane-blue",
                      "labels": {"app.kubernetes.io/name": "meshplane-xds", names::REVISION_LABEL: "blue-v1"}}}));
@@ -787,9 +804,9 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
     };
     proxies(json!({
         pod: "2",
-        format!("{pod}.members-stale"): "2026-12-02T03:40:00Z the members ConfigMap is unreadable: key \"members\" is missing",
-        "meshplane-blue-v1-xds-gone": "5",
-        "meshplane-blue-v1-xds-gone.members-stale": "2026-12-01T00:00:00Z the members ConfigMap was deleted",
+        format!("{pod}{}", mark.suffix): mark.live,
+        gone: "5",
+        format!("{gone}{}", mark.suffix): mark.gone,
     }));
     api.clear_writes();
     reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
@@ -797,18 +814,17 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
         .expect("reconciles");
     let mcp = stored(&api, "blue-v1");
     assert_eq!(
-        condition(&mcp, "MembersStale"),
-        ("True".into(), "LastKnownMembers".into())
+        condition(&mcp, mark.condition),
+        ("True".into(), mark.raised.into())
     );
     let message = mcp
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "MembersStale"))
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == mark.condition))
         .map(|c| c.message.clone())
         .unwrap_or_default();
     assert!(
-        message.contains(&format!("{pod} since 2026-12-02T03:40:00Z"))
-            && !message.contains("xds-gone"),
+        message.contains(&format!("{pod} {}", mark.says)) && !message.contains(mark.not),
         "{message}"
     );
     assert_eq!(
@@ -818,7 +834,7 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
     let warnings: Vec<Value> = api
         .events()
         .into_iter()
-        .filter(|e| e["type"] == "Warning" && e["reason"] == "MembersStale")
+        .filter(|e| e["type"] == "Warning" && e["reason"] == mark.condition)
         .collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
@@ -838,11 +854,11 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
         .unwrap_or_default();
     assert_eq!(
         left,
-        BTreeSet::from([pod.to_string(), format!("{pod}.members-stale")]),
+        BTreeSet::from([pod.to_string(), format!("{pod}{}", mark.suffix)]),
         "the gone pod's count and mark are removed"
     );
 
-    // Still stale at the next resync: nothing is written, no second Warning.
+    // Still marked at the next resync: nothing is written, no second Warning.
     api.clear_writes();
     reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
         .await
@@ -850,123 +866,48 @@ async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning
     assert_eq!(api.writes(), Vec::new());
     assert!(api.events().is_empty());
 
-    // The pod reads its members again and drops its mark.
+    // The pod drops its mark.
     proxies(json!({pod: "2"}));
     reconcile_control_plane(stored(&api, "blue-v1"), ctx)
         .await
         .expect("reconciles");
     assert_eq!(
-        condition(&stored(&api, "blue-v1"), "MembersStale"),
-        ("False".into(), "MembersCurrent".into())
+        condition(&stored(&api, "blue-v1"), mark.condition),
+        ("False".into(), mark.clear.into())
     );
     assert!(api.events().iter().all(|e| e["type"] != "Warning"));
 }
 
-/// An instance pod that reports watches the API server refuses it in the proxies ConfigMap
-/// (contract 3) turns `WatchesRefused` True, naming the pod and each namespace/kind it cannot
-/// read, with one Warning Event; a gone pod's mark counts for nothing and leaves with its
-/// count; a resync while refused writes nothing; once the mark is gone the condition is False.
+/// An instance pod serving the last members it could read says since when and why.
+#[tokio::test]
+async fn an_instance_serving_stale_members_raises_members_stale_with_one_warning() {
+    a_pod_mark_raises_its_condition_with_one_warning(PodMark {
+        suffix: ".members-stale",
+        live:
+            "2026-12-02T03:40:00Z the members ConfigMap is unreadable: key \"members\" is missing",
+        gone: "2026-12-01T00:00:00Z the members ConfigMap was deleted",
+        condition: "MembersStale",
+        clear: "MembersCurrent",
+        raised: "LastKnownMembers",
+        says: "since 2026-12-02T03:40:00Z",
+        not: "xds-gone",
+    })
+    .await;
+}
+
+/// An instance pod serving without what the API server refuses it to read names each
+/// namespace/kind it cannot read.
 #[tokio::test]
 async fn an_instance_with_refused_watches_raises_watches_refused_with_one_warning() {
-    let api = cluster();
-    let ctx = context(api.client());
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(
-        condition(&stored(&api, "blue-v1"), "WatchesRefused"),
-        ("False".into(), "AllWatchesListed".into())
-    );
-    let pod = "meshplane-blue-v1-xds-7f9c-abcde";
-    api.insert(("", "pods"), json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod, "namespace": "meshplane-blue",
-                     "labels": {"app.kubernetes.io/name": "meshplane-xds", names::REVISION_LABEL: "blue-v1"}}}));
-    let proxies = |data: Value| {
-        let mut cm = api
-            .get(
-                "",
-                "configmaps",
-                Some("meshplane-blue"),
-                "meshplane-blue-v1-proxies",
-            )
-            .expect("proxies ConfigMap");
-        cm["data"] = data;
-        api.insert(("", "configmaps"), cm);
-    };
-    proxies(json!({
-        pod: "2",
-        format!("{pod}.refused-watches"): "bank/EndpointSlice\nbank/Service",
-        "meshplane-blue-v1-xds-gone": "5",
-        "meshplane-blue-v1-xds-gone.refused-watches": "vault/Service",
-    }));
-    api.clear_writes();
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
-        .await
-        .expect("reconciles");
-    let mcp = stored(&api, "blue-v1");
-    assert_eq!(
-        condition(&mcp, "WatchesRefused"),
-        ("True".into(), "ReadAccessRefused".into())
-    );
-    let message = mcp
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "WatchesRefused"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    assert!(
-        message.contains(&format!(
-            "{pod} cannot read bank/EndpointSlice, bank/Service"
-        )) && !message.contains("vault"),
-        "{message}"
-    );
-    assert_eq!(
-        mcp.status.as_ref().and_then(|s| s.connected_proxies),
-        Some(2)
-    );
-    let warnings: Vec<Value> = api
-        .events()
-        .into_iter()
-        .filter(|e| e["type"] == "Warning" && e["reason"] == "WatchesRefused")
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0]["note"]
-            .as_str()
-            .is_some_and(|n| n.contains(pod)),
-        "{warnings:?}"
-    );
-    let left: BTreeSet<String> = api
-        .get(
-            "",
-            "configmaps",
-            Some("meshplane-blue"),
-            "meshplane-blue-v1-proxies",
-        )
-        .and_then(|cm| cm["data"].as_object().map(|d| d.keys().cloned().collect()))
-        .unwrap_or_default();
-    assert_eq!(
-        left,
-        BTreeSet::from([pod.to_string(), format!("{pod}.refused-watches")]),
-        "the gone pod's count and mark are removed"
-    );
-
-    // Still refused at the next resync: nothing is written, no second Warning.
-    api.clear_writes();
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(api.writes(), Vec::new());
-    assert!(api.events().is_empty());
-
-    // Access returns: the pod's watches list and it drops its mark.
-    proxies(json!({pod: "2"}));
-    reconcile_control_plane(stored(&api, "blue-v1"), ctx)
-        .await
-        .expect("reconciles");
-    assert_eq!(
-        condition(&stored(&api, "blue-v1"), "WatchesRefused"),
-        ("False".into(), "AllWatchesListed".into())
-    );
-    assert!(api.events().iter().all(|e| e["type"] != "Warning"));
+    a_pod_mark_raises_its_condition_with_one_warning(PodMark {
+        suffix: ".refused-watches",
+        live: "bank/EndpointSlice\nbank/Service",
+        gone: "vault/Service",
+        condition: "WatchesRefused",
+        clear: "AllWatchesListed",
+        raised: "ReadAccessRefused",
+        says: "cannot read bank/EndpointSlice, bank/Service",
+        not: "vault",
+    })
+    .await;
 }

@@ -518,7 +518,7 @@ fn shared_mode_reads_cluster_wide_through_one_binding_and_no_per_namespace_roles
     assert_eq!(cluster_bindings, 1);
 }
 
-/// Issue 16 item 3: who can make an instance read a namespace. No rendered Role or ClusterRole
+/// Who can make an instance read a namespace. No rendered Role or ClusterRole
 /// lets anyone write a members ConfigMap (the instance's only ConfigMap write is its proxies
 /// ConfigMap, by name), nor does the shipped tenant-admin role; in Strict mode a members
 /// ConfigMap listing `kube-system` or another tenant's namespace gets the instance nothing

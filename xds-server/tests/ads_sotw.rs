@@ -427,7 +427,7 @@ async fn endpoint_only_change_reaches_only_affected_proxies_as_eds() {
     }
 }
 
-/// Issue 16 item 3: when members shrink, the streams of proxies whose namespace left the
+/// When members shrink, the streams of proxies whose namespace left the
 /// tenant end with a clear PERMISSION_DENIED; the streams of members stay and keep receiving.
 #[tokio::test]
 async fn streams_of_a_namespace_that_left_the_tenant_are_closed_and_members_stay() {

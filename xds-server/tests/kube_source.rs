@@ -229,7 +229,7 @@ async fn strict_mode_follows_members_and_reports_proxy_count() {
         "{managers:?}"
     );
 
-    // Issue 16 item 3: while its members are stale the pod applies its mark next to its
+    // While its members are stale the pod applies its mark next to its
     // count, and applying without it removes it (the pod's manager owned it alone).
     let mark = MembersStale {
         since: "2026-12-02T03:40:00Z".into(),
@@ -341,7 +341,7 @@ async fn create_service(client: &kube::Client, ns: &str, name: &str) {
         .expect("service");
 }
 
-/// Issue 16 item 3: in Shared isolation the instance may read every namespace, so the members
+/// In Shared isolation the instance may read every namespace, so the members
 /// ConfigMap must not decide which: one that lists another tenant's namespace and
 /// `kube-system` (as anyone who can edit it could) makes the instance read only the listed
 /// namespace that the cluster's labels, control planes and tags make the tenant's; and a
@@ -460,7 +460,7 @@ async fn shared_mode_reads_only_listed_namespaces_that_membership_confirms() {
     .await;
 }
 
-/// Issue 43 hole 11: a member namespace's admin who deletes the instance's reader RoleBinding
+/// A member namespace's admin who deletes the instance's reader RoleBinding
 /// (or never had it) used to keep the whole instance unready after a restart, its proxies in
 /// every other namespace included. Now the refused watch does not hold readiness; the
 /// namespace's objects arrive once access returns.
