@@ -7,7 +7,7 @@ use meshplane_crds::validation::authorization::{
     foreign_references, is_jwt_key, validate_authorization_policy,
 };
 
-use super::diagnostics::Finding;
+use super::finding::Finding;
 use super::registry::Registry;
 
 /// The findings on one policy of `registry` (empty: it applies as written). `in_tenant` says

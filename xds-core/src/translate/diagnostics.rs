@@ -34,14 +34,7 @@ pub struct ConfigRef {
     pub name: String,
 }
 
-/// Why an object does not (fully) apply.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Finding {
-    /// Stable machine-readable reason: `HostConflict`, `UnknownSubset`, `HostNotFound`,
-    /// `GatewayNotFound`, `NamespaceNotAllowed`, `CredentialNotFound`, `MutualTlsUnavailable`.
-    pub reason: &'static str,
-    pub message: String,
-}
+pub use super::finding::Finding;
 
 /// The verdict on every VirtualService, DestinationRule and Gateway of the registry (an
 /// empty list: accepted). The generation is the one judged.

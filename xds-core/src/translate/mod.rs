@@ -33,6 +33,7 @@ pub mod cluster_id;
 pub mod diagnostics;
 pub mod endpoints;
 pub mod envoy;
+mod finding;
 pub mod gateway;
 pub mod grpc;
 mod inbound;
