@@ -311,6 +311,7 @@ async fn report_outcome(
     }
     Ok(Action::requeue(plan::requeue_after(
         outcome.webhook_probe.as_ref(),
+        outcome.watches_refused(),
         ctx.settings.resync,
     )))
 }

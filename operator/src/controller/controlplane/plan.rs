@@ -487,6 +487,12 @@ pub struct Outcome<'a> {
 }
 
 impl Outcome<'_> {
+    /// Whether an instance pod reports reads the API server refuses it (contract 3).
+    pub fn watches_refused(&self) -> bool {
+        let proxies = self.observed.get(&self.named.proxies);
+        !status::refused_watches(proxies, self.live_instances).is_empty()
+    }
+
     fn instance_facts(&self) -> InstanceFacts {
         let proxies = self.observed.get(&self.named.proxies);
         InstanceFacts {
@@ -569,10 +575,18 @@ pub fn report(
     Report { status, notices }
 }
 
-/// When to look again: a webhook that does not answer yet soon, else at the resync.
-pub fn requeue_after(webhook_probe: Option<&ProbeResult>, resync: Duration) -> Duration {
+/// When to look again: soon while a webhook does not answer yet or an instance pod is refused
+/// reads (its reader RoleBinding was removed or replaced, and the removal of a binding that is
+/// no longer the operator's triggers nothing: looking again re-creates the binding once it is
+/// gone), else at the resync.
+pub fn requeue_after(
+    webhook_probe: Option<&ProbeResult>,
+    watches_refused: bool,
+    resync: Duration,
+) -> Duration {
     match webhook_probe {
         Some(ProbeResult::Failed(_)) => PROBE_EVERY.min(resync),
+        _ if watches_refused => PROBE_EVERY.min(resync),
         _ => resync,
     }
 }
@@ -1187,17 +1201,27 @@ mod tests {
     #[test]
     fn a_webhook_that_does_not_answer_is_looked_at_again_soon() {
         let resync = Duration::from_secs(300);
+        let failed = ProbeResult::Failed("refused".into());
+        assert_eq!(requeue_after(Some(&failed), false, resync), PROBE_EVERY);
         assert_eq!(
-            requeue_after(Some(&ProbeResult::Failed("refused".into())), resync),
+            requeue_after(Some(&ProbeResult::Serving), false, resync),
+            resync
+        );
+        assert_eq!(requeue_after(None, false, resync), resync);
+        let short = Duration::from_secs(5);
+        assert_eq!(requeue_after(Some(&failed), false, short), short);
+    }
+
+    #[test]
+    fn an_instance_refused_reads_is_looked_at_again_soon() {
+        let resync = Duration::from_secs(300);
+        assert_eq!(requeue_after(None, true, resync), PROBE_EVERY);
+        assert_eq!(
+            requeue_after(Some(&ProbeResult::Serving), true, resync),
             PROBE_EVERY
         );
-        assert_eq!(requeue_after(Some(&ProbeResult::Serving), resync), resync);
-        assert_eq!(requeue_after(None, resync), resync);
         let short = Duration::from_secs(5);
-        assert_eq!(
-            requeue_after(Some(&ProbeResult::Failed("refused".into())), short),
-            short
-        );
+        assert_eq!(requeue_after(None, true, short), short);
     }
 
     #[test]
