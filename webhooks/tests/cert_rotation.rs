@@ -1,11 +1,13 @@
 //! The webhook server picks up a rotated certificate without a restart (contract 4), and
 //! serves the admission endpoints over HTTPS.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{scratch, webhooks};
+
+use std::path::Path;
 use std::sync::Arc;
 
-use meshplane_webhooks::inject::{CaptureMode, InjectionConfig};
-use meshplane_webhooks::{serve_on, StaticTenant, Webhooks};
+use meshplane_webhooks::serve_on;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,28 +50,6 @@ fn install(dir: &Path, pki: &Pki) {
         std::fs::write(&tmp, content).unwrap();
         std::fs::rename(&tmp, dir.join(name)).unwrap();
     }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("meshplane-webhooks-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn webhooks() -> Arc<Webhooks> {
-    let injection = InjectionConfig {
-        tenant: "blue".into(),
-        revision: "blue-v1".into(),
-        proxy_image: "proxy:test".into(),
-        trust_domain: "cluster.local".into(),
-        default_capture_mode: CaptureMode::Default,
-    };
-    Arc::new(Webhooks::new(
-        injection,
-        Arc::new(StaticTenant::new("blue", "meshplane-blue", ["shop"])),
-    ))
 }
 
 /// Sends one HTTP/1.1 request over TLS trusting only `ca`; returns the raw response.

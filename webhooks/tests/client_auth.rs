@@ -5,12 +5,14 @@
 //! `/healthz` stays open. Without the CA nothing changes, and the CA is reloaded like the
 //! serving certificate.
 
+mod common;
+use common::{scratch, webhooks};
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use meshplane_webhooks::inject::{CaptureMode, InjectionConfig};
-use meshplane_webhooks::{serve_on, StaticTenant, Webhooks};
+use meshplane_webhooks::serve_on;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair,
@@ -66,35 +68,11 @@ impl Ca {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "meshplane-webhooks-client-auth-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Writes a file the way the kubelet updates a Secret volume: renamed into place.
 fn install(dir: &Path, name: &str, content: &str) {
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, content).unwrap();
     std::fs::rename(&tmp, dir.join(name)).unwrap();
-}
-
-fn webhooks() -> Arc<Webhooks> {
-    let injection = InjectionConfig {
-        tenant: "blue".into(),
-        revision: "blue-v1".into(),
-        proxy_image: "proxy:test".into(),
-        trust_domain: "cluster.local".into(),
-        default_capture_mode: CaptureMode::Default,
-    };
-    Arc::new(Webhooks::new(
-        injection,
-        Arc::new(StaticTenant::new("blue", "meshplane-blue", ["shop"])),
-    ))
 }
 
 /// A forged review asking, in effect, "is `garden` a member of blue?".
@@ -206,7 +184,7 @@ const MEMBERSHIP: &str = "is not a member of tenant";
 
 #[tokio::test]
 async fn only_the_api_servers_certificate_reaches_the_admission_paths() {
-    let dir = scratch("on");
+    let dir = scratch("client-auth-on");
     let serving_ca = Ca::new("webhook-ca");
     serving(&dir, &serving_ca);
     let client_ca = Ca::new("apiserver-client-ca");
@@ -268,7 +246,7 @@ async fn only_the_api_servers_certificate_reaches_the_admission_paths() {
 
 #[tokio::test]
 async fn accepted_names_narrow_the_certificates_of_the_ca() {
-    let dir = scratch("names");
+    let dir = scratch("client-auth-names");
     let serving_ca = Ca::new("webhook-ca");
     serving(&dir, &serving_ca);
     let client_ca = Ca::new("apiserver-client-ca");
@@ -311,7 +289,7 @@ async fn accepted_names_narrow_the_certificates_of_the_ca() {
 
 #[tokio::test]
 async fn without_the_ca_nothing_changes_and_the_ca_is_reloaded() {
-    let dir = scratch("reload");
+    let dir = scratch("client-auth-reload");
     let serving_ca = Ca::new("webhook-ca");
     serving(&dir, &serving_ca);
     let server = Server::start(&dir).await;
@@ -369,7 +347,7 @@ async fn without_the_ca_nothing_changes_and_the_ca_is_reloaded() {
 
 #[tokio::test]
 async fn an_unusable_client_ca_at_start_is_an_error() {
-    let dir = scratch("broken");
+    let dir = scratch("client-auth-broken");
     serving(&dir, &Ca::new("webhook-ca"));
     install(
         &dir,
