@@ -294,9 +294,16 @@ impl Cluster {
         .await?;
         // Available does not yet mean every replica's CA is in the webhook's caBundle: wait
         // until a server-side dry run through the operator's admission webhook succeeds.
+        self.wait_for_operator_admission(Duration::from_secs(60))
+            .await
+    }
+
+    /// Waits until a server-side dry run of a MeshControlPlane passes the operator's admission
+    /// webhook (through the API server, as a user's apply does).
+    pub async fn wait_for_operator_admission(&self, timeout: Duration) -> Result<(), HarnessError> {
         wait_for(
             "the operator's admission webhook to answer",
-            Duration::from_secs(60),
+            timeout,
             || async {
                 let args = [
                     "apply",

@@ -235,26 +235,10 @@ async fn give_the_operator_the_client_ca(cluster: &Cluster, ca_pem: &str) {
     )
     .await
     .expect("operator rolled out");
-    wait_for(
-        "the operator's admission check to answer the API server",
-        DEADLINE,
-        || async {
-            let args = [
-                "apply",
-                "--server-side",
-                "--dry-run=server",
-                "-f",
-                "config/samples/blue.yaml",
-            ];
-            match cluster.kubectl_output(&args) {
-                Ok(output) if output.success => Ok(Some(())),
-                Ok(output) => Err(output.stderr),
-                Err(error) => Err(error.to_string()),
-            }
-        },
-    )
-    .await
-    .expect("admission through the API server");
+    cluster
+        .wait_for_operator_admission(DEADLINE)
+        .await
+        .expect("admission through the API server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
