@@ -247,12 +247,11 @@ impl RenderCache {
                 let Some(r) = next.endpoints.get_mut(at) else {
                     continue;
                 };
-                let cluster = OutboundCluster::new(service.clone(), subset);
-                let memo = scope.key(&cluster);
+                let memo = scope.key(OutboundCluster::new(service.clone(), subset));
                 *r = match fresh.get(&memo) {
                     Some(f) => Arc::clone(f),
                     None => {
-                        let cla = scope.load_assignment(registry, &cluster);
+                        let cla = scope.load_assignment(registry, memo.cluster());
                         let f = interner.intern(type_url::ENDPOINT, r.name.clone(), &cla);
                         fresh.insert(memo, Arc::clone(&f));
                         f

@@ -47,11 +47,11 @@ impl AssignmentScope {
 
     /// What the assignment of `cluster` is the same for: only a subset cluster's depends on
     /// the namespace.
-    pub fn key(&self, cluster: &OutboundCluster) -> AssignmentKey {
+    pub fn key(&self, cluster: OutboundCluster) -> AssignmentKey {
         AssignmentKey {
             namespace: cluster.is_subset().then(|| self.namespace.clone()),
             marks_meshed: self.marks_meshed,
-            cluster: cluster.clone(),
+            cluster,
         }
     }
 
@@ -81,6 +81,13 @@ pub struct AssignmentKey {
     namespace: Option<String>,
     marks_meshed: bool,
     cluster: OutboundCluster,
+}
+
+impl AssignmentKey {
+    /// The cluster whose assignment it is.
+    pub fn cluster(&self) -> &OutboundCluster {
+        &self.cluster
+    }
 }
 
 /// The load assignment of EDS cluster `cluster` for proxies of `proxy_namespace` (subsets are
@@ -166,17 +173,17 @@ mod tests {
     #[test]
     fn an_assignment_depends_on_the_namespace_only_for_a_subset_cluster_and_on_the_marks() {
         let web = super::super::cluster_id::HostPort::new("web.shop.svc.cluster.local", 80);
-        let plain = &OutboundCluster::from(web.clone());
-        let subset = &OutboundCluster::new(web, "v1");
+        let plain = || OutboundCluster::from(web.clone());
+        let subset = || OutboundCluster::new(web.clone(), "v1");
         let shop = AssignmentScope::new("shop", ProxyKind::Sidecar);
         let other = AssignmentScope::new("other", ProxyKind::Sidecar);
-        assert_eq!(shop.key(plain), other.key(plain));
-        assert_ne!(shop.key(subset), other.key(subset));
+        assert_eq!(shop.key(plain()), other.key(plain()));
+        assert_ne!(shop.key(subset()), other.key(subset()));
         // Gateways get the marks as sidecars do; proxyless gRPC clients do not.
         let gateway = AssignmentScope::new("shop", ProxyKind::Router);
         let grpc = AssignmentScope::new("shop", ProxyKind::Grpc);
         assert_eq!(shop, gateway);
-        assert_ne!(shop.key(plain), grpc.key(plain));
+        assert_ne!(shop.key(plain()), grpc.key(plain()));
         let node = ProxyNode {
             namespace: "shop".into(),
             kind: ProxyKind::Router,
