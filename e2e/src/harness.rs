@@ -155,6 +155,7 @@ impl Cluster {
                 async move { dialer.connect(address).await }
             }),
             webhook_credentials,
+            pod_connector: network.pod_connector(),
             ..StandInOptions::default()
         })
         .await

@@ -52,6 +52,266 @@ fn json(run: &Run) -> Value {
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
 }
 
+/// One request to a proxy's Envoy admin, read by the test itself through a kube-rs port-forward
+/// (not meshctl's code): the body as text.
+async fn envoy_admin(cluster: &Cluster, pod: &str, method: &str, path: &str) -> String {
+    use http_body_util::BodyExt;
+    let (name, namespace) = pod.rsplit_once('.').expect("pod.namespace");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(cluster.client(), namespace);
+    let mut forward = pods
+        .portforward(name, &[15000])
+        .await
+        .expect("port-forward");
+    let stream = forward.take_stream(15000).expect("a stream");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("HTTP to the admin");
+    let connection = tokio::spawn(connection);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("an answer");
+    assert!(
+        response.status().is_success(),
+        "{method} {path}: {}",
+        response.status()
+    );
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    connection.abort();
+    forward.abort();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The names of an array of resources.
+fn names(list: &Value) -> Vec<String> {
+    let mut out: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The names of the resources of one config-dump section, every state included.
+fn dump_names(dump: &Value, type_suffix: &str, lists: &[(&str, &str)]) -> Vec<String> {
+    let section = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["@type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with(type_suffix))
+        })
+        .unwrap_or_else(|| panic!("no {type_suffix} in the dump"));
+    let mut out = Vec::new();
+    for (list, pointer) in lists {
+        for item in section[*list].as_array().into_iter().flatten() {
+            if let Some(name) = item.pointer(pointer).and_then(Value::as_str) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `meshctl proxy-config` of each kind on shop's web proxy against that Envoy's own config
+/// dump, and `log --level` changing the Envoy's levels.
+async fn proxy_config_shows_what_the_envoy_holds(
+    cluster: &Cluster,
+    kubeconfig: &std::path::Path,
+    pod: &str,
+) {
+    let dump: Value = serde_json::from_str(&envoy_admin(cluster, pod, "GET", "/config_dump").await)
+        .expect("a config dump");
+    let clusters = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "cluster", pod, "-o", "json"],
+    ));
+    assert_eq!(
+        names(&clusters),
+        dump_names(
+            &dump,
+            ".ClustersConfigDump",
+            &[
+                ("static_clusters", "/cluster/name"),
+                ("dynamic_active_clusters", "/cluster/name"),
+                ("dynamic_warming_clusters", "/cluster/name")
+            ]
+        )
+    );
+    assert!(
+        names(&clusters)
+            .iter()
+            .any(|n| n == "outbound|8080||web.shop.svc.cluster.local"),
+        "{clusters}"
+    );
+    let table = meshctl(
+        kubeconfig,
+        &[
+            "proxy-config",
+            "cluster",
+            pod,
+            "--fqdn",
+            "web.shop",
+            "--direction",
+            "outbound",
+        ],
+    );
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    let rows: Vec<&str> = table.stdout.lines().skip(1).collect();
+    assert!(
+        !rows.is_empty()
+            && rows
+                .iter()
+                .all(|r| r.starts_with("web.shop.svc.cluster.local ")),
+        "{}",
+        table.stdout
+    );
+
+    let listeners = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "listener", pod, "-o", "json"],
+    ));
+    let mut held = dump_names(
+        &dump,
+        ".ListenersConfigDump",
+        &[
+            ("static_listeners", "/listener/name"),
+            ("dynamic_listeners", "/active_state/listener/name"),
+            ("dynamic_listeners", "/warming_state/listener/name"),
+            ("dynamic_listeners", "/draining_state/listener/name"),
+        ],
+    );
+    held.dedup();
+    let mut shown = names(&listeners);
+    shown.dedup();
+    assert_eq!(shown, held);
+
+    let routes = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "route", pod, "-o", "json"],
+    ));
+    assert_eq!(
+        names(&routes),
+        dump_names(
+            &dump,
+            ".RoutesConfigDump",
+            &[
+                ("static_route_configs", "/route_config/name"),
+                ("dynamic_route_configs", "/route_config/name")
+            ]
+        )
+    );
+
+    let secrets = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "secret", pod, "-o", "json"],
+    ));
+    assert_eq!(
+        names(&secrets),
+        dump_names(
+            &dump,
+            ".SecretsConfigDump",
+            &[
+                ("static_secrets", "/secret/name"),
+                ("dynamic_active_secrets", "/secret/name"),
+                ("dynamic_warming_secrets", "/secret/name")
+            ]
+        )
+    );
+    assert!(!secrets.to_string().contains("PRIVATE KEY"), "{secrets}");
+    let table = meshctl(kubeconfig, &["proxy-config", "secret", pod]);
+    assert!(
+        table.stdout.contains("spiffe://") && table.stdout.contains(" true "),
+        "the workload certificate is valid now: {}",
+        table.stdout
+    );
+
+    let endpoints = json(&meshctl(
+        kubeconfig,
+        &[
+            "proxy-config",
+            "endpoint",
+            pod,
+            "--cluster",
+            "outbound|8080||web.shop.svc.cluster.local",
+            "-o",
+            "json",
+        ],
+    ));
+    let healthy = endpoints
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["health_status"]["eds_health_status"] == "HEALTHY")
+        .count();
+    assert_eq!(healthy, 1, "web's one pod: {endpoints}");
+
+    let bootstrap = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "bootstrap", pod, "-o", "json"],
+    ));
+    let dumped_bootstrap = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["@type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with(".BootstrapConfigDump"))
+        })
+        .map(|c| c["bootstrap"].clone())
+        .expect("the dump's bootstrap");
+    assert_eq!(bootstrap, dumped_bootstrap);
+
+    // log: every logger to debug, seen by the Envoy itself; then back to warning.
+    let set = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "log", pod, "--level", "debug", "-o", "json"],
+    ));
+    let levels = |v: &Value| -> Vec<String> {
+        v["loggers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["level"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert!(
+        !levels(&set).is_empty() && levels(&set).iter().all(|l| l == "debug"),
+        "{set}"
+    );
+    let listed = envoy_admin(cluster, pod, "POST", "/logging").await;
+    assert!(
+        listed.contains("  http: debug") && !listed.contains(": info"),
+        "{listed}"
+    );
+    let reset = json(&meshctl(
+        kubeconfig,
+        &["proxy-config", "log", pod, "--reset", "-o", "json"],
+    ));
+    assert!(levels(&reset).iter().all(|l| l == "warning"), "{reset}");
+    let listed = envoy_admin(cluster, pod, "POST", "/logging").await;
+    assert!(
+        listed.contains("  http: warning") && !listed.contains(": debug"),
+        "{listed}"
+    );
+}
+
 /// Where tag `name` points, as kubectl reads it.
 fn tag_revision(cluster: &Cluster, name: &str) -> String {
     cluster
@@ -176,7 +436,21 @@ async fn meshctl_reads_and_changes_the_mesh_with_the_callers_credentials() {
         let refused = meshctl(&stranger, &["proxy-status"]);
         assert_eq!(refused.code, Some(1), "{}", refused.stdout);
         assert!(refused.stderr.contains("forbidden"), "{}", refused.stderr);
+        // Nor may it reach a proxy's admin (`create pods/portforward`).
+        let refused = meshctl(&stranger, &["proxy-config", "cluster", "-n", "shop", "web"]);
+        assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+        assert!(refused.stderr.contains("portforward"), "{}", refused.stderr);
     }
+
+    let web = status["proxies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str())
+        .find(|n| n.starts_with("web-"))
+        .expect("shop's web proxy")
+        .to_string();
+    proxy_config_shows_what_the_envoy_holds(&cluster, &kubeconfig, &web).await;
 
     // /debug on the instances (contract 12): through pods/proxy, a caller that may reach the
     // pod still needs a token of the control namespace's meshplane-debug ServiceAccount for

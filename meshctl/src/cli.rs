@@ -11,6 +11,7 @@ use crate::cluster::{self, ClusterArgs, Scope};
 use crate::describe::{self, DescribeCommand};
 use crate::instances;
 use crate::output::{self, Format};
+use crate::proxy_config::{self, ProxyConfigCommand};
 use crate::proxy_status::{self, ProxyStatusArgs};
 use crate::state::MeshState;
 use crate::tag::{self, TagCommand};
@@ -38,6 +39,12 @@ pub struct Cli {
 pub enum Command {
     /// Every proxy of every revision (or one tenant): its sync state per type, NACKs, revision.
     ProxyStatus(ProxyStatusArgs),
+    /// What a running proxy holds (clusters, listeners, routes, endpoints, secrets, bootstrap)
+    /// and its log levels, from its Envoy admin through the API server's port-forward.
+    ProxyConfig {
+        #[command(subcommand)]
+        command: ProxyConfigCommand,
+    },
     /// List, set or remove revision tags.
     Tag {
         #[command(subcommand)]
@@ -154,6 +161,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Analyze(args) => return analyze_command(args, &cli).await,
         Command::ProxyStatus(args) => proxy_status::run(args, &cli.cluster, cli.output).await?,
+        Command::ProxyConfig { command } => {
+            proxy_config::run(command, &cli.cluster, cli.output).await?
+        }
         Command::Tag { command } => tag::run(command, &cli.cluster, cli.output).await?,
         Command::Translate(args) => translate::run(args, cli.output)?,
         Command::Describe { command } => describe::run(command, &cli.cluster, cli.output).await?,

@@ -6,14 +6,17 @@
 //! [`analyze`], the rendering of [`translate`] and [`describe`] are pure functions of that model;
 //! only [`proxy_status`] and the proxy checks of `analyze` talk to the instances, through the
 //! API server's `pods/proxy` subresource with the caller's credentials ([`instances`]); [`tag`]
-//! writes MeshRevisionTags by server-side apply.
+//! writes MeshRevisionTags by server-side apply; [`proxy_config`] reads what a running proxy
+//! holds from its Envoy admin, through the API server's `pods/portforward` ([`envoy_admin`]).
 
 pub mod analyze;
 pub mod cli;
 pub mod cluster;
 pub mod describe;
+pub mod envoy_admin;
 pub mod instances;
 pub mod output;
+pub mod proxy_config;
 pub mod proxy_status;
 pub mod render;
 pub mod state;

@@ -27,13 +27,18 @@ pub trait Report: Serialize {
 }
 
 /// Prints `report` to stdout in `format`.
+/// A reader that went away (`meshctl … | head`) ends the output quietly.
 pub fn print<R: Report>(report: &R, format: Format) -> anyhow::Result<()> {
-    let text = render(report, format)?;
-    print!("{text}");
+    use std::io::Write as _;
+    let mut text = render(report, format)?;
     if !text.ends_with('\n') && !text.is_empty() {
-        println!();
+        text.push('\n');
     }
-    Ok(())
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// The text `print` writes.

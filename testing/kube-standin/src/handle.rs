@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::{Dialer, WebhookClientCredentials};
 use super::auth::{Authenticator, Identity};
+use super::port_forward::PodConnector;
 use super::rbac::Authorizer;
 use super::requests::{RequestCounter, RequestCounts};
 use super::server::{self, ServerState};
@@ -39,6 +40,9 @@ pub struct StandInOptions {
     /// Client certificates presented to admission webhooks, by webhook host, as a real API
     /// server's `WebhookAdmissionConfiguration` kubeconfig gives them (default: none).
     pub webhook_credentials: WebhookClientCredentials,
+    /// How `pods/<name>/portforward` reaches `localhost:<port>` inside a pod (default: no node
+    /// runs pods, every forward fails on its error channel).
+    pub pod_connector: PodConnector,
 }
 
 impl Default for StandInOptions {
@@ -51,6 +55,7 @@ impl Default for StandInOptions {
             advertise_address: None,
             webhook_dialer: Dialer::default(),
             webhook_credentials: WebhookClientCredentials::default(),
+            pod_connector: PodConnector::default(),
         }
     }
 }
@@ -117,6 +122,7 @@ impl StandIn {
             requests: requests.clone(),
             webhook_dialer: opts.webhook_dialer.clone(),
             webhook_credentials: opts.webhook_credentials.clone(),
+            pod_connector: opts.pod_connector.clone(),
             authorizer: authorizer.clone(),
         });
         if let Some(address) = opts.advertise_address {

@@ -39,6 +39,9 @@
 //!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]);
 //! - `pods/<name>[:<port>]/proxy/<path>` (GET, HEAD) to the pod's IP over plain HTTP, authorized
 //!   as `get` on `pods/proxy` (`pod_proxy`; how pod addresses are reached is pluggable);
+//! - `pods/<name>/portforward` over WebSocket (`v4.channel.k8s.io`, as kube-rs's
+//!   `Api::portforward` speaks it) to `localhost:<port>` inside the pod, authorized as `create`
+//!   on `pods/portforward` (`port_forward`; the pod runner supplies the kubelet's part);
 //! - instrumentation: a count of resource requests by verb and a log of the latest writes
 //!   (`requests`; [`StandInHandle::requests`], and `GET /standin/requests` for other processes).
 //!
@@ -62,7 +65,7 @@
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
 //! - core/v1 and events.k8s.io/v1 Events are stored separately;
-//! - no `pods/log`, `exec`, `attach`, `portforward` (`pods/proxy` is served; `services/proxy` is not), `eviction`, `binding` or `scale`
+//! - no `pods/log`, `exec`, `attach` (`pods/proxy` and `pods/portforward` are served; `services/proxy` is not; SPDY port forwarding, what `kubectl port-forward` speaks, is not), `eviction`, `binding` or `scale`
 //!   subresources (so no `kubectl logs`, `exec`, `scale`); no `namespaces/finalize`;
 //! - `metadata.managedFields` sent by clients is ignored (cannot be reset);
 //! - no controllers: nothing runs pods or fills Deployment status (the pod runner does).
@@ -80,6 +83,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod pod_proxy;
+pub mod port_forward;
 pub mod protobuf;
 pub mod query;
 pub mod rbac;
@@ -96,4 +100,5 @@ pub mod watch;
 pub use admission::{ClientCertificate, Dialer, WebhookClientCredentials};
 pub use auth::Identity;
 pub use handle::{StandIn, StandInError, StandInHandle, StandInOptions};
+pub use port_forward::{PodConnector, PodRef};
 pub use store::KUBERNETES_SERVICE_IP;

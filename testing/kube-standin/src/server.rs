@@ -20,6 +20,7 @@ use super::object;
 use super::openapi;
 use super::patch::{self, PatchKind};
 use super::pod_proxy;
+use super::port_forward;
 use super::protobuf;
 use super::query::{Filter, QueryParams};
 use super::rbac::{self, RequestAttributes};
@@ -49,6 +50,8 @@ pub struct ServerState {
     pub requests: Arc<RequestCounter>,
     /// How admission webhooks are reached.
     pub webhook_dialer: admission::Dialer,
+    /// How forwarded ports reach a pod (the kubelet's part).
+    pub pod_connector: port_forward::PodConnector,
     /// The client certificates admission webhooks are called with.
     pub webhook_credentials: admission::WebhookClientCredentials,
     /// RBAC with its cache of resolved rules, for `store`.
@@ -175,6 +178,10 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
             .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
         return non_resource(state, &segments, &path);
     }
+    if let ["api", "v1", "namespaces", ns, "pods", name, "portforward"] = segments.as_slice() {
+        let (ns, name) = (ns.to_string(), name.to_string());
+        return port_forward_to_pod(state, user, &ns, &name, req).await;
+    }
     if let ["api", "v1", "namespaces", ns, "pods", rest @ ..] = segments.as_slice() {
         if let Some(target) = pod_proxy::parse(rest, req.uri().query()) {
             return proxy_to_pod(state, user, ns, &target?, req.method(), req.headers()).await;
@@ -259,6 +266,54 @@ async fn proxy_to_pod(
         .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
     let pod = state.store.get(&pods, namespace, &target.pod)?;
     pod_proxy::forward(&state.webhook_dialer, &pod, target, method, headers).await
+}
+
+/// `pods/<name>/portforward`: authorized as `create` on `pods/portforward` with the caller's
+/// identity; the pod must be running; then the WebSocket is served by `port_forward`.
+async fn port_forward_to_pod(
+    state: &ServerState,
+    user: UserInfo,
+    namespace: &str,
+    name: &str,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let attrs = RequestAttributes {
+        user,
+        verb: "create".to_string(),
+        api_group: String::new(),
+        resource: "pods".to_string(),
+        subresource: Some("portforward".to_string()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+    };
+    state
+        .authorizer
+        .authorize(state.store.as_ref(), &attrs)
+        .map_err(|reason| forbidden(&attrs, &reason))?;
+    let pods = state
+        .store
+        .find_type("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
+    let pod = state.store.get(&pods, namespace, name)?;
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+    if phase != Some("Running") {
+        return Err(ApiError::bad_request(format!(
+            "unable to upgrade connection: pod {name:?} is not running (phase {})",
+            phase.unwrap_or("unknown")
+        )));
+    }
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let ports = port_forward::ports(req.uri().query())?;
+    let pod = port_forward::PodRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid,
+    };
+    port_forward::serve(req, state.pod_connector.clone(), pod, ports)
 }
 
 /// Records a resource request in the request counter, whatever its outcome.

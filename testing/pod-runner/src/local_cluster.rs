@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
             let dialer = dialer.clone();
             async move { dialer.connect(address).await }
         }),
+        pod_connector: network.pod_connector(),
         ..StandInOptions::default()
     })
     .await?;

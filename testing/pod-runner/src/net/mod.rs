@@ -351,6 +351,16 @@ impl TestNetwork {
         self.inner.node.tcp_socket()?.connect(address).await
     }
 
+    /// The kubelet's part of `pods/portforward`, for the API stand-in: connections to a pod's
+    /// `localhost:<port>` ([`TestNetwork::connect_in_pod`]).
+    pub fn pod_connector(&self) -> meshplane_kube_standin::PodConnector {
+        let network = self.clone();
+        meshplane_kube_standin::PodConnector::new(move |pod, port| {
+            let network = network.clone();
+            async move { network.connect_in_pod(&pod.uid, port).await }
+        })
+    }
+
     /// Where pods reach the API server (the `kubernetes` Service's endpoint).
     pub fn api_address(&self) -> SocketAddr {
         SocketAddr::from((NODE_IP, API_RELAY_PORT))
@@ -493,6 +503,20 @@ impl TestNetwork {
             .values()
             .find(|p| p.namespace() == namespace && p.name() == name)
             .cloned()
+    }
+
+    /// Opens a TCP connection to `localhost:<port>` inside the running pod `uid`, as a container
+    /// runtime does for port forwarding: a port the pod binds on loopback only is reachable.
+    pub async fn connect_in_pod(&self, uid: &str, port: u16) -> std::io::Result<TcpStream> {
+        let pod = lock(&self.inner.state).pods.get(uid).cloned();
+        let pod = pod.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no pod with uid {uid:?} runs on this node"),
+            )
+        })?;
+        pod.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+            .await
     }
 
     /// Deletes a pod's namespace (kill its processes first; any left are killed) and frees its
