@@ -209,8 +209,12 @@ async fn reconcile_active(
     let revision = target.control_plane.revision();
     let named = Named::new(&revision, &rev.control_namespace);
     let mut observed = observe(ctx, &rev.tenant, &revision).await?;
-    let members_before =
-        plan::members_before(&observed, &named, target.control_plane.status.as_ref());
+    let members_before = plan::members_before(
+        &observed,
+        &named,
+        &target.uid,
+        target.control_plane.status.as_ref(),
+    );
     gain_access(ctx, target, snap, &named, &mut observed).await?;
     let written = write_objects(ctx, target, snap, &named, &mut observed).await;
     // Whatever the writes got to: a members ConfigMap written before a later write failed
@@ -219,7 +223,7 @@ async fn reconcile_active(
         &revision,
         &rev.tenant,
         &members_before,
-        plan::written_members(&observed, &named).as_ref(),
+        plan::written_members(&observed, &named, &target.uid).as_ref(),
     );
     publish(target.control_plane, &changes, snap, ctx).await;
     report_outcome(ctx, target, snap, &named, &observed, &written?, now).await

@@ -593,12 +593,17 @@ impl KnownNamespaces {
 }
 
 /// The namespaces attached to the revision as its members ConfigMap (contract 2) says, when
-/// it is observed and readable.
+/// it is observed, the operator's (owned by `owner_uid`: one somebody else put in its place
+/// says nothing of what the instance serves) and readable.
 pub fn written_members(
     observed: &BTreeMap<ObjectKey, Value>,
     named: &Named,
+    owner_uid: &str,
 ) -> Option<BTreeSet<String>> {
-    let data = observed.get(&named.members)?.get("data")?.clone();
+    let cm = observed
+        .get(&named.members)
+        .filter(|cm| apply::is_ours(cm, owner_uid))?;
+    let data = cm.get("data")?.clone();
     let data: meshplane_contracts::Data = serde_json::from_value(data).ok()?;
     meshplane_contracts::members::MembersData::from_data(&data)
         .ok()
@@ -611,9 +616,10 @@ pub fn written_members(
 pub fn members_before(
     observed: &BTreeMap<ObjectKey, Value>,
     named: &Named,
+    owner_uid: &str,
     previous: Option<&MeshControlPlaneStatus>,
 ) -> KnownNamespaces {
-    if let Some(attached) = written_members(observed, named) {
+    if let Some(attached) = written_members(observed, named, owner_uid) {
         return KnownNamespaces::exactly(attached);
     }
     match previous.and_then(|s| s.members.as_ref()) {
@@ -1407,17 +1413,23 @@ mod tests {
         let named = Named::new("blue-v1", "meshplane-blue");
         let mut observed = mk_observed(&mk_desired(&mcp, &membership));
         // As rendered: shop and cart attached.
-        let written = written_members(&observed, &named);
+        let written = written_members(&observed, &named, &uid(&mcp));
         assert_eq!(written, Some(set(&["cart", "shop"])));
+        // One somebody put in its place (not the operator's labels) says nothing.
+        let mut foreign = observed.clone();
+        if let Some(cm) = foreign.get_mut(&named.members) {
+            cm["metadata"]["labels"] = json!({});
+        }
+        assert_eq!(written_members(&foreign, &named, &uid(&mcp)), None);
         assert_eq!(
-            members_before(&observed, &named, None),
+            members_before(&observed, &named, &uid(&mcp), None),
             KnownNamespaces::exactly(set(&["cart", "shop"]))
         );
         // Without a members ConfigMap, a first reconcile knows nothing attached: every
         // attached namespace joins.
         observed.remove(&named.members);
         assert_eq!(
-            members_before(&observed, &named, None),
+            members_before(&observed, &named, &uid(&mcp), None),
             KnownNamespaces::default()
         );
         let first = membership_notices(
@@ -1439,7 +1451,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            members_before(&observed, &named, Some(&status)),
+            members_before(&observed, &named, &uid(&mcp), Some(&status)),
             KnownNamespaces::exactly(set(&["cart", "shop"]))
         );
         let cut = MeshControlPlaneStatus {
@@ -1449,7 +1461,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let known = members_before(&observed, &named, Some(&cut));
+        let known = members_before(&observed, &named, &uid(&mcp), Some(&cut));
         // "bank" sorts inside the list and is not in it: it joined. "web" sorts after the
         // cut: unknown, nothing told.
         let notices = membership_notices(
