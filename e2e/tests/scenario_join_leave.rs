@@ -1,5 +1,8 @@
 //! Join and leave: labelling a namespace brings blue's bootstrap ConfigMap, the instance's
 //! RoleBinding and sidecar injection; removing the label removes them all and nothing else.
+//! Each join, leave and rejection is one Event on blue-v1 and one on the namespace, as
+//! `kubectl get events` and `kubectl describe` show them, never repeated by the reconciles
+//! that follow.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +82,25 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
     )
     .await
     .expect("joined");
+    let joined = "namespace shop joined revision blue-v1 of tenant blue";
+    wait_for("the NamespaceJoined Event of shop", DEADLINE, || async {
+        let told = events_about(&cluster, "MeshControlPlane", "blue-v1")?;
+        Ok(told
+            .iter()
+            .any(|e| e.reason == "NamespaceJoined" && e.message == joined)
+            .then_some(()))
+    })
+    .await
+    .expect("NamespaceJoined");
+    let described = cluster
+        .kubectl(&["describe", "meshcontrolplane", "blue-v1"])
+        .expect("describe blue-v1");
+    assert!(
+        described
+            .lines()
+            .any(|l| l.contains("NamespaceJoined") && l.contains(joined)),
+        "kubectl describe lists the Event: {described}"
+    );
     let mine_before = config_maps
         .get("mine")
         .await
@@ -204,7 +226,116 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         ["app"],
         "no injection after leaving"
     );
+
+    // A namespace of team green labelled for blue is rejected (blue's selector refuses it).
+    cluster
+        .kubectl(&["create", "namespace", "intruder"])
+        .expect("intruder");
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            "intruder",
+            "team=green",
+            "meshplane.io/rev=blue-stable",
+        ])
+        .expect("intruder labelled");
+    wait_for(
+        "the NamespaceRejected Event of intruder",
+        DEADLINE,
+        || async {
+            let told = events_about(&cluster, "MeshControlPlane", "blue-v1")?;
+            Ok(told
+                .iter()
+                .any(|e| e.reason == "NamespaceRejected" && e.message.contains("intruder"))
+                .then_some(()))
+        },
+    )
+    .await
+    .expect("NamespaceRejected");
+    every_membership_change_is_one_event(&cluster).await;
     eprintln!("scenario join-leave took {:?}", started.elapsed());
+}
+
+/// One Event as `kubectl get events` (core/v1) lists it.
+#[derive(Debug)]
+struct Told {
+    reason: String,
+    message: String,
+    /// How often it occurred (`series.count`, else `count`, else 1).
+    count: i64,
+}
+
+/// The Events regarding one object, found as `kubectl describe` finds them: core/v1 Events
+/// of every namespace selected by `involvedObject.*`.
+fn events_about(cluster: &Cluster, kind: &str, name: &str) -> Result<Vec<Told>, String> {
+    let out = cluster
+        .kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.kind={kind},involvedObject.name={name}"),
+            "-o",
+            "json",
+        ])
+        .map_err(|e| e.to_string())?;
+    let list: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    let text = |e: &serde_json::Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| Told {
+            reason: text(e, "reason"),
+            message: text(e, "message"),
+            count: e["series"]["count"]
+                .as_i64()
+                .or_else(|| e["count"].as_i64())
+                .unwrap_or(1),
+        })
+        .collect())
+}
+
+/// shop and bank joined and left, intruder was rejected: each change is one Event on blue-v1
+/// and one on the namespace, each occurring once, although blue-v1 was reconciled many times
+/// since (the members ConfigMap replaced and restored, bank's access taken and given back,
+/// status changes).
+async fn every_membership_change_is_one_event(cluster: &Cluster) {
+    let once = |kind: &str, name: &str, reason: &str, message: &str| {
+        let told = events_about(cluster, kind, name).expect("events");
+        let matching: Vec<&Told> = told
+            .iter()
+            .filter(|e| e.reason == reason && e.message.contains(message))
+            .collect();
+        assert!(
+            matching.len() == 1 && matching[0].count == 1,
+            "one {reason} Event on {kind} {name} saying {message:?}, occurring once: {told:?}"
+        );
+    };
+    for ns in ["shop", "bank"] {
+        for (reason, verb) in [("NamespaceJoined", "joined"), ("NamespaceLeft", "left")] {
+            once(
+                "MeshControlPlane",
+                "blue-v1",
+                reason,
+                &format!("namespace {ns} {verb} revision blue-v1 of tenant blue"),
+            );
+            once(
+                "Namespace",
+                ns,
+                reason,
+                &format!("{verb} revision blue-v1 of tenant blue"),
+            );
+        }
+    }
+    once(
+        "MeshControlPlane",
+        "blue-v1",
+        "NamespaceRejected",
+        "rejected namespace intruder (OutsideSelector)",
+    );
+    once("Namespace", "intruder", "OutsideSelector", "intruder");
 }
 
 /// `MembersStale` of blue-v1 (status, reason, message) as `kubectl get` shows it.

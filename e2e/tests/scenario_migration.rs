@@ -230,6 +230,37 @@ async fn event_reasons(client: &kube::Client, name: &str) -> Vec<(String, String
         .collect()
 }
 
+/// The Events regarding one object as `kubectl get events` lists them (core/v1, selected by
+/// `involvedObject.*` as `kubectl describe` selects them): reason, message and how often it
+/// occurred (`series.count`, else `count`, else 1).
+fn events_about(cluster: &Cluster, kind: &str, name: &str) -> Vec<(String, String, i64)> {
+    let out = cluster
+        .kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.kind={kind},involvedObject.name={name}"),
+            "-o",
+            "json",
+        ])
+        .expect("kubectl get events");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("an event list");
+    let text = |e: &serde_json::Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let count = e["series"]["count"]
+                .as_i64()
+                .or_else(|| e["count"].as_i64())
+                .unwrap_or(1);
+            (text(e, "reason"), text(e, "message"), count)
+        })
+        .collect()
+}
+
 /// Requests from the node to every blue namespace's `web` Service, until stopped or
 /// [`MAX_REQUESTS`] are sent: the traffic the gates judge.
 fn send_traffic(
@@ -518,6 +549,38 @@ async fn a_migration_rolls_back_a_nacking_revision_then_moves_batch_by_batch_wit
     ] {
         assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
     }
+    // As `kubectl get events` lists them: one Event per batch started and passed, each
+    // occurring once (the steps in between, every 2 s, repeat none).
+    let told = events_about(&cluster, "MeshRevisionMigration", "blue-v2");
+    for reason in ["BatchStarted", "BatchPassed"] {
+        let per_batch: Vec<&(String, String, i64)> =
+            told.iter().filter(|(r, _, _)| r == reason).collect();
+        assert_eq!(per_batch.len(), status.batches.len(), "{reason}: {told:?}");
+        assert!(per_batch.iter().all(|(_, _, n)| *n == 1), "{told:?}");
+        for i in 1..=status.batches.len() {
+            let batch = format!("batch {i}/{}", status.batches.len());
+            assert!(
+                per_batch.iter().any(|(_, m, _)| m.contains(&batch)),
+                "{reason} of {batch}: {told:?}"
+            );
+        }
+    }
+    // The tag moved to blue-v2 by each migration and back by the rollback: TagMoved Events
+    // on the tag count each move once.
+    let moves = events_about(&cluster, "MeshRevisionTag", "blue-stable");
+    let moved = |from: &str, to: &str| -> i64 {
+        let prefix = format!("tag blue-stable moved from revision {from} to {to}");
+        moves
+            .iter()
+            .filter(|(r, m, _)| r == "TagMoved" && m.starts_with(&prefix))
+            .map(|(_, _, n)| n)
+            .sum()
+    };
+    assert_eq!(
+        (moved("blue-v1", "blue-v2"), moved("blue-v2", "blue-v1")),
+        (2, 1),
+        "{moves:?}"
+    );
     println!(
         "{}",
         cluster.kubectl(&["get", "mrm"]).expect("kubectl get mrm")

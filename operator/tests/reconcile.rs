@@ -277,6 +277,45 @@ async fn create_applies_the_instance_and_member_objects_then_steady_state_writes
             .any(|e| e["regarding"]["name"] == "intruder" && e["reason"] == "OutsideSelector"),
         "{warnings:?}"
     );
+    assert!(
+        warnings
+            .iter()
+            .any(|e| e["regarding"]["kind"] == "MeshControlPlane"
+                && e["reason"] == "NamespaceRejected"
+                && e["note"].as_str().unwrap_or_default().contains("intruder")),
+        "{warnings:?}"
+    );
+    // Each member joined once, told on the control plane and on the namespace (with its
+    // uid, which `kubectl describe namespace` looks Events up by).
+    let joined = |regarding_kind: &str| -> Vec<String> {
+        let mut named: Vec<String> = api
+            .events()
+            .iter()
+            .filter(|e| {
+                e["reason"] == "NamespaceJoined" && e["regarding"]["kind"] == regarding_kind
+            })
+            .map(|e| match regarding_kind {
+                "Namespace" => {
+                    assert!(e["regarding"]["uid"].is_string(), "{e}");
+                    e["regarding"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                }
+                _ => e["note"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        named.sort();
+        named
+    };
+    assert_eq!(
+        joined("MeshControlPlane"),
+        [
+            "namespace cart joined revision blue-v1 of tenant blue",
+            "namespace shop joined revision blue-v1 of tenant blue"
+        ]
+    );
+    assert_eq!(joined("Namespace"), ["cart", "shop"]);
 
     // Steady state: a resync with nothing changed writes nothing at all.
     api.clear_writes();
@@ -360,6 +399,40 @@ async fn a_namespace_leaving_loses_only_its_bootstrap_and_reader_and_restarter_r
             "delete rbac.authorization.k8s.io/roles shop/meshplane-blue-v1-reader",
         ]
     );
+    // Told once, on the control plane and on shop; a resync tells nothing more.
+    let left = |api: &FakeApi| -> Vec<(String, String)> {
+        api.events()
+            .iter()
+            .filter(|e| e["reason"] == "NamespaceLeft")
+            .map(|e| {
+                (
+                    e["regarding"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    e["note"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        left(&api),
+        [
+            (
+                "MeshControlPlane".to_string(),
+                "namespace shop left revision blue-v1 of tenant blue".to_string()
+            ),
+            (
+                "Namespace".to_string(),
+                "left revision blue-v1 of tenant blue".to_string()
+            )
+        ]
+    );
+    api.clear_writes();
+    reconcile_control_plane(stored(&api, "blue-v1"), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert!(api.events().is_empty(), "{:?}", api.events());
     // Another tenant's object and the unlabelled one are untouched.
     assert!(api
         .get("", "configmaps", Some("bank"), "meshplane-green-bootstrap")
@@ -547,6 +620,50 @@ async fn the_control_namespace_the_operator_creates_is_recorded_by_uid() {
 }
 
 #[tokio::test]
+async fn a_tag_moved_within_its_tenant_is_told_once() {
+    let api = cluster();
+    api.insert(
+        MCP,
+        control_plane("blue-v2", "blue", None, "2026-01-02T00:00:00Z"),
+    );
+    let ctx = context(api.client());
+    let tag = |api: &FakeApi| -> Arc<meshplane_crds::MeshRevisionTag> {
+        Arc::new(
+            serde_json::from_value(api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap()).unwrap(),
+        )
+    };
+    reconcile_tag(tag(&api), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert!(
+        api.events().iter().all(|e| e["reason"] != "TagMoved"),
+        "a first resolution is no move"
+    );
+    let mut moved = api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap();
+    moved["spec"]["revision"] = json!("blue-v2");
+    api.insert(TAGS, moved);
+    api.clear_writes();
+    reconcile_tag(tag(&api), ctx.clone())
+        .await
+        .expect("reconciles");
+    let told: Vec<Value> = api.events();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["reason"], "TagMoved");
+    assert_eq!(told[0]["type"], "Normal");
+    assert_eq!(told[0]["regarding"]["name"], "blue-stable");
+    assert!(told[0]["note"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("tag blue-stable moved from revision blue-v1 to blue-v2"));
+    // A resync of the moved tag tells nothing.
+    api.clear_writes();
+    reconcile_tag(tag(&api), ctx.clone())
+        .await
+        .expect("reconciles");
+    assert_eq!(api.events(), Vec::<Value>::new());
+}
+
+#[tokio::test]
 async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
     let api = cluster();
     api.insert(
@@ -587,6 +704,10 @@ async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "TagMovedAcrossTenants")
+    );
+    assert!(
+        api.events().iter().all(|e| e["reason"] != "TagMoved"),
+        "a refused move is no move"
     );
     // blue-v1 still serves shop through the tag.
     reconcile_control_plane(stored(&api, "blue-v1"), ctx)
@@ -751,7 +872,7 @@ async fn the_webhook_certificate_rotates_when_a_third_of_its_validity_remains() 
     assert!(api
         .events()
         .iter()
-        .any(|e| e["reason"] == "CertificateIssued"));
+        .any(|e| e["reason"] == "CertificateRotated"));
 }
 
 /// What an instance pod's mark in the proxies ConfigMap (contract 3) turns into on the

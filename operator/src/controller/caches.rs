@@ -2,7 +2,7 @@
 //! from the controllers' reflector stores ([`ClusterCaches`]) or listed ([`snapshot`]), and
 //! the [`Snapshot`] of membership computed from them (`meshplane_crds::membership`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -56,7 +56,7 @@ impl ClusterCaches {
         Ok(Snapshot::compute(
             cloned(self.control_planes.state()),
             cloned(self.tags.state()),
-            namespace_facts(namespaces.iter().map(Arc::as_ref)),
+            namespaces.iter().map(Arc::as_ref),
             |name| {
                 self.namespaces
                     .get(&ObjectRef::new(name))
@@ -71,6 +71,9 @@ pub struct Snapshot {
     pub control_planes: Vec<MeshControlPlane>,
     pub tags: Vec<MeshRevisionTag>,
     pub membership: Membership,
+    /// Every namespace's `metadata.uid`, by name (Events regarding a namespace carry it, so
+    /// that `kubectl describe namespace` finds them).
+    pub namespace_uids: BTreeMap<String, String>,
 }
 
 /// Lists control planes, tags and labelled namespaces, and computes membership.
@@ -97,7 +100,7 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, Error> {
     Ok(Snapshot::compute(
         control_planes,
         tags,
-        namespace_facts(namespaces.iter()),
+        namespaces.iter(),
         |name| by_name.get(name).map(|n| facts_of(n)),
     ))
 }
@@ -118,12 +121,16 @@ impl Snapshot {
     /// Membership, after dropping the control planes whose control namespace is not theirs
     /// to take (`control_namespace` finds a namespace by name): they claim nothing and evict
     /// nothing, and carry a `ControlNamespaceNotOwned` conflict instead.
-    fn compute(
+    fn compute<'a>(
         control_planes: Vec<MeshControlPlane>,
         tags: Vec<MeshRevisionTag>,
-        ns_facts: Vec<NamespaceFacts>,
+        namespaces: impl Iterator<Item = &'a Namespace> + Clone,
         control_namespace: impl Fn(&str) -> Option<NamespaceFacts>,
     ) -> Self {
+        let ns_facts = namespace_facts(namespaces.clone());
+        let namespace_uids = namespaces
+            .filter_map(|n| Some((n.name_any(), n.uid()?)))
+            .collect();
         let cp_facts: Vec<ControlPlaneFacts> =
             control_planes.iter().map(ControlPlaneFacts::from).collect();
         let tag_facts: Vec<TagFacts> = tags.iter().map(TagFacts::from).collect();
@@ -133,6 +140,7 @@ impl Snapshot {
             control_planes,
             tags,
             membership,
+            namespace_uids,
         }
     }
 }

@@ -5,13 +5,14 @@ use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::Client;
 use time::OffsetDateTime;
 use tracing::warn;
 
 use super::backoff::Failures;
 use super::caches::{self, ClusterCaches, Snapshot};
+use super::recorder::EventRecorder;
 use super::settings::Settings;
 use super::Error;
 use crate::apply::Applier;
@@ -24,7 +25,7 @@ pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 pub struct Context {
     pub client: Client,
     pub applier: Applier,
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
     pub clock: Clock,
@@ -39,12 +40,10 @@ pub struct Context {
 
 impl Context {
     pub fn new(client: Client, metrics: Arc<Metrics>, settings: Settings, clock: Clock) -> Self {
-        let recorder = Recorder::new(
+        let recorder = EventRecorder::new(
             client.clone(),
-            Reporter {
-                controller: "meshplane-operator".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
+            "meshplane-operator",
+            std::env::var("POD_NAME").ok(),
         );
         Self {
             applier: Applier::new(client.clone(), metrics.clone()),
@@ -74,7 +73,8 @@ impl Context {
         Time(Timestamp::from_second(now.unix_timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
     }
 
-    /// Publishes an Event; a failure is logged, never fatal (Events are best effort).
+    /// Publishes an Event (once per occurrence: [`EventRecorder`]); a failure is logged,
+    /// never fatal (Events are best effort).
     pub async fn event(
         &self,
         reference: &k8s_openapi::api::core::v1::ObjectReference,
@@ -82,14 +82,11 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        match self.recorder.publish(&ev, reference).await {
+        match self
+            .recorder
+            .publish(reference, type_, reason, &note, "Reconcile")
+            .await
+        {
             Ok(()) => self.metrics.record_write("Event", "create"),
             Err(e) => warn!(error = %e, reason, "publishing event failed"),
         }

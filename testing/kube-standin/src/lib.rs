@@ -37,6 +37,8 @@
 //! - watches: resume by `resourceVersion`, 410 Gone (ERROR event) past the bounded history,
 //!   bookmarks, `sendInitialEvents`, `timeoutSeconds`, and fault injection
 //!   ([`StandInHandle::drop_all_watches`], [`StandInHandle::expire_history`]);
+//! - core/v1 and events.k8s.io/v1 Events are one store with two views, converted field by
+//!   field as Kubernetes does (`event_views`), with the Event printer's Table for both;
 //! - `pods/<name>[:<port>]/proxy/<path>` (GET, HEAD) to the pod's IP over plain HTTP, authorized
 //!   as `get` on `pods/proxy` (`pod_proxy`; how pod addresses are reached is pluggable);
 //! - `pods/<name>/portforward` over WebSocket (`v4.channel.k8s.io`, as kube-rs's
@@ -64,7 +66,6 @@
 //!   Service clusterIP/ports defaults);
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
-//! - core/v1 and events.k8s.io/v1 Events are stored separately;
 //! - no `pods/log`, `exec`, `attach` (`pods/proxy` and `pods/portforward` are served; `services/proxy` is not; SPDY port forwarding, what `kubectl port-forward` speaks, is not), `eviction`, `binding` or `scale`
 //!   subresources (so no `kubectl logs`, `exec`, `scale`); no `namespaces/finalize`;
 //! - `metadata.managedFields` sent by clients is ignored (cannot be reset);
@@ -75,6 +76,7 @@ pub mod admission_policy;
 pub mod auth;
 pub mod discovery;
 pub mod error;
+pub mod event_views;
 pub mod field_validation;
 pub mod fields;
 pub mod handle;

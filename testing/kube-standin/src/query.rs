@@ -102,6 +102,7 @@ fn supported_fields(rt: &ResourceType) -> &'static [&'static str] {
             "status.phase",
             "status.podIP",
         ],
+        ("events.k8s.io", "events") => super::event_views::EVENTS_VIEW_FIELDS,
         ("", "secrets") => &["type"],
         ("", "namespaces") => &["status.phase"],
         _ => &[],

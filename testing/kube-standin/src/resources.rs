@@ -36,7 +36,8 @@ pub struct ResourceType {
     pub crd_name: Option<String>,
 }
 
-/// Storage identity of a resource: objects of all versions of one group/plural share it.
+/// Storage identity of a resource: objects of all versions of one group/plural share it, and
+/// the two views of Events share one (`event_views`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceKey {
     pub group: String,
@@ -52,11 +53,10 @@ impl ResourceType {
         }
     }
 
+    /// Where its objects are stored: both views of Events share the core one
+    /// (`event_views`).
     pub fn key(&self) -> ResourceKey {
-        ResourceKey {
-            group: self.group.clone(),
-            plural: self.plural.clone(),
-        }
+        super::event_views::storage_key(&self.group, &self.plural)
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
 use super::error::{ApiError, Target};
+use super::event_views;
 use super::fields::{self, Scope};
 use super::lookup::ObjectLookup;
 use super::object;
@@ -751,7 +752,10 @@ impl Store {
         self.lock().get(&key, "", name).cloned()
     }
 
-    fn presented(rt: &ResourceType, mut obj: Value) -> Value {
+    /// A stored object as `rt`'s view shows it (`event_views`), with its `apiVersion` and
+    /// `kind`.
+    fn presented(rt: &ResourceType, obj: Value) -> Value {
+        let mut obj = event_views::to_view(rt, obj);
         if let Some(m) = obj.as_object_mut() {
             m.insert("apiVersion".into(), json!(rt.api_version()));
             m.insert("kind".into(), json!(rt.kind));
@@ -809,7 +813,11 @@ impl Store {
             .flat_map(|m| m.range((from.clone(), Bound::Unbounded)))
             .take_while(|((ons, _), _)| ns.is_none_or(|ns| ons == ns))
             .filter(|((_, name), _)| filter.fields.exact_name().is_none_or(|n| n == name))
-            .filter(|(_, o)| filter.matches(o));
+            .filter(|(_, o)| match event_views::is_events_view(rt) {
+                // Selectors of a converted view apply to the view's shape.
+                true => filter.matches(&event_views::to_view(rt, (*o).clone())),
+                false => filter.matches(o),
+            });
         let mut items = Vec::new();
         let mut last_key = None;
         for (k, o) in matching.by_ref() {
@@ -883,7 +891,7 @@ impl Store {
         if ctx.dry_run {
             return Ok(obj);
         }
-        let stored = state.put(&key, obj, &self.events);
+        let stored = state.put(&key, event_views::to_storage(rt, obj), &self.events);
         state.collect_garbage(&self.events);
         Ok(Self::presented(rt, stored))
     }
@@ -900,10 +908,12 @@ impl Store {
         let mut state = self.lock();
         let key = rt.key();
         let (ns, name) = object_key(&obj);
-        let old = state
+        let stored_old = state
             .get(&key, &ns, &name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(target(rt, &name)))?;
+        // `obj` is in `rt`'s view; so is what it is compared with (`event_views`).
+        let old = event_views::to_view(rt, stored_old.clone());
         if object::resource_version(&old) != Some(expected_rv) {
             return Err(ApiError::stale(target(rt, &name)));
         }
@@ -956,12 +966,12 @@ impl Store {
         }
         object::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(expected_rv));
         if same_content(&old, &obj) {
-            return Ok(Self::presented(rt, old));
+            return Ok(Self::presented(rt, stored_old));
         }
         if ctx.dry_run {
-            return Ok(Self::presented(rt, obj));
+            return Ok(Self::presented(rt, event_views::to_storage(rt, obj)));
         }
-        let stored = state.put(&key, obj, &self.events);
+        let stored = state.put(&key, event_views::to_storage(rt, obj), &self.events);
         state.collect_garbage(&self.events);
         let current = state.get(&key, &ns, &name).cloned().unwrap_or(stored);
         Ok(Self::presented(rt, current))

@@ -1,8 +1,10 @@
 //! `kubectl get` Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): CRD
-//! printer columns, or name and age for every other kind.
+//! printer columns, the Event printer's columns for Events (`event_views`), or name and age
+//! for every other kind.
 
 use serde_json::{json, Value};
 
+use super::event_views;
 use super::object;
 use super::resources::{PrinterColumn, ResourceType};
 
@@ -104,7 +106,12 @@ pub fn to_table(
     list_meta: Value,
     include_object: Option<&str>,
 ) -> Value {
-    let cols = columns(rt);
+    let events = event_views::is_event(rt);
+    let cols = if events {
+        event_views::columns()
+    } else {
+        columns(rt)
+    };
     let definitions: Vec<Value> = cols
         .iter()
         .map(|c| {
@@ -115,7 +122,11 @@ pub fn to_table(
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
-            let cells: Vec<Value> = cols.iter().map(|c| cell(obj, c)).collect();
+            let cells: Vec<Value> = if events {
+                event_views::cells(rt, obj)
+            } else {
+                cols.iter().map(|c| cell(obj, c)).collect()
+            };
             let mut row = json!({"cells": cells});
             if let Some(o) = row_object(obj, include_object) {
                 row["object"] = o;

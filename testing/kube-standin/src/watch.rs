@@ -11,6 +11,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::ApiError;
+use super::event_views;
 use super::object;
 use super::query::Filter;
 use super::resources::ResourceType;
@@ -52,7 +53,16 @@ fn line(event_type: &str, object: Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// Whether the stored `obj` is one the watch reports; selectors apply to the watch's view
+/// (`event_views`).
 fn in_scope(req: &WatchRequest, obj: &Value) -> bool {
+    if event_views::is_events_view(&req.rt) {
+        return in_view_scope(req, &event_views::to_view(&req.rt, obj.clone()));
+    }
+    in_view_scope(req, obj)
+}
+
+fn in_view_scope(req: &WatchRequest, obj: &Value) -> bool {
     req.namespace
         .as_deref()
         .is_none_or(|ns| object::namespace(obj) == Some(ns))
@@ -61,7 +71,7 @@ fn in_scope(req: &WatchRequest, obj: &Value) -> bool {
 
 /// What a stored event means to this watch (selector transitions become ADDED/DELETED).
 fn translate(req: &WatchRequest, ev: &StoredEvent) -> Option<(EventKind, Value)> {
-    if ev.resource.group != req.rt.group || ev.resource.plural != req.rt.plural {
+    if ev.resource != req.rt.key() {
         return None;
     }
     let now = in_scope(req, &ev.object);

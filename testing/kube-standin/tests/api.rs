@@ -923,3 +923,137 @@ async fn request_counter_counts_writes_by_verb_and_not_reads() {
         .into()
     );
 }
+
+/// Events are one store with two views: what a controller writes with `events.k8s.io/v1`
+/// (kube-runtime's recorder: a create, then a merge patch of `series`) is the core/v1 Event
+/// `kubectl get events` lists and `kubectl describe` finds by `involvedObject.*`, watched
+/// and deleted through either view.
+#[tokio::test]
+async fn events_written_with_events_k8s_io_are_core_events_too() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    let (_h, client) = start().await;
+    let v1: Api<Event> = Api::namespaced(client.clone(), "default");
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let mut core_watch = core
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": "blue-v1.1", "namespace": "default"},
+        "action": "Reconcile", "reason": "NamespaceJoined",
+        "note": "namespace shop joined revision blue-v1 of tenant blue", "type": "Normal",
+        "eventTime": "2026-12-07T17:00:00.000001Z",
+        "regarding": {"apiVersion": "meshplane.io/v1alpha1", "kind": "MeshControlPlane",
+                      "name": "blue-v1", "uid": "cp-uid"},
+        "reportingController": "meshplane-operator", "reportingInstance": "meshplane-operator-0",
+    }))
+    .unwrap();
+    let created = v1.create(&PostParams::default(), &event).await.unwrap();
+
+    // The core view: same object, converted.
+    let describe = ListParams::default().fields(
+        "involvedObject.name=blue-v1,involvedObject.namespace=,involvedObject.kind=MeshControlPlane,involvedObject.uid=cp-uid",
+    );
+    let all: Api<CoreEvent> = Api::all(client.clone());
+    let found = all.list(&describe).await.unwrap().items;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let e = &found[0];
+    assert_eq!(e.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        e.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        e.message.as_deref(),
+        Some("namespace shop joined revision blue-v1 of tenant blue")
+    );
+    assert_eq!(e.involved_object.name.as_deref(), Some("blue-v1"));
+    assert_eq!(e.reporting_component.as_deref(), Some("meshplane-operator"));
+    assert_eq!(e.event_time, created.event_time);
+    assert!(all
+        .list(&ListParams::default().fields("involvedObject.name=blue-v2"))
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    // The events.k8s.io view selects by its own field names, not the core ones.
+    let by_regarding = Api::<Event>::all(client.clone())
+        .list(
+            &ListParams::default()
+                .fields("regarding.name=blue-v1,reportingController=meshplane-operator"),
+        )
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(by_regarding.len(), 1);
+    let (code, _) = api_code(
+        Api::<Event>::all(client.clone())
+            .list(&ListParams::default().fields("involvedObject.name=blue-v1"))
+            .await,
+    );
+    assert_eq!(code, 400);
+
+    // The recorder's repeat: a merge patch of `series` through events.k8s.io.
+    v1.patch(
+        "blue-v1.1",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"series": {"count": 2, "lastObservedTime": "2026-12-07T17:01:00.000001Z"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let counted = core.get("blue-v1.1").await.unwrap();
+    assert_eq!(counted.series.as_ref().and_then(|s| s.count), Some(2));
+    assert_eq!(counted.message, e.message, "the rest is kept");
+
+    // The core watch saw both writes.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match tokio::time::timeout(DEADLINE, core_watch.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(WatchEvent::Added(e)) => seen.push(("ADDED", e.message)),
+            Some(WatchEvent::Modified(e)) => seen.push(("MODIFIED", e.message)),
+            Some(WatchEvent::Bookmark(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen[0].0, "ADDED");
+    assert_eq!(seen[1].0, "MODIFIED");
+    assert_eq!(seen[1].1, e.message);
+
+    // Written through core/v1, read through events.k8s.io; deleted through one, gone from both.
+    let written: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "kubelet.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"},
+        "reason": "Pulled", "message": "pulled", "type": "Normal",
+        "source": {"component": "kubelet"}, "count": 3,
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &written).await.unwrap();
+    let read = v1.get("kubelet.1").await.unwrap();
+    assert_eq!(read.note.as_deref(), Some("pulled"));
+    assert_eq!(read.deprecated_count, Some(3));
+    assert_eq!(
+        read.deprecated_source.and_then(|s| s.component).as_deref(),
+        Some("kubelet")
+    );
+    assert_eq!(read.regarding.and_then(|r| r.name).as_deref(), Some("web"));
+    v1.delete("kubelet.1", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(api_code(core.get("kubelet.1").await).0, 404);
+    assert_eq!(
+        v1.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    assert_eq!(
+        core.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+}

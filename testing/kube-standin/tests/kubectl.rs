@@ -401,3 +401,78 @@ async fn unknown_fields_are_refused_warned_about_or_dropped_as_kubectl_asks() {
         "{stored}"
     );
 }
+
+/// An Event written with `events.k8s.io/v1` is what `kubectl get events` lists (the Event
+/// printer's columns), what `kubectl describe` shows under the object it regards and what
+/// `kubectl events` prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_k8s_io_events_show_in_get_events_and_describe() {
+    let k = Kubectl::start().await;
+    k.ok(&["create", "configmap", "web", "-n", "default"]).await;
+    let uid = k
+        .ok(&[
+            "get",
+            "configmap",
+            "web",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .await;
+    let event = format!(
+        r#"{{"apiVersion": "events.k8s.io/v1", "kind": "Event",
+  "metadata": {{"name": "web.1", "namespace": "default"}},
+  "action": "Reconcile", "reason": "SettingsChanged", "type": "Normal",
+  "note": "the settings of web changed",
+  "eventTime": "2026-12-07T17:00:00.000001Z",
+  "regarding": {{"apiVersion": "v1", "kind": "ConfigMap", "name": "web", "namespace": "default", "uid": "{uid}"}},
+  "reportingController": "meshplane-operator", "reportingInstance": "meshplane-operator-0"}}"#
+    );
+    k.ok_with(&["create", "-f", "-"], Some(&event)).await;
+    let table = k.ok(&["get", "events", "-A"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"] {
+        assert!(header.contains(column), "missing {column} in {table}");
+    }
+    let row = table
+        .lines()
+        .find(|l| l.contains("SettingsChanged"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.contains("configmap/web") && row.contains("the settings of web changed"),
+        "{row}"
+    );
+    let wide = k
+        .ok(&["get", "events", "-n", "default", "-o", "wide"])
+        .await;
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("COUNT"),
+        "{wide}"
+    );
+    let described = k
+        .ok(&["describe", "configmap", "web", "-n", "default"])
+        .await;
+    let line = described
+        .lines()
+        .find(|l| l.contains("SettingsChanged"))
+        .unwrap_or_else(|| panic!("{described}"));
+    assert!(
+        line.contains("meshplane-operator") && line.contains("the settings of web changed"),
+        "{line}"
+    );
+    let events = k.ok(&["events", "-n", "default"]).await;
+    assert!(events.contains("SettingsChanged"), "{events}");
+    // The events.k8s.io view lists the same object.
+    let v1 = k
+        .ok(&[
+            "get",
+            "events.v1.events.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.items[*].note}",
+        ])
+        .await;
+    assert_eq!(v1.trim(), "the settings of web changed");
+}

@@ -64,17 +64,30 @@ pub async fn reconcile_control_plane(
     result
 }
 
-/// Publishes planned Events, in order.
-async fn publish(mcp: &MeshControlPlane, notices: &[Notice], ctx: &Context) {
+/// Publishes planned Events, in order. An Event regarding a namespace carries its uid (as
+/// `kubectl describe namespace` looks Events up by it); one regarding a namespace that no
+/// longer exists is not published.
+async fn publish(
+    mcp: &MeshControlPlane,
+    notices: &[Notice],
+    snap: &super::Snapshot,
+    ctx: &Context,
+) {
     for notice in notices {
         let reference = match &notice.regarding {
             Regarding::ControlPlane => mcp.object_ref(&()),
-            Regarding::Namespace(name) => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Namespace".into()),
-                name: Some(name.clone()),
-                ..Default::default()
-            },
+            Regarding::Namespace(name) => {
+                let Some(uid) = snap.namespace_uids.get(name) else {
+                    continue;
+                };
+                ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Namespace".into()),
+                    name: Some(name.clone()),
+                    uid: Some(uid.clone()),
+                    ..Default::default()
+                }
+            }
         };
         let type_ = if notice.warning {
             EventType::Warning
@@ -118,7 +131,7 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
     let now = ctx.now();
     match plan::decide(mcp, &snap.membership, &now) {
         Decision::Conflicted(report) => {
-            publish(mcp, &report.notices, ctx).await;
+            publish(mcp, &report.notices, &snap, ctx).await;
             write_status(mcp, &report.status, ctx).await?;
             Ok(Action::requeue(ctx.settings.resync))
         }
@@ -196,9 +209,24 @@ async fn reconcile_active(
     let revision = target.control_plane.revision();
     let named = Named::new(&revision, &rev.control_namespace);
     let mut observed = observe(ctx, &rev.tenant, &revision).await?;
+    let members_before = plan::members_before(
+        &observed,
+        &named,
+        &target.uid,
+        target.control_plane.status.as_ref(),
+    );
     gain_access(ctx, target, snap, &named, &mut observed).await?;
-    let written = write_objects(ctx, target, snap, &named, &mut observed).await?;
-    report_outcome(ctx, target, &named, &observed, &written, now).await
+    let written = write_objects(ctx, target, snap, &named, &mut observed).await;
+    // Whatever the writes got to: a members ConfigMap written before a later write failed
+    // is told now, as the next reconcile finds it written.
+    let changes = plan::membership_notices(
+        &revision,
+        &rev.tenant,
+        &members_before,
+        plan::written_members(&observed, &named, &target.uid).as_ref(),
+    );
+    publish(target.control_plane, &changes, snap, ctx).await;
+    report_outcome(ctx, target, snap, &named, &observed, &written?, now).await
 }
 
 /// The webhook certificate, the tenant CA and the revision's objects, in up to three passes;
@@ -214,12 +242,9 @@ async fn write_objects(
     let rev = target.revision;
     // Webhook TLS: reuse the Secret's material until a third of its validity remains.
     let host = names::service_host(&mcp.revision(), &rev.control_namespace);
-    let (tls, issued) = tls::ensure(
-        plan::webhook_tls(observed, named, &target.uid),
-        &host,
-        (ctx.clock)(),
-        ctx.settings.tls_validity,
-    )?;
+    let existing = plan::webhook_tls(observed, named, &target.uid);
+    let had_material = existing.is_some();
+    let (tls, issued) = tls::ensure(existing, &host, (ctx.clock)(), ctx.settings.tls_validity)?;
     // The tenant CA (contract 11) before the objects that carry its root. On the tenant's very
     // first reconcile the control namespace does not exist yet: the CA follows the first pass.
     let tenant_ca = ensure_ca(ctx, snap, rev).await?;
@@ -247,8 +272,9 @@ async fn write_objects(
             break;
         }
     }
-    let notices = plan::write_notices(mcp, written.tenant_ca.as_ref(), issued, &host);
-    publish(mcp, &notices, ctx).await;
+    let certificate = plan::Certificate::of(had_material, issued);
+    let notices = plan::write_notices(mcp, written.tenant_ca.as_ref(), certificate, &host);
+    publish(mcp, &notices, snap, ctx).await;
     Ok(written)
 }
 
@@ -257,6 +283,7 @@ async fn write_objects(
 async fn report_outcome(
     ctx: &Context,
     target: &Target<'_>,
+    snap: &super::Snapshot,
     named: &Named,
     observed: &BTreeMap<ObjectKey, Value>,
     written: &Written,
@@ -299,7 +326,7 @@ async fn report_outcome(
         ),
     };
     let report = plan::report(mcp, rev, &outcome, now);
-    publish(mcp, &report.notices, ctx).await;
+    publish(mcp, &report.notices, snap, ctx).await;
     write_status(mcp, &report.status, ctx).await?;
     if !written.applied.is_empty() || !written.pruned.is_empty() {
         info!(
@@ -614,7 +641,7 @@ async fn cleanup(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error>
         let pods = injected_pods(ctx, &namespaces, &revision).await?;
         if pods > 0 {
             let report = plan::in_use(mcp, pods, &ctx.now());
-            publish(mcp, &report.notices, ctx).await;
+            publish(mcp, &report.notices, &snap, ctx).await;
             write_status(mcp, &report.status, ctx).await?;
             return Err(Error::InUse { pods });
         }

@@ -137,6 +137,8 @@ pub struct Named {
     pub deployment: ObjectKey,
     /// The proxies ConfigMap (contract 3).
     pub proxies: ObjectKey,
+    /// The members ConfigMap (contract 2): which namespaces the revision serves, as written.
+    pub members: ObjectKey,
     /// The mutating and the validating webhook configurations (contract 5).
     pub webhooks: [ObjectKey; 2],
 }
@@ -157,6 +159,11 @@ impl Named {
                 Kind::ConfigMap,
                 Some(control_namespace),
                 &render::proxies_configmap(revision),
+            ),
+            members: key(
+                Kind::ConfigMap,
+                Some(control_namespace),
+                &names::members_configmap(revision),
             ),
             webhooks: [
                 key(
@@ -398,24 +405,53 @@ fn role_ref_changed(object: &DesiredObject, observed: &BTreeMap<ObjectKey, Value
         .is_some_and(|r| Some(r) != role_ref(&object.body))
 }
 
+/// What a reconcile did with the webhook serving certificate (contract 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Certificate {
+    /// The Secret's material is still good: kept.
+    Kept,
+    /// There was none (or none of ours): issued.
+    Issued,
+    /// The Secret's material was due (a third of its validity left, or another host): replaced.
+    Rotated,
+}
+
+impl Certificate {
+    /// From whether there was material before and whether `tls::ensure` issued.
+    pub fn of(had_material: bool, issued: bool) -> Self {
+        match (had_material, issued) {
+            (_, false) => Self::Kept,
+            (false, true) => Self::Issued,
+            (true, true) => Self::Rotated,
+        }
+    }
+}
+
 /// Events about what the writes did to the tenant CA (issued, rotated, or refused for bad
-/// plugged material, the last only once) and to the webhook serving certificate for `host`.
+/// plugged material, the last only once) and to the webhook serving certificate for `host`
+/// (`CertificateIssued` the first time, `CertificateRotated` when it replaces one).
 pub fn write_notices(
     mcp: &MeshControlPlane,
     tenant_ca: Option<&TenantCa>,
-    certificate_issued: bool,
+    certificate: Certificate,
     host: &str,
 ) -> Vec<Notice> {
     let mut notices: Vec<Notice> = tenant_ca
         .and_then(|ca| ca_notice(mcp, ca))
         .into_iter()
         .collect();
-    if certificate_issued {
-        notices.push(Notice::on_control_plane(
+    match certificate {
+        Certificate::Kept => {}
+        Certificate::Issued => notices.push(Notice::on_control_plane(
             false,
             "CertificateIssued",
             format!("issued the webhook serving certificate for {host}"),
-        ));
+        )),
+        Certificate::Rotated => notices.push(Notice::on_control_plane(
+            false,
+            "CertificateRotated",
+            format!("rotated the webhook serving certificate for {host}; the instance reloads it without a restart"),
+        )),
     }
     notices
 }
@@ -512,8 +548,155 @@ impl Outcome<'_> {
     }
 }
 
+/// Most namespaces the membership Events on a control plane name one by one per reconcile;
+/// beyond that, one Event says how many joined (or left) and names the first of them.
+pub const NAMED_MEMBERSHIP_CHANGES: usize = 10;
+
+/// Namespace names the reconcile knew before it wrote anything, exactly or up to a bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnownNamespaces {
+    /// The names known.
+    pub names: BTreeSet<String>,
+    /// Set when the names come from a status list cut at its bound (sorted, with an exact
+    /// count): a name sorting after this one is not known either way, so no Event is decided
+    /// for it.
+    pub known_up_to: Option<String>,
+}
+
+impl KnownNamespaces {
+    /// Every name, exactly.
+    pub fn exactly(names: BTreeSet<String>) -> Self {
+        Self {
+            names,
+            known_up_to: None,
+        }
+    }
+
+    /// A sorted status list of `count` namespaces of which `names` are listed.
+    fn from_bounded<'a>(names: impl Iterator<Item = &'a str>, count: i32) -> Self {
+        let names: BTreeSet<String> = names.map(str::to_string).collect();
+        let cut = usize::try_from(count).unwrap_or(usize::MAX) > names.len();
+        Self {
+            known_up_to: if cut { names.last().cloned() } else { None },
+            names,
+        }
+    }
+
+    /// Whether `ns` is decided by what is known (in or out).
+    fn decides(&self, ns: &str) -> bool {
+        self.known_up_to.as_deref().is_none_or(|last| ns <= last)
+    }
+
+    fn is_new(&self, ns: &str) -> bool {
+        self.decides(ns) && !self.names.contains(ns)
+    }
+}
+
+/// The namespaces attached to the revision as its members ConfigMap (contract 2) says, when
+/// it is observed, the operator's (owned by `owner_uid`: one somebody else put in its place
+/// says nothing of what the instance serves) and readable.
+pub fn written_members(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    owner_uid: &str,
+) -> Option<BTreeSet<String>> {
+    let cm = observed
+        .get(&named.members)
+        .filter(|cm| apply::is_ours(cm, owner_uid))?;
+    let data = cm.get("data")?.clone();
+    let data: meshplane_contracts::Data = serde_json::from_value(data).ok()?;
+    meshplane_contracts::members::MembersData::from_data(&data)
+        .ok()
+        .map(|m| m.attached)
+}
+
+/// What was attached to the revision before this reconcile wrote anything: its members
+/// ConfigMap as observed, else the member list of its last status (bounded), else nothing
+/// (a revision reconciled for the first time).
+pub fn members_before(
+    observed: &BTreeMap<ObjectKey, Value>,
+    named: &Named,
+    owner_uid: &str,
+    previous: Option<&MeshControlPlaneStatus>,
+) -> KnownNamespaces {
+    if let Some(attached) = written_members(observed, named, owner_uid) {
+        return KnownNamespaces::exactly(attached);
+    }
+    match previous.and_then(|s| s.members.as_ref()) {
+        Some(list) => {
+            KnownNamespaces::from_bounded(list.names.iter().map(String::as_str), list.count)
+        }
+        None => KnownNamespaces::default(),
+    }
+}
+
+/// The Events of namespaces joining and leaving `revision` (of `tenant`): `before` as the
+/// reconcile found the revision's members, `after` as its members ConfigMap holds them once
+/// written (`None` when it could not be read: nothing is decided). Each change is reported
+/// once, when the ConfigMap that the instance serves changes: on the control plane (one Event
+/// per namespace, or one for many) and on each namespace. A steady reconcile reports nothing.
+pub fn membership_notices(
+    revision: &str,
+    tenant: &str,
+    before: &KnownNamespaces,
+    after: Option<&BTreeSet<String>>,
+) -> Vec<Notice> {
+    let Some(after) = after else {
+        return Vec::new();
+    };
+    let joined: Vec<&String> = after.iter().filter(|ns| before.is_new(ns)).collect();
+    let left: Vec<&String> = before
+        .names
+        .iter()
+        .filter(|ns| !after.contains(*ns))
+        .collect();
+    let target = format!("revision {revision} of tenant {tenant}");
+    let mut notices = Vec::new();
+    for (reason, verb, changed) in [
+        (NAMESPACE_JOINED, "joined", &joined),
+        (NAMESPACE_LEFT, "left", &left),
+    ] {
+        if changed.len() <= NAMED_MEMBERSHIP_CHANGES {
+            notices.extend(changed.iter().map(|ns| {
+                Notice::on_control_plane(false, reason, format!("namespace {ns} {verb} {target}"))
+            }));
+        } else {
+            let first: Vec<&str> = changed
+                .iter()
+                .take(NAMED_MEMBERSHIP_CHANGES)
+                .map(|s| s.as_str())
+                .collect();
+            notices.push(Notice::on_control_plane(
+                false,
+                reason,
+                format!(
+                    "{} namespaces {verb} {target}: {}, and {} more",
+                    changed.len(),
+                    first.join(", "),
+                    changed.len() - first.len()
+                ),
+            ));
+        }
+        notices.extend(changed.iter().map(|ns| Notice {
+            regarding: Regarding::Namespace(ns.to_string()),
+            warning: false,
+            reason: reason.to_string(),
+            message: format!("{verb} {target}"),
+        }));
+    }
+    notices
+}
+
+/// Reason of the Event of a namespace joining a revision.
+pub const NAMESPACE_JOINED: &str = "NamespaceJoined";
+/// Reason of the Event of a namespace leaving a revision.
+pub const NAMESPACE_LEFT: &str = "NamespaceLeft";
+/// Reason of the control plane's Event of a namespace labelled for it but refused.
+pub const NAMESPACE_REJECTED: &str = "NamespaceRejected";
+
 /// The status of an active revision from its reconcile's outcome, and the Events the change
-/// brings: a Warning on each namespace newly rejected, one when `MembersStale` or
+/// brings: a Warning on each namespace newly rejected and one on the control plane
+/// (`NamespaceRejected`, naming it and why), one when `MembersStale` or
 /// `WatchesRefused` turns True, and `ConflictResolved` when a Degraded revision has nothing
 /// left to report.
 pub fn report(
@@ -529,19 +712,34 @@ pub fn report(
     if let Some(uid) = control_namespace_uid(outcome.observed, outcome.named) {
         status.control_namespace_uid = Some(uid);
     }
-    let known_rejected: BTreeSet<&str> = previous
+    let known_rejected = previous
         .and_then(|s| s.rejected.as_ref())
-        .map(|r| r.namespaces.iter().map(|n| n.name.as_str()).collect())
+        .map(|r| {
+            KnownNamespaces::from_bounded(r.namespaces.iter().map(|n| n.name.as_str()), r.count)
+        })
         .unwrap_or_default();
     let mut notices: Vec<Notice> = revision
         .rejected
         .iter()
-        .filter(|(ns, _)| !known_rejected.contains(ns.as_str()))
-        .map(|(ns, rejection)| Notice {
-            regarding: Regarding::Namespace(ns.clone()),
-            warning: true,
-            reason: rejection.reason.as_str().to_string(),
-            message: rejection.message.clone(),
+        .filter(|(ns, _)| known_rejected.is_new(ns))
+        .flat_map(|(ns, rejection)| {
+            [
+                Notice::on_control_plane(
+                    true,
+                    NAMESPACE_REJECTED,
+                    format!(
+                        "rejected namespace {ns} ({}): {}",
+                        rejection.reason.as_str(),
+                        rejection.message
+                    ),
+                ),
+                Notice {
+                    regarding: Regarding::Namespace(ns.clone()),
+                    warning: true,
+                    reason: rejection.reason.as_str().to_string(),
+                    message: rejection.message.clone(),
+                },
+            ]
         })
         .collect();
     let turned_true = |type_: &str| {
@@ -1042,12 +1240,20 @@ mod tests {
         let notices = write_notices(
             &mcp,
             Some(&issued),
-            true,
+            Certificate::of(false, true),
             "meshplane-blue-v1.meshplane-blue.svc",
         );
         let reasons: Vec<&str> = notices.iter().map(|n| n.reason.as_str()).collect();
         assert_eq!(reasons, ["TenantCAUpdated", "CertificateIssued"]);
         assert!(notices.iter().all(|n| !n.warning));
+        // Material replaced is a rotation; material kept is told nothing.
+        let rotated = write_notices(&mcp, None, Certificate::of(true, true), "host");
+        let reasons: Vec<&str> = rotated.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, ["CertificateRotated"]);
+        assert_eq!(
+            write_notices(&mcp, None, Certificate::of(true, false), "host"),
+            []
+        );
 
         let refused = TenantCa {
             trust_bundle: Some("root".into()),
@@ -1058,7 +1264,7 @@ mod tests {
             written: None,
             phase: None,
         };
-        let warned = write_notices(&mcp, Some(&refused), false, "host");
+        let warned = write_notices(&mcp, Some(&refused), Certificate::Kept, "host");
         assert_eq!(warned.len(), 1);
         assert!(warned[0].warning);
         assert_eq!(warned[0].reason, status::CA_INVALID_REASON);
@@ -1074,12 +1280,18 @@ mod tests {
             }],
             ..Default::default()
         });
-        assert_eq!(write_notices(&mcp, Some(&refused), false, "host"), []);
+        assert_eq!(
+            write_notices(&mcp, Some(&refused), Certificate::Kept, "host"),
+            []
+        );
         let kept = TenantCa {
             written: None,
             ..issued
         };
-        assert_eq!(write_notices(&mcp, Some(&kept), false, "host"), []);
+        assert_eq!(
+            write_notices(&mcp, Some(&kept), Certificate::Kept, "host"),
+            []
+        );
     }
 
     /// An outcome of blue-v1 with every object in place and `proxies` as the proxies
@@ -1108,20 +1320,201 @@ mod tests {
     fn a_newly_rejected_namespace_is_warned_about_once() {
         let (mut mcp, membership) = mk_blue();
         let first = mk_report(&mcp, &membership, json!({"xds-a": "2"}));
+        let rejection = &membership.revisions["blue-v1"].rejected["intruder"];
         assert_eq!(
             first.notices,
-            [Notice {
-                regarding: Regarding::Namespace("intruder".into()),
-                warning: true,
-                reason: "OutsideSelector".into(),
-                message: membership.rejected["intruder"].message.clone(),
-            }]
+            [
+                Notice {
+                    regarding: Regarding::ControlPlane,
+                    warning: true,
+                    reason: NAMESPACE_REJECTED.into(),
+                    message: format!(
+                        "rejected namespace intruder (OutsideSelector): {}",
+                        rejection.message
+                    ),
+                },
+                Notice {
+                    regarding: Regarding::Namespace("intruder".into()),
+                    warning: true,
+                    reason: "OutsideSelector".into(),
+                    message: rejection.message.clone(),
+                }
+            ]
         );
         assert_eq!(first.status.connected_proxies, Some(2));
         mcp.status = Some(first.status);
         let again = mk_report(&mcp, &membership, json!({"xds-a": "2"}));
         assert_eq!(again.notices, []);
         assert_eq!(Some(&again.status), mcp.status.as_ref(), "a steady status");
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The membership Events as (regarding namespace or "", reason, message).
+    fn told(notices: &[Notice]) -> Vec<(String, &str, &str)> {
+        notices
+            .iter()
+            .map(|n| {
+                let on = match &n.regarding {
+                    Regarding::ControlPlane => String::new(),
+                    Regarding::Namespace(ns) => ns.clone(),
+                };
+                (on, n.reason.as_str(), n.message.as_str())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn joins_and_leaves_are_told_once_on_the_control_plane_and_the_namespace() {
+        let before = KnownNamespaces::exactly(set(&["cart", "shop"]));
+        let after = set(&["cart", "bank"]);
+        let notices = membership_notices("blue-v1", "blue", &before, Some(&after));
+        assert_eq!(
+            told(&notices),
+            [
+                (
+                    String::new(),
+                    NAMESPACE_JOINED,
+                    "namespace bank joined revision blue-v1 of tenant blue"
+                ),
+                (
+                    "bank".into(),
+                    NAMESPACE_JOINED,
+                    "joined revision blue-v1 of tenant blue"
+                ),
+                (
+                    String::new(),
+                    NAMESPACE_LEFT,
+                    "namespace shop left revision blue-v1 of tenant blue"
+                ),
+                (
+                    "shop".into(),
+                    NAMESPACE_LEFT,
+                    "left revision blue-v1 of tenant blue"
+                ),
+            ]
+        );
+        assert!(notices.iter().all(|n| !n.warning));
+        // The next reconcile finds the members ConfigMap as written: nothing to tell.
+        let steady = KnownNamespaces::exactly(after.clone());
+        assert_eq!(
+            membership_notices("blue-v1", "blue", &steady, Some(&after)),
+            []
+        );
+        // Members ConfigMap unreadable after the writes: nothing is decided.
+        assert_eq!(membership_notices("blue-v1", "blue", &before, None), []);
+    }
+
+    #[test]
+    fn the_members_before_come_from_the_members_configmap_else_the_status() {
+        let (mcp, membership) = mk_blue();
+        let named = Named::new("blue-v1", "meshplane-blue");
+        let mut observed = mk_observed(&mk_desired(&mcp, &membership));
+        // As rendered: shop and cart attached.
+        let written = written_members(&observed, &named, &uid(&mcp));
+        assert_eq!(written, Some(set(&["cart", "shop"])));
+        // One somebody put in its place (not the operator's labels) says nothing.
+        let mut foreign = observed.clone();
+        if let Some(cm) = foreign.get_mut(&named.members) {
+            cm["metadata"]["labels"] = json!({});
+        }
+        assert_eq!(written_members(&foreign, &named, &uid(&mcp)), None);
+        assert_eq!(
+            members_before(&observed, &named, &uid(&mcp), None),
+            KnownNamespaces::exactly(set(&["cart", "shop"]))
+        );
+        // Without a members ConfigMap, a first reconcile knows nothing attached: every
+        // attached namespace joins.
+        observed.remove(&named.members);
+        assert_eq!(
+            members_before(&observed, &named, &uid(&mcp), None),
+            KnownNamespaces::default()
+        );
+        let first = membership_notices(
+            "blue-v1",
+            "blue",
+            &KnownNamespaces::default(),
+            written.as_ref(),
+        );
+        assert_eq!(
+            first
+                .iter()
+                .filter(|n| n.regarding == Regarding::ControlPlane)
+                .count(),
+            2
+        );
+        // Else the status' list, known only up to its last name when cut at the bound.
+        let status = MeshControlPlaneStatus {
+            members: Some(status::bounded(&set(&["cart", "shop"]))),
+            ..Default::default()
+        };
+        assert_eq!(
+            members_before(&observed, &named, &uid(&mcp), Some(&status)),
+            KnownNamespaces::exactly(set(&["cart", "shop"]))
+        );
+        let cut = MeshControlPlaneStatus {
+            members: Some(meshplane_crds::controlplane::NamespaceList {
+                count: 60,
+                names: vec!["cart".into(), "shop".into()],
+            }),
+            ..Default::default()
+        };
+        let known = members_before(&observed, &named, &uid(&mcp), Some(&cut));
+        // "bank" sorts inside the list and is not in it: it joined. "web" sorts after the
+        // cut: unknown, nothing told.
+        let notices = membership_notices(
+            "blue-v1",
+            "blue",
+            &known,
+            Some(&set(&["bank", "cart", "shop", "web"])),
+        );
+        assert_eq!(
+            told(&notices)
+                .iter()
+                .map(|(on, reason, _)| (on.as_str(), *reason))
+                .collect::<Vec<_>>(),
+            [("", NAMESPACE_JOINED), ("bank", NAMESPACE_JOINED)]
+        );
+    }
+
+    #[test]
+    fn many_changes_at_once_are_one_event_on_the_control_plane() {
+        let many: BTreeSet<String> = (0..12).map(|i| format!("ns-{i:02}")).collect();
+        let notices =
+            membership_notices("blue-v2", "blue", &KnownNamespaces::default(), Some(&many));
+        let on_control_plane: Vec<&Notice> = notices
+            .iter()
+            .filter(|n| n.regarding == Regarding::ControlPlane)
+            .collect();
+        assert_eq!(on_control_plane.len(), 1);
+        assert_eq!(
+            on_control_plane[0].message,
+            "12 namespaces joined revision blue-v2 of tenant blue: ns-00, ns-01, ns-02, ns-03, ns-04, ns-05, ns-06, ns-07, ns-08, ns-09, and 2 more"
+        );
+        // Each namespace still gets its own.
+        assert_eq!(notices.len(), 1 + 12);
+    }
+
+    #[test]
+    fn rejections_beyond_the_status_bound_are_not_told_again() {
+        let (mut mcp, membership) = mk_blue();
+        let first = mk_report(&mcp, &membership, json!({}));
+        assert_eq!(first.notices.len(), 2, "{:?}", first.notices);
+        // A status listing fewer rejected names than its count, cut before "intruder": the
+        // reconcile cannot tell whether intruder was rejected before, and tells nothing.
+        let mut status = first.status.clone();
+        if let Some(r) = status.rejected.as_mut() {
+            r.count = 51;
+            r.namespaces = vec![meshplane_crds::controlplane::RejectedNamespace {
+                name: "aaa".into(),
+                reason: "OutsideSelector".into(),
+                message: String::new(),
+            }];
+        }
+        mcp.status = Some(status);
+        assert_eq!(mk_report(&mcp, &membership, json!({})).notices, []);
     }
 
     #[test]
