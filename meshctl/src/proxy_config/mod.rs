@@ -213,7 +213,7 @@ impl Report for AllReport {
 /// Where the admin answers come from.
 enum Source {
     File(PathBuf),
-    Pod(EnvoyAdmin, String),
+    Pod(Box<EnvoyAdmin>, String),
 }
 
 impl Source {
@@ -224,7 +224,7 @@ impl Source {
         let (namespace, pod) = target.pod()?;
         let client = cluster.client().await?;
         Ok(Source::Pod(
-            EnvoyAdmin::new(client, &namespace, &pod),
+            Box::new(EnvoyAdmin::new(client, &namespace, &pod)),
             format!("{pod}.{namespace}"),
         ))
     }

@@ -50,7 +50,7 @@ type Connect =
 /// How the stand-in opens a connection to `localhost:<port>` inside a pod: the kubelet's part of
 /// port forwarding. The pod runner supplies one; without it, every forward fails with an error
 /// on the port's error channel (no node runs the pod).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct PodConnector(Option<Arc<Connect>>);
 
 impl PodConnector {
@@ -72,12 +72,6 @@ impl PodConnector {
                 "no node runs this pod (the stand-in was started without a pod connector)",
             )),
         }
-    }
-}
-
-impl Default for PodConnector {
-    fn default() -> Self {
-        PodConnector(None)
     }
 }
 
