@@ -156,6 +156,9 @@ impl Cluster {
             }),
             webhook_credentials,
             pod_connector: network.pod_connector(),
+            pod_logs: meshplane_pod_runner::pod_logs(meshplane_pod_runner::logs_dir(
+                &work_dir.join("pods"),
+            )),
             ..StandInOptions::default()
         })
         .await

@@ -64,6 +64,97 @@ spec:
     patch: {operation: MERGE, value: {connect_timeout: -1s}}
 "#;
 
+/// `meshctl bug-report`: the archive holds what a maintainer asks for, for the mesh as it runs,
+/// and no private key or token (the debug token this test holds, any JWT-shaped token).
+fn bug_report_collects_without_secrets(kubeconfig: &std::path::Path, pod: &str, token: &str) {
+    use std::io::Read as _;
+    let archive =
+        std::env::temp_dir().join(format!("meshctl-bug-report-{}.tar.gz", std::process::id()));
+    let archive_arg = archive.display().to_string();
+    let summary = json(&meshctl(
+        kubeconfig,
+        &[
+            "bug-report",
+            "--archive",
+            &archive_arg,
+            "--debug-token",
+            token,
+            "-o",
+            "json",
+        ],
+    ));
+    let mut files = std::collections::BTreeMap::new();
+    let mut read = tar::Archive::new(flate2::read::GzDecoder::new(
+        std::fs::File::open(&archive).expect("the archive is written"),
+    ));
+    for entry in read.entries().expect("a tar archive") {
+        let mut entry = entry.expect("an entry");
+        let path = entry.path().expect("a path").display().to_string();
+        let (_, inside) = path.split_once('/').expect("under the report's directory");
+        let inside = inside.to_string();
+        let mut text = String::new();
+        entry.read_to_string(&mut text).expect("text");
+        files.insert(inside, text);
+    }
+    let _ = std::fs::remove_file(&archive);
+    assert_eq!(
+        summary["errors"],
+        serde_json::json!([]),
+        "everything is collected"
+    );
+    let listed: Vec<&str> = summary["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(listed, files.keys().map(String::as_str).collect::<Vec<_>>());
+    let (name, namespace) = pod.rsplit_once('.').expect("pod.namespace");
+    for expected in [
+        "version.json".to_string(),
+        "cluster/meshcontrolplanes.yaml".to_string(),
+        "cluster/meshrevisiontags.yaml".to_string(),
+        "cluster/meshrevisionmigrations.yaml".to_string(),
+        "config/objects.yaml".to_string(),
+        "analyze.json".to_string(),
+        "proxy-status.json".to_string(),
+        "errors.txt".to_string(),
+        format!("proxies/{namespace}/{name}/config_dump.json"),
+        format!("proxies/{namespace}/{name}/stats.txt"),
+        format!("proxies/{namespace}/{name}/clusters.json"),
+        format!("logs/{namespace}/{name}/meshplane-proxy.log"),
+    ] {
+        assert!(
+            files.contains_key(&expected),
+            "{expected} in {:?}",
+            files.keys()
+        );
+    }
+    assert!(files["cluster/meshcontrolplanes.yaml"].contains("blue-v1"));
+    assert!(files[&format!("proxies/{namespace}/{name}/stats.txt")].contains("cluster_manager"));
+    let logs = |prefix: &str| {
+        files
+            .iter()
+            .filter(|(p, text)| p.starts_with(prefix) && p.ends_with(".log") && !text.is_empty())
+            .count()
+    };
+    assert!(
+        logs("logs/meshplane-system/") > 0,
+        "the operator's logs: {:?}",
+        files.keys()
+    );
+    assert!(
+        logs("logs/meshplane-blue/") > 0,
+        "blue's instance logs: {:?}",
+        files.keys()
+    );
+    for (path, text) in &files {
+        assert!(!text.contains("PRIVATE KEY"), "a private key in {path}");
+        assert!(!text.contains(token), "the debug token in {path}");
+        assert!(!text.contains("eyJhbGci"), "a token in {path}");
+    }
+}
+
 /// One request to a proxy's Envoy admin, read by the test itself through a kube-rs port-forward
 /// (not meshctl's code): the body as text.
 async fn envoy_admin(cluster: &Cluster, pod: &str, method: &str, path: &str) -> String {
@@ -406,6 +497,8 @@ async fn proxy_config_shows_what_the_envoy_holds(
     })
     .await
     .expect("back in sync once the EnvoyFilter is gone");
+
+    bug_report_collects_without_secrets(kubeconfig, pod, &token);
 
     // log: every logger to debug, seen by the Envoy itself; then back to warning.
     let set = json(&meshctl(

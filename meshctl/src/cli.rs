@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::analyze::{self, AnalyzeReport, CodeList, Severity};
+use crate::bug_report::{self, BugReportArgs};
 use crate::cluster::{self, ClusterArgs, Scope};
 use crate::describe::{self, DescribeCommand};
 use crate::instances;
@@ -59,6 +60,9 @@ pub enum Command {
         #[command(subcommand)]
         command: DescribeCommand,
     },
+    /// One archive for a bug report: versions, control planes, config, findings, logs, and each
+    /// proxy's config dump and stats; private keys and tokens removed, Secrets never read.
+    BugReport(BugReportArgs),
     /// This client's version and the versions the cluster runs.
     Version(VersionArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -167,6 +171,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tag { command } => tag::run(command, &cli.cluster, cli.output).await?,
         Command::Translate(args) => translate::run(args, cli.output)?,
         Command::Describe { command } => describe::run(command, &cli.cluster, cli.output).await?,
+        Command::BugReport(args) => bug_report::run(args, &cli.cluster, cli.output).await?,
         Command::Version(args) => version::run(args, &cli.cluster, cli.output).await?,
         Command::Completion { shell } => {
             let mut command = Cli::command();

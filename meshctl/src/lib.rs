@@ -10,6 +10,7 @@
 //! holds from its Envoy admin, through the API server's `pods/portforward` ([`envoy_admin`]).
 
 pub mod analyze;
+pub mod bug_report;
 pub mod cli;
 pub mod cluster;
 pub mod describe;

@@ -11,7 +11,7 @@ use crate::cluster::ClusterArgs;
 use crate::output::{self, Format, Report, Table};
 
 /// The operator Deployment's label.
-const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=meshplane-operator";
+pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=meshplane-operator";
 
 /// `meshctl version`.
 #[derive(Debug, Args)]
@@ -75,49 +75,60 @@ pub fn client_version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
 
-/// Runs `meshctl version`.
-pub async fn run(args: &VersionArgs, cluster: &ClusterArgs, format: Format) -> anyhow::Result<()> {
+/// The versions the cluster runs: the operator's images and every revision's.
+pub async fn cluster_report(client: &kube::Client) -> anyhow::Result<VersionReport> {
     let mut report = VersionReport {
         client: client_version(),
         operator_images: Vec::new(),
         revisions: Vec::new(),
     };
-    if !args.client {
-        let client = cluster.client().await?;
-        let deployments: Api<Deployment> = Api::all(client.clone());
-        let operators = deployments
-            .list(&ListParams::default().labels(OPERATOR_SELECTOR))
-            .await?;
-        for d in operators.items {
-            let images = d
-                .spec
-                .template
-                .spec
-                .map(|s| {
-                    s.containers
-                        .into_iter()
-                        .filter_map(|c| c.image)
-                        .collect::<Vec<_>>()
-                })
-                .unwrap_or_default();
-            report.operator_images.extend(images);
-        }
-        let mcps: Api<MeshControlPlane> = Api::all(client);
-        let mut revisions: Vec<RevisionVersion> = mcps
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(|m| RevisionVersion {
-                tenant: m.spec.tenant.clone(),
-                revision: m.revision(),
-                version: m.spec.version.clone(),
-                xds_image: m.xds_image(),
-                proxy_image: m.proxy_image(),
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let operators = deployments
+        .list(&ListParams::default().labels(OPERATOR_SELECTOR))
+        .await?;
+    for d in operators.items {
+        let images = d
+            .spec
+            .template
+            .spec
+            .map(|s| {
+                s.containers
+                    .into_iter()
+                    .filter_map(|c| c.image)
+                    .collect::<Vec<_>>()
             })
-            .collect();
-        revisions.sort_by(|a, b| (&a.tenant, &a.revision).cmp(&(&b.tenant, &b.revision)));
-        report.revisions = revisions;
+            .unwrap_or_default();
+        report.operator_images.extend(images);
     }
+    let mcps: Api<MeshControlPlane> = Api::all(client.clone());
+    let mut revisions: Vec<RevisionVersion> = mcps
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|m| RevisionVersion {
+            tenant: m.spec.tenant.clone(),
+            revision: m.revision(),
+            version: m.spec.version.clone(),
+            xds_image: m.xds_image(),
+            proxy_image: m.proxy_image(),
+        })
+        .collect();
+    revisions.sort_by(|a, b| (&a.tenant, &a.revision).cmp(&(&b.tenant, &b.revision)));
+    report.revisions = revisions;
+    Ok(report)
+}
+
+/// Runs `meshctl version`.
+pub async fn run(args: &VersionArgs, cluster: &ClusterArgs, format: Format) -> anyhow::Result<()> {
+    let report = if args.client {
+        VersionReport {
+            client: client_version(),
+            operator_images: Vec::new(),
+            revisions: Vec::new(),
+        }
+    } else {
+        cluster_report(&cluster.client().await?).await?
+    };
     output::print(&report, format)
 }

@@ -14,6 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::admission::{Dialer, WebhookClientCredentials};
 use super::auth::{Authenticator, Identity};
+use super::pod_log::PodLogs;
 use super::port_forward::PodConnector;
 use super::rbac::Authorizer;
 use super::requests::{RequestCounter, RequestCounts};
@@ -43,6 +44,8 @@ pub struct StandInOptions {
     /// How `pods/<name>/portforward` reaches `localhost:<port>` inside a pod (default: no node
     /// runs pods, every forward fails on its error channel).
     pub pod_connector: PodConnector,
+    /// How `pods/<name>/log` reads what a container wrote (default: every log is empty).
+    pub pod_logs: PodLogs,
 }
 
 impl Default for StandInOptions {
@@ -56,6 +59,7 @@ impl Default for StandInOptions {
             webhook_dialer: Dialer::default(),
             webhook_credentials: WebhookClientCredentials::default(),
             pod_connector: PodConnector::default(),
+            pod_logs: PodLogs::default(),
         }
     }
 }
@@ -123,6 +127,7 @@ impl StandIn {
             webhook_dialer: opts.webhook_dialer.clone(),
             webhook_credentials: opts.webhook_credentials.clone(),
             pod_connector: opts.pod_connector.clone(),
+            pod_logs: opts.pod_logs.clone(),
             authorizer: authorizer.clone(),
         });
         if let Some(address) = opts.advertise_address {

@@ -41,6 +41,8 @@
 //!   field as Kubernetes does (`event_views`), with the Event printer's Table for both;
 //! - `pods/<name>[:<port>]/proxy/<path>` (GET, HEAD) to the pod's IP over plain HTTP, authorized
 //!   as `get` on `pods/proxy` (`pod_proxy`; how pod addresses are reached is pluggable);
+//! - `pods/<name>/log` (`container`, `tailLines`, `limitBytes`) from what the node supplies
+//!   (`pod_log`), authorized as `get` on `pods/log`, so `kubectl logs` works;
 //! - `pods/<name>/portforward` over WebSocket (`v4.channel.k8s.io`, as kube-rs's
 //!   `Api::portforward` speaks it) to `localhost:<port>` inside the pod, authorized as `create`
 //!   on `pods/portforward` (`port_forward`; the pod runner supplies the kubelet's part);
@@ -66,8 +68,9 @@
 //!   Service clusterIP/ports defaults);
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
-//! - no `pods/log`, `exec`, `attach` (`pods/proxy` and `pods/portforward` are served; `services/proxy` is not; SPDY port forwarding, what `kubectl port-forward` speaks, is not), `eviction`, `binding` or `scale`
-//!   subresources (so no `kubectl logs`, `exec`, `scale`); no `namespaces/finalize`;
+//! - no `exec`, `attach` (`pods/proxy`, `pods/log` and `pods/portforward` are served; `services/proxy` is not; SPDY port forwarding, what `kubectl port-forward` speaks, is not), `eviction`, `binding` or `scale`
+//!   subresources (so no `kubectl exec`, `scale`; `kubectl logs -f`, `--previous` and `--since`
+//!   are refused); no `namespaces/finalize`;
 //! - `metadata.managedFields` sent by clients is ignored (cannot be reset);
 //! - no controllers: nothing runs pods or fills Deployment status (the pod runner does).
 
@@ -84,6 +87,7 @@ pub mod lookup;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod pod_log;
 pub mod pod_proxy;
 pub mod port_forward;
 pub mod protobuf;
@@ -102,5 +106,6 @@ pub mod watch;
 pub use admission::{ClientCertificate, Dialer, WebhookClientCredentials};
 pub use auth::Identity;
 pub use handle::{StandIn, StandInError, StandInHandle, StandInOptions};
+pub use pod_log::PodLogs;
 pub use port_forward::{PodConnector, PodRef};
 pub use store::KUBERNETES_SERVICE_IP;

@@ -19,6 +19,7 @@ use super::fields::{self, Scope};
 use super::object;
 use super::openapi;
 use super::patch::{self, PatchKind};
+use super::pod_log;
 use super::pod_proxy;
 use super::port_forward;
 use super::protobuf;
@@ -52,6 +53,8 @@ pub struct ServerState {
     pub webhook_dialer: admission::Dialer,
     /// How forwarded ports reach a pod (the kubelet's part).
     pub pod_connector: port_forward::PodConnector,
+    /// What containers wrote (the kubelet's part of `pods/log`).
+    pub pod_logs: pod_log::PodLogs,
     /// The client certificates admission webhooks are called with.
     pub webhook_credentials: admission::WebhookClientCredentials,
     /// RBAC with its cache of resolved rules, for `store`.
@@ -178,6 +181,13 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
             .map_err(|reason| ApiError::forbidden(format!("forbidden: {reason}")))?;
         return non_resource(state, &segments, &path);
     }
+    if let ["api", "v1", "namespaces", ns, "pods", name, "log"] = segments.as_slice() {
+        if req.method() != Method::GET {
+            return Err(ApiError::method_not_allowed("pods/log answers GET only"));
+        }
+        let options = pod_log::LogOptions::parse(req.uri().query())?;
+        return log_of_pod(state, user, ns, name, &options).await;
+    }
     if let ["api", "v1", "namespaces", ns, "pods", name, "portforward"] = segments.as_slice() {
         let (ns, name) = (ns.to_string(), name.to_string());
         return port_forward_to_pod(state, user, &ns, &name, req).await;
@@ -266,6 +276,46 @@ async fn proxy_to_pod(
         .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
     let pod = state.store.get(&pods, namespace, &target.pod)?;
     pod_proxy::forward(&state.webhook_dialer, &pod, target, method, headers).await
+}
+
+/// `pods/<name>/log`: authorized as `get` on `pods/log` with the caller's identity, then read
+/// from the node (`pod_log`).
+async fn log_of_pod(
+    state: &ServerState,
+    user: UserInfo,
+    namespace: &str,
+    name: &str,
+    options: &pod_log::LogOptions,
+) -> Result<Response, ApiError> {
+    let attrs = RequestAttributes {
+        user,
+        verb: "get".to_string(),
+        api_group: String::new(),
+        resource: "pods".to_string(),
+        subresource: Some("log".to_string()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+    };
+    state
+        .authorizer
+        .authorize(state.store.as_ref(), &attrs)
+        .map_err(|reason| forbidden(&attrs, &reason))?;
+    let pods = state
+        .store
+        .find_type("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
+    let pod = state.store.get(&pods, namespace, name)?;
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let pod_ref = port_forward::PodRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid,
+    };
+    pod_log::serve(&state.pod_logs, &pod, pod_ref, options).await
 }
 
 /// `pods/<name>/portforward`: authorized as `create` on `pods/portforward` with the caller's

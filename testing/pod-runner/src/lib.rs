@@ -64,6 +64,21 @@ pub use runner::{logs_dir, NODE_NAME};
 use container::ProcessRegistry;
 use runner::{Runner, RunnerCommand};
 
+/// The kubelet's part of `pods/log`, for the API stand-in: what each container wrote, from the
+/// runner's log files under `logs_dir` (`<namespace>_<pod>_<container>.log`; empty before the
+/// container started).
+pub fn pod_logs(logs_dir: PathBuf) -> meshplane_kube_standin::PodLogs {
+    meshplane_kube_standin::PodLogs::new(move |pod, container| {
+        let path = logs_dir.join(format!("{}_{}_{container}.log", pod.namespace, pod.name));
+        async move {
+            match tokio::fs::read(&path).await {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                other => other,
+            }
+        }
+    })
+}
+
 /// How the runner runs pods.
 #[derive(Debug, Clone)]
 pub struct PodRunnerOptions {

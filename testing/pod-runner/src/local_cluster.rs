@@ -53,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
             async move { dialer.connect(address).await }
         }),
         pod_connector: network.pod_connector(),
+        pod_logs: meshplane_pod_runner::pod_logs(meshplane_pod_runner::logs_dir(&args.work_dir)),
         ..StandInOptions::default()
     })
     .await?;
