@@ -460,10 +460,14 @@ fn check_injectors(
     report: &mut PrecheckReport,
 ) {
     // The namespaces meshplane injects: those labelled for it now, and one that joins later.
+    // Istio's own labels are left out: a namespace labelled for both meshes is MP0824's; here
+    // the question is whether Istio injects a namespace nobody labelled for it.
     let mut candidates: Vec<(String, BTreeMap<String, String>)> = namespaces
         .iter()
         .filter_map(|ns| {
-            let labels = ns.metadata.labels.clone().unwrap_or_default();
+            let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+            labels.remove(ISTIO_INJECTION_LABEL);
+            labels.remove(ISTIO_REV_LABEL);
             labels.contains_key(REV_LABEL).then(|| {
                 (
                     format!(
@@ -1057,10 +1061,20 @@ mod tests {
                 ],
             ),
         ]));
+        // Istio's usual injector picks shop by its istio-injection label: that is the label's
+        // fault (MP0824), not the injector's.
+        facts.mutating_webhooks = Some(Ok(vec![istio_default()]));
         let report = check(&facts, &[], None);
         let objects: Vec<&str> = report.findings.iter().map(|f| f.object.as_str()).collect();
-        assert_eq!(codes_of(&report), ["MP0824", "MP0824"]);
-        assert_eq!(objects, ["Namespace garden", "Namespace shop"]);
+        assert_eq!(codes_of(&report), ["MP0824", "MP0824", "MP0823"]);
+        assert_eq!(
+            objects,
+            [
+                "Namespace garden",
+                "Namespace shop",
+                "MutatingWebhookConfiguration istio-sidecar-injector"
+            ]
+        );
         assert!(report.findings[1]
             .message
             .contains("kubectl label namespace shop istio-injection-"));
