@@ -24,7 +24,8 @@
 //!   `limit`/`continue`, Table output for `kubectl get` (also on watches; CRD printer columns;
 //!   Kubernetes' own printers for Pods — READY, STATUS such as `Init:0/1`, `CrashLoopBackOff`
 //!   or `Terminating`, RESTARTS, AGE, and IP, NODE, NOMINATED NODE, READINESS GATES with
-//!   `-o wide` — Services, Deployments and Namespaces (`printers`); Name and Age for the other
+//!   `-o wide` — Services, Deployments, ReplicaSets, StatefulSets, DaemonSets, Namespaces,
+//!   ConfigMaps, Secrets and ServiceAccounts (`printers`); Name and Age for the other
 //!   built-in kinds), Service ClusterIPs from 198.19.0.0/16 (the `kubernetes` Service in `default` holds
 //!   198.19.0.1; its EndpointSlice is `StandInOptions::advertise_address`);
 //! - OpenAPI v3 (`/openapi/v3` and one document per group/version, `openapi`): the resource

@@ -1,12 +1,16 @@
 //! The API server's Table printers for the built-in kinds users list most: Pods, Services,
-//! Deployments and Namespaces, with the columns and cells Kubernetes' own printers give them
+//! Deployments, ReplicaSets, StatefulSets, DaemonSets, Namespaces, ConfigMaps, Secrets and
+//! ServiceAccounts, with the columns and cells Kubernetes' own printers give them
 //! (`pkg/printers/internalversion`). As on the real server, every row carries the wide
 //! (priority 1) cells; `kubectl get` shows them with `-o wide`.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Namespace, Pod, Service};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerStatus, Namespace, Pod, PodTemplateSpec, Secret, Service,
+    ServiceAccount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::de::DeserializeOwned;
@@ -39,7 +43,15 @@ pub fn printer(rt: &ResourceType) -> Option<Printer> {
         ("", "v1", "pods") => Some(printer(pod_columns, pod_row)),
         ("", "v1", "services") => Some(printer(service_columns, service_row)),
         ("", "v1", "namespaces") => Some(printer(namespace_columns, namespace_row)),
+        ("", "v1", "configmaps") => Some(printer(config_map_columns, config_map_row)),
+        ("", "v1", "secrets") => Some(printer(secret_columns, secret_row)),
+        ("", "v1", "serviceaccounts") => {
+            Some(printer(service_account_columns, service_account_row))
+        }
         ("apps", "v1", "deployments") => Some(printer(deployment_columns, deployment_row)),
+        ("apps", "v1", "replicasets") => Some(printer(replica_set_columns, replica_set_row)),
+        ("apps", "v1", "statefulsets") => Some(printer(stateful_set_columns, stateful_set_row)),
+        ("apps", "v1", "daemonsets") => Some(printer(daemon_set_columns, daemon_set_row)),
         _ => None,
     }
 }
@@ -502,14 +514,10 @@ fn format_selector(selector: &LabelSelector) -> String {
         .join(",")
 }
 
-fn deployment_row(obj: &Value, now: Timestamp) -> Row {
-    let deploy: Deployment = typed(obj);
-    let spec = deploy.spec.clone();
-    let status = deploy.status.clone().unwrap_or_default();
-    let containers = spec
-        .template
-        .spec
-        .as_ref()
+/// The wide CONTAINERS and IMAGES cells of a pod template: names and images, comma-separated.
+fn template_cells(template: Option<&PodTemplateSpec>) -> [Value; 2] {
+    let containers = template
+        .and_then(|t| t.spec.as_ref())
         .map(|s| s.containers.clone())
         .unwrap_or_default();
     let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
@@ -517,6 +525,14 @@ fn deployment_row(obj: &Value, now: Timestamp) -> Row {
         .iter()
         .map(|c| c.image.as_deref().unwrap_or_default())
         .collect();
+    [json!(names.join(",")), json!(images.join(","))]
+}
+
+fn deployment_row(obj: &Value, now: Timestamp) -> Row {
+    let deploy: Deployment = typed(obj);
+    let spec = deploy.spec.clone();
+    let status = deploy.status.clone().unwrap_or_default();
+    let [names, images] = template_cells(Some(&spec.template));
     Row {
         cells: vec![
             json!(deploy.metadata.name.clone().unwrap_or_default()),
@@ -528,9 +544,183 @@ fn deployment_row(obj: &Value, now: Timestamp) -> Row {
             json!(status.updated_replicas.unwrap_or(0)),
             json!(status.available_replicas.unwrap_or(0)),
             json!(age(deploy.metadata.creation_timestamp.as_ref(), now)),
-            json!(names.join(",")),
-            json!(images.join(",")),
+            names,
+            images,
             json!(format_selector(&spec.selector)),
+        ],
+        conditions: None,
+    }
+}
+
+const CONTAINERS_DESCRIPTION: &str = "Names of each container in the template.";
+const IMAGES_DESCRIPTION: &str = "Images referenced by each container in the template.";
+
+fn replica_set_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Desired", 0, "Replicas is the number of desired pods. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset"),
+        column("Current", 0, "Replicas is the most recently observed number of non-terminating pods. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicaset"),
+        column("Ready", 0, "The number of non-terminating pods targeted by this ReplicaSet with a Ready Condition."),
+        age_column(),
+        column("Containers", 1, CONTAINERS_DESCRIPTION),
+        column("Images", 1, IMAGES_DESCRIPTION),
+        column("Selector", 1, "Selector is a label query over pods that should match the replica count. Label keys and values that must match in order to be controlled by this replica set. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+    ]
+}
+
+fn replica_set_row(obj: &Value, now: Timestamp) -> Row {
+    let rs: ReplicaSet = typed(obj);
+    let status = rs.status.clone().unwrap_or_default();
+    let [names, images] = template_cells(rs.spec.template.as_ref());
+    Row {
+        cells: vec![
+            json!(rs.metadata.name.clone().unwrap_or_default()),
+            json!(rs.spec.replicas.unwrap_or(1)),
+            json!(status.replicas),
+            json!(status.ready_replicas.unwrap_or(0)),
+            json!(age(rs.metadata.creation_timestamp.as_ref(), now)),
+            names,
+            images,
+            json!(format_selector(&rs.spec.selector)),
+        ],
+        conditions: None,
+    }
+}
+
+fn stateful_set_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Ready", 0, "Number of the pod with ready state"),
+        age_column(),
+        column("Containers", 1, CONTAINERS_DESCRIPTION),
+        column("Images", 1, IMAGES_DESCRIPTION),
+    ]
+}
+
+fn stateful_set_row(obj: &Value, now: Timestamp) -> Row {
+    let sts: StatefulSet = typed(obj);
+    let ready = sts
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    let [names, images] = template_cells(Some(&sts.spec.template));
+    Row {
+        cells: vec![
+            json!(sts.metadata.name.clone().unwrap_or_default()),
+            json!(format!("{ready}/{}", sts.spec.replicas.unwrap_or(1))),
+            json!(age(sts.metadata.creation_timestamp.as_ref(), now)),
+            names,
+            images,
+        ],
+        conditions: None,
+    }
+}
+
+fn daemon_set_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Desired", 0, "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod). More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"),
+        column("Current", 0, "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod. More info: https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/"),
+        column("Ready", 0, "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition."),
+        column("Up-to-date", 0, "The total number of nodes that are running updated daemon pod"),
+        column("Available", 0, "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)"),
+        column("Node Selector", 0, "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node. More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/"),
+        age_column(),
+        column("Containers", 1, CONTAINERS_DESCRIPTION),
+        column("Images", 1, IMAGES_DESCRIPTION),
+        column("Selector", 1, "A label query over pods that are managed by the daemon set. Must match in order to be controlled. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors"),
+    ]
+}
+
+fn daemon_set_row(obj: &Value, now: Timestamp) -> Row {
+    let ds: DaemonSet = typed(obj);
+    let status = ds.status.clone().unwrap_or_default();
+    let node_selector = ds
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref());
+    let [names, images] = template_cells(Some(&ds.spec.template));
+    Row {
+        cells: vec![
+            json!(ds.metadata.name.clone().unwrap_or_default()),
+            json!(status.desired_number_scheduled),
+            json!(status.current_number_scheduled),
+            json!(status.number_ready),
+            json!(status.updated_number_scheduled.unwrap_or(0)),
+            json!(status.number_available.unwrap_or(0)),
+            json!(format_labels(node_selector)),
+            json!(age(ds.metadata.creation_timestamp.as_ref(), now)),
+            names,
+            images,
+            json!(format_selector(&ds.spec.selector)),
+        ],
+        conditions: None,
+    }
+}
+
+fn config_map_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Data", 0, "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process."),
+        age_column(),
+    ]
+}
+
+fn config_map_row(obj: &Value, now: Timestamp) -> Row {
+    let cm: ConfigMap = typed(obj);
+    let data =
+        cm.data.as_ref().map_or(0, |d| d.len()) + cm.binary_data.as_ref().map_or(0, |d| d.len());
+    Row {
+        cells: vec![
+            json!(cm.metadata.name.clone().unwrap_or_default()),
+            json!(data),
+            json!(age(cm.metadata.creation_timestamp.as_ref(), now)),
+        ],
+        conditions: None,
+    }
+}
+
+fn secret_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Type", 0, "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
+        column("Data", 0, "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4"),
+        age_column(),
+    ]
+}
+
+fn secret_row(obj: &Value, now: Timestamp) -> Row {
+    let secret: Secret = typed(obj);
+    Row {
+        cells: vec![
+            json!(secret.metadata.name.clone().unwrap_or_default()),
+            // The API server defaults an unset type to Opaque.
+            json!(secret.type_.clone().unwrap_or_else(|| "Opaque".into())),
+            json!(secret.data.as_ref().map_or(0, |d| d.len())),
+            json!(age(secret.metadata.creation_timestamp.as_ref(), now)),
+        ],
+        conditions: None,
+    }
+}
+
+fn service_account_columns() -> Vec<PrinterColumn> {
+    vec![
+        name_column(),
+        column("Secrets", 0, "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a \"kubernetes.io/enforce-mountable-secrets\" annotation set to \"true\". The \"kubernetes.io/enforce-mountable-secrets\" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret"),
+        age_column(),
+    ]
+}
+
+fn service_account_row(obj: &Value, now: Timestamp) -> Row {
+    let sa: ServiceAccount = typed(obj);
+    Row {
+        cells: vec![
+            json!(sa.metadata.name.clone().unwrap_or_default()),
+            json!(sa.secrets.as_ref().map_or(0, |s| s.len())),
+            json!(age(sa.metadata.creation_timestamp.as_ref(), now)),
         ],
         conditions: None,
     }
@@ -776,12 +966,68 @@ mod tests {
     }
 
     #[test]
+    fn workloads_and_configuration() {
+        let now = at(NOW);
+        let template = json!({"spec": {"containers": [{"name": "app", "image": "app:1"}]}});
+        let rs = json!({"metadata": {"name": "web-5d9f"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d9f"}}, "template": template},
+            "status": {"replicas": 2, "readyReplicas": 1}});
+        assert_eq!(
+            replica_set_row(&rs, now).cells,
+            vec![
+                json!("web-5d9f"),
+                json!(2),
+                json!(2),
+                json!(1),
+                json!("<unknown>"),
+                json!("app"),
+                json!("app:1"),
+                json!("app=web,pod-template-hash=5d9f")
+            ]
+        );
+        let sts = json!({"metadata": {"name": "db"}, "spec": {"replicas": 3, "selector": {}, "template": template},
+            "status": {"replicas": 3, "readyReplicas": 3}});
+        assert_eq!(stateful_set_row(&sts, now).cells[1], json!("3/3"));
+        let ds = json!({"metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                     "template": {"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}, "containers": [{"name": "a", "image": "a:1"}]}}},
+            "status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberReady": 1, "numberMisscheduled": 0}});
+        let c = daemon_set_row(&ds, now).cells;
+        assert_eq!(
+            c[1..7],
+            [
+                json!(1),
+                json!(1),
+                json!(1),
+                json!(0),
+                json!(0),
+                json!("kubernetes.io/os=linux")
+            ]
+        );
+        let cm = json!({"metadata": {"name": "settings"}, "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
+        assert_eq!(config_map_row(&cm, now).cells[1], json!(3));
+        let secret = json!({"metadata": {"name": "token"}, "data": {"t": "AA=="}});
+        assert_eq!(
+            secret_row(&secret, now).cells[1..3],
+            [json!("Opaque"), json!(1)]
+        );
+        let sa = json!({"metadata": {"name": "default"}});
+        assert_eq!(service_account_row(&sa, now).cells[1], json!(0));
+    }
+
+    #[test]
     fn every_row_has_a_cell_per_column() {
         for (plural, group, obj) in [
             ("pods", "", pod(json!({}))),
             ("services", "", json!({"metadata": {"name": "s"}})),
             ("namespaces", "", json!({"metadata": {"name": "n"}})),
+            ("configmaps", "", json!({"metadata": {"name": "c"}})),
+            ("secrets", "", json!({"metadata": {"name": "s"}})),
+            ("serviceaccounts", "", json!({"metadata": {"name": "s"}})),
             ("deployments", "apps", json!({"metadata": {"name": "d"}})),
+            ("replicasets", "apps", json!({"metadata": {"name": "r"}})),
+            ("statefulsets", "apps", json!({"metadata": {"name": "s"}})),
+            ("daemonsets", "apps", json!({"metadata": {"name": "d"}})),
         ] {
             let rt = crate::resources::builtin_types()
                 .into_iter()

@@ -1,8 +1,11 @@
 //! `kubectl get` Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): CRD
 //! printer columns, the Event printer's columns for Events (`event_views`), Kubernetes' own
-//! printers for Pods, Services, Deployments and Namespaces (`printers`: READY, STATUS,
-//! RESTARTS, ...; the wide columns with priority 1), or name and age for every other kind.
+//! printers for Pods, Services, workloads, Namespaces, ConfigMaps, Secrets and
+//! ServiceAccounts (`printers`: READY, STATUS, RESTARTS, ...; the wide columns with priority
+//! 1), or name and age for every other kind. Ages and `date` columns are Kubernetes' human
+//! durations.
 
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
 use super::event_views;
@@ -82,7 +85,11 @@ fn cell(obj: &Value, col: &PrinterColumn) -> Value {
         return Value::Null;
     };
     match (col.type_.as_str(), v) {
-        ("date", Value::String(s)) => json!(object::human_age(s)),
+        // As the API server converts `date` columns: Kubernetes' human duration since then.
+        ("date", Value::String(s)) => match object::parse_time(s) {
+            Some(t) => json!(printers::human_duration(t, Timestamp::now())),
+            None => json!("<invalid>"),
+        },
         (_, Value::String(_) | Value::Number(_) | Value::Bool(_)) => v.clone(),
         (_, Value::Null) => Value::Null,
         (_, other) => json!(other.to_string()),
@@ -115,7 +122,7 @@ pub fn to_table(
         (None, true) => event_views::columns(),
         (None, false) => columns(rt),
     };
-    let now = k8s_openapi::jiff::Timestamp::now();
+    let now = Timestamp::now();
     let definitions: Vec<Value> = cols
         .iter()
         .map(|c| {

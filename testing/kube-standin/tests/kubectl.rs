@@ -641,7 +641,7 @@ async fn get_pods_shows_readiness_status_restarts_and_wide_columns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_services_deployments_and_namespaces_show_their_columns() {
+async fn get_services_deployments_configmaps_and_namespaces_show_their_columns() {
     let k = Kubectl::start().await;
     let objects = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\nspec:\n  selector:\n    app: web\n  ports:\n  - port: 80\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: app\n        image: app:1\n";
     k.ok_with(&["apply", "-f", "-"], Some(objects)).await;
@@ -692,6 +692,20 @@ async fn get_services_deployments_and_namespaces_show_their_columns() {
         ["app", "app:1", "app=web"],
         "{wide}"
     );
+
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "default",
+        "--from-literal=a=1",
+        "--from-literal=b=2",
+    ])
+    .await;
+    let configmaps = k.ok(&["get", "configmaps", "-n", "default"]).await;
+    assert_eq!(header_columns(&configmaps), ["NAME", "DATA", "AGE"]);
+    assert_eq!(row(&configmaps, "settings")[1], "2", "{configmaps}");
 
     let namespaces = k.ok(&["get", "namespaces"]).await;
     assert_eq!(header_columns(&namespaces), ["NAME", "STATUS", "AGE"]);
