@@ -173,7 +173,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::ProxyStatus(args) => proxy_status::run(args, &cli.cluster, cli.output).await?,
         Command::ProxyConfig { command } => {
-            proxy_config::run(command, &cli.cluster, cli.output).await?
+            return proxy_config::run(command, &cli.cluster, cli.output).await
         }
         Command::Tag { command } => tag::run(command, &cli.cluster, cli.output).await?,
         Command::Translate(args) => translate::run(args, cli.output)?,
