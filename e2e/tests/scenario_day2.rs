@@ -54,6 +54,18 @@ fn json(run: &Run) -> Value {
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
 }
 
+/// An EnvoyFilter the instance admits and Envoy rejects: a negative connect timeout on the
+/// proxies' cluster of web.
+const NEGATIVE_TIMEOUT_FILTER: &str = r#"apiVersion: networking.meshplane.io/v1alpha1
+kind: EnvoyFilter
+metadata: {name: negative-timeout, namespace: shop}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    match: {context: SIDECAR_OUTBOUND, cluster: {service: web.shop.svc.cluster.local}}
+    patch: {operation: MERGE, value: {connect_timeout: -1s}}
+"#;
+
 /// One request to a proxy's Envoy admin, read by the test itself through a kube-rs port-forward
 /// (not meshctl's code): the body as text.
 async fn envoy_admin(cluster: &Cluster, pod: &str, method: &str, path: &str) -> String {
@@ -279,6 +291,123 @@ async fn proxy_config_shows_what_the_envoy_holds(
         .map(|c| c["bootstrap"].clone())
         .expect("the dump's bootstrap");
     assert_eq!(bootstrap, dumped_bootstrap);
+
+    // --diff: what the proxy accepted against what its instance intends, field by field. The
+    // loops below poll with one debug token (each meshctl run would otherwise request a new one,
+    // and the instance reviews only so many new tokens per caller and minute).
+    let token = cluster
+        .kubectl(&[
+            "create",
+            "token",
+            "meshplane-debug",
+            "-n",
+            "meshplane-blue",
+            "--audience",
+            "meshplane-blue-debug",
+        ])
+        .expect("a debug token");
+    let token = token.trim().to_string();
+    let synced = wait_for("proxy-config all --diff clean", DEADLINE, || {
+        let kubeconfig = kubeconfig.to_path_buf();
+        let pod = pod.to_string();
+        let token = token.clone();
+        async move {
+            let run = meshctl(
+                &kubeconfig,
+                &[
+                    "proxy-config",
+                    "all",
+                    &pod,
+                    "--diff",
+                    "--debug-token",
+                    &token,
+                ],
+            );
+            if run.code == Some(0) {
+                Ok(Some(run.stdout))
+            } else {
+                Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
+            }
+        }
+    })
+    .await
+    .expect("a synced proxy holds what its instance intends");
+    assert!(synced.contains("holds what"), "{synced}");
+    // A cluster Envoy rejects: the proxy NACKs and keeps its last good one, which --diff shows.
+    cluster
+        .apply_manifest(NEGATIVE_TIMEOUT_FILTER)
+        .expect("the EnvoyFilter is admitted (only Envoy refuses it)");
+    let differs = wait_for(
+        "proxy-config cluster --diff shows the rejected cluster",
+        DEADLINE,
+        || {
+            let kubeconfig = kubeconfig.to_path_buf();
+            let pod = pod.to_string();
+            let token = token.clone();
+            async move {
+                let run = meshctl(
+                    &kubeconfig,
+                    &[
+                        "proxy-config",
+                        "cluster",
+                        &pod,
+                        "--diff",
+                        "-o",
+                        "json",
+                        "--debug-token",
+                        &token,
+                    ],
+                );
+                if run.code == Some(3) {
+                    Ok(Some(
+                        serde_json::from_str::<Value>(&run.stdout).map_err(|e| e.to_string())?,
+                    ))
+                } else {
+                    Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
+                }
+            }
+        },
+    )
+    .await
+    .expect("the NACKed cluster differs");
+    assert_eq!(
+        differs["differences"],
+        serde_json::json!([{
+            "type": "cds",
+            "name": "outbound|8080||web.shop.svc.cluster.local",
+            "state": "DIFFERS",
+            "fields": ["connect_timeout"],
+        }]),
+        "{differs}"
+    );
+    cluster
+        .kubectl(&["delete", "envoyfilter", "negative-timeout", "-n", "shop"])
+        .expect("the EnvoyFilter is removed");
+    wait_for("proxy-config cluster --diff clean again", DEADLINE, || {
+        let kubeconfig = kubeconfig.to_path_buf();
+        let pod = pod.to_string();
+        let token = token.clone();
+        async move {
+            let run = meshctl(
+                &kubeconfig,
+                &[
+                    "proxy-config",
+                    "cluster",
+                    &pod,
+                    "--diff",
+                    "--debug-token",
+                    &token,
+                ],
+            );
+            if run.code == Some(0) {
+                Ok(Some(()))
+            } else {
+                Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
+            }
+        }
+    })
+    .await
+    .expect("back in sync once the EnvoyFilter is gone");
 
     // log: every logger to debug, seen by the Envoy itself; then back to warning.
     let set = json(&meshctl(

@@ -162,7 +162,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Analyze(args) => return analyze_command(args, &cli).await,
         Command::ProxyStatus(args) => proxy_status::run(args, &cli.cluster, cli.output).await?,
         Command::ProxyConfig { command } => {
-            proxy_config::run(command, &cli.cluster, cli.output).await?
+            return proxy_config::run(command, &cli.cluster, cli.output).await
         }
         Command::Tag { command } => tag::run(command, &cli.cluster, cli.output).await?,
         Command::Translate(args) => translate::run(args, cli.output)?,

@@ -186,26 +186,37 @@ pub async fn request_debug_token(
         .context("the TokenRequest answer carries no token")
 }
 
-/// `GET /debug/proxies` of instance pod `namespace/pod`, through the API server, with `token`
-/// in the debug header.
-async fn debug_proxies(
+/// `GET <path>` (e.g. `/debug/proxies`) on the monitoring port of instance pod
+/// `namespace/pod`, through the API server, with `token` in the debug header: the body.
+pub async fn debug_get(
     client: &kube::Client,
     namespace: &str,
     pod: &str,
     token: &str,
-) -> anyhow::Result<Vec<ConnectedProxy>> {
+    path: &str,
+) -> anyhow::Result<String> {
     let path = format!(
-        "/api/v1/namespaces/{namespace}/pods/{pod}:{}/proxy/debug/proxies",
+        "/api/v1/namespaces/{namespace}/pods/{pod}:{}/proxy{path}",
         ports::HTTP_MONITORING
     );
     let request = http::Request::get(&path)
         .header(debug_contract::TOKEN_HEADER, token)
         .body(Vec::new())
         .context("building the request")?;
-    let text = client.request_text(request).await.map_err(|e| match e {
+    client.request_text(request).await.map_err(|e| match e {
         kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.code),
         other => anyhow::Error::new(other),
-    })?;
+    })
+}
+
+/// `GET /debug/proxies` of instance pod `namespace/pod`.
+async fn debug_proxies(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    token: &str,
+) -> anyhow::Result<Vec<ConnectedProxy>> {
+    let text = debug_get(client, namespace, pod, token, "/debug/proxies").await?;
     serde_json::from_str(&text).with_context(|| {
         let start: String = text.chars().take(200).collect();
         format!("the instance answered something else than its proxy list: {start:?}")

@@ -159,6 +159,7 @@ pub fn router(hub: Arc<Hub>, access: DebugAccess) -> Router {
     let debug = Router::new()
         .route("/debug/proxies", get(proxies))
         .route("/debug/config_dump", get(config_dump))
+        .route("/debug/intended", get(intended))
         .route_layer(middleware::from_fn_with_state(
             Arc::new(access),
             require_debug_access,
@@ -236,6 +237,18 @@ async fn proxies(State(hub): State<Arc<Hub>>) -> Response {
 #[derive(Deserialize)]
 struct DumpQuery {
     proxy: String,
+}
+
+/// What the instance intends proxy `proxy` to hold, in Envoy's admin form.
+async fn intended(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Response {
+    match hub.intended(&q.proxy) {
+        Some(intended) => Json(intended).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no connected proxy {:?}", q.proxy),
+        )
+            .into_response(),
+    }
 }
 
 async fn config_dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Response {

@@ -139,7 +139,11 @@ async fn get(
 async fn debug_endpoints_need_the_debug_accounts_token_from_a_remote_peer() {
     let reviews = Arc::new(AtomicUsize::new(0));
     let router = admin::router(hub(), access(&reviews));
-    for path in ["/debug/proxies", "/debug/config_dump?proxy=x"] {
+    for path in [
+        "/debug/proxies",
+        "/debug/config_dump?proxy=x",
+        "/debug/intended?proxy=x",
+    ] {
         let (status, body) = get(&router, remote(), path, &[]).await;
         assert_eq!(status, 401, "{path} without a token: {body}");
         assert!(

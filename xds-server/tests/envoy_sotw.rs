@@ -124,4 +124,15 @@ async fn envoy_routes_follows_endpoints_and_survives_a_nacked_envoyfilter() {
     );
     let clusters = envoy.admin_get("/clusters").await;
     assert!(clusters.contains("127.0.0.3"), "{clusters}");
+
+    // Without the EnvoyFilter the intended clusters are again those the proxy holds: nothing
+    // is sent, and the proxy is no longer reported as rejecting its config.
+    server.remove("filter.yaml");
+    eventually("the rejection is lifted on /debug/proxies", || async {
+        let body = server.monitoring_get("/debug/proxies").await;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let cds = &v[0]["types"][0];
+        (cds["rejected"] == false && cds["sent_version"] == cds["acked_version"]).then_some(())
+    })
+    .await;
 }

@@ -5,6 +5,7 @@
 //! would send; this shows what the proxy accepted.
 
 pub mod clusters;
+pub mod diff;
 pub mod dump;
 pub mod endpoints;
 pub mod listeners;
@@ -13,16 +14,20 @@ pub mod routes;
 pub mod secrets;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cli::EXIT_FINDINGS;
 use crate::cluster::ClusterArgs;
 use crate::envoy_admin::EnvoyAdmin;
+use crate::instances;
 use crate::output::{self, Format, Report, Table};
 use clusters::{ClusterFilter, Direction};
+use diff::{DiffReport, DumpedType, Intended};
 use dump::ConfigDump;
 use endpoints::EndpointFilter;
 use listeners::ListenerFilter;
@@ -46,6 +51,10 @@ pub struct ProxyTarget {
         conflicts_with = "pod"
     )]
     pub file: Option<PathBuf>,
+    /// Compare what the proxy holds with what its instance intends it to hold (cluster,
+    /// listener, route, all); exits 3 when they differ.
+    #[arg(long, conflicts_with = "file")]
+    pub diff: bool,
 }
 
 impl ProxyTarget {
@@ -249,8 +258,114 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// The percent-encoded form of a query value (node ids are plain, but nothing relies on it).
+fn query_value(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `--diff`: the proxy's config dump against its instance's `/debug/intended`.
+async fn diff_with_instance(
+    target: &ProxyTarget,
+    cluster: &ClusterArgs,
+    types: &[DumpedType],
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    let (namespace, pod) = target.pod()?;
+    let client = cluster.client().await?;
+    let admin = EnvoyAdmin::new(client.clone(), &namespace, &pod);
+    let dump = ConfigDump::parse(&admin.get("/config_dump").await?)?;
+    let filter = instances::Filter {
+        debug_token: cluster.debug_token.clone(),
+        ..instances::Filter::default()
+    };
+    let read = instances::read(&client, &filter).await?;
+    let (instance, proxy) = read
+        .iter()
+        .flat_map(|i| i.proxies.iter().map(move |p| (i, p)))
+        .find(|(_, p)| p.namespace == namespace && p.pod_name.as_deref() == Some(pod.as_str()))
+        .with_context(|| {
+            format!(
+                "no instance has a proxy of pod {namespace}/{pod} connected (meshctl proxy-status lists the connected ones)"
+            )
+        })?;
+    let token = match &cluster.debug_token {
+        Some(t) => t.clone(),
+        None => {
+            instances::request_debug_token(&client, &instance.tenant, &instance.namespace).await?
+        }
+    };
+    let path = format!("/debug/intended?proxy={}", query_value(&proxy.id));
+    let text = instances::debug_get(&client, &instance.namespace, &instance.pod, &token, &path)
+        .await
+        .with_context(|| {
+            format!(
+                "reading what instance {}/{} intends for {}",
+                instance.namespace, instance.pod, proxy.id
+            )
+        })?;
+    let intended: Intended = serde_json::from_str(&text)
+        .context("the instance's /debug/intended answer is not what this meshctl reads")?;
+    if !intended.rendered {
+        anyhow::bail!(
+            "instance {}/{} has not rendered a configuration for {} yet",
+            instance.namespace,
+            instance.pod,
+            proxy.id
+        );
+    }
+    let (compared, differences) = diff::compare(&dump, &intended, types);
+    let report = DiffReport {
+        pod: format!("{pod}.{namespace}"),
+        instance: format!("{}.{}", instance.pod, instance.namespace),
+        proxy: proxy.id.clone(),
+        compared,
+        differences,
+    };
+    output::print(&report, format)?;
+    Ok(if report.differences.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FINDINGS)
+    })
+}
+
 /// Runs one `proxy-config` command.
 pub async fn run(
+    command: &ProxyConfigCommand,
+    cluster: &ClusterArgs,
+    format: Format,
+) -> anyhow::Result<ExitCode> {
+    let compared = match command {
+        ProxyConfigCommand::Cluster { target, .. } => Some((target, &[DumpedType::Cds][..])),
+        ProxyConfigCommand::Listener { target, .. } => Some((target, &[DumpedType::Lds][..])),
+        ProxyConfigCommand::Route { target, .. } => Some((target, &[DumpedType::Rds][..])),
+        ProxyConfigCommand::All { target } => Some((target, &DumpedType::ALL[..])),
+        ProxyConfigCommand::Endpoint { target, .. }
+        | ProxyConfigCommand::Secret { target }
+        | ProxyConfigCommand::Bootstrap { target }
+        | ProxyConfigCommand::Log { target, .. } => {
+            if target.diff {
+                anyhow::bail!("--diff compares clusters, listeners and routes (cluster, listener, route, all)");
+            }
+            None
+        }
+    };
+    if let Some((target, types)) = compared.filter(|(t, _)| t.diff) {
+        return diff_with_instance(target, cluster, types, format).await;
+    }
+    show(command, cluster, format).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what the proxy holds.
+async fn show(
     command: &ProxyConfigCommand,
     cluster: &ClusterArgs,
     format: Format,
@@ -371,6 +486,7 @@ mod tests {
             pod: Some(pod.to_string()),
             namespace: namespace.map(str::to_string),
             file: None,
+            diff: false,
         }
     }
 

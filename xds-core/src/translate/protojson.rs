@@ -120,6 +120,31 @@ pub fn to_json(type_name: &str, encoded: &[u8]) -> Result<Value, ProtoJsonError>
     })
 }
 
+/// A resource as Envoy's admin prints it in `/config_dump`: proto field names (not JSON
+/// names), `@type` first, nested `Any`s expanded. What a proxy holds and what an instance
+/// intends compare field by field in this form.
+pub fn to_admin_json(type_url: &str, encoded: &[u8]) -> Result<Value, ProtoJsonError> {
+    let type_name = type_name_of(type_url);
+    let desc = message(type_name)?;
+    let msg = DynamicMessage::decode(desc, encoded).map_err(|e| ProtoJsonError::Decode {
+        message: type_name.to_string(),
+        reason: e.to_string(),
+    })?;
+    let options = prost_reflect::SerializeOptions::new().use_proto_field_name(true);
+    let fields = msg
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .map_err(|e| ProtoJsonError::Decode {
+            message: type_name.to_string(),
+            reason: e.to_string(),
+        })?;
+    let mut out = serde_json::Map::new();
+    out.insert("@type".to_string(), Value::from(type_url));
+    if let Value::Object(fields) = fields {
+        out.extend(fields);
+    }
+    Ok(Value::Object(out))
+}
+
 /// Merges the proto-JSON `patch` into the encoded message `existing` of type `type_name`
 /// (EnvoyFilter `MERGE`): fields the patch names replace scalars — an explicit `false` or `0`
 /// included, which a merge of encodings would drop —, merge into messages, append to lists and

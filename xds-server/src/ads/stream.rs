@@ -106,6 +106,7 @@ pub async fn run_stream<W: Wire>(
             hub.metrics().paced_response();
         }
         if let (Some(snap), None) = (&snapshot, paced_until) {
+            let rejected_before = state.rejected_mask();
             let responses = state.next_responses(snap);
             if client_caused {
                 pacing.charge(responses.len(), Instant::now());
@@ -122,7 +123,7 @@ pub async fn run_stream<W: Wire>(
                 }
                 hub.metrics().pushed(name, latency.as_secs_f64());
             }
-            if sent_any {
+            if sent_any || state.rejected_mask() != rejected_before {
                 handle.publish(&state);
             }
         }

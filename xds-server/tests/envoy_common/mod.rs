@@ -239,6 +239,11 @@ impl Server {
         std::fs::rename(&tmp, self.dir.path().join(name)).expect("rename manifest");
     }
 
+    /// Removes one manifest file.
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.dir.path().join(name)).expect("remove manifest");
+    }
+
     /// GET on the monitoring server.
     pub async fn monitoring_get(&self, path: &str) -> String {
         http_get(self.monitoring, "xds", path)

@@ -65,6 +65,17 @@ impl StreamState {
         type_url::ORDER.iter().copied().zip(self.types.iter())
     }
 
+    /// Which types are blocked on a rejection, one bit per type in push order: a plan that
+    /// sends nothing can still lift a block (the content went back to what the proxy holds), and
+    /// the published state must follow.
+    pub fn rejected_mask(&self) -> u32 {
+        self.types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.rejected())
+            .fold(0, |mask, (i, _)| mask | (1 << i))
+    }
+
     /// Subscribed names over every type: (count, bytes).
     pub fn names_held(&self) -> (usize, usize) {
         self.types.iter().fold((0, 0), |(n, b), t| {
