@@ -537,23 +537,30 @@ impl Cluster {
     /// and `garden` to green, and both instances Ready.
     pub async fn start_two_tenants(name: &str, deadline: Duration) -> Result<Self, HarnessError> {
         let cluster = Self::start(name).await?;
-        cluster.install_operator().await?;
+        cluster.install_two_tenants(deadline).await?;
+        Ok(cluster)
+    }
+
+    /// [`Cluster::start_two_tenants`] on a cluster already started: installs the operator and
+    /// the two tenants, and waits until both instances are Ready.
+    pub async fn install_two_tenants(&self, deadline: Duration) -> Result<(), HarnessError> {
+        self.install_operator().await?;
         for sample in ["config/samples/blue.yaml", "config/samples/green.yaml"] {
-            cluster.kubectl(&["apply", "--server-side", "-f", sample])?;
+            self.kubectl(&["apply", "--server-side", "-f", sample])?;
         }
-        cluster.kubectl(&["create", "namespace", "shop"])?;
-        cluster.kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])?;
-        cluster.kubectl(&["create", "namespace", "garden"])?;
-        cluster.kubectl(&[
+        self.kubectl(&["create", "namespace", "shop"])?;
+        self.kubectl(&["label", "namespace", "shop", "meshplane.io/rev=blue-stable"])?;
+        self.kubectl(&["create", "namespace", "garden"])?;
+        self.kubectl(&[
             "label",
             "namespace",
             "garden",
             "team=green",
             "meshplane.io/rev=green",
         ])?;
-        cluster.wait_for_mcp_ready("blue-v1", deadline).await?;
-        cluster.wait_for_mcp_ready("green", deadline).await?;
-        Ok(cluster)
+        self.wait_for_mcp_ready("blue-v1", deadline).await?;
+        self.wait_for_mcp_ready("green", deadline).await?;
+        Ok(())
     }
 
     /// Waits until MeshControlPlane `name` reports `Ready=True`.

@@ -10,7 +10,9 @@
 //!   where pod addresses are reachable, scrapes the instances and the operator; `promtool`
 //!   accepts `config/monitoring/prometheusrule.yaml`, Prometheus evaluates every rule without
 //!   error, every metric a rule reads has series, every query of the Grafana dashboard returns
-//!   data, and its tenant variable lists both tenants.
+//!   data, and its tenant variable lists both tenants; the admission webhooks' metrics count
+//!   an injected pod, an admitted and a refused ServiceEntry (dry runs), and the operator's
+//!   check of the control planes and tags.
 
 mod monitoring;
 

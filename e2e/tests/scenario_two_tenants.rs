@@ -5,7 +5,9 @@
 //! injected proxy got its workload certificate from its own tenant's instance, and calls between
 //! two sidecars of a tenant are mutual TLS carrying the client's SPIFFE ID. Workload
 //! certificates of 10 seconds (`sidecar.meshplane.io/certTTL`) rotate under steady load with no
-//! failed request.
+//! failed request. Around the install, `meshctl precheck` passes on the fresh cluster and finds a
+//! planted Istio injector that would inject meshplane's namespaces; `meshctl verify-install`
+//! passes after the install and fails while the operator is scaled to zero.
 
 use std::time::{Duration, Instant};
 
@@ -13,14 +15,18 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::PostParams;
 use kube::Api;
-use meshplane_e2e::harness::{app_and_client, pod_ip, wait_for, Cluster, WEB_PORT};
+use meshplane_e2e::harness::{app_and_client, kubectl_path, pod_ip, wait_for, Cluster, WEB_PORT};
+use meshplane_pod_runner::{default_bin_dir, locate_binary, workspace_root};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
     let started = Instant::now();
-    let cluster = Cluster::start_two_tenants("two-tenants", DEADLINE)
+    let cluster = Cluster::start("two-tenants").await.expect("a cluster");
+    precheck_passes_and_finds_a_conflicting_istio_injector(&cluster);
+    cluster
+        .install_two_tenants(DEADLINE)
         .await
         .expect("two tenants Ready");
 
@@ -98,6 +104,7 @@ async fn two_tenants_are_ready_isolated_and_route_their_own_traffic() {
 
     the_operator_holds_secret_and_deployment_rights_only_in_control_namespaces(&cluster).await;
     a_deleted_webhook_secret_is_recreated(&cluster).await;
+    verify_install_passes_and_fails_while_the_operator_is_scaled_to_zero(&cluster).await;
 
     if cluster.network().is_none() {
         eprintln!(
@@ -365,6 +372,232 @@ async fn a_deleted_webhook_secret_is_recreated(cluster: &Cluster) {
     )
     .await
     .expect("the Secret came back");
+}
+
+/// What a `meshctl` run printed, and its exit code.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The JSON it printed (`-o json`).
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", self.stdout, self.stderr))
+    }
+}
+
+/// `meshctl <args>` as a user runs it: the binary, the admin kubeconfig, kubectl for `-k`.
+fn meshctl(cluster: &Cluster, args: &[&str]) -> Run {
+    let binary = locate_binary(&default_bin_dir(), "meshctl").expect("meshctl is built");
+    let out = std::process::Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(args)
+        .env("KUBECTL", kubectl_path().expect("kubectl"))
+        .env("RUST_LOG", "error")
+        .current_dir(workspace_root())
+        .output()
+        .expect("meshctl runs");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The codes of a precheck report.
+fn precheck_codes(report: &serde_json::Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["code"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// An Istio injector that injects every namespace not opted out (`enableNamespacesByDefault`),
+/// hence every namespace that joins meshplane. It calls no one (failurePolicy Ignore).
+const ISTIO_INJECTOR_EVERYWHERE: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: istio-sidecar-injector
+webhooks:
+  - name: sidecar-injector.istio.io
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Ignore
+    clientConfig:
+      service: {name: istiod, namespace: istio-system, path: /inject, port: 443}
+    namespaceSelector:
+      matchExpressions:
+        - {key: istio-injection, operator: NotIn, values: [disabled]}
+    rules:
+      - operations: [CREATE]
+        apiGroups: [""]
+        apiVersions: [v1]
+        resources: [pods]
+"#;
+
+/// Before the install: `meshctl precheck` passes on the fresh cluster (supported version, no
+/// meshplane CRDs, no other mesh, every permission the install needs), fails with MP0821 on an
+/// Istio injector that would inject meshplane's namespaces, and passes again once it is gone.
+fn precheck_passes_and_finds_a_conflicting_istio_injector(cluster: &Cluster) {
+    let fresh = meshctl(cluster, &["precheck", "-o", "json"]);
+    assert_eq!(fresh.code, Some(0), "{}{}", fresh.stdout, fresh.stderr);
+    let report = fresh.json();
+    assert!(precheck_codes(&report).is_empty(), "{report}");
+    let checked = report["checked"].to_string();
+    assert!(
+        checked.contains("none installed (a fresh install)")
+            && checked.contains("you may create every kind of object the install creates"),
+        "{checked}"
+    );
+
+    cluster
+        .apply_manifest(ISTIO_INJECTOR_EVERYWHERE)
+        .expect("Istio's injector");
+    let conflict = meshctl(cluster, &["precheck"]);
+    assert_eq!(
+        conflict.code,
+        Some(3),
+        "{}{}",
+        conflict.stdout,
+        conflict.stderr
+    );
+    assert!(
+        conflict.stdout.contains("MP0821")
+            && conflict
+                .stdout
+                .contains("MutatingWebhookConfiguration istio-sidecar-injector")
+            && conflict
+                .stdout
+                .contains("1 error(s): fix them before installing meshplane"),
+        "{}",
+        conflict.stdout
+    );
+    cluster
+        .kubectl(&[
+            "delete",
+            "mutatingwebhookconfiguration",
+            "istio-sidecar-injector",
+        ])
+        .expect("Istio's injector removed");
+    let clean = meshctl(cluster, &["precheck"]);
+    assert_eq!(clean.code, Some(0), "{}{}", clean.stdout, clean.stderr);
+}
+
+/// The failed checks of a verify-install report, as `check: reason`.
+fn failed_checks(report: &serde_json::Value) -> Vec<String> {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|c| c["status"] == "Failed")
+        .map(|c| format!("{}: {}", c["check"], c["reason"]))
+        .collect()
+}
+
+/// After the install: `meshctl verify-install -k config/default` passes every check (CRDs, the
+/// operator and its webhook answering a dry run, both control planes with their instances and
+/// webhooks, every object of config/default); with the operator's Deployment scaled to 0 it
+/// fails on it and exits 3; scaled back, it passes again. A canary precheck (`--revision`)
+/// passes for a new name and refuses a taken one.
+async fn verify_install_passes_and_fails_while_the_operator_is_scaled_to_zero(cluster: &Cluster) {
+    let healthy = meshctl(
+        cluster,
+        &["verify-install", "-k", "config/default", "-o", "json"],
+    );
+    let report = healthy.json();
+    assert_eq!(healthy.code, Some(0), "{report}");
+    assert!(failed_checks(&report).is_empty(), "{report}");
+    let checks = report["checks"].to_string();
+    for expected in [
+        "MeshControlPlane blue-v1",
+        "Deployment meshplane-green/meshplane-green",
+        "MutatingWebhookConfiguration meshplane-blue-v1-injector",
+        "revision green's validating webhook answers the API server",
+        "the operator's admission webhook answers the API server",
+        "ValidatingAdmissionPolicy meshplane-operator-guardrails",
+    ] {
+        assert!(checks.contains(expected), "{expected} in {checks}");
+    }
+
+    let upgrade = meshctl(
+        cluster,
+        &["precheck", "--revision", "blue-v2", "-o", "json"],
+    );
+    assert_eq!(
+        upgrade.code,
+        Some(0),
+        "{}{}",
+        upgrade.stdout,
+        upgrade.stderr
+    );
+    assert!(
+        upgrade.json()["checked"]
+            .to_string()
+            .contains("at versions this release serves"),
+        "{}",
+        upgrade.stdout
+    );
+    let taken = meshctl(
+        cluster,
+        &["precheck", "--revision", "blue-v1", "-o", "json"],
+    );
+    assert_eq!(taken.code, Some(3), "{}{}", taken.stdout, taken.stderr);
+    assert_eq!(precheck_codes(&taken.json()), ["MP0832"]);
+
+    let scale = |replicas: u32| {
+        cluster
+            .kubectl(&[
+                "patch",
+                "deployment",
+                "meshplane-operator",
+                "-n",
+                "meshplane-system",
+                "--type=merge",
+                "-p",
+                &format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#),
+            ])
+            .expect("the operator scaled")
+    };
+    scale(0);
+    let broken = meshctl(cluster, &["verify-install", "-o", "json"]);
+    assert_eq!(broken.code, Some(3), "{}{}", broken.stdout, broken.stderr);
+    let failed = failed_checks(&broken.json());
+    assert!(
+        failed.iter().any(|f| f.starts_with(
+            "\"Deployment meshplane-system/meshplane-operator\": \"scaled to 0 replicas"
+        )),
+        "{failed:?}"
+    );
+    let table = meshctl(cluster, &["verify-install"]);
+    assert!(
+        table.stdout.contains("FAILED") && table.stdout.contains("meshplane is not healthy"),
+        "{}",
+        table.stdout
+    );
+
+    scale(2);
+    cluster
+        .wait_for_deployment_available("meshplane-system", "meshplane-operator", DEADLINE)
+        .await
+        .expect("the operator back");
+    cluster
+        .wait_for_operator_admission(DEADLINE)
+        .await
+        .expect("its webhook back");
+    let healthy_again = meshctl(cluster, &["verify-install", "-o", "json"]);
+    assert_eq!(
+        healthy_again.code,
+        Some(0),
+        "{:?}",
+        failed_checks(&healthy_again.json())
+    );
 }
 
 /// A caller without a sidecar in shop: its plaintext reaches web's sidecar directly.

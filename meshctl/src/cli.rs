@@ -8,6 +8,8 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::analyze::{self, AnalyzeReport, CodeList, Severity};
 use crate::bug_report::{self, BugReportArgs};
+use crate::checks::precheck::{self, PrecheckArgs};
+use crate::checks::verify_install::{self, VerifyInstallArgs};
 use crate::cluster::{self, ClusterArgs, Scope};
 use crate::describe::{self, DescribeCommand};
 use crate::instances;
@@ -55,6 +57,11 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// The Envoy configuration a workload would receive, offline from a directory of manifests.
     Translate(TranslateArgs),
+    /// Before an install or upgrade: Kubernetes version, meshplane's CRDs, other meshes'
+    /// injectors, the new revision's name, your permissions (stable codes, see --list-codes).
+    Precheck(PrecheckArgs),
+    /// After an install: what it should have created exists and works, check by check.
+    VerifyInstall(VerifyInstallArgs),
     /// Show how the mesh sees an object.
     Describe {
         #[command(subcommand)]
@@ -79,7 +86,7 @@ pub enum FailOn {
 }
 
 impl FailOn {
-    fn threshold(self) -> Option<Severity> {
+    pub fn threshold(self) -> Option<Severity> {
         match self {
             FailOn::Error => Some(Severity::Error),
             FailOn::Warning => Some(Severity::Warning),
@@ -164,6 +171,10 @@ async fn analyze_command(args: &AnalyzeArgs, cli: &Cli) -> anyhow::Result<ExitCo
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Analyze(args) => return analyze_command(args, &cli).await,
+        Command::Precheck(args) => return precheck::run(args, &cli.cluster, cli.output).await,
+        Command::VerifyInstall(args) => {
+            return verify_install::run(args, &cli.cluster, cli.output).await
+        }
         Command::ProxyStatus(args) => proxy_status::run(args, &cli.cluster, cli.output).await?,
         Command::ProxyConfig { command } => {
             return proxy_config::run(command, &cli.cluster, cli.output).await

@@ -7,10 +7,12 @@
 //! only [`proxy_status`] and the proxy checks of `analyze` talk to the instances, through the
 //! API server's `pods/proxy` subresource with the caller's credentials ([`instances`]); [`tag`]
 //! writes MeshRevisionTags by server-side apply; [`proxy_config`] reads what a running proxy
-//! holds from its Envoy admin, through the API server's `pods/portforward` ([`envoy_admin`]).
+//! holds from its Envoy admin, through the API server's `pods/portforward` ([`envoy_admin`]);
+//! [`checks`] are `precheck` (before an install) and `verify-install` (after it).
 
 pub mod analyze;
 pub mod bug_report;
+pub mod checks;
 pub mod cli;
 pub mod cluster;
 pub mod describe;

@@ -1,6 +1,7 @@
 //! The operator's own admission check of `MeshControlPlane` and `MeshRevisionTag`: the same
 //! membership rules as the status conditions, applied at `kubectl apply` time. [`review`] is
-//! pure; [`handle`] reads the current objects and calls it.
+//! pure; [`handle`] reads the current objects and calls it, and says how the request ended for
+//! the metrics (`meshplane_operator_webhook_*`, [`DENIAL_REASONS`]).
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -9,6 +10,7 @@ use kube::Client;
 use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, NamespaceFacts, TagFacts};
 use meshplane_crds::validation::{validate_mesh_control_plane, validate_revision_tag};
 use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
+use meshplane_webhooks::metrics::Outcome;
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
@@ -21,13 +23,51 @@ fn decode<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, String> {
         .map_err(|e| format!("cannot decode the object: {e}"))
 }
 
-fn deny_conflicts(resp: AdmissionResponse, conflicts: &[&Conflict]) -> AdmissionResponse {
+/// Every `reason` the check denies with, in `meshplane_operator_webhook_denials_total`:
+/// `malformed` (the object does not decode), `invalid` (a rule of the object alone), and the
+/// conflict with other control planes or tags (the condition reasons, in snake case).
+pub const DENIAL_REASONS: [&str; 11] = [
+    "malformed",
+    "invalid",
+    "revision_conflict",
+    "invalid_selector",
+    "control_namespace_mismatch",
+    "control_namespace_taken",
+    "control_namespace_not_owned",
+    "trust_domain_mismatch",
+    "trust_domain_taken",
+    "tag_named_like_revision",
+    "tag_moved_across_tenants",
+];
+
+/// The `reason` label of a denial for `conflict` (one of [`DENIAL_REASONS`]).
+fn conflict_reason(conflict: &Conflict) -> &'static str {
+    match conflict {
+        Conflict::DuplicateRevision { .. } => "revision_conflict",
+        Conflict::InvalidSelector { .. } => "invalid_selector",
+        Conflict::ControlNamespaceMismatch { .. } => "control_namespace_mismatch",
+        Conflict::ControlNamespaceTaken { .. } => "control_namespace_taken",
+        Conflict::ControlNamespaceNotOwned { .. } => "control_namespace_not_owned",
+        Conflict::TrustDomainMismatch { .. } => "trust_domain_mismatch",
+        Conflict::TrustDomainTaken { .. } => "trust_domain_taken",
+        Conflict::TagNamedLikeRevision { .. } => "tag_named_like_revision",
+        Conflict::TagMovedAcrossTenants { .. } => "tag_moved_across_tenants",
+        // Only ever a warning: a tag may be created before its revision.
+        Conflict::TagRevisionNotFound { .. } => "invalid",
+    }
+}
+
+fn deny_conflicts(
+    resp: AdmissionResponse,
+    conflicts: &[&Conflict],
+) -> (AdmissionResponse, Outcome) {
     let msg = conflicts
         .iter()
         .map(|c| c.to_string())
         .collect::<Vec<_>>()
         .join("; ");
-    resp.deny(msg)
+    let reason = conflicts.first().map_or("invalid", |c| conflict_reason(c));
+    (resp.deny(msg), Outcome::Denied(reason))
 }
 
 /// Decides one request against the existing control planes and tags, and (for a control
@@ -38,21 +78,31 @@ pub fn review(
     tags: &[MeshRevisionTag],
     control_namespace: Option<&NamespaceFacts>,
 ) -> AdmissionResponse {
+    judge(req, control_planes, tags, control_namespace).0
+}
+
+/// [`review`], with how the request ended for the metrics.
+pub fn judge(
+    req: &AdmissionRequest<DynamicObject>,
+    control_planes: &[MeshControlPlane],
+    tags: &[MeshRevisionTag],
+    control_namespace: Option<&NamespaceFacts>,
+) -> (AdmissionResponse, Outcome) {
     let resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return resp;
+        return (resp, Outcome::Allowed);
     }
     let Some(obj) = req.object.as_ref() else {
-        return resp.deny("the request carries no object");
+        return (resp.deny("the request carries no object"), Outcome::Error);
     };
     match req.kind.kind.as_str() {
         "MeshControlPlane" => {
             let mcp: MeshControlPlane = match decode(obj) {
                 Ok(m) => m,
-                Err(e) => return resp.deny(e),
+                Err(e) => return (resp.deny(e), Outcome::Denied("malformed")),
             };
             if let Err(errs) = validate_mesh_control_plane(&mcp) {
-                return resp.deny(errs);
+                return (resp.deny(errs), Outcome::Denied("invalid"));
             }
             let name = mcp.metadata.name.clone().unwrap_or_default();
             let mut candidate = ControlPlaneFacts::from(&mcp);
@@ -108,15 +158,15 @@ pub fn review(
                     return deny_conflicts(resp, &[c]);
                 }
             }
-            resp
+            (resp, Outcome::Allowed)
         }
         "MeshRevisionTag" => {
             let tag: MeshRevisionTag = match decode(obj) {
                 Ok(t) => t,
-                Err(e) => return resp.deny(e),
+                Err(e) => return (resp.deny(e), Outcome::Denied("malformed")),
             };
             if let Err(errs) = validate_revision_tag(&tag) {
-                return resp.deny(errs);
+                return (resp.deny(errs), Outcome::Denied("invalid"));
             }
             let name = tag.metadata.name.clone().unwrap_or_default();
             // The sticky tenant lives in the status of the stored object.
@@ -154,20 +204,29 @@ pub fn review(
                 // A tag may be created before its revision; say so instead of refusing.
                 resp.warnings = Some(warnings.iter().map(|c| c.to_string()).collect());
             }
-            resp
+            (resp, Outcome::Allowed)
         }
-        other => resp.deny(format!("unexpected kind {other:?}")),
+        other => (
+            resp.deny(format!("unexpected kind {other:?}")),
+            Outcome::Error,
+        ),
     }
 }
 
-/// Reads the current objects and reviews one AdmissionReview.
+/// Reads the current objects and reviews one AdmissionReview; an answer that could not read
+/// them is an [`Outcome::Error`].
 pub async fn handle(
     client: &Client,
     review_in: AdmissionReview<DynamicObject>,
-) -> AdmissionReview<DynamicObject> {
+) -> (AdmissionReview<DynamicObject>, Outcome) {
     let req: AdmissionRequest<DynamicObject> = match review_in.try_into() {
         Ok(r) => r,
-        Err(e) => return AdmissionResponse::invalid(e.to_string()).into_review(),
+        Err(e) => {
+            return (
+                AdmissionResponse::invalid(e.to_string()).into_review(),
+                Outcome::Error,
+            )
+        }
     };
     let cps = Api::<MeshControlPlane>::all(client.clone())
         .list(&ListParams::default())
@@ -179,24 +238,24 @@ pub async fn handle(
         Ok(ns) => ns,
         Err(e) => {
             warn!(error = %e, "admission: reading the control namespace failed");
-            return AdmissionResponse::from(&req)
-                .deny(format!(
-                    "meshplane admission could not read the control namespace: {e}"
-                ))
-                .into_review();
+            let resp = AdmissionResponse::from(&req).deny(format!(
+                "meshplane admission could not read the control namespace: {e}"
+            ));
+            return (resp.into_review(), Outcome::Error);
         }
     };
-    let resp = match (cps, tags) {
-        (Ok(cps), Ok(tags)) => review(&req, &cps.items, &tags.items, control_namespace.as_ref()),
+    let (resp, outcome) = match (cps, tags) {
+        (Ok(cps), Ok(tags)) => judge(&req, &cps.items, &tags.items, control_namespace.as_ref()),
         (Err(e), _) | (_, Err(e)) => {
             warn!(error = %e, "admission: listing meshplane objects failed");
-            AdmissionResponse::from(&req).deny(format!(
+            let resp = AdmissionResponse::from(&req).deny(format!(
                 "meshplane admission could not read the current objects: {e}"
-            ))
+            ));
+            (resp, Outcome::Error)
         }
     };
-    info!(kind = %req.kind.kind, name = %req.name, allowed = resp.allowed, "admission review");
-    resp.into_review()
+    info!(kind = %req.kind.kind, name = %req.name, allowed = resp.allowed, outcome = outcome.as_str(), "admission review");
+    (resp.into_review(), outcome)
 }
 
 /// The control namespace a MeshControlPlane request names, as it exists now (`None`: it does

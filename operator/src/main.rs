@@ -251,7 +251,7 @@ async fn main() -> anyhow::Result<()> {
     let admission_task = tokio::spawn(server::serve_https_reloading(
         admission,
         tls_rx,
-        server::admission_router(client.clone(), client_auth.clone()),
+        server::admission_router(client.clone(), client_auth.clone(), metrics.clone()),
         stopped(&stop_rx),
     ));
 

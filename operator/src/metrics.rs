@@ -2,8 +2,11 @@
 //! writes by kind and verb (the steady-state "writes nothing" promise is visible here). The
 //! reconcile metrics are exported under controller-runtime's names as well
 //! (`controller_runtime_reconcile_total{controller,result}`, `..._errors_total`,
-//! `..._time_seconds`), so dashboards written for Go operators apply unchanged.
+//! `..._time_seconds`), so dashboards written for Go operators apply unchanged. The admission
+//! check `/validate-meshplane` is counted by outcome and denial reason and timed
+//! (`meshplane_operator_webhook_*`, [`meshplane_webhooks::metrics`]).
 
+use meshplane_webhooks::metrics::{Webhook, WebhookMetrics, VALIDATE_MESHPLANE};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,6 +32,7 @@ pub struct Metrics {
     cr_total: Family<Labels, Counter>,
     cr_errors: Family<Labels, Counter>,
     cr_time: Family<Labels, Histogram>,
+    webhook: WebhookMetrics,
 }
 
 /// Name of the controllers in Events and metrics. They live here, with the series they label,
@@ -106,6 +110,13 @@ impl Default for Metrics {
             "Duration of reconciles, by controller",
             durations.clone(),
         );
+        let webhook = WebhookMetrics::register(
+            registry,
+            &[Webhook {
+                name: VALIDATE_MESHPLANE,
+                denials: &crate::admission::DENIAL_REASONS,
+            }],
+        );
         for c in CONTROLLERS {
             let l = labels(&[("controller", c)]);
             let _ = cr_errors.get_or_create(&l);
@@ -123,6 +134,7 @@ impl Default for Metrics {
             cr_total,
             cr_errors,
             cr_time,
+            webhook,
         }
     }
 }
@@ -154,6 +166,11 @@ impl Metrics {
         self.errors
             .get_or_create(&labels(&[("controller", controller), ("reason", reason)]))
             .inc();
+    }
+
+    /// The admission check's requests, denials and latency.
+    pub fn webhook(&self) -> &WebhookMetrics {
+        &self.webhook
     }
 
     /// Counts one API write.

@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -14,6 +16,7 @@ use kube::api::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use kube::Client;
 use meshplane_webhooks::client_auth::ClientAuth;
+use meshplane_webhooks::metrics::{Outcome, VALIDATE_MESHPLANE};
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
@@ -105,17 +108,33 @@ pub fn monitoring_router(metrics: Arc<Metrics>, health: Health) -> Router {
 
 /// `POST /validate-meshplane`; with `client_auth`, only for callers presenting the API
 /// server's admission client certificate (`meshplane_webhooks::client_auth`).
-pub fn admission_router(client: Client, client_auth: Option<Arc<ClientAuth>>) -> Router {
-    let router =
-        Router::new().route(
-            crate::admission::PATH,
-            post(
-                |State(client): State<Client>,
-                 Json(review): Json<AdmissionReview<DynamicObject>>| async move {
-                    Json(crate::admission::handle(&client, review).await)
-                },
-            ),
-        );
+/// Every answer is counted and timed in `metrics` (`meshplane_operator_webhook_*`); a body that
+/// is not an AdmissionReview as an error.
+pub fn admission_router(
+    client: Client,
+    client_auth: Option<Arc<ClientAuth>>,
+    metrics: Arc<Metrics>,
+) -> Router {
+    let router = Router::new().route(
+        crate::admission::PATH,
+        post(
+            |State((client, metrics)): State<(Client, Arc<Metrics>)>,
+             review: Result<Json<AdmissionReview<DynamicObject>>, JsonRejection>| async move {
+                let start = Instant::now();
+                let (reply, outcome) = match review {
+                    Ok(Json(review)) => {
+                        let (reply, outcome) = crate::admission::handle(&client, review).await;
+                        (Json(reply).into_response(), outcome)
+                    }
+                    Err(rejection) => (rejection.into_response(), Outcome::Error),
+                };
+                metrics
+                    .webhook()
+                    .observe(VALIDATE_MESHPLANE, outcome, start.elapsed());
+                reply
+            },
+        ),
+    );
     let router = match client_auth {
         Some(auth) => router.route_layer(axum::middleware::from_fn_with_state(
             auth,
@@ -123,7 +142,7 @@ pub fn admission_router(client: Client, client_auth: Option<Arc<ClientAuth>>) ->
         )),
         None => router,
     };
-    router.with_state(client)
+    router.with_state((client, metrics))
 }
 
 /// Reads `tls.crt` and `tls.key` from a directory (a mounted `kubernetes.io/tls` Secret).

@@ -395,3 +395,66 @@ fn a_canary_revision_shares_its_tenants_trust_domain() {
         "{message}"
     );
 }
+
+/// How the check's metrics count `req`.
+fn outcome(req: Value) -> meshplane_webhooks::metrics::Outcome {
+    let (cps, tags) = existing();
+    let review_in: AdmissionReview<DynamicObject> =
+        serde_json::from_value(req).expect("valid review");
+    let request: AdmissionRequest<DynamicObject> = review_in.try_into().expect("has a request");
+    meshplane_operator::admission::judge(&request, &cps, &tags, None).1
+}
+
+#[test]
+fn each_answer_is_counted_by_outcome_and_a_denial_by_a_bounded_reason() {
+    use meshplane_webhooks::metrics::Outcome;
+    let cases = [
+        (
+            mcp("blue-v2", json!({"tenant": "blue"})),
+            "MeshControlPlane",
+            Outcome::Allowed,
+        ),
+        (
+            mcp("red", json!({"tenant": "red", "revision": "blue-v1"})),
+            "MeshControlPlane",
+            Outcome::Denied("revision_conflict"),
+        ),
+        (
+            mcp(
+                "blue-v3",
+                json!({"tenant": "blue", "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Like"}]}}),
+            ),
+            "MeshControlPlane",
+            Outcome::Denied("invalid"),
+        ),
+        (
+            mcp("bad", json!({"tenant": 7})),
+            "MeshControlPlane",
+            Outcome::Denied("malformed"),
+        ),
+        (
+            tag("green", "blue-v1"),
+            "MeshRevisionTag",
+            Outcome::Denied("tag_named_like_revision"),
+        ),
+        (
+            tag("blue-canary", "blue-v9"),
+            "MeshRevisionTag",
+            Outcome::Allowed,
+        ),
+    ];
+    for (object, kind, expected) in cases {
+        let name = object["metadata"]["name"].clone();
+        let got = outcome(request(kind, "CREATE", object, None));
+        assert_eq!(got, expected, "{kind} {name}");
+        if let Outcome::Denied(reason) = got {
+            assert!(
+                meshplane_operator::admission::DENIAL_REASONS.contains(&reason),
+                "{reason} starts at zero"
+            );
+        }
+    }
+    let mut no_object = request("MeshRevisionTag", "CREATE", tag("t", "blue-v1"), None);
+    no_object["request"]["object"] = Value::Null;
+    assert_eq!(outcome(no_object), Outcome::Error);
+}

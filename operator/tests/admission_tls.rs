@@ -377,10 +377,11 @@ async fn the_admission_check_answers_only_the_api_servers_client_certificate() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop_tx, mut stop_rx) = watch::channel(false);
+    let metrics = Arc::new(meshplane_operator::metrics::Metrics::default());
     let task = tokio::spawn(server::serve_https_reloading(
         listener,
         configs,
-        server::admission_router(client.clone(), Some(auth.clone())),
+        server::admission_router(client.clone(), Some(auth.clone()), metrics.clone()),
         async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         },
@@ -440,6 +441,23 @@ async fn the_admission_check_answers_only_the_api_servers_client_certificate() {
         auth.refusals() >= 3,
         "refusals counted: {}",
         auth.refusals()
+    );
+    // Only the answered call is a request of the check: counted by its outcome, and timed.
+    let text = metrics.encode().expect("metrics");
+    let requests: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"meshplane_operator_webhook_requests_total{webhook="validate-meshplane","#,
+            )
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(requests, 1.0, "{text}");
+    assert!(
+        text.lines().any(|l| l
+            == r#"meshplane_operator_webhook_duration_seconds_count{webhook="validate-meshplane"} 1"#),
+        "{text}"
     );
 
     stop_tx.send_replace(true);

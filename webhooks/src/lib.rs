@@ -7,6 +7,8 @@
 //!   semantic rules plus the tenant-boundary rules, against a [`tenant::TenantView`].
 //! - [`review`]: the AdmissionReview v1 wire format.
 //! - [`handlers`]: [`Webhooks`], request body in, response body out.
+//! - [`metrics`]: requests by outcome, denials by reason, latency, and injected or skipped
+//!   pods, for the instance's webhooks and the operator's check.
 //! - [`tls`]: the serving certificate, reloaded when the mounted Secret changes.
 //! - [`client_auth`]: when the API server's admission client CA is configured, only callers
 //!   with its certificate reach `/inject` and `/validate` (and the operator's check).
@@ -21,6 +23,7 @@ pub mod grpc_agent;
 pub mod handlers;
 pub mod https;
 pub mod inject;
+pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod tenant;

@@ -414,10 +414,10 @@ fn spawn_webhooks(
         default_capture_mode: meshplane_webhooks::inject::CaptureMode::Default,
     };
     let metrics = Arc::clone(hub.metrics());
-    let handlers = Arc::new(meshplane_webhooks::Webhooks::new(
-        injection,
-        Arc::new(HubTenant(hub, args.trust_domain())),
-    ));
+    let handlers = Arc::new(
+        meshplane_webhooks::Webhooks::new(injection, Arc::new(HubTenant(hub, args.trust_domain())))
+            .with_metrics(metrics.webhooks().clone()),
+    );
     let on_refusal: meshplane_webhooks::client_auth::RefusalHook =
         Arc::new(move |reason| metrics.webhook_refused(reason));
     let (addr, tls_dir) = (args.webhook_addr, args.webhook_tls_dir.clone());

@@ -112,6 +112,7 @@ pub struct Metrics {
     certificates: Family<ResultLabel, Counter>,
     token_refusals: Family<TokenRefusalLabels, Counter>,
     webhook_refusals: Family<ReasonLabel, Counter>,
+    webhooks: meshplane_webhooks::metrics::WebhookMetrics,
     unsynced: Family<TypeLabel, Gauge>,
     triggers: Family<TriggerLabel, Counter>,
     ca_expiry: Family<CertificateLabel, Gauge>,
@@ -245,6 +246,12 @@ impl Metrics {
                 reason: reason.to_string(),
             });
         }
+        // `webhook_requests_total`, `webhook_denials_total`, `webhook_duration_seconds`,
+        // `sidecar_injections_total`, `sidecar_injection_skips_total`.
+        let webhooks = meshplane_webhooks::metrics::WebhookMetrics::register(
+            registry,
+            &meshplane_webhooks::metrics::INSTANCE_WEBHOOKS,
+        );
         let triggers = Family::<TriggerLabel, Counter>::default();
         registry.register(
             "push_triggers",
@@ -365,6 +372,7 @@ impl Metrics {
             certificates,
             token_refusals,
             webhook_refusals,
+            webhooks,
             unsynced,
             triggers,
             ca_expiry,
@@ -507,6 +515,12 @@ impl Metrics {
             .inc();
     }
 
+    /// The admission webhooks' requests, denials, latency and injections, for
+    /// [`meshplane_webhooks::Webhooks::with_metrics`].
+    pub fn webhooks(&self) -> &meshplane_webhooks::metrics::WebhookMetrics {
+        &self.webhooks
+    }
+
     /// Starts the token refusal series of `service` at zero.
     pub fn token_refusals_start(&self, service: &str) {
         for refusal in crate::tokens::Refusal::ALL {
@@ -607,5 +621,55 @@ mod tests {
             !text.contains(r#"revision="blue-v1",revision"#),
             "one revision label per series: {text}"
         );
+    }
+
+    #[test]
+    fn the_instances_webhooks_count_their_answers_under_its_tenant_and_revision() {
+        use meshplane_webhooks::inject::{CaptureMode, InjectionConfig};
+        let m = Metrics::for_instance("blue", "blue-v1");
+        let webhooks = meshplane_webhooks::Webhooks::new(
+            InjectionConfig {
+                tenant: "blue".into(),
+                revision: "blue-v1".into(),
+                proxy_image: "proxy:test".into(),
+                trust_domain: "cluster.local".into(),
+                default_capture_mode: CaptureMode::Default,
+            },
+            std::sync::Arc::new(meshplane_webhooks::StaticTenant::new(
+                "blue",
+                "meshplane-blue",
+                ["shop"],
+            )),
+        )
+        .with_metrics(m.webhooks().clone());
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "shop",
+                "operation": "CREATE",
+                "userInfo": {"username": "admin"},
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+                           "spec": {"containers": [{"name": "web", "image": "web:1"}]}},
+            }
+        });
+        let reply = webhooks.inject(review.to_string().as_bytes());
+        assert_eq!(reply.body["response"]["allowed"], true, "{reply:?}");
+        let _ = webhooks.validate(b"{}");
+        let text = m.encode().expect("encodes");
+        for line in [
+            r#"meshplane_xds_webhook_requests_total{tenant="blue",revision="blue-v1",webhook="inject",outcome="allowed"} 1"#,
+            r#"meshplane_xds_webhook_requests_total{tenant="blue",revision="blue-v1",webhook="validate",outcome="error"} 1"#,
+            r#"meshplane_xds_webhook_requests_total{tenant="blue",revision="blue-v1",webhook="validate",outcome="denied"} 0"#,
+            r#"meshplane_xds_webhook_denials_total{tenant="blue",revision="blue-v1",webhook="validate",reason="foreign_namespace"} 0"#,
+            r#"meshplane_xds_webhook_duration_seconds_count{tenant="blue",revision="blue-v1",webhook="inject"} 1"#,
+            r#"meshplane_xds_sidecar_injections_total{tenant="blue",revision="blue-v1"} 1"#,
+            r#"meshplane_xds_sidecar_injection_skips_total{tenant="blue",revision="blue-v1",reason="opted_out"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
     }
 }

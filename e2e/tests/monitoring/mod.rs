@@ -8,9 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use meshplane_crds::names::ports;
-use meshplane_e2e::harness::{wait_for, Cluster};
+use meshplane_crds::networking::ServiceEntry;
+use meshplane_e2e::harness::{container_names, wait_for, Cluster};
 use meshplane_e2e::reach::OnNode;
 use meshplane_pod_runner::workspace_root;
 use serde_json::Value;
@@ -172,6 +173,8 @@ pub async fn check_dashboards_and_alerts(cluster: &Cluster) {
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
+
+    exercise_webhooks(cluster).await;
 
     // Scrape every instance and operator pod every second.
     let xds = targets(
@@ -359,8 +362,99 @@ pub async fn check_dashboards_and_alerts(cluster: &Cluster) {
     assert!(debounced.get("blue") >= Some(&1.0), "{debounced:?}");
     let queued = by_tenant(&prometheus, "meshplane_xds_proxy_queue_seconds_count").await;
     assert!(queued.get("blue") >= Some(&2.0), "{queued:?}");
+    // The admission webhooks counted the dry runs above: blue's injector put the sidecar into
+    // the pod and timed its answer, blue's validating webhook admitted one ServiceEntry and
+    // refused the other for its foreign namespace.
+    for (selector, at_least) in [
+        ("meshplane_xds_sidecar_injections_total", 1.0),
+        (
+            r#"meshplane_xds_webhook_requests_total{webhook="inject",outcome="allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"meshplane_xds_webhook_duration_seconds_count{webhook="inject"}"#,
+            1.0,
+        ),
+        (
+            r#"meshplane_xds_webhook_requests_total{webhook="validate",outcome="allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"meshplane_xds_webhook_denials_total{webhook="validate",reason="foreign_namespace"}"#,
+            1.0,
+        ),
+    ] {
+        let counted = by_tenant(&prometheus, selector).await;
+        assert!(
+            counted.get("blue") >= Some(&at_least),
+            "{selector}: {counted:?}"
+        );
+    }
+    // The operator's check admitted the scenario's control planes and tags, and timed them.
+    for selector in [
+        r#"meshplane_operator_webhook_requests_total{webhook="validate-meshplane",outcome="allowed"}"#,
+        r#"meshplane_operator_webhook_duration_seconds_count{webhook="validate-meshplane"}"#,
+    ] {
+        let result = prometheus
+            .query(&format!("sum({selector})"))
+            .await
+            .expect("query");
+        let counted: f64 = result
+            .first()
+            .and_then(|s| s["value"][1].as_str()?.parse().ok())
+            .unwrap_or_default();
+        assert!(counted >= 1.0, "{selector}: {result:?}");
+    }
     drop(prometheus);
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Admission through the webhooks of the instances as they run now (a rollout earlier in the
+/// scenario restarted blue's counters), as dry runs: nothing is stored or started. A pod in shop
+/// is injected; a ServiceEntry is admitted, one exported to a namespace outside the tenant is
+/// refused.
+async fn exercise_webhooks(cluster: &Cluster) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "shop");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "admission-check", "labels": {"app": "admission-check"}},
+        "spec": {"containers": [{"name": "app", "image": "example.com/echo:1"}]}
+    }))
+    .expect("a pod");
+    let created = pods.create(&dry_run, &pod).await.expect("the dry run");
+    assert!(
+        container_names(&created)
+            .iter()
+            .any(|c| c == "meshplane-proxy"),
+        "injected: {:?}",
+        container_names(&created)
+    );
+    let entries: Api<ServiceEntry> = Api::namespaced(cluster.client(), "shop");
+    let entry = |name: &str, export_to: &str| -> ServiceEntry {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "networking.meshplane.io/v1alpha1", "kind": "ServiceEntry",
+            "metadata": {"name": name},
+            "spec": {"hosts": [format!("{name}.example.com")],
+                     "ports": [{"number": 443, "name": "https", "protocol": "TLS"}],
+                     "resolution": "DNS", "exportTo": [export_to]}
+        }))
+        .expect("a ServiceEntry")
+    };
+    entries
+        .create(&dry_run, &entry("admitted", "."))
+        .await
+        .expect("a ServiceEntry of the tenant is admitted");
+    let refused = entries
+        .create(&dry_run, &entry("refused", "elsewhere"))
+        .await
+        .expect_err("a ServiceEntry exported outside the tenant is refused");
+    assert!(
+        refused.to_string().contains("is not a member of tenant"),
+        "{refused}"
+    );
 }
 
 /// The CA expiry metric (absent on instances without a tenant CA).

@@ -21,9 +21,19 @@
 //!   `deletionTimestamp`, owner-reference GC (`blockOwnerDeletion` honoured by Foreground),
 //!   namespace termination, label selectors and `metadata.name`/`metadata.namespace` field
 //!   selectors (plus the few per-kind fields the real API has, e.g. Event `involvedObject.*`),
-//!   `limit`/`continue`, Table output for `kubectl get` (also on watches; CRD printer columns,
-//!   Name and Age only for built-in kinds), Service ClusterIPs from 198.19.0.0/16 (the `kubernetes` Service in `default` holds
+//!   `limit`/`continue`, Table output for `kubectl get` (also on watches; CRD printer columns;
+//!   Kubernetes' own printers for Pods — READY, STATUS such as `Init:0/1`, `CrashLoopBackOff`
+//!   or `Terminating`, RESTARTS, AGE, and IP, NODE, NOMINATED NODE, READINESS GATES with
+//!   `-o wide` — Services, Deployments, ReplicaSets, StatefulSets, DaemonSets, Namespaces,
+//!   ConfigMaps, Secrets and ServiceAccounts (`printers`); Name and Age for the other
+//!   built-in kinds), Service ClusterIPs from 198.19.0.0/16 (the `kubernetes` Service in `default` holds
 //!   198.19.0.1; its EndpointSlice is `StandInOptions::advertise_address`);
+//! - OpenAPI v3 (`/openapi/v3` and one document per group/version, `openapi`): the resource
+//!   paths and operations, and `components.schemas` with each CRD version's `openAPIV3Schema`
+//!   (named and extended as the API server does: `io.meshplane.v1alpha1.MeshControlPlane`,
+//!   `metadata` referring to `ObjectMeta`) and the built-in kinds' Kubernetes schemas
+//!   (k8s-openapi), so `kubectl explain` works and `kubectl apply` picks server-side field
+//!   validation;
 //! - RBAC like the real API: request attributes as `RequestInfo` derives them (a namespace is
 //!   inside itself; list/watch with `fieldSelector=metadata.name=<n>` is a request for `<n>`),
 //!   non-resource paths (`/api`, `/apis`, `/version`, `/openapi/*`, unknown paths) authorized by
@@ -54,9 +64,10 @@
 //!   `Impersonate-Uid`/`Impersonate-Extra-*`, answered 400); no `selfsubjectrulesreviews` (`kubectl auth can-i --list`) or `localsubjectaccessreviews`;
 //!   no CBOR; protobuf request bodies only for the kinds
 //!   typed `kubectl create <kind>` commands send (see `protobuf`), responses always JSON;
-//! - no aggregated discovery (kubectl falls back to `/apis`); OpenAPI v3 documents list
-//!   operations only, without schemas (enough for `kubectl apply` to pick server-side field
-//!   validation; `kubectl explain` shows no fields; `/openapi/v2` is 404);
+//! - no aggregated discovery (kubectl falls back to `/apis`); `/openapi/v2` is 404; the
+//!   built-in schemas in OpenAPI lack the strategic-merge markers (`x-kubernetes-patch-*`), so
+//!   their PATCH operations do not offer strategic merge patch there and `kubectl apply`
+//!   computes it from its compiled-in types;
 //! - `kubectl get all` covers pods, services, deployments, replicasets, statefulsets and
 //!   daemonsets only; StatefulSets and DaemonSets are stored and served, but no controller runs
 //!   them (the pod runner runs Deployments only);
@@ -65,7 +76,8 @@
 //! - no version conversion: all served versions of a CRD share one stored object;
 //! - server-side apply decides list semantics by a fixed rule (`fields::list_kind`) instead of
 //!   OpenAPI markers, and applies no built-in defaulting (only Namespace labels/phase and
-//!   Service clusterIP/ports defaults);
+//!   Service clusterIP/ports defaults; a Pod gets no `status.phase: Pending` on create, so
+//!   until the pod runner reports on it `kubectl get pods` shows an empty STATUS);
 //! - `resourceVersion` on list is ignored (always the latest); continue tokens are not snapshots;
 //! - garbage collection is synchronous within the deleting request; no graceful pod deletion;
 //! - no `exec`, `attach` (`pods/proxy`, `pods/log` and `pods/portforward` are served; `services/proxy` is not; SPDY port forwarding, what `kubectl port-forward` speaks, is not), `eviction`, `binding` or `scale`
@@ -90,6 +102,7 @@ pub mod patch;
 pub mod pod_log;
 pub mod pod_proxy;
 pub mod port_forward;
+pub mod printers;
 pub mod protobuf;
 pub mod query;
 pub mod rbac;

@@ -514,8 +514,13 @@ fn non_resource(state: &ServerState, segments: &[&str], path: &str) -> Result<Re
         ["apis"] => Ok(json_response(StatusCode::OK, discovery::group_list(&types))),
         ["api", "v1"] => found(discovery::resource_list(&types, "", "v1")),
         ["apis", group] => found(discovery::group(&types, group)),
-        ["openapi", "v3"] => Ok(json_response(StatusCode::OK, openapi::root(&types))),
-        ["openapi", "v3", gv @ ..] => found(openapi::group_version(&types, &gv.join("/"))),
+        ["openapi", "v3"] => Ok(json_response(
+            StatusCode::OK,
+            openapi::root(&types, |t| state.store.crd_of(t)),
+        )),
+        ["openapi", "v3", gv @ ..] => found(openapi::group_version(&types, &gv.join("/"), |t| {
+            state.store.crd_of(t)
+        })),
         ["apis", group, version] => found(discovery::resource_list(&types, group, version)),
         _ => Err(ApiError::path_not_found(path)),
     }

@@ -1,11 +1,16 @@
 //! `kubectl get` Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): CRD
-//! printer columns, the Event printer's columns for Events (`event_views`), or name and age
-//! for every other kind.
+//! printer columns, the Event printer's columns for Events (`event_views`), Kubernetes' own
+//! printers for Pods, Services, workloads, Namespaces, ConfigMaps, Secrets and
+//! ServiceAccounts (`printers`: READY, STATUS, RESTARTS, ...; the wide columns with priority
+//! 1), or name and age for every other kind. Ages and `date` columns are Kubernetes' human
+//! durations.
 
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
 use super::event_views;
 use super::object;
+use super::printers;
 use super::resources::{PrinterColumn, ResourceType};
 
 /// Whether the `Accept` header asks for a Table.
@@ -80,7 +85,11 @@ fn cell(obj: &Value, col: &PrinterColumn) -> Value {
         return Value::Null;
     };
     match (col.type_.as_str(), v) {
-        ("date", Value::String(s)) => json!(object::human_age(s)),
+        // As the API server converts `date` columns: Kubernetes' human duration since then.
+        ("date", Value::String(s)) => match object::parse_time(s) {
+            Some(t) => json!(printers::human_duration(t, Timestamp::now())),
+            None => json!("<invalid>"),
+        },
         (_, Value::String(_) | Value::Number(_) | Value::Bool(_)) => v.clone(),
         (_, Value::Null) => Value::Null,
         (_, other) => json!(other.to_string()),
@@ -107,11 +116,13 @@ pub fn to_table(
     include_object: Option<&str>,
 ) -> Value {
     let events = event_views::is_event(rt);
-    let cols = if events {
-        event_views::columns()
-    } else {
-        columns(rt)
+    let printer = printers::printer(rt);
+    let cols = match (&printer, events) {
+        (Some(p), _) => (p.columns)(),
+        (None, true) => event_views::columns(),
+        (None, false) => columns(rt),
     };
+    let now = Timestamp::now();
     let definitions: Vec<Value> = cols
         .iter()
         .map(|c| {
@@ -122,12 +133,18 @@ pub fn to_table(
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
-            let cells: Vec<Value> = if events {
-                event_views::cells(rt, obj)
-            } else {
-                cols.iter().map(|c| cell(obj, c)).collect()
+            let (cells, conditions) = match (&printer, events) {
+                (Some(p), _) => {
+                    let row = (p.row)(obj, now);
+                    (row.cells, row.conditions)
+                }
+                (None, true) => (event_views::cells(rt, obj), None),
+                (None, false) => (cols.iter().map(|c| cell(obj, c)).collect(), None),
             };
             let mut row = json!({"cells": cells});
+            if let Some(c) = conditions {
+                row["conditions"] = c;
+            }
             if let Some(o) = row_object(obj, include_object) {
                 row["object"] = o;
             }

@@ -476,3 +476,247 @@ async fn events_k8s_io_events_show_in_get_events_and_describe() {
         .await;
     assert_eq!(v1.trim(), "the settings of web changed");
 }
+
+/// The columns of a `kubectl get` table, split where its header has two or more spaces.
+fn header_columns(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The whitespace-separated cells of the row starting with `name`.
+fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_reads_the_schemas_of_crds_and_built_in_kinds() {
+    let k = Kubectl::start().await;
+    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+        .await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/meshcontrolplanes.meshplane.io",
+        "crd/virtualservices.networking.meshplane.io",
+        "--timeout=20s",
+    ])
+    .await;
+    let spec = k.ok(&["explain", "meshcontrolplane.spec"]).await;
+    for expected in [
+        "GROUP:      meshplane.io",
+        "KIND:       MeshControlPlane",
+        "VERSION:    v1alpha1",
+        "FIELD: spec <Object>",
+        "FIELDS:",
+        "revision\t<string>",
+        "tenant\t<string>",
+    ] {
+        assert!(spec.contains(expected), "missing {expected:?} in\n{spec}");
+    }
+    let revision = k
+        .ok(&["explain", "meshcontrolplanes.spec.revision", "--recursive"])
+        .await;
+    assert!(revision.contains("FIELD: revision <string>"), "{revision}");
+    assert!(revision.contains("meshplane.io/rev"), "{revision}");
+    // metadata refers to ObjectMeta, as on a real cluster.
+    let labels = k.ok(&["explain", "mcp.metadata.labels"]).await;
+    assert!(
+        labels.contains("FIELD: labels <map[string]string>"),
+        "{labels}"
+    );
+    let whole = k.ok(&["explain", "virtualservices", "--recursive"]).await;
+    assert!(whole.contains("KIND:       VirtualService"), "{whole}");
+    assert!(whole.contains("hosts\t<[]string>"), "{whole}");
+    // Built-in kinds come with Kubernetes' own schemas.
+    let containers = k.ok(&["explain", "pods.spec.containers"]).await;
+    assert!(
+        containers.contains("FIELD: containers <[]Container>"),
+        "{containers}"
+    );
+    assert!(containers.contains("image\t<string>"), "{containers}");
+    let strategy = k.ok(&["explain", "deployment.spec.strategy.type"]).await;
+    assert!(strategy.contains("GROUP:      apps"), "{strategy}");
+    // kubectl apply still picks server-side field validation from the same documents.
+    let sample = std::fs::read_to_string(repo("config/samples/green.yaml")).unwrap();
+    k.ok_with(&["apply", "-f", "-"], Some(&sample)).await;
+    let bogus = sample.replacen("spec:", "spec:\n  bogus: 1", 1);
+    let refused = k.run(&["apply", "-f", "-"], Some(&bogus)).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("unknown field \"spec.bogus\""),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_pods_shows_readiness_status_restarts_and_wide_columns() {
+    let k = Kubectl::start().await;
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-1\n  namespace: default\nspec:\n  nodeName: node-a\n  containers:\n  - name: app\n    image: app:1\n  - name: proxy\n    image: proxy:1\n";
+    k.ok_with(&["apply", "-f", "-"], Some(pod)).await;
+    let finished = timestamp_ago(90);
+    let status = format!(
+        r#"{{"status": {{"phase": "Running", "podIP": "198.18.0.7", "podIPs": [{{"ip": "198.18.0.7"}}],
+            "conditions": [{{"type": "Ready", "status": "False"}}],
+            "containerStatuses": [
+              {{"name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "",
+                "state": {{"running": {{"startedAt": "{finished}"}}}}}},
+              {{"name": "proxy", "ready": false, "restartCount": 3, "image": "proxy:1", "imageID": "",
+                "state": {{"waiting": {{"reason": "CrashLoopBackOff"}}}},
+                "lastState": {{"terminated": {{"exitCode": 1, "finishedAt": "{finished}"}}}}}}]}}}}"#
+    );
+    k.ok(&[
+        "patch",
+        "pod",
+        "web-1",
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ])
+    .await;
+    let table = k.ok(&["get", "pods", "-n", "default"]).await;
+    assert_eq!(
+        header_columns(&table),
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"],
+        "{table}"
+    );
+    let cells = row(&table, "web-1");
+    assert_eq!(&cells[..3], ["web-1", "1/2", "CrashLoopBackOff"], "{table}");
+    // "3 (90s ago)": the count and when the last restart ended.
+    assert_eq!(cells[3], "3", "{table}");
+    assert!(cells[4].starts_with('(') && cells[5] == "ago)", "{table}");
+    let wide = k.ok(&["get", "pods", "-n", "default", "-o", "wide"]).await;
+    assert_eq!(
+        header_columns(&wide),
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED NODE",
+            "READINESS GATES"
+        ],
+        "{wide}"
+    );
+    let cells = row(&wide, "web-1");
+    assert_eq!(
+        cells[cells.len() - 4..],
+        ["198.18.0.7", "node-a", "<none>", "<none>"],
+        "{wide}"
+    );
+
+    // A deleted pod held by a finalizer is Terminating.
+    k.ok(&[
+        "patch",
+        "pod",
+        "web-1",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+    ])
+    .await;
+    k.ok(&["delete", "pod", "web-1", "-n", "default", "--wait=false"])
+        .await;
+    let table = k.ok(&["get", "pods", "-n", "default"]).await;
+    assert_eq!(row(&table, "web-1")[2], "Terminating", "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_services_deployments_configmaps_and_namespaces_show_their_columns() {
+    let k = Kubectl::start().await;
+    let objects = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\nspec:\n  selector:\n    app: web\n  ports:\n  - port: 80\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: app\n        image: app:1\n";
+    k.ok_with(&["apply", "-f", "-"], Some(objects)).await;
+    let services = k
+        .ok(&["get", "services", "-n", "default", "-o", "wide"])
+        .await;
+    assert_eq!(
+        header_columns(&services),
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE",
+            "SELECTOR"
+        ],
+        "{services}"
+    );
+    let web = row(&services, "web");
+    assert_eq!(web[1], "ClusterIP", "{services}");
+    assert!(web[2].starts_with("198.19."), "{services}");
+    assert_eq!(web[3..5], ["<none>", "80/TCP"], "{services}");
+    assert_eq!(web[6], "app=web", "{services}");
+    assert_eq!(row(&services, "kubernetes")[2], "198.19.0.1", "{services}");
+
+    let deployments = k.ok(&["get", "deployments", "-n", "default"]).await;
+    assert_eq!(
+        header_columns(&deployments),
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{deployments}"
+    );
+    assert_eq!(
+        row(&deployments, "web")[1..4],
+        ["0/2", "0", "0"],
+        "{deployments}"
+    );
+    let wide = k
+        .ok(&["get", "deployments", "-n", "default", "-o", "wide"])
+        .await;
+    assert_eq!(
+        header_columns(&wide)[5..],
+        ["CONTAINERS", "IMAGES", "SELECTOR"],
+        "{wide}"
+    );
+    assert_eq!(
+        row(&wide, "web")[5..],
+        ["app", "app:1", "app=web"],
+        "{wide}"
+    );
+
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "default",
+        "--from-literal=a=1",
+        "--from-literal=b=2",
+    ])
+    .await;
+    let configmaps = k.ok(&["get", "configmaps", "-n", "default"]).await;
+    assert_eq!(header_columns(&configmaps), ["NAME", "DATA", "AGE"]);
+    assert_eq!(row(&configmaps, "settings")[1], "2", "{configmaps}");
+
+    let namespaces = k.ok(&["get", "namespaces"]).await;
+    assert_eq!(header_columns(&namespaces), ["NAME", "STATUS", "AGE"]);
+    assert_eq!(row(&namespaces, "default")[1], "Active", "{namespaces}");
+}
+
+/// The API's timestamp of `seconds` ago.
+fn timestamp_ago(seconds: i64) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    k8s_openapi::jiff::Timestamp::from_second(now - seconds)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
