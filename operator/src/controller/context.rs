@@ -12,11 +12,11 @@ use tracing::warn;
 
 use super::backoff::Failures;
 use super::caches::{self, ClusterCaches, Snapshot};
-use super::recorder::EventRecorder;
 use super::settings::Settings;
 use super::Error;
 use crate::apply::Applier;
 use crate::metrics::Metrics;
+use meshplane_events::EventRecorder;
 
 /// The clock; injected so tests and rotation logic can control time.
 pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;

@@ -15,7 +15,7 @@
 //! - `caches`: the reflector stores membership is computed from, and [`Snapshot`].
 //! - `backoff`: per-object retry delays and per-watch (not shared) trigger backoff.
 //! - `context`, `settings`, `error`: what reconciles share, their tunables, their errors;
-//!   `recorder`: Events, one per occurrence.
+//!   Events go through `meshplane_events::EventRecorder`, one per occurrence.
 //! - `controlplane`, `tag`, `migration`: the reconcile functions; `controlplane::plan` is the
 //!   control-plane reconcile's pure core (what to write, which Events, the status).
 
@@ -26,7 +26,6 @@ mod context;
 mod controlplane;
 mod error;
 mod migration;
-mod recorder;
 mod settings;
 mod tag;
 pub mod triggers;

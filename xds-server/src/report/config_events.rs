@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::Client;
+use meshplane_events::EventRecorder;
 use tokio::sync::mpsc;
 
 pub use meshplane_xds_core::config_events::*;
@@ -51,13 +52,9 @@ pub async fn run(
     instance: String,
     mut rx: mpsc::Receiver<ConfigEvent>,
 ) {
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: format!("meshplane-xds/{revision}"),
-            instance: Some(instance),
-        },
-    );
+    // One Event per distinct finding: kube-runtime's `Recorder` would fold a new finding with
+    // the same reason on the same object into the old Event, keeping the old note.
+    let recorder = EventRecorder::new(client, &format!("meshplane-xds/{revision}"), Some(instance));
     let mut retry: Vec<(ConfigEvent, u32)> = Vec::new();
     loop {
         let next = if retry.is_empty() {
@@ -72,7 +69,12 @@ pub async fn run(
         let Some(batch) = next else { return };
         for (ev, attempts) in batch {
             let reference = ev.regarding.object_reference();
-            match recorder.publish(&event(&ev), &reference).await {
+            let e = event(&ev);
+            let note = e.note.as_deref().unwrap_or_default();
+            match recorder
+                .publish(&reference, e.type_, &e.reason, note, &e.action)
+                .await
+            {
                 Ok(()) => {}
                 Err(e) if attempts + 1 < ATTEMPTS => {
                     tracing::debug!(error = %e, kind = %ev.regarding.kind, name = %ev.regarding.name, "cannot publish Event, retrying");

@@ -78,8 +78,8 @@ pub fn decide(before: Option<&Published>, now: Timestamp) -> Write {
     }
 }
 
-/// Publishes Events as the operator (`reportingController`), from this replica
-/// (`reportingInstance`).
+/// Publishes Events as one controller (`reportingController`: the operator, or an instance as
+/// `meshplane-xds/<revision>`), from one replica (`reportingInstance`).
 pub struct EventRecorder {
     client: Client,
     controller: String,
@@ -102,7 +102,7 @@ impl EventRecorder {
         self.published.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Publishes one occurrence (`action` is what the operator was doing).
+    /// Publishes one occurrence (`action` is what the controller was doing).
     pub async fn publish(
         &self,
         reference: &ObjectReference,
