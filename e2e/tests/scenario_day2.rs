@@ -398,69 +398,40 @@ async fn proxy_config_shows_what_the_envoy_holds(
         ])
         .expect("a debug token");
     let token = token.trim().to_string();
-    let synced = wait_for("proxy-config all --diff clean", DEADLINE, || {
-        let kubeconfig = kubeconfig.to_path_buf();
-        let pod = pod.to_string();
-        let token = token.clone();
-        async move {
-            let run = meshctl(
-                &kubeconfig,
-                &[
-                    "proxy-config",
-                    "all",
-                    &pod,
-                    "--diff",
-                    "--debug-token",
-                    &token,
-                ],
-            );
-            if run.code == Some(0) {
-                Ok(Some(run.stdout))
-            } else {
-                Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
-            }
-        }
-    })
-    .await
-    .expect("a synced proxy holds what its instance intends");
+    let synced = meshctl_until(
+        kubeconfig,
+        &[
+            "proxy-config",
+            "all",
+            pod,
+            "--diff",
+            "--debug-token",
+            &token,
+        ],
+        0,
+    )
+    .await;
     assert!(synced.contains("holds what"), "{synced}");
     // A cluster Envoy rejects: the proxy NACKs and keeps its last good one, which --diff shows.
     cluster
         .apply_manifest(NEGATIVE_TIMEOUT_FILTER)
         .expect("the EnvoyFilter is admitted (only Envoy refuses it)");
-    let differs = wait_for(
-        "proxy-config cluster --diff shows the rejected cluster",
-        DEADLINE,
-        || {
-            let kubeconfig = kubeconfig.to_path_buf();
-            let pod = pod.to_string();
-            let token = token.clone();
-            async move {
-                let run = meshctl(
-                    &kubeconfig,
-                    &[
-                        "proxy-config",
-                        "cluster",
-                        &pod,
-                        "--diff",
-                        "-o",
-                        "json",
-                        "--debug-token",
-                        &token,
-                    ],
-                );
-                if run.code == Some(3) {
-                    Ok(Some(
-                        serde_json::from_str::<Value>(&run.stdout).map_err(|e| e.to_string())?,
-                    ))
-                } else {
-                    Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
-                }
-            }
-        },
+    let differs = meshctl_until(
+        kubeconfig,
+        &[
+            "proxy-config",
+            "cluster",
+            pod,
+            "--diff",
+            "-o",
+            "json",
+            "--debug-token",
+            &token,
+        ],
+        3,
     )
-    .await
-    .expect("the NACKed cluster differs");
+    .await;
+    let differs: Value = serde_json::from_str(&differs).expect("JSON");
     assert_eq!(
         differs["differences"],
         serde_json::json!([{
@@ -474,31 +445,20 @@ async fn proxy_config_shows_what_the_envoy_holds(
     cluster
         .kubectl(&["delete", "envoyfilter", "negative-timeout", "-n", "shop"])
         .expect("the EnvoyFilter is removed");
-    wait_for("proxy-config cluster --diff clean again", DEADLINE, || {
-        let kubeconfig = kubeconfig.to_path_buf();
-        let pod = pod.to_string();
-        let token = token.clone();
-        async move {
-            let run = meshctl(
-                &kubeconfig,
-                &[
-                    "proxy-config",
-                    "cluster",
-                    &pod,
-                    "--diff",
-                    "--debug-token",
-                    &token,
-                ],
-            );
-            if run.code == Some(0) {
-                Ok(Some(()))
-            } else {
-                Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
-            }
-        }
-    })
-    .await
-    .expect("back in sync once the EnvoyFilter is gone");
+    // Back in sync once the EnvoyFilter is gone.
+    meshctl_until(
+        kubeconfig,
+        &[
+            "proxy-config",
+            "cluster",
+            pod,
+            "--diff",
+            "--debug-token",
+            &token,
+        ],
+        0,
+    )
+    .await;
 
     bug_report_collects_without_secrets(kubeconfig, pod, &token);
 
@@ -534,6 +494,28 @@ async fn proxy_config_shows_what_the_envoy_holds(
         listed.contains("  http: warning") && !listed.contains(": debug"),
         "{listed}"
     );
+}
+
+/// Runs meshctl with `args` until it exits with `code` (proxies converge on their own
+/// schedule): its standard output then.
+async fn meshctl_until(kubeconfig: &std::path::Path, args: &[&str], code: i32) -> String {
+    let what = format!("meshctl {} to exit {code}", args.join(" "));
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    wait_for(&what, DEADLINE, || {
+        let kubeconfig = kubeconfig.to_path_buf();
+        let args = args.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let run = meshctl(&kubeconfig, &args);
+            if run.code == Some(code) {
+                Ok(Some(run.stdout))
+            } else {
+                Err(format!("exit {:?}: {}{}", run.code, run.stdout, run.stderr))
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}"))
 }
 
 /// Where tag `name` points, as kubectl reads it.

@@ -192,6 +192,22 @@ fn entries<'a>(section: &'a Value, field: &str, inner: &str, held: Held) -> Vec<
         .collect()
 }
 
+/// An Envoy `Address` as text and port: a socket address, or a pipe's path (no port).
+pub fn address_of(address: Option<&Value>) -> (String, Option<u32>) {
+    let socket = address.and_then(|a| a.get("socket_address"));
+    let text = socket
+        .and_then(|s| s.get("address"))
+        .or_else(|| address.and_then(|a| a.pointer("/pipe/path")))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let port = socket
+        .and_then(|s| s.get("port_value"))
+        .and_then(Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok());
+    (text, port)
+}
+
 /// The resource's `name`, or "" when it has none.
 pub fn name_of(config: &Value) -> &str {
     config

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::dump::address_of;
 use super::ConfigReport;
 use crate::output::Table;
 
@@ -45,17 +46,7 @@ pub fn rows(doc: &Value) -> Vec<(EndpointRow, Value)> {
             .into_iter()
             .flatten()
         {
-            let socket = host.pointer("/address/socket_address");
-            let address = socket
-                .and_then(|s| s.get("address"))
-                .and_then(Value::as_str)
-                .or_else(|| host.pointer("/address/pipe/path").and_then(Value::as_str))
-                .unwrap_or_default()
-                .to_string();
-            let port = socket
-                .and_then(|s| s.get("port_value"))
-                .and_then(Value::as_u64)
-                .and_then(|p| u32::try_from(p).ok());
+            let (address, port) = address_of(host.get("address"));
             let health = host.get("health_status");
             let status = health
                 .and_then(|h| h.get("eds_health_status"))

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::dump::{name_of, ConfigDump};
+use super::dump::{address_of, name_of, ConfigDump};
 use super::ConfigReport;
 use crate::output::{or_dash, Table};
 
@@ -13,20 +13,6 @@ use crate::output::{or_dash, Table};
 pub struct ListenerFilter {
     pub port: Option<u32>,
     pub address: Option<String>,
-}
-
-fn socket_address(listener: &Value) -> (String, Option<u32>) {
-    let socket = listener.pointer("/address/socket_address");
-    let address = socket
-        .and_then(|s| s.get("address"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let port = socket
-        .and_then(|s| s.get("port_value"))
-        .and_then(Value::as_u64)
-        .and_then(|p| u32::try_from(p).ok());
-    (address, port)
 }
 
 fn strings(value: Option<&Value>) -> Vec<String> {
@@ -136,7 +122,7 @@ pub fn report(dump: &ConfigDump, filter: &ListenerFilter) -> ConfigReport {
     let mut table = Table::new(["NAME", "ADDRESSES", "PORT", "MATCH", "DESTINATION", "STATE"]);
     let mut configs = Vec::new();
     for entry in dump.listeners() {
-        let (address, port) = socket_address(entry.config);
+        let (address, port) = address_of(entry.config.get("address"));
         if filter.port.is_some_and(|p| port != Some(p))
             || filter.address.as_ref().is_some_and(|a| *a != address)
         {

@@ -247,52 +247,23 @@ async fn dispatch(state: &Arc<ServerState>, req: Request) -> Result<Response, Ap
     })
 }
 
-/// `pods/<name>[:<port>]/proxy/<path>`: authorized as `get` on `pods/proxy` with the caller's
-/// identity, then forwarded to the pod (`pod_proxy`).
-async fn proxy_to_pod(
+/// Authorizes `verb` on the pod subresource `subresource` of `namespace/name` with the
+/// caller's identity, as the API server does before it hands a request to the kubelet; the
+/// pod's stored object and its reference on success.
+fn authorized_pod(
     state: &ServerState,
     user: UserInfo,
-    namespace: &str,
-    target: &pod_proxy::ProxyTarget,
-    method: &Method,
-    headers: &http::HeaderMap,
-) -> Result<Response, ApiError> {
-    let attrs = RequestAttributes {
-        user,
-        verb: "get".to_string(),
-        api_group: String::new(),
-        resource: "pods".to_string(),
-        subresource: Some("proxy".to_string()),
-        namespace: Some(namespace.to_string()),
-        name: Some(target.pod.clone()),
-    };
-    state
-        .authorizer
-        .authorize(state.store.as_ref(), &attrs)
-        .map_err(|reason| forbidden(&attrs, &reason))?;
-    let pods = state
-        .store
-        .find_type("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
-    let pod = state.store.get(&pods, namespace, &target.pod)?;
-    pod_proxy::forward(&state.webhook_dialer, &pod, target, method, headers).await
-}
-
-/// `pods/<name>/log`: authorized as `get` on `pods/log` with the caller's identity, then read
-/// from the node (`pod_log`).
-async fn log_of_pod(
-    state: &ServerState,
-    user: UserInfo,
+    verb: &str,
+    subresource: &str,
     namespace: &str,
     name: &str,
-    options: &pod_log::LogOptions,
-) -> Result<Response, ApiError> {
+) -> Result<(Value, port_forward::PodRef), ApiError> {
     let attrs = RequestAttributes {
         user,
-        verb: "get".to_string(),
+        verb: verb.to_string(),
         api_group: String::new(),
         resource: "pods".to_string(),
-        subresource: Some("log".to_string()),
+        subresource: Some(subresource.to_string()),
         namespace: Some(namespace.to_string()),
         name: Some(name.to_string()),
     };
@@ -315,6 +286,33 @@ async fn log_of_pod(
         name: name.to_string(),
         uid,
     };
+    Ok((pod, pod_ref))
+}
+
+/// `pods/<name>[:<port>]/proxy/<path>`: authorized as `get` on `pods/proxy` with the caller's
+/// identity, then forwarded to the pod (`pod_proxy`).
+async fn proxy_to_pod(
+    state: &ServerState,
+    user: UserInfo,
+    namespace: &str,
+    target: &pod_proxy::ProxyTarget,
+    method: &Method,
+    headers: &http::HeaderMap,
+) -> Result<Response, ApiError> {
+    let (pod, _) = authorized_pod(state, user, "get", "proxy", namespace, &target.pod)?;
+    pod_proxy::forward(&state.webhook_dialer, &pod, target, method, headers).await
+}
+
+/// `pods/<name>/log`: authorized as `get` on `pods/log` with the caller's identity, then read
+/// from the node (`pod_log`).
+async fn log_of_pod(
+    state: &ServerState,
+    user: UserInfo,
+    namespace: &str,
+    name: &str,
+    options: &pod_log::LogOptions,
+) -> Result<Response, ApiError> {
+    let (pod, pod_ref) = authorized_pod(state, user, "get", "log", namespace, name)?;
     pod_log::serve(&state.pod_logs, &pod, pod_ref, options).await
 }
 
@@ -327,24 +325,7 @@ async fn port_forward_to_pod(
     name: &str,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let attrs = RequestAttributes {
-        user,
-        verb: "create".to_string(),
-        api_group: String::new(),
-        resource: "pods".to_string(),
-        subresource: Some("portforward".to_string()),
-        namespace: Some(namespace.to_string()),
-        name: Some(name.to_string()),
-    };
-    state
-        .authorizer
-        .authorize(state.store.as_ref(), &attrs)
-        .map_err(|reason| forbidden(&attrs, &reason))?;
-    let pods = state
-        .store
-        .find_type("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("the pods type is not registered"))?;
-    let pod = state.store.get(&pods, namespace, name)?;
+    let (pod, pod_ref) = authorized_pod(state, user, "create", "portforward", namespace, name)?;
     let phase = pod.pointer("/status/phase").and_then(Value::as_str);
     if phase != Some("Running") {
         return Err(ApiError::bad_request(format!(
@@ -352,18 +333,8 @@ async fn port_forward_to_pod(
             phase.unwrap_or("unknown")
         )));
     }
-    let uid = pod
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
     let ports = port_forward::ports(req.uri().query())?;
-    let pod = port_forward::PodRef {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        uid,
-    };
-    port_forward::serve(req, state.pod_connector.clone(), pod, ports)
+    port_forward::serve(req, state.pod_connector.clone(), pod_ref, ports)
 }
 
 /// Records a resource request in the request counter, whatever its outcome.
