@@ -221,6 +221,43 @@ impl Cluster {
         self.kubectl_with_stdin(args, None)
     }
 
+    /// The Events regarding one object, found as `kubectl describe` finds them: core/v1 Events
+    /// of every namespace selected by `involvedObject.*`.
+    pub fn events_about(&self, kind: &str, name: &str) -> Result<Vec<ToldEvent>, HarnessError> {
+        let selector = format!("involvedObject.kind={kind},involvedObject.name={name}");
+        let args = [
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &selector,
+            "-o",
+            "json",
+        ];
+        let out = self.kubectl(&args)?;
+        let list: serde_json::Value =
+            serde_json::from_str(&out).map_err(|e| HarnessError::Kubectl {
+                command: format!("kubectl {}", args.join(" ")),
+                status: "not an event list".into(),
+                stderr: e.to_string(),
+            })?;
+        let text =
+            |e: &serde_json::Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| ToldEvent {
+                reason: text(e, "reason"),
+                message: text(e, "message"),
+                count: e["series"]["count"]
+                    .as_i64()
+                    .or_else(|| e["count"].as_i64())
+                    .unwrap_or(1),
+            })
+            .collect())
+    }
+
     /// Runs `kubectl <args>`; a non-zero exit is an error carrying stderr.
     pub fn kubectl(&self, args: &[&str]) -> Result<String, HarnessError> {
         let output = self.kubectl_output(args)?;
@@ -409,6 +446,15 @@ impl Drop for Cluster {
             network.shutdown();
         }
     }
+}
+
+/// One Event as `kubectl get events` (core/v1) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToldEvent {
+    pub reason: String,
+    pub message: String,
+    /// How often it occurred (`series.count`, else `count`, else 1).
+    pub count: i64,
 }
 
 /// Polls `check` until it yields `Ok(Some(value))` or `deadline` passes. `Ok(None)` and

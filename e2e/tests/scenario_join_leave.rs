@@ -11,7 +11,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::ListParams;
 use kube::Api;
 use meshplane_crds::names;
-use meshplane_e2e::harness::{container_names, test_pod, wait_for, Cluster};
+use meshplane_e2e::harness::{container_names, test_pod, wait_for, Cluster, ToldEvent};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const MANAGED: &str = "app.kubernetes.io/managed-by=meshplane";
@@ -84,7 +84,9 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
     .expect("joined");
     let joined = "namespace shop joined revision blue-v1 of tenant blue";
     wait_for("the NamespaceJoined Event of shop", DEADLINE, || async {
-        let told = events_about(&cluster, "MeshControlPlane", "blue-v1")?;
+        let told = cluster
+            .events_about("MeshControlPlane", "blue-v1")
+            .map_err(|e| e.to_string())?;
         Ok(told
             .iter()
             .any(|e| e.reason == "NamespaceJoined" && e.message == joined)
@@ -244,7 +246,9 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
         "the NamespaceRejected Event of intruder",
         DEADLINE,
         || async {
-            let told = events_about(&cluster, "MeshControlPlane", "blue-v1")?;
+            let told = cluster
+                .events_about("MeshControlPlane", "blue-v1")
+                .map_err(|e| e.to_string())?;
             Ok(told
                 .iter()
                 .any(|e| e.reason == "NamespaceRejected" && e.message.contains("intruder"))
@@ -257,54 +261,14 @@ async fn joining_brings_bootstrap_rbac_and_injection_and_leaving_removes_only_th
     eprintln!("scenario join-leave took {:?}", started.elapsed());
 }
 
-/// One Event as `kubectl get events` (core/v1) lists it.
-#[derive(Debug)]
-struct Told {
-    reason: String,
-    message: String,
-    /// How often it occurred (`series.count`, else `count`, else 1).
-    count: i64,
-}
-
-/// The Events regarding one object, found as `kubectl describe` finds them: core/v1 Events
-/// of every namespace selected by `involvedObject.*`.
-fn events_about(cluster: &Cluster, kind: &str, name: &str) -> Result<Vec<Told>, String> {
-    let out = cluster
-        .kubectl(&[
-            "get",
-            "events",
-            "-A",
-            "--field-selector",
-            &format!("involvedObject.kind={kind},involvedObject.name={name}"),
-            "-o",
-            "json",
-        ])
-        .map_err(|e| e.to_string())?;
-    let list: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
-    let text = |e: &serde_json::Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
-    Ok(list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| Told {
-            reason: text(e, "reason"),
-            message: text(e, "message"),
-            count: e["series"]["count"]
-                .as_i64()
-                .or_else(|| e["count"].as_i64())
-                .unwrap_or(1),
-        })
-        .collect())
-}
-
 /// shop and bank joined and left, intruder was rejected: each change is one Event on blue-v1
 /// and one on the namespace, each occurring once, although blue-v1 was reconciled many times
 /// since (the members ConfigMap replaced and restored, bank's access taken and given back,
 /// status changes).
 async fn every_membership_change_is_one_event(cluster: &Cluster) {
     let once = |kind: &str, name: &str, reason: &str, message: &str| {
-        let told = events_about(cluster, kind, name).expect("events");
-        let matching: Vec<&Told> = told
+        let told = cluster.events_about(kind, name).expect("events");
+        let matching: Vec<&ToldEvent> = told
             .iter()
             .filter(|e| e.reason == reason && e.message.contains(message))
             .collect();

@@ -29,7 +29,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use meshplane_crds::migration::{BatchPhase, MigrationPhase};
 use meshplane_crds::{names, MeshRevisionMigration, MeshRevisionTag};
-use meshplane_e2e::harness::{pod_is_ready, wait_for, Cluster, WEB_PORT};
+use meshplane_e2e::harness::{pod_is_ready, wait_for, Cluster, ToldEvent, WEB_PORT};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 /// A migration's whole run: restarts, gates, rollback, on a loaded 2-core machine.
@@ -226,37 +226,6 @@ async fn event_reasons(client: &kube::Client, name: &str) -> Vec<(String, String
                 e.reason.unwrap_or_default(),
                 e.note.unwrap_or_default(),
             )
-        })
-        .collect()
-}
-
-/// The Events regarding one object as `kubectl get events` lists them (core/v1, selected by
-/// `involvedObject.*` as `kubectl describe` selects them): reason, message and how often it
-/// occurred (`series.count`, else `count`, else 1).
-fn events_about(cluster: &Cluster, kind: &str, name: &str) -> Vec<(String, String, i64)> {
-    let out = cluster
-        .kubectl(&[
-            "get",
-            "events",
-            "-A",
-            "--field-selector",
-            &format!("involvedObject.kind={kind},involvedObject.name={name}"),
-            "-o",
-            "json",
-        ])
-        .expect("kubectl get events");
-    let list: serde_json::Value = serde_json::from_str(&out).expect("an event list");
-    let text = |e: &serde_json::Value, key: &str| e[key].as_str().unwrap_or_default().to_string();
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let count = e["series"]["count"]
-                .as_i64()
-                .or_else(|| e["count"].as_i64())
-                .unwrap_or(1);
-            (text(e, "reason"), text(e, "message"), count)
         })
         .collect()
 }
@@ -551,29 +520,32 @@ async fn a_migration_rolls_back_a_nacking_revision_then_moves_batch_by_batch_wit
     }
     // As `kubectl get events` lists them: one Event per batch started and passed, each
     // occurring once (the steps in between, every 2 s, repeat none).
-    let told = events_about(&cluster, "MeshRevisionMigration", "blue-v2");
+    let told = cluster
+        .events_about("MeshRevisionMigration", "blue-v2")
+        .expect("kubectl get events");
     for reason in ["BatchStarted", "BatchPassed"] {
-        let per_batch: Vec<&(String, String, i64)> =
-            told.iter().filter(|(r, _, _)| r == reason).collect();
+        let per_batch: Vec<&ToldEvent> = told.iter().filter(|e| e.reason == reason).collect();
         assert_eq!(per_batch.len(), status.batches.len(), "{reason}: {told:?}");
-        assert!(per_batch.iter().all(|(_, _, n)| *n == 1), "{told:?}");
+        assert!(per_batch.iter().all(|e| e.count == 1), "{told:?}");
         for i in 1..=status.batches.len() {
             let batch = format!("batch {i}/{}", status.batches.len());
             assert!(
-                per_batch.iter().any(|(_, m, _)| m.contains(&batch)),
+                per_batch.iter().any(|e| e.message.contains(&batch)),
                 "{reason} of {batch}: {told:?}"
             );
         }
     }
     // The tag moved to blue-v2 by each migration and back by the rollback: TagMoved Events
     // on the tag count each move once.
-    let moves = events_about(&cluster, "MeshRevisionTag", "blue-stable");
+    let moves = cluster
+        .events_about("MeshRevisionTag", "blue-stable")
+        .expect("kubectl get events");
     let moved = |from: &str, to: &str| -> i64 {
         let prefix = format!("tag blue-stable moved from revision {from} to {to}");
         moves
             .iter()
-            .filter(|(r, m, _)| r == "TagMoved" && m.starts_with(&prefix))
-            .map(|(_, _, n)| n)
+            .filter(|e| e.reason == "TagMoved" && e.message.starts_with(&prefix))
+            .map(|e| e.count)
             .sum()
     };
     assert_eq!(

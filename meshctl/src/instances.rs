@@ -225,6 +225,15 @@ async fn debug_proxies(
 
 /// The running instance pods of every revision `filter` admits, each with its proxies.
 pub async fn read(client: &kube::Client, filter: &Filter) -> anyhow::Result<Vec<Instance>> {
+    Ok(read_with_tokens(client, filter).await?.0)
+}
+
+/// [`read`], with the debug tokens it requested, by control namespace (none when the filter
+/// gave one), for a caller that asks an instance more.
+pub async fn read_with_tokens(
+    client: &kube::Client,
+    filter: &Filter,
+) -> anyhow::Result<(Vec<Instance>, std::collections::BTreeMap<String, String>)> {
     let mcps: Api<MeshControlPlane> = Api::all(client.clone());
     let mut control_planes = mcps
         .list(&ListParams::default())
@@ -290,7 +299,7 @@ pub async fn read(client: &kube::Client, filter: &Filter) -> anyhow::Result<Vec<
             });
         }
     }
-    Ok(out)
+    Ok((out, tokens))
 }
 
 #[cfg(test)]

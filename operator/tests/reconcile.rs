@@ -619,6 +619,11 @@ async fn the_control_namespace_the_operator_creates_is_recorded_by_uid() {
     );
 }
 
+/// The tag `blue-stable` as stored now.
+fn stored_tag(api: &FakeApi) -> Arc<meshplane_crds::MeshRevisionTag> {
+    Arc::new(serde_json::from_value(api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap()).unwrap())
+}
+
 #[tokio::test]
 async fn a_tag_moved_within_its_tenant_is_told_once() {
     let api = cluster();
@@ -627,12 +632,7 @@ async fn a_tag_moved_within_its_tenant_is_told_once() {
         control_plane("blue-v2", "blue", None, "2026-01-02T00:00:00Z"),
     );
     let ctx = context(api.client());
-    let tag = |api: &FakeApi| -> Arc<meshplane_crds::MeshRevisionTag> {
-        Arc::new(
-            serde_json::from_value(api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap()).unwrap(),
-        )
-    };
-    reconcile_tag(tag(&api), ctx.clone())
+    reconcile_tag(stored_tag(&api), ctx.clone())
         .await
         .expect("reconciles");
     assert!(
@@ -643,7 +643,7 @@ async fn a_tag_moved_within_its_tenant_is_told_once() {
     moved["spec"]["revision"] = json!("blue-v2");
     api.insert(TAGS, moved);
     api.clear_writes();
-    reconcile_tag(tag(&api), ctx.clone())
+    reconcile_tag(stored_tag(&api), ctx.clone())
         .await
         .expect("reconciles");
     let told: Vec<Value> = api.events();
@@ -657,7 +657,7 @@ async fn a_tag_moved_within_its_tenant_is_told_once() {
         .starts_with("tag blue-stable moved from revision blue-v1 to blue-v2"));
     // A resync of the moved tag tells nothing.
     api.clear_writes();
-    reconcile_tag(tag(&api), ctx.clone())
+    reconcile_tag(stored_tag(&api), ctx.clone())
         .await
         .expect("reconciles");
     assert_eq!(api.events(), Vec::<Value>::new());
@@ -671,15 +671,10 @@ async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
         control_plane("green", "green", None, "2026-01-02T00:00:00Z"),
     );
     let ctx = context(api.client());
-    let tag = |api: &FakeApi| -> Arc<meshplane_crds::MeshRevisionTag> {
-        Arc::new(
-            serde_json::from_value(api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap()).unwrap(),
-        )
-    };
-    reconcile_tag(tag(&api), ctx.clone())
+    reconcile_tag(stored_tag(&api), ctx.clone())
         .await
         .expect("reconciles");
-    let status = tag(&api).status.clone().unwrap();
+    let status = stored_tag(&api).status.clone().unwrap();
     assert_eq!(
         (status.revision.as_deref(), status.tenant.as_deref()),
         (Some("blue-v1"), Some("blue"))
@@ -688,10 +683,10 @@ async fn a_tag_moved_to_another_tenant_is_refused_and_keeps_its_revision() {
     let mut moved = api.get(TAGS.0, TAGS.1, None, "blue-stable").unwrap();
     moved["spec"]["revision"] = json!("green");
     api.insert(TAGS, moved);
-    reconcile_tag(tag(&api), ctx.clone())
+    reconcile_tag(stored_tag(&api), ctx.clone())
         .await
         .expect("reconciles");
-    let status = tag(&api).status.clone().unwrap();
+    let status = stored_tag(&api).status.clone().unwrap();
     assert_eq!(
         (status.revision.as_deref(), status.tenant.as_deref()),
         (Some("blue-v1"), Some("blue"))

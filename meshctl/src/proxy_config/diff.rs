@@ -3,6 +3,7 @@
 //! admin's form), resource by resource and field by field. Static resources (the bootstrap's)
 //! and draining listeners are the proxy's own business and not compared.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -198,17 +199,18 @@ pub fn compare(
 
 /// A resource in the form compared: a route configuration's virtual hosts by name, since a
 /// VHDS client's dump lists them in the order Envoy merged them, not the order sent.
-fn comparable(t: DumpedType, config: &Value) -> Value {
-    let mut config = config.clone();
-    if t == DumpedType::Rds {
-        if let Some(hosts) = config
-            .get_mut("virtual_hosts")
-            .and_then(Value::as_array_mut)
-        {
-            hosts.sort_by(|a, b| name_of(a).cmp(name_of(b)));
-        }
+fn comparable(t: DumpedType, config: &Value) -> Cow<'_, Value> {
+    if t != DumpedType::Rds || config.get("virtual_hosts").is_none() {
+        return Cow::Borrowed(config);
     }
-    config
+    let mut config = config.clone();
+    if let Some(hosts) = config
+        .get_mut("virtual_hosts")
+        .and_then(Value::as_array_mut)
+    {
+        hosts.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+    }
+    Cow::Owned(config)
 }
 
 /// Whether two admin-form documents are the same (numbers by value: `1` is `1.0`).

@@ -285,7 +285,7 @@ async fn diff_with_instance(
         debug_token: cluster.debug_token.clone(),
         ..instances::Filter::default()
     };
-    let read = instances::read(&client, &filter).await?;
+    let (read, tokens) = instances::read_with_tokens(&client, &filter).await?;
     let (instance, proxy) = read
         .iter()
         .flat_map(|i| i.proxies.iter().map(move |p| (i, p)))
@@ -295,7 +295,12 @@ async fn diff_with_instance(
                 "no instance has a proxy of pod {namespace}/{pod} connected (meshctl proxy-status lists the connected ones)"
             )
         })?;
-    let token = match &cluster.debug_token {
+    // The token the instance already reviewed for /debug/proxies serves again.
+    let token = match cluster
+        .debug_token
+        .as_ref()
+        .or_else(|| tokens.get(&instance.namespace))
+    {
         Some(t) => t.clone(),
         None => {
             instances::request_debug_token(&client, &instance.tenant, &instance.namespace).await?

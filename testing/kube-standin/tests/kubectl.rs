@@ -43,6 +43,17 @@ impl Kubectl {
         cmd
     }
 
+    /// Applies meshplane's CRDs (`config/crd`) as a user does and waits until `crds` are
+    /// Established.
+    async fn install_crds(&self, crds: &[&str]) {
+        self.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+            .await;
+        let mut wait = vec!["wait", "--for=condition=Established"];
+        wait.extend_from_slice(crds);
+        wait.push("--timeout=20s");
+        self.ok(&wait).await;
+    }
+
     /// Runs kubectl on a blocking thread (the stand-in serves on this runtime meanwhile).
     async fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut cmd = self.command(args);
@@ -332,15 +343,8 @@ async fn delete_waits_for_finalizers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_fields_are_refused_warned_about_or_dropped_as_kubectl_asks() {
     let k = Kubectl::start().await;
-    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
+    k.install_crds(&["crd/meshcontrolplanes.meshplane.io"])
         .await;
-    k.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/meshcontrolplanes.meshplane.io",
-        "--timeout=20s",
-    ])
-    .await;
     let mcp = |name: &str| {
         format!("apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {{name: {name}}}\nspec:\n  tenant: blue\n  namespaceSelector: {{}}\n  tennant: typo\n")
     };
@@ -503,14 +507,9 @@ fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_reads_the_schemas_of_crds_and_built_in_kinds() {
     let k = Kubectl::start().await;
-    k.ok(&["apply", "--server-side", "-k", &repo("config/crd")])
-        .await;
-    k.ok(&[
-        "wait",
-        "--for=condition=Established",
+    k.install_crds(&[
         "crd/meshcontrolplanes.meshplane.io",
         "crd/virtualservices.networking.meshplane.io",
-        "--timeout=20s",
     ])
     .await;
     let spec = k.ok(&["explain", "meshcontrolplane.spec"]).await;
