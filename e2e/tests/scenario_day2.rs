@@ -133,6 +133,11 @@ fn bug_report_collects_without_secrets(kubeconfig: &std::path::Path, pod: &str, 
         );
     }
     assert!(files["cluster/meshcontrolplanes.yaml"].contains("blue-v1"));
+    assert!(
+        files["proxy-status.json"].contains(pod),
+        "the proxies' sync states: {}",
+        files["proxy-status.json"]
+    );
     assert!(files[&format!("proxies/{namespace}/{name}/stats.txt")].contains("cluster_manager"));
     let logs = |prefix: &str| {
         files

@@ -24,6 +24,7 @@ use crate::cluster::{self, ClusterArgs, Scope};
 use crate::envoy_admin::EnvoyAdmin;
 use crate::instances::{self, Instance};
 use crate::output::{self, Format, Report};
+use crate::proxy_status;
 use crate::version::{self, OPERATOR_SELECTOR};
 use archive::Archive;
 
@@ -284,7 +285,8 @@ pub async fn run(
             Vec::new()
         }
     };
-    g.json("proxy-status.json", &read);
+    // What `meshctl proxy-status -o json` prints: every instance and each proxy's sync state.
+    g.json("proxy-status.json", &proxy_status::report(&read, None));
     match operator_pods(&client).await {
         Ok(pods) => {
             for pod in &pods {
