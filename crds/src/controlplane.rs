@@ -363,6 +363,28 @@ pub struct AccessLogging {
     /// Where to write it; defaults to `/dev/stdout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// `TEXT` (default) or `JSON`: Istio's default access log format as a line of text or as
+    /// a JSON object (Istio's `accessLogEncoding`). Also the format of the built-in `envoy`
+    /// provider that Telemetries name.
+    #[serde(default, skip_serializing_if = "AccessLogEncoding::is_text")]
+    pub encoding: AccessLogEncoding,
+}
+
+/// How an access log line is written.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AccessLogEncoding {
+    /// One line of text in Istio's default format.
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of Istio's default format.
+    Json,
+}
+
+impl AccessLogEncoding {
+    fn is_text(&self) -> bool {
+        *self == AccessLogEncoding::Text
+    }
 }
 
 /// Observed state of a `MeshControlPlane`, written by the operator.

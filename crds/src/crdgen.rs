@@ -9,6 +9,7 @@ use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
 use crate::security::{AuthorizationPolicy, PeerAuthentication};
+use crate::telemetry::Telemetry;
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -24,6 +25,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         VirtualService::crd(),
         DestinationRule::crd(),
         Gateway::crd(),
+        Telemetry::crd(),
     ]
 }
 

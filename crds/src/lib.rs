@@ -12,6 +12,8 @@
 //!   meshplane supports it (see that module for the supported fields).
 //! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` and
 //!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
+//! - [`telemetry`]: `telemetry.meshplane.io/v1alpha1` `Telemetry` (Istio's fields): access
+//!   logging, tracing and request metrics per tenant, namespace or workload.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`agent`]: the grammar of the pod annotations that configure the node agent (certificate
@@ -36,6 +38,7 @@ pub mod names;
 pub mod networking;
 pub mod security;
 pub mod selector;
+pub mod telemetry;
 pub mod validation;
 
 pub use controlplane::{
@@ -49,3 +52,4 @@ pub use networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
 pub use security::{AuthorizationPolicy, PeerAuthentication};
+pub use telemetry::Telemetry;

@@ -17,9 +17,11 @@ use crate::networking::{
 
 pub mod authorization;
 pub mod security;
+pub mod telemetry;
 pub mod traffic;
 
 pub use authorization::validate_authorization_policy;
+pub use telemetry::validate_telemetry;
 pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};
 
 /// One violated rule, with the field it concerns.

@@ -2,4 +2,5 @@
 //! fixtures of `testing/`), or a real cluster with `E2E_KUBECONFIG`; the scenarios are in
 //! `tests/`.
 pub mod harness;
+pub mod prometheus;
 pub mod reach;

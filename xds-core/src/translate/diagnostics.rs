@@ -24,6 +24,7 @@ pub enum ConfigKind {
     DestinationRule,
     Gateway,
     AuthorizationPolicy,
+    Telemetry,
 }
 
 /// An object of one of those kinds.
@@ -135,6 +136,17 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
                 generation,
                 super::authz_diagnostics::authorization_policy(registry, ap, &in_tenant),
             ),
+        );
+    }
+    for t in &registry.telemetries {
+        let (ns, name, generation) = meta(t);
+        out.objects.insert(
+            ConfigRef {
+                kind: ConfigKind::Telemetry,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (generation, super::telemetry::diagnose(registry, t)),
         );
     }
     for (_, findings) in out.objects.values_mut() {

@@ -151,6 +151,12 @@ pub fn load_assignment(cluster_name: &str, endpoints: &[EndpointModel]) -> Clust
         let lb = LbEndpoint {
             host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
                 address: Some(socket_address(&ep.address, ep.port)),
+                // The pod's workload, which request metrics read (`%UPSTREAM_HOST_NAME%`).
+                hostname: ep
+                    .workload
+                    .as_ref()
+                    .map(|(ns, name)| super::telemetry::endpoint_hostname(ns, name))
+                    .unwrap_or_default(),
                 ..Default::default()
             })),
             load_balancing_weight: ep

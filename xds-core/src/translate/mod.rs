@@ -22,11 +22,11 @@
 //! - Authorization ([`authz`]): the workload's AuthorizationPolicies as RBAC filters on every
 //!   inbound chain (HTTP filters before the router, network filters before the TCP proxy),
 //!   AUDIT then DENY then ALLOW, failing closed where a chain cannot know an attribute.
-//! - Access logging (`meshConfig.accessLogging`): a file log on every HCM and TCP proxy.
+//! - Telemetry ([`telemetry`]): access logs, tracing and request metrics as the workload's
+//!   Telemetries and the revision's access log switch (`meshConfig.accessLogging`) ask.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
 
-pub mod access_log;
 pub mod authz;
 pub mod authz_diagnostics;
 pub mod cluster_id;
@@ -44,6 +44,7 @@ pub mod protojson;
 pub mod registry;
 pub mod routes;
 pub mod scope;
+pub mod telemetry;
 pub mod traffic;
 pub mod vhds;
 
@@ -224,7 +225,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
     if node.kind != ProxyKind::Grpc {
         // Sidecars and gateways originate mutual TLS to meshed endpoints (auto-mTLS).
         mtls::apply(registry, node, &mut out);
-        access_log::apply(&registry.mesh_config.access_logging, &mut out);
+        telemetry::apply(registry, node, &mut out);
     }
     out.sort();
     out

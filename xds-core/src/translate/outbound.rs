@@ -251,6 +251,7 @@ fn outbound_cluster(
                                 subzone,
                                 weight: ep.weight,
                                 labels: ep.labels.clone(),
+                                workload: None,
                             }
                         })
                         .collect()
@@ -684,6 +685,7 @@ pub fn host_outbound(registry: &Registry, node: &ProxyNode, svc: &ServiceModel) 
     let mut out = Translated::default();
     outbound_clusters(registry, &scope.namespace, node.sds, svc, &mut out);
     super::mtls::apply(registry, node, &mut out);
+    super::telemetry::mark_clusters(&mut out);
     let virtual_hosts = svc
         .ports
         .iter()

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshplane_crds::networking::{Location, Resolution, WorkloadEntry};
 use meshplane_crds::{
     names, AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshConfig,
-    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    PeerAuthentication, ServiceEntry, Sidecar, Telemetry, VirtualService,
 };
 
 pub use meshplane_crds::networking::DOMAIN_SUFFIX;
@@ -167,6 +167,9 @@ pub struct EndpointModel {
     /// Labels of the workload behind the endpoint (its Pod's, or the ServiceEntry endpoint's):
     /// what DestinationRule subsets select. Not sent to Envoy.
     pub labels: BTreeMap<String, String>,
+    /// The workload (namespace, name) of the Pod behind the endpoint, when known: sent as
+    /// endpoint metadata, which the clients' request metrics read (`destination_workload`).
+    pub workload: Option<(String, String)>,
 }
 
 /// Everything translation reads, built from the tenant's member-filtered objects.
@@ -188,6 +191,8 @@ pub struct Registry {
     pub peer_authentications: Vec<PeerAuthentication>,
     /// AuthorizationPolicies of the member and control namespaces.
     pub authorization_policies: Vec<AuthorizationPolicy>,
+    /// Telemetries of the member and control namespaces.
+    pub telemetries: Vec<Telemetry>,
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,
@@ -363,6 +368,9 @@ impl Registry {
                 &other.authorization_policies,
                 |a, b| a.spec == b.spec,
             )
+            && same_objects(&self.telemetries, &other.telemetries, |a, b| {
+                a.spec == b.spec
+            })
             && same_objects(&self.virtual_services, &other.virtual_services, |a, b| {
                 a.spec == b.spec
             })
@@ -557,24 +565,27 @@ pub fn service_entry_models(se: &ServiceEntry) -> Vec<ServiceModel> {
 /// labels. A slice's endpoints are pods of its own namespace.
 #[derive(Default)]
 pub struct PodLabels<'a> {
-    by_name: BTreeMap<(&'a str, &'a str), &'a BTreeMap<String, String>>,
-    by_ip: BTreeMap<(&'a str, &'a str), &'a BTreeMap<String, String>>,
+    by_name: BTreeMap<(&'a str, &'a str), (String, &'a BTreeMap<String, String>)>,
+    by_ip: BTreeMap<(&'a str, &'a str), (String, &'a BTreeMap<String, String>)>,
 }
 
+/// The labels of a pod without any.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
 impl<'a> PodLabels<'a> {
-    /// Indexes the labels of `pods`.
+    /// Indexes the labels and workloads of `pods`.
     pub fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
         let mut out = PodLabels::default();
         for pod in pods {
-            let Some(labels) = pod.metadata.labels.as_ref() else {
-                continue;
-            };
+            let labels = pod.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
             let Some(ns) = pod.metadata.namespace.as_deref() else {
                 continue;
             };
-            if let Some(name) = &pod.metadata.name {
-                out.by_name.insert((ns, name.as_str()), labels);
-            }
+            let Some(name) = pod.metadata.name.as_deref() else {
+                continue;
+            };
+            let workload = meshplane_crds::telemetry::pod_workload(pod);
+            out.by_name.insert((ns, name), (workload.clone(), labels));
             for ip in pod.status.iter().flat_map(|s| {
                 s.pod_ips
                     .iter()
@@ -582,19 +593,23 @@ impl<'a> PodLabels<'a> {
                     .map(|p| p.ip.as_str())
                     .chain(s.pod_ip.as_deref())
             }) {
-                out.by_ip.insert((ns, ip), labels);
+                out.by_ip.insert((ns, ip), (workload.clone(), labels));
             }
         }
         out
     }
 
-    /// Labels of the pod a slice endpoint targets (by `targetRef`, else by address).
-    fn of(&self, namespace: &str, target: Option<&str>, address: &str) -> BTreeMap<String, String> {
+    /// The pod a slice endpoint targets (by `targetRef`, else by address): its workload and
+    /// labels.
+    fn pod(
+        &self,
+        namespace: &'a str,
+        target: Option<&'a str>,
+        address: &'a str,
+    ) -> Option<&(String, &'a BTreeMap<String, String>)> {
         target
             .and_then(|t| self.by_name.get(&(namespace, t)))
             .or_else(|| self.by_ip.get(&(namespace, address)))
-            .map(|l| (*l).clone())
-            .unwrap_or_default()
     }
 }
 
@@ -658,11 +673,13 @@ pub fn add_slice_endpoints(
                 .filter(|t| t.kind.as_deref().is_none_or(|k| k == "Pod"))
                 .and_then(|t| t.name.as_deref());
             for address in &ep.addresses {
+                let pod = pods.pod(&svc.namespace, target, address);
                 out.entry(cluster.clone()).or_default().push(EndpointModel {
                     address: address.clone(),
                     port,
                     zone: zone.clone(),
-                    labels: pods.of(&svc.namespace, target, address),
+                    labels: pod.map(|(_, l)| (*l).clone()).unwrap_or_default(),
+                    workload: pod.map(|(w, _)| (svc.namespace.clone(), w.clone())),
                     ..EndpointModel::default()
                 });
             }
@@ -704,6 +721,10 @@ pub fn add_entry_pod_endpoints<'a>(
                 .push(EndpointModel {
                     address: ip.clone(),
                     port,
+                    workload: Some((
+                        svc.namespace.clone(),
+                        meshplane_crds::telemetry::pod_workload(pod),
+                    )),
                     labels: labels.clone(),
                     ..EndpointModel::default()
                 });

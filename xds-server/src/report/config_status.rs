@@ -71,6 +71,7 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
             "AuthorizationPolicy",
             "authorizationpolicies",
         ),
+        ConfigKind::Telemetry => ("telemetry.meshplane.io", "Telemetry", "telemetries"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
 }
