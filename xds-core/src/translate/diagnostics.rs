@@ -1,7 +1,7 @@
 //! Config that cannot apply, found tenant-wide (independent of any one proxy): what the
-//! instance writes into the `Accepted` condition of VirtualServices, DestinationRules and
-//! Gateways. Each finding names the object it concerns, a stable reason and a message saying
-//! what to change.
+//! instance writes into the `Accepted` condition of the tenant's networking and security
+//! config (every kind of [`ConfigKind`]). Each finding names the object it concerns, a stable
+//! reason and a message saying what to change.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +24,40 @@ pub enum ConfigKind {
     DestinationRule,
     Gateway,
     AuthorizationPolicy,
+    ServiceEntry,
+    Sidecar,
+    EnvoyFilter,
+    PeerAuthentication,
+}
+
+impl ConfigKind {
+    /// Every kind that carries an `Accepted` condition.
+    pub const ALL: [ConfigKind; 8] = [
+        ConfigKind::VirtualService,
+        ConfigKind::DestinationRule,
+        ConfigKind::Gateway,
+        ConfigKind::AuthorizationPolicy,
+        ConfigKind::ServiceEntry,
+        ConfigKind::Sidecar,
+        ConfigKind::EnvoyFilter,
+        ConfigKind::PeerAuthentication,
+    ];
+
+    /// API group, kind name and plural of its resource.
+    pub fn api(self) -> (&'static str, &'static str, &'static str) {
+        const NET: &str = "networking.meshplane.io";
+        const SEC: &str = "security.meshplane.io";
+        match self {
+            ConfigKind::VirtualService => (NET, "VirtualService", "virtualservices"),
+            ConfigKind::DestinationRule => (NET, "DestinationRule", "destinationrules"),
+            ConfigKind::Gateway => (NET, "Gateway", "gateways"),
+            ConfigKind::ServiceEntry => (NET, "ServiceEntry", "serviceentries"),
+            ConfigKind::Sidecar => (NET, "Sidecar", "sidecars"),
+            ConfigKind::EnvoyFilter => (NET, "EnvoyFilter", "envoyfilters"),
+            ConfigKind::AuthorizationPolicy => (SEC, "AuthorizationPolicy", "authorizationpolicies"),
+            ConfigKind::PeerAuthentication => (SEC, "PeerAuthentication", "peerauthentications"),
+        }
+    }
 }
 
 /// An object of one of those kinds.
@@ -137,6 +171,41 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
             ),
         );
     }
+    // Sidecars, admitted EnvoyFilters and PeerAuthentications apply as written.
+    let applied = registry
+        .sidecars
+        .values()
+        .flatten()
+        .map(|o| (ConfigKind::Sidecar, meta(o)))
+        .chain(
+            registry
+                .envoy_filters
+                .values()
+                .flatten()
+                .map(|o| (ConfigKind::EnvoyFilter, meta(o))),
+        )
+        .chain(
+            registry
+                .peer_authentications
+                .iter()
+                .map(|o| (ConfigKind::PeerAuthentication, meta(o))),
+        );
+    for (kind, (ns, name, generation)) in applied {
+        out.objects.insert(
+            ConfigRef {
+                kind,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (generation, Vec::new()),
+        );
+    }
+    out.objects.extend(
+        registry
+            .judged
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     for (_, findings) in out.objects.values_mut() {
         findings.sort();
         findings.dedup();
