@@ -35,7 +35,13 @@ impl Entry {
     }
 
     fn label(&self) -> String {
-        format!("{} {}/{} ({})", self.kind, self.namespace, self.name, self.file.display())
+        format!(
+            "{} {}/{} ({})",
+            self.kind,
+            self.namespace,
+            self.name,
+            self.file.display()
+        )
     }
 }
 
@@ -75,8 +81,7 @@ fn corpus() -> Vec<Entry> {
 }
 
 fn entry(root: &Path, path: &Path) -> Entry {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let object: serde_json::Value = serde_saphyr::from_str(&text)
         .unwrap_or_else(|e| panic!("{}: one YAML object per file: {e}", path.display()));
     let text_of = |pointer: &str| {
@@ -87,9 +92,12 @@ fn entry(root: &Path, path: &Path) -> Entry {
             .unwrap_or_else(|| panic!("{}: no {pointer}", path.display()))
     };
     let api_version = text_of("/apiVersion");
-    let (group, _) = api_version
-        .split_once('/')
-        .unwrap_or_else(|| panic!("{}: apiVersion {api_version:?} has no group", path.display()));
+    let (group, _) = api_version.split_once('/').unwrap_or_else(|| {
+        panic!(
+            "{}: apiVersion {api_version:?} has no group",
+            path.display()
+        )
+    });
     let relative = path.strip_prefix(root).unwrap_or(path);
     Entry {
         file: Path::new(CORPUS).join(relative),
@@ -138,13 +146,23 @@ fn every_corpus_file_is_one_namespaced_config_object() {
 async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
     let started = Instant::now();
     let cluster = Cluster::start("corpus").await.expect("cluster");
-    cluster.install_operator().await.expect("operator installed");
+    cluster
+        .install_operator()
+        .await
+        .expect("operator installed");
     cluster
         .kubectl(&["apply", "--server-side", "-f", "config/samples/blue.yaml"])
         .expect("blue");
-    cluster.kubectl(&["create", "namespace", NAMESPACE]).expect("namespace");
     cluster
-        .kubectl(&["label", "namespace", NAMESPACE, "meshplane.io/rev=blue-stable"])
+        .kubectl(&["create", "namespace", NAMESPACE])
+        .expect("namespace");
+    cluster
+        .kubectl(&[
+            "label",
+            "namespace",
+            NAMESPACE,
+            "meshplane.io/rev=blue-stable",
+        ])
         .expect("join blue");
     cluster
         .wait_for_mcp_ready("blue-v1", DEADLINE)
@@ -171,7 +189,14 @@ async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
     .await
     .expect("webhook ready for the namespace");
     cluster
-        .kubectl(&["apply", "--server-side", "-n", NAMESPACE, "-f", &format!("{CORPUS}/setup.yaml")])
+        .kubectl(&[
+            "apply",
+            "--server-side",
+            "-n",
+            NAMESPACE,
+            "-f",
+            &format!("{CORPUS}/setup.yaml"),
+        ])
         .expect("the corpus's Services and subsets");
 
     let entries = corpus();
@@ -192,8 +217,16 @@ async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
             warned_wrongly.push(format!(
                 "{}: {} (expected {})",
                 e.label(),
-                if warned.is_empty() { "no warning".to_string() } else { warned.join(" | ") },
-                if deprecated { "a deprecation warning" } else { "none" }
+                if warned.is_empty() {
+                    "no warning".to_string()
+                } else {
+                    warned.join(" | ")
+                },
+                if deprecated {
+                    "a deprecation warning"
+                } else {
+                    "none"
+                }
             ));
         }
     }
@@ -204,7 +237,11 @@ async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
         entries.len(),
         refused.join("\n")
     );
-    assert!(warned_wrongly.is_empty(), "warnings:\n{}", warned_wrongly.join("\n"));
+    assert!(
+        warned_wrongly.is_empty(),
+        "warnings:\n{}",
+        warned_wrongly.join("\n")
+    );
 
     // Every object Accepted=True: read each kind once per poll.
     let mut by_resource: BTreeMap<(String, String), Vec<&Entry>> = BTreeMap::new();
@@ -220,8 +257,7 @@ async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
             let list = cluster
                 .kubectl(&["get", resource, "-n", namespace, "-o", "json"])
                 .map_err(|e| e.to_string())?;
-            let list: serde_json::Value =
-                serde_json::from_str(&list).map_err(|e| e.to_string())?;
+            let list: serde_json::Value = serde_json::from_str(&list).map_err(|e| e.to_string())?;
             let accepted: BTreeMap<String, serde_json::Value> = list["items"]
                 .as_array()
                 .into_iter()

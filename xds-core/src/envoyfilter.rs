@@ -492,17 +492,41 @@ mod tests {
         };
         let mut filters = vec![named("a"), named("router")];
         let any = |_: &HttpFilter| true;
-        patch_filters(&mut filters, &insert(PatchOperation::InsertBefore, "first"), HTTP_FILTER, false, any)
-            .expect("applies");
-        patch_filters(&mut filters, &insert(PatchOperation::InsertAfter, "last"), HTTP_FILTER, false, any)
-            .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertBefore, "first"),
+            HTTP_FILTER,
+            false,
+            any,
+        )
+        .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertAfter, "last"),
+            HTTP_FILTER,
+            false,
+            any,
+        )
+        .expect("applies");
         assert_eq!(names(&filters), ["first", "a", "router", "last"]);
         // With a named filter, next to it; a name nobody has inserts nothing.
         let router = |f: &HttpFilter| f.name == "router";
-        patch_filters(&mut filters, &insert(PatchOperation::InsertBefore, "rl"), HTTP_FILTER, true, router)
-            .expect("applies");
-        patch_filters(&mut filters, &insert(PatchOperation::InsertAfter, "x"), HTTP_FILTER, true, |f: &HttpFilter| f.name == "nobody")
-            .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertBefore, "rl"),
+            HTTP_FILTER,
+            true,
+            router,
+        )
+        .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertAfter, "x"),
+            HTTP_FILTER,
+            true,
+            |f: &HttpFilter| f.name == "nobody",
+        )
+        .expect("applies");
         assert_eq!(names(&filters), ["first", "a", "rl", "router", "last"]);
     }
 }

@@ -69,10 +69,8 @@ pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
 
 /// Status subresources of the security group the instance writes (the `Accepted` condition
 /// of AuthorizationPolicies and PeerAuthentications).
-pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &[
-    "authorizationpolicies/status",
-    "peerauthentications/status",
-];
+pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] =
+    &["authorizationpolicies/status", "peerauthentications/status"];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];

@@ -17,58 +17,7 @@ use super::traffic::{
     exported_to, labels_match, resolve_gateways, vs_destinations, vs_hosts, GatewayRef,
 };
 
-/// The kinds that carry an `Accepted` condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ConfigKind {
-    VirtualService,
-    DestinationRule,
-    Gateway,
-    AuthorizationPolicy,
-    ServiceEntry,
-    Sidecar,
-    EnvoyFilter,
-    PeerAuthentication,
-}
-
-impl ConfigKind {
-    /// Every kind that carries an `Accepted` condition.
-    pub const ALL: [ConfigKind; 8] = [
-        ConfigKind::VirtualService,
-        ConfigKind::DestinationRule,
-        ConfigKind::Gateway,
-        ConfigKind::AuthorizationPolicy,
-        ConfigKind::ServiceEntry,
-        ConfigKind::Sidecar,
-        ConfigKind::EnvoyFilter,
-        ConfigKind::PeerAuthentication,
-    ];
-
-    /// API group, kind name and plural of its resource.
-    pub fn api(self) -> (&'static str, &'static str, &'static str) {
-        const NET: &str = "networking.meshplane.io";
-        const SEC: &str = "security.meshplane.io";
-        match self {
-            ConfigKind::VirtualService => (NET, "VirtualService", "virtualservices"),
-            ConfigKind::DestinationRule => (NET, "DestinationRule", "destinationrules"),
-            ConfigKind::Gateway => (NET, "Gateway", "gateways"),
-            ConfigKind::ServiceEntry => (NET, "ServiceEntry", "serviceentries"),
-            ConfigKind::Sidecar => (NET, "Sidecar", "sidecars"),
-            ConfigKind::EnvoyFilter => (NET, "EnvoyFilter", "envoyfilters"),
-            ConfigKind::AuthorizationPolicy => (SEC, "AuthorizationPolicy", "authorizationpolicies"),
-            ConfigKind::PeerAuthentication => (SEC, "PeerAuthentication", "peerauthentications"),
-        }
-    }
-}
-
-/// An object of one of those kinds.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConfigRef {
-    pub kind: ConfigKind,
-    pub namespace: String,
-    pub name: String,
-}
-
-pub use super::finding::Finding;
+pub use super::finding::{ConfigKind, ConfigRef, Finding};
 
 /// The verdict on every VirtualService, DestinationRule and Gateway of the registry (an
 /// empty list: accepted). The generation is the one judged.
@@ -200,12 +149,8 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
             (generation, Vec::new()),
         );
     }
-    out.objects.extend(
-        registry
-            .judged
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone())),
-    );
+    out.objects
+        .extend(registry.judged.iter().map(|(k, v)| (k.clone(), v.clone())));
     for (_, findings) in out.objects.values_mut() {
         findings.sort();
         findings.dedup();

@@ -214,7 +214,7 @@ pub struct Registry {
     /// Verdicts reached while the registry was built, on objects that leave no object of their
     /// own in it: every ServiceEntry read (accepted; its hosts are in `services`), and the
     /// EnvoyFilters the tenant's EnvoyFilter policy keeps out.
-    pub judged: BTreeMap<super::diagnostics::ConfigRef, (Option<i64>, Vec<super::finding::Finding>)>,
+    pub judged: BTreeMap<super::finding::ConfigRef, (Option<i64>, Vec<super::finding::Finding>)>,
 }
 
 /// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
