@@ -510,6 +510,13 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
         &mc.default_export_to,
         "spec.meshConfig.defaultExportTo",
     ));
+    if let Err(e) = crate::providers::validate_extension_providers(
+        &mc.extension_providers,
+        mc.default_providers.as_ref(),
+        "spec.meshConfig",
+    ) {
+        errs.0.extend(e.0);
+    }
     errs.into_result()
 }
 
