@@ -12,6 +12,8 @@
 //!   meshplane supports it (see that module for the supported fields).
 //! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` and
 //!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
+//! - [`providers`]: the extension providers of a tenant (`spec.meshConfig.extensionProviders`):
+//!   external authorizers and telemetry sinks, and which hosts they may name.
 //! - [`telemetry`]: `telemetry.meshplane.io/v1alpha1` `Telemetry` (Istio's fields): access
 //!   logging, tracing and request metrics per tenant, namespace or workload.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
@@ -36,6 +38,7 @@ pub mod membership;
 pub mod migration;
 pub mod names;
 pub mod networking;
+pub mod providers;
 pub mod security;
 pub mod selector;
 pub mod telemetry;

@@ -216,6 +216,10 @@ pub struct Registry {
     pub tls_secrets: BTreeMap<(String, String), TlsSecret>,
     /// The tenant's gateway proxies and the namespaces each trusts (from the operator).
     pub gateway_deployments: Vec<meshplane_crds::controlplane::GatewayDeployment>,
+    /// Verdicts reached while the registry was built, on objects that leave no object of their
+    /// own in it: every ServiceEntry read (accepted; its hosts are in `services`), and the
+    /// EnvoyFilters the tenant's EnvoyFilter policy keeps out.
+    pub judged: BTreeMap<super::finding::ConfigRef, (Option<i64>, Vec<super::finding::Finding>)>,
 }
 
 /// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
@@ -380,6 +384,7 @@ impl Registry {
             && same_objects(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
             && self.gateway_deployments == other.gateway_deployments
             && self.tls_secrets == other.tls_secrets
+            && self.judged == other.judged
     }
 
     /// Hosts of the registry with this hostname (one per namespace declaring it).
@@ -565,9 +570,12 @@ pub fn service_entry_models(se: &ServiceEntry) -> Vec<ServiceModel> {
 /// labels. A slice's endpoints are pods of its own namespace.
 #[derive(Default)]
 pub struct PodLabels<'a> {
-    by_name: BTreeMap<(&'a str, &'a str), (String, &'a BTreeMap<String, String>)>,
-    by_ip: BTreeMap<(&'a str, &'a str), (String, &'a BTreeMap<String, String>)>,
+    by_name: BTreeMap<(&'a str, &'a str), PodFacts<'a>>,
+    by_ip: BTreeMap<(&'a str, &'a str), PodFacts<'a>>,
 }
+
+/// A pod's workload and labels.
+type PodFacts<'a> = (String, &'a BTreeMap<String, String>);
 
 /// The labels of a pod without any.
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -606,7 +614,7 @@ impl<'a> PodLabels<'a> {
         namespace: &'a str,
         target: Option<&'a str>,
         address: &'a str,
-    ) -> Option<&(String, &'a BTreeMap<String, String>)> {
+    ) -> Option<&PodFacts<'a>> {
         target
             .and_then(|t| self.by_name.get(&(namespace, t)))
             .or_else(|| self.by_ip.get(&(namespace, address)))
