@@ -60,6 +60,9 @@ pub enum SourceEvent {
     /// Which gateway proxies may get which TLS credentials changed (SubjectAccessReview
     /// answers, [`crate::credentials`]): gateways are rendered again.
     CredentialAccess,
+    /// The key sets the instance holds for the `jwksUri`s of the tenant's
+    /// RequestAuthentications, by URL: the last fetch of each (its keys, or why it has none).
+    Jwks(BTreeMap<String, crate::translate::jwt::FetchedKeys>),
     /// The source has delivered its initial state: proxies may be answered (readiness).
     Ready,
 }

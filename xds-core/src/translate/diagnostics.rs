@@ -24,6 +24,7 @@ pub enum ConfigKind {
     DestinationRule,
     Gateway,
     AuthorizationPolicy,
+    RequestAuthentication,
 }
 
 /// An object of one of those kinds.
@@ -134,6 +135,20 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
             (
                 generation,
                 super::authz_diagnostics::authorization_policy(registry, ap, &in_tenant),
+            ),
+        );
+    }
+    for ra in &registry.request_authentications {
+        let (ns, name, generation) = meta(ra);
+        out.objects.insert(
+            ConfigRef {
+                kind: ConfigKind::RequestAuthentication,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (
+                generation,
+                super::authz_diagnostics::request_authentication(ra),
             ),
         );
     }

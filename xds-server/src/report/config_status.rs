@@ -71,6 +71,11 @@ fn api_resource(kind: ConfigKind) -> ApiResource {
             "AuthorizationPolicy",
             "authorizationpolicies",
         ),
+        ConfigKind::RequestAuthentication => (
+            "security.meshplane.io",
+            "RequestAuthentication",
+            "requestauthentications",
+        ),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
 }
