@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::envoyfilter_policy::EnvoyFilterPolicy;
 use crate::names;
+use crate::providers::{DefaultProviders, ExtensionProvider};
 // Istio's type, which a Sidecar carries too; kept at this path for MeshConfig's readers.
 pub use crate::networking::{OutboundTrafficMode, OutboundTrafficPolicy};
 
@@ -102,6 +103,8 @@ pub struct MeshControlPlaneSpec {
 
     /// Mesh-wide settings of this revision.
     #[serde(default)]
+    #[x_kube(validation = Rule::new("!has(self.extensionProviders) || self.extensionProviders.all(p, [has(p.envoyExtAuthzHttp), has(p.envoyExtAuthzGrpc), has(p.opentelemetry), has(p.envoyFileAccessLog), has(p.envoyOtelAls), has(p.prometheus)].filter(x, x).size() == 1)").message("spec.meshConfig.extensionProviders: each provider sets exactly one of envoyExtAuthzHttp, envoyExtAuthzGrpc, opentelemetry, envoyFileAccessLog, envoyOtelAls, prometheus"))]
+    #[x_kube(validation = Rule::new("!has(self.extensionProviders) || self.extensionProviders.all(p, self.extensionProviders.exists_one(q, q.name == p.name))").message("spec.meshConfig.extensionProviders: provider names must be unique"))]
     pub mesh_config: MeshConfig,
 
     /// The tenant's certificate authority, which signs its workload certificates. Revisions of
@@ -325,6 +328,18 @@ pub struct MeshConfig {
     /// transport sockets, ...) that neither run code nor send request data elsewhere.
     #[serde(default, skip_serializing_if = "EnvoyFilterPolicy::is_default")]
     pub envoy_filter_policy: EnvoyFilterPolicy,
+    /// Services the tenant's proxies call for policy and telemetry, in Istio's shapes:
+    /// external authorizers that `action: CUSTOM` AuthorizationPolicies name
+    /// (`envoyExtAuthzHttp`, `envoyExtAuthzGrpc`), tracing collectors (`opentelemetry`),
+    /// access logs (`envoyFileAccessLog`, `envoyOtelAls`) and `prometheus` metrics. A
+    /// provider's `service` must be inside the tenant: a Service of one of its namespaces
+    /// (`name.ns.svc.cluster.local` or `ns/name`) or one of its ServiceEntry hosts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub extension_providers: Vec<ExtensionProvider>,
+    /// Providers used where a Telemetry resource names none, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_providers: Option<DefaultProviders>,
     /// How the tenant's instance fetches the key sets (`jwksUri`) of RequestAuthentications.
     #[serde(default, skip_serializing_if = "JwksFetch::is_default")]
     pub jwks_fetch: JwksFetch,
@@ -359,6 +374,8 @@ impl Default for MeshConfig {
             outbound_traffic_policy: OutboundTrafficPolicy::default(),
             access_logging: AccessLogging::default(),
             envoy_filter_policy: EnvoyFilterPolicy::default(),
+            extension_providers: Vec::new(),
+            default_providers: None,
             jwks_fetch: JwksFetch::default(),
         }
     }
@@ -371,6 +388,11 @@ impl MeshConfig {
         self.trust_domain
             .clone()
             .unwrap_or_else(|| names::default_trust_domain(tenant))
+    }
+
+    /// The extension provider named `name`.
+    pub fn extension_provider(&self, name: &str) -> Option<&ExtensionProvider> {
+        self.extension_providers.iter().find(|p| p.name == name)
     }
 }
 

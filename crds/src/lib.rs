@@ -12,6 +12,8 @@
 //!   meshplane supports it (see that module for the supported fields).
 //! - [`security`]: `security.meshplane.io/v1alpha1` `PeerAuthentication` and
 //!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
+//! - [`providers`]: the extension providers of a tenant (`spec.meshConfig.extensionProviders`):
+//!   external authorizers and telemetry sinks, and which hosts they may name.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
 //! - [`capture`]: the grammar of the pod annotations that scope traffic capture.
 //! - [`agent`]: the grammar of the pod annotations that configure the node agent (certificate
@@ -34,6 +36,7 @@ pub mod membership;
 pub mod migration;
 pub mod names;
 pub mod networking;
+pub mod providers;
 pub mod security;
 pub mod selector;
 pub mod validation;

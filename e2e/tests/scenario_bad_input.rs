@@ -115,6 +115,33 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         "no control namespace for a refused plane"
     );
 
+    // An extension provider outside the tenant: the operator's webhook refuses a control
+    // plane whose external authorizer is a Service of another tenant's namespace.
+    let message = refused(
+        &cluster,
+        "an extension provider of another tenant",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: purple\nspec:\n  tenant: purple\n  meshConfig:\n    extensionProviders:\n      - name: authz\n        envoyExtAuthzGrpc: {service: meshplane-green/authz, port: 9000}\n",
+    );
+    assert!(
+        message.contains("a provider outside the tenant is refused")
+            && message.contains("the control namespace of tenant \"green\""),
+        "{message}"
+    );
+    // A provider of two kinds at once: the CRD's CEL rule refuses it.
+    let message = refused(
+        &cluster,
+        "a provider of two kinds",
+        "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: purple\nspec:\n  tenant: purple\n  meshConfig:\n    extensionProviders:\n      - name: both\n        prometheus: {}\n        envoyFileAccessLog: {path: /dev/stdout}\n",
+    );
+    assert!(
+        message.contains("each provider sets exactly one of"),
+        "{message}"
+    );
+    assert!(
+        planes.get_opt("purple").await.expect("get").is_none(),
+        "nothing created for a refused provider"
+    );
+
     // Networking config that crosses the tenant boundary is refused by the revision's own
     // validating webhook, and a namespace that joined no tenant gets no sidecar.
     cluster

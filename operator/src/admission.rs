@@ -8,6 +8,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::Client;
 use meshplane_crds::membership::{self, Conflict, ControlPlaneFacts, NamespaceFacts, TagFacts};
+use meshplane_crds::providers::foreign_provider_namespaces;
+use meshplane_crds::selector::Selector;
 use meshplane_crds::validation::{validate_mesh_control_plane, validate_revision_tag};
 use meshplane_crds::{MeshControlPlane, MeshRevisionTag};
 use meshplane_webhooks::metrics::Outcome;
@@ -24,11 +26,13 @@ fn decode<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, String> {
 }
 
 /// Every `reason` the check denies with, in `meshplane_operator_webhook_denials_total`:
-/// `malformed` (the object does not decode), `invalid` (a rule of the object alone), and the
+/// `malformed` (the object does not decode), `invalid` (a rule of the object alone),
+/// `provider_outside_tenant` (an extension provider naming a namespace of another tenant), and the
 /// conflict with other control planes or tags (the condition reasons, in snake case).
-pub const DENIAL_REASONS: [&str; 11] = [
+pub const DENIAL_REASONS: [&str; 12] = [
     "malformed",
     "invalid",
+    "provider_outside_tenant",
     "revision_conflict",
     "invalid_selector",
     "control_namespace_mismatch",
@@ -87,6 +91,52 @@ pub fn judge(
     control_planes: &[MeshControlPlane],
     tags: &[MeshRevisionTag],
     control_namespace: Option<&NamespaceFacts>,
+) -> (AdmissionResponse, Outcome) {
+    judge_in(req, control_planes, tags, control_namespace, &[])
+}
+
+/// Why namespace `ns` is not a namespace of the candidate control plane's tenant, or `None`
+/// when it is one or may still join it: another tenant's control namespace or member, a
+/// namespace the candidate's `namespaceSelector` excludes, or a system namespace that is not
+/// a member.
+fn provider_namespace_refusal(
+    ns: &str,
+    mcp: &MeshControlPlane,
+    m: &membership::Membership,
+    namespaces: &[NamespaceFacts],
+) -> Option<String> {
+    let tenant = &mcp.spec.tenant;
+    if ns == mcp.control_namespace() || m.tenant_members(tenant).contains(ns) {
+        return None;
+    }
+    for (other, t) in m.tenants.iter().filter(|(t, _)| *t != tenant) {
+        if t.control_namespace == ns {
+            return Some(format!("the control namespace of tenant {other:?}"));
+        }
+        if t.members.contains(ns) {
+            return Some(format!("a namespace of tenant {other:?}"));
+        }
+    }
+    if membership::RESERVED_NAMESPACES.contains(&ns) {
+        return Some("a system namespace that is not a member of the tenant".into());
+    }
+    let facts = namespaces.iter().find(|n| n.name == ns)?;
+    let selector = mcp.spec.namespace_selector.as_ref()?;
+    let selector = Selector::from_label_selector(selector, "spec.namespaceSelector").ok()?;
+    (!selector.matches(&facts.labels)).then(|| {
+        "outside the control plane's namespaceSelector, so it can never join the tenant".into()
+    })
+}
+
+/// [`judge`], knowing the cluster's namespaces: a control plane whose extension providers name
+/// a namespace outside its tenant is refused ([`provider_namespace_refusal`]); one naming a
+/// namespace that has not joined yet is admitted with a warning.
+pub fn judge_in(
+    req: &AdmissionRequest<DynamicObject>,
+    control_planes: &[MeshControlPlane],
+    tags: &[MeshRevisionTag],
+    control_namespace: Option<&NamespaceFacts>,
+    namespaces: &[NamespaceFacts],
 ) -> (AdmissionResponse, Outcome) {
     let resp = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -157,6 +207,40 @@ pub fn judge(
                 if let Some(c) = &trust_domain_conflict {
                     return deny_conflicts(resp, &[c]);
                 }
+            }
+            let with_namespaces = membership::compute(namespaces, &cps, &tag_facts);
+            let providers = &mcp.spec.mesh_config.extension_providers;
+            let foreign = foreign_provider_namespaces(providers, "spec.meshConfig", &|ns| {
+                provider_namespace_refusal(ns, &mcp, &with_namespaces, namespaces)
+            });
+            if !foreign.is_empty() {
+                let msg = foreign
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return (resp.deny(msg), Outcome::Denied("provider_outside_tenant"));
+            }
+            let not_yet = foreign_provider_namespaces(providers, "spec.meshConfig", &|ns| {
+                let member = ns == mcp.control_namespace()
+                    || with_namespaces
+                        .tenant_members(&mcp.spec.tenant)
+                        .contains(ns);
+                (!member).then(|| "not a namespace of the tenant yet".to_string())
+            });
+            let mut resp = resp;
+            if !not_yet.is_empty() {
+                resp.warnings = Some(
+                    not_yet
+                        .iter()
+                        .map(|f| {
+                            format!(
+                                "{}: {:?} is in namespace {:?}, which is not a namespace of the tenant yet: the provider is not used until it joins",
+                                f.field, f.service, f.namespace
+                            )
+                        })
+                        .collect(),
+                );
             }
             (resp, Outcome::Allowed)
         }
@@ -244,9 +328,28 @@ pub async fn handle(
             return (resp.into_review(), Outcome::Error);
         }
     };
-    let (resp, outcome) = match (cps, tags) {
-        (Ok(cps), Ok(tags)) => judge(&req, &cps.items, &tags.items, control_namespace.as_ref()),
-        (Err(e), _) | (_, Err(e)) => {
+    let namespaces = if req.kind.kind == "MeshControlPlane" {
+        Api::<Namespace>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(|n| NamespaceFacts::of(&n.metadata))
+                    .collect()
+            })
+    } else {
+        Ok(Vec::new())
+    };
+    let (resp, outcome) = match (cps, tags, namespaces) {
+        (Ok(cps), Ok(tags), Ok(namespaces)) => judge_in(
+            &req,
+            &cps.items,
+            &tags.items,
+            control_namespace.as_ref(),
+            &namespaces,
+        ),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             warn!(error = %e, "admission: listing meshplane objects failed");
             let resp = AdmissionResponse::from(&req).deny(format!(
                 "meshplane admission could not read the current objects: {e}"

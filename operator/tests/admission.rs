@@ -458,3 +458,95 @@ fn each_answer_is_counted_by_outcome_and_a_denial_by_a_bounded_reason() {
     no_object["request"]["object"] = Value::Null;
     assert_eq!(outcome(no_object), Outcome::Error);
 }
+
+#[test]
+fn an_extension_provider_outside_the_tenant_is_refused() {
+    let (cps, tags) = existing();
+    let namespaces = [
+        NamespaceFacts::new("shop", &[("meshplane.io/rev", "blue-v1")]),
+        NamespaceFacts::new("bank", &[("meshplane.io/rev", "green")]),
+        NamespaceFacts::new("later", &[]),
+        NamespaceFacts::new("lab", &[("env", "lab")]),
+    ];
+    let judge = |providers: Value, selector: Option<Value>| {
+        let mut spec = json!({"tenant": "blue", "meshConfig": {"extensionProviders": providers}});
+        if let Some(sel) = selector {
+            spec["namespaceSelector"] = sel;
+        }
+        let mut object = mcp("blue-v1", spec);
+        object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let review_in: AdmissionReview<DynamicObject> = serde_json::from_value(request(
+            "MeshControlPlane",
+            "UPDATE",
+            object.clone(),
+            Some(object),
+        ))
+        .expect("valid review");
+        let request: AdmissionRequest<DynamicObject> = review_in.try_into().expect("has a request");
+        let (resp, outcome) =
+            meshplane_operator::admission::judge_in(&request, &cps, &tags, None, &namespaces);
+        (
+            serde_json::to_value(resp.into_review()).expect("serializes")["response"].clone(),
+            outcome,
+        )
+    };
+    let authz = |service: &str| json!([{"name": "authz", "envoyExtAuthzGrpc": {"service": service, "port": 9000}}]);
+    // A Service of a member namespace, the control namespace, a ServiceEntry host: admitted.
+    for service in [
+        "authz.shop.svc.cluster.local",
+        "meshplane-blue/authz",
+        "authz.example.com",
+        "shop/authz.example.com",
+    ] {
+        let (resp, _) = judge(authz(service), None);
+        assert!(allowed(&resp), "{service}: {resp}");
+        assert!(resp["warnings"].is_null(), "{service}: {resp}");
+    }
+    // Another tenant's member or control namespace, or a system namespace: refused.
+    for (service, why) in [
+        (
+            "authz.bank.svc.cluster.local",
+            "a namespace of tenant \"green\"",
+        ),
+        (
+            "meshplane-green/authz",
+            "the control namespace of tenant \"green\"",
+        ),
+        ("kube-system/authz", "a system namespace"),
+    ] {
+        let (resp, outcome) = judge(authz(service), None);
+        let message = denial(&resp);
+        assert!(message.contains(why), "{service}: {message}");
+        assert!(
+            message.contains("a provider outside the tenant is refused"),
+            "{message}"
+        );
+        assert!(
+            message.contains("spec.meshConfig.extensionProviders[0].envoyExtAuthzGrpc.service"),
+            "{message}"
+        );
+        assert_eq!(
+            outcome,
+            meshplane_webhooks::metrics::Outcome::Denied("provider_outside_tenant")
+        );
+    }
+    // A namespace the selector excludes can never join: refused.
+    let (resp, _) = judge(
+        authz("lab/authz"),
+        Some(json!({"matchLabels": {"env": "prod"}})),
+    );
+    assert!(denial(&resp).contains("namespaceSelector"), "{resp}");
+    // A namespace that may still join: admitted with a warning.
+    let (resp, _) = judge(authz("later/authz"), None);
+    assert!(allowed(&resp), "{resp}");
+    assert!(
+        resp["warnings"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not a namespace of the tenant yet"),
+        "{resp}"
+    );
+    // Malformed providers are refused by the semantic checks.
+    let (resp, _) = judge(authz("authz"), None);
+    assert!(denial(&resp).contains("name the Service fully"), "{resp}");
+}

@@ -58,17 +58,22 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "gateways"),
 ];
 
-/// Status subresources the instance writes (the `Accepted` condition of traffic config).
+/// Status subresources the instance writes (the `Accepted` condition of networking config).
 pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
     "virtualservices/status",
     "destinationrules/status",
     "gateways/status",
+    "serviceentries/status",
+    "sidecars/status",
+    "envoyfilters/status",
 ];
 
 /// Status subresources of the security group the instance writes (the `Accepted` condition
-/// of AuthorizationPolicies and RequestAuthentications, and the key fetches of the latter).
+/// of AuthorizationPolicies, PeerAuthentications and RequestAuthentications, and the key
+/// fetches of the latter).
 pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &[
     "authorizationpolicies/status",
+    "peerauthentications/status",
     "requestauthentications/status",
 ];
 

@@ -580,6 +580,49 @@ mod tests {
     }
 
     #[test]
+    fn extension_providers_are_checked_by_schema_and_cel() {
+        let crd = mcp_crd();
+        let with = |providers: Value| {
+            let mut object = mcp(
+                "blue-v1",
+                json!({"tenant": "blue", "meshConfig": {"extensionProviders": providers}}),
+            );
+            validate_custom_resource(&crd, "v1alpha1", &mut object, None)
+        };
+        assert_eq!(
+            with(json!([
+                {"name": "authz", "envoyExtAuthzGrpc": {"service": "shop/authz", "port": 9000, "timeout": "1s"}},
+                {"name": "prom", "prometheus": {}}
+            ])),
+            Ok(())
+        );
+        let two_kinds = with(json!([{"name": "x", "prometheus": {},
+            "envoyFileAccessLog": {"path": "/dev/stdout"}}]))
+        .unwrap_err();
+        assert!(
+            two_kinds[0].contains("each provider sets exactly one of"),
+            "{two_kinds:?}"
+        );
+        let none = with(json!([{"name": "x"}])).unwrap_err();
+        assert!(
+            none[0].contains("each provider sets exactly one of"),
+            "{none:?}"
+        );
+        let twice = with(json!([{"name": "x", "prometheus": {}}, {"name": "x", "prometheus": {}}]))
+            .unwrap_err();
+        assert!(
+            twice[0].contains("provider names must be unique"),
+            "{twice:?}"
+        );
+        let bad = with(
+            json!([{"name": "x", "envoyExtAuthzHttp": {"service": "a/b", "port": 0,
+            "statusOnError": "forbidden"}}]),
+        )
+        .unwrap_err();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+    }
+
+    #[test]
     fn root_rule_sees_metadata_name() {
         let crd = mcp_crd();
         let long_name = "a".repeat(33);

@@ -251,6 +251,19 @@ mod tests {
             mc.outbound_traffic_policy.mode,
             meshplane_crds::controlplane::OutboundTrafficMode::RegistryOnly
         );
+        // Extension providers reach the instance's translation with the rest.
+        let mc = parse_mesh_config(&cm(
+            r#"{"extensionProviders":[{"name":"authz","envoyExtAuthzGrpc":{"service":"shop/authz","port":9000,"failOpen":true}}]}"#,
+        ))
+        .expect("valid meshConfig");
+        let authz = mc.extension_provider("authz").expect("provider read");
+        assert_eq!(
+            authz
+                .envoy_ext_authz_grpc
+                .as_ref()
+                .map(|g| (g.port, g.fail_open)),
+            Some((9000, true))
+        );
         assert!(parse_mesh_config(&cm("{not json")).is_none());
         assert!(parse_mesh_config(&ConfigMap::default()).is_none());
     }
