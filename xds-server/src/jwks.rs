@@ -81,10 +81,13 @@ async fn addresses(url: &JwksUrl, allow_link_local: bool) -> Result<Vec<SocketAd
     if !allow_link_local {
         for a in &addrs {
             if let Some(what) = restricted_fetch_address(a.ip()) {
+                let host = if url.host == a.ip().to_string() {
+                    url.host.clone()
+                } else {
+                    format!("{} resolves to {}, which", url.host, a.ip())
+                };
                 return Err(format!(
-                    "refused: {} is {}, {what}; the tenant admin allows such fetches with spec.meshConfig.jwksFetch.allowLinkLocal",
-                    url.host,
-                    a.ip()
+                    "refused: {host} is {what}; the tenant admin allows such fetches with spec.meshConfig.jwksFetch.allowLinkLocal"
                 ));
             }
         }
