@@ -49,15 +49,7 @@ pub const PAYLOAD_METADATA: &str = "payload";
 /// fetch, so the issuer's tokens are refused and the listener stays valid.
 pub const UNUSABLE_KEY_SET: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","alg":"ES256","use":"sig","kid":"meshplane-unusable","x":"N64yg5Ui10CKiAZabGH7oyDaMX_phijk-o2PbHPPb5w","y":"rgB7S2sEwGNu-ZX5zS50bLG6pFKhubasVuPV6UepG6o"}]}"#;
 
-/// What the tenant's instance holds for one `jwksUri`: the key set it fetched last, or why it
-/// has none (its tokens are then refused).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FetchedKeys {
-    /// The key set as fetched (JSON).
-    Keys(String),
-    /// The fetch failed (or was refused); the text says why.
-    Failed(String),
-}
+pub use crate::model::FetchedKeys;
 
 /// Where a provider's keys come from (for readers of rendered config).
 pub use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::jwt_provider::JwksSourceSpecifier as JwksSource;
@@ -88,7 +80,7 @@ pub struct JwksPlan {
 }
 
 /// The [`JwksPlan`] of a registry.
-pub fn jwks_plan(registry: &super::Registry) -> JwksPlan {
+pub fn jwks_plan(registry: &super::registry::Registry) -> JwksPlan {
     let fetch = &registry.mesh_config.jwks_fetch;
     let mut plan = JwksPlan {
         allow_link_local: fetch.allow_link_local,

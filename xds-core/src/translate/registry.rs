@@ -192,7 +192,7 @@ pub struct Registry {
     pub request_authentications: Vec<meshplane_crds::RequestAuthentication>,
     /// The key sets the instance fetched for the `jwksUri`s of this tenant's
     /// RequestAuthentications, by URL (this tenant's own cache, never another's).
-    pub jwks: BTreeMap<String, crate::translate::jwt::FetchedKeys>,
+    pub jwks: BTreeMap<String, crate::model::FetchedKeys>,
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,
