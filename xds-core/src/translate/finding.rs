@@ -23,12 +23,11 @@ pub enum ConfigKind {
     Sidecar,
     EnvoyFilter,
     PeerAuthentication,
-    RequestAuthentication,
 }
 
 impl ConfigKind {
     /// Every kind that carries an `Accepted` condition.
-    pub const ALL: [ConfigKind; 9] = [
+    pub const ALL: [ConfigKind; 8] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::Gateway,
@@ -37,7 +36,6 @@ impl ConfigKind {
         ConfigKind::Sidecar,
         ConfigKind::EnvoyFilter,
         ConfigKind::PeerAuthentication,
-        ConfigKind::RequestAuthentication,
     ];
 
     /// API group, kind name and plural of its resource.
@@ -55,9 +53,6 @@ impl ConfigKind {
                 (SEC, "AuthorizationPolicy", "authorizationpolicies")
             }
             ConfigKind::PeerAuthentication => (SEC, "PeerAuthentication", "peerauthentications"),
-            ConfigKind::RequestAuthentication => {
-                (SEC, "RequestAuthentication", "requestauthentications")
-            }
         }
     }
 }
