@@ -28,8 +28,8 @@
 //!   silently ignored, which for a STRICT policy means plaintext the admin did not expect.
 //! - `AuthorizationPolicy` (group `security.meshplane.io`) may name only peers that could
 //!   authenticate to the tenant: principals of its trust domain and namespaces of the tenant
-//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM without a
-//!   provider, and `targetRef`, are refused.
+//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM and
+//!   `targetRef` are refused.
 //!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
@@ -70,6 +70,8 @@ pub enum ConfigKind {
     PeerAuthentication,
     /// `AuthorizationPolicy` (security group).
     AuthorizationPolicy,
+    /// `RequestAuthentication` (security group).
+    RequestAuthentication,
 }
 
 impl ConfigKind {
@@ -79,6 +81,7 @@ impl ConfigKind {
             return match kind {
                 "PeerAuthentication" => Some(ConfigKind::PeerAuthentication),
                 "AuthorizationPolicy" => Some(ConfigKind::AuthorizationPolicy),
+                "RequestAuthentication" => Some(ConfigKind::RequestAuthentication),
                 _ => None,
             };
         }
@@ -107,6 +110,7 @@ impl ConfigKind {
             ConfigKind::Gateway => "Gateway",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
         }
     }
 }
@@ -278,6 +282,15 @@ pub fn validate_config(
                         .map(ConfigViolation::NeverAuthenticates),
                     );
                 }
+                Err(e) => violations.push(e),
+            }
+        }
+        ConfigKind::RequestAuthentication => {
+            match decode::<meshplane_crds::security::RequestAuthenticationSpec>(spec, kind) {
+                Ok(ra) => push_semantic(
+                    &mut violations,
+                    validation::validate_request_authentication(&ra),
+                ),
                 Err(e) => violations.push(e),
             }
         }
@@ -804,19 +817,14 @@ mod tests {
             "{msgs:?}"
         );
         let custom = serde_json::json!({"spec": {"action": "CUSTOM", "provider": {"name": "opa"}}});
-        assert_eq!(
-            validate_config(ConfigKind::AuthorizationPolicy, &custom, &tenant),
-            Ok(())
-        );
-        let no_provider = serde_json::json!({"spec": {"action": "CUSTOM"}});
         let msgs = messages(validate_config(
             ConfigKind::AuthorizationPolicy,
-            &no_provider,
+            &custom,
             &tenant,
         ));
         assert!(
             msgs.iter()
-                .any(|m| m.contains("action CUSTOM needs provider.name")),
+                .any(|m| m.contains("CUSTOM") && m.contains("not supported")),
             "{msgs:?}"
         );
         let fine = serde_json::json!({"spec": {"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin*"]}}]}]}});
@@ -829,8 +837,34 @@ mod tests {
             Some(ConfigKind::AuthorizationPolicy)
         );
         assert_eq!(
-            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            ConfigKind::from_group_kind("security.meshplane.io", "Telemetry"),
             None
+        );
+    }
+
+    #[test]
+    fn request_authentications_need_an_issuer_and_a_key_set_url() {
+        assert_eq!(
+            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            Some(ConfigKind::RequestAuthentication)
+        );
+        let fine = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "https://idp.example.com/keys"}]}});
+        assert_eq!(
+            validate_config(ConfigKind::RequestAuthentication, &fine, &blue()),
+            Ok(())
+        );
+        let bad = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "ftp://idp.example.com/keys"}]}});
+        let msgs = messages(validate_config(
+            ConfigKind::RequestAuthentication,
+            &bad,
+            &blue(),
+        ));
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("spec.jwtRules[0]") && m.contains("jwksUri")),
+            "{msgs:?}"
         );
     }
 
