@@ -8,7 +8,7 @@ use crate::migration::MeshRevisionMigration;
 use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-use crate::security::{AuthorizationPolicy, PeerAuthentication};
+use crate::security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 use crate::telemetry::Telemetry;
 
 /// Every CRD of meshplane.
@@ -22,6 +22,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         Sidecar::crd(),
         PeerAuthentication::crd(),
         AuthorizationPolicy::crd(),
+        RequestAuthentication::crd(),
         VirtualService::crd(),
         DestinationRule::crd(),
         Gateway::crd(),

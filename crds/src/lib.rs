@@ -54,5 +54,5 @@ pub use migration::{
 pub use networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-pub use security::{AuthorizationPolicy, PeerAuthentication};
+pub use security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 pub use telemetry::Telemetry;

@@ -16,11 +16,13 @@ use crate::networking::{
 };
 
 pub mod authorization;
+pub mod request_authentication;
 pub mod security;
 pub mod telemetry;
 pub mod traffic;
 
 pub use authorization::validate_authorization_policy;
+pub use request_authentication::validate_request_authentication;
 pub use telemetry::validate_telemetry;
 pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};
 

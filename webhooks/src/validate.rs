@@ -28,8 +28,8 @@
 //!   silently ignored, which for a STRICT policy means plaintext the admin did not expect.
 //! - `AuthorizationPolicy` (group `security.meshplane.io`) may name only peers that could
 //!   authenticate to the tenant: principals of its trust domain and namespaces of the tenant
-//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM without a
-//!   provider, and `targetRef`, are refused.
+//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM and
+//!   `targetRef` are refused.
 //!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
@@ -74,6 +74,8 @@ pub enum ConfigKind {
     AuthorizationPolicy,
     /// `Telemetry` (group `telemetry.meshplane.io`).
     Telemetry,
+    /// `RequestAuthentication` (security group).
+    RequestAuthentication,
 }
 
 impl ConfigKind {
@@ -83,6 +85,7 @@ impl ConfigKind {
             return match kind {
                 "PeerAuthentication" => Some(ConfigKind::PeerAuthentication),
                 "AuthorizationPolicy" => Some(ConfigKind::AuthorizationPolicy),
+                "RequestAuthentication" => Some(ConfigKind::RequestAuthentication),
                 _ => None,
             };
         }
@@ -115,6 +118,7 @@ impl ConfigKind {
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::Telemetry => "Telemetry",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
         }
     }
 }
@@ -292,6 +296,15 @@ pub fn validate_config(
         ConfigKind::Telemetry => {
             match decode::<meshplane_crds::telemetry::TelemetrySpec>(spec, kind) {
                 Ok(t) => push_semantic(&mut violations, validation::validate_telemetry(&t)),
+                Err(e) => violations.push(e),
+            }
+        }
+        ConfigKind::RequestAuthentication => {
+            match decode::<meshplane_crds::security::RequestAuthenticationSpec>(spec, kind) {
+                Ok(ra) => push_semantic(
+                    &mut violations,
+                    validation::validate_request_authentication(&ra),
+                ),
                 Err(e) => violations.push(e),
             }
         }
@@ -818,19 +831,14 @@ mod tests {
             "{msgs:?}"
         );
         let custom = serde_json::json!({"spec": {"action": "CUSTOM", "provider": {"name": "opa"}}});
-        assert_eq!(
-            validate_config(ConfigKind::AuthorizationPolicy, &custom, &tenant),
-            Ok(())
-        );
-        let no_provider = serde_json::json!({"spec": {"action": "CUSTOM"}});
         let msgs = messages(validate_config(
             ConfigKind::AuthorizationPolicy,
-            &no_provider,
+            &custom,
             &tenant,
         ));
         assert!(
             msgs.iter()
-                .any(|m| m.contains("action CUSTOM needs provider.name")),
+                .any(|m| m.contains("CUSTOM") && m.contains("not supported")),
             "{msgs:?}"
         );
         let fine = serde_json::json!({"spec": {"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin*"]}}]}]}});
@@ -843,8 +851,34 @@ mod tests {
             Some(ConfigKind::AuthorizationPolicy)
         );
         assert_eq!(
-            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            ConfigKind::from_group_kind("security.meshplane.io", "Telemetry"),
             None
+        );
+    }
+
+    #[test]
+    fn request_authentications_need_an_issuer_and_a_key_set_url() {
+        assert_eq!(
+            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            Some(ConfigKind::RequestAuthentication)
+        );
+        let fine = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "https://idp.example.com/keys"}]}});
+        assert_eq!(
+            validate_config(ConfigKind::RequestAuthentication, &fine, &blue()),
+            Ok(())
+        );
+        let bad = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "ftp://idp.example.com/keys"}]}});
+        let msgs = messages(validate_config(
+            ConfigKind::RequestAuthentication,
+            &bad,
+            &blue(),
+        ));
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("spec.jwtRules[0]") && m.contains("jwksUri")),
+            "{msgs:?}"
         );
     }
 

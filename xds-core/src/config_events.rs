@@ -87,6 +87,9 @@ impl Regarding {
                 ("security.meshplane.io/v1alpha1", "AuthorizationPolicy")
             }
             Object::Telemetry(_) => ("telemetry.meshplane.io/v1alpha1", "Telemetry"),
+            Object::RequestAuthentication(_) => {
+                ("security.meshplane.io/v1alpha1", "RequestAuthentication")
+            }
             _ => return None,
         };
         Self::from_meta(api_version, kind, obj.metadata())

@@ -39,9 +39,8 @@ pub enum AuthorizationAction {
     Deny,
     /// Requests matching a rule are marked for auditing (access log); nothing is denied.
     Audit,
-    /// Requests matching a rule are sent to the external authorizer named by `provider.name`
-    /// (an extension provider of the tenant's `meshConfig`), which allows or denies them.
-    /// Evaluated before DENY and ALLOW.
+    /// Delegation to an external authorizer: not supported by meshplane (refused at
+    /// admission; a CUSTOM policy that reaches an instance denies every request).
     Custom,
 }
 
@@ -57,37 +56,17 @@ impl AuthorizationAction {
     }
 }
 
-/// Why a CUSTOM policy without a provider is refused (the CEL rule and the webhook say it).
-pub const CUSTOM_NEEDS_PROVIDER: &str = "action CUSTOM needs provider.name: an extension provider (envoyExtAuthzHttp or envoyExtAuthzGrpc) of the tenant's spec.meshConfig.extensionProviders";
-
-/// Why a provider without action CUSTOM is refused.
-pub const PROVIDER_NEEDS_CUSTOM: &str = "provider is used only with action CUSTOM";
-
-/// The annotation that makes a policy dry-run: evaluated and logged, never enforced.
-pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
-
-/// meshplane's spelling of [`DRY_RUN_ANNOTATION`], honoured too.
-pub const MESHPLANE_DRY_RUN_ANNOTATION: &str = "meshplane.io/dry-run";
-
-/// Whether a policy is dry-run ([`DRY_RUN_ANNOTATION`] or [`MESHPLANE_DRY_RUN_ANNOTATION`]
-/// set to `true`).
-pub fn is_dry_run(policy: &AuthorizationPolicy) -> bool {
-    policy.metadata.annotations.as_ref().is_some_and(|a| {
-        [DRY_RUN_ANNOTATION, MESHPLANE_DRY_RUN_ANNOTATION]
-            .iter()
-            .any(|k| a.get(*k).is_some_and(|v| v.eq_ignore_ascii_case("true")))
-    })
-}
+/// Why CUSTOM is refused (the CEL rule, the webhook and the instance's condition say it).
+pub const CUSTOM_UNSUPPORTED: &str = "action CUSTOM (an external authorizer) is not supported by meshplane; use ALLOW, DENY or AUDIT";
 
 /// Why `targetRef`/`targetRefs` are refused.
 pub const TARGET_REF_UNSUPPORTED: &str = "targetRef and targetRefs are not supported by meshplane sidecars; select workloads with spec.selector.matchLabels";
 
-/// The external authorizer of an `action: CUSTOM` policy.
+/// An external authorizer, for `action: CUSTOM` (kept for field compatibility).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionProvider {
-    /// Name of an `envoyExtAuthzHttp` or `envoyExtAuthzGrpc` provider of the tenant's
-    /// `spec.meshConfig.extensionProviders`.
+    /// Name of the provider in the mesh config.
     #[serde(default)]
     pub name: String,
 }
@@ -118,7 +97,7 @@ pub struct PolicyTargetReference {
     group = "security.meshplane.io",
     version = "v1alpha1",
     kind = "AuthorizationPolicy",
-    doc = "Who may call the selected workloads, and what: ALLOW, DENY, AUDIT and CUSTOM (external authorizer) rules on peer identity, namespace, address, host, port, method, path and headers (Istio-compatible).",
+    doc = "Who may call the selected workloads, and what: ALLOW, DENY and AUDIT rules on peer identity, namespace, address, host, port, method, path and headers (Istio-compatible).",
     namespaced,
     shortname = "ap",
     status = "ConfigStatus",
@@ -127,8 +106,7 @@ pub struct PolicyTargetReference {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!has(self.action) || self.action != 'CUSTOM' || (has(self.provider) && has(self.provider.name) && size(self.provider.name) > 0)", "message": "action CUSTOM needs provider.name: an extension provider (envoyExtAuthzHttp or envoyExtAuthzGrpc) of the tenant's spec.meshConfig.extensionProviders"},
-    {"rule": "!has(self.provider) || (has(self.action) && self.action == 'CUSTOM')", "message": "provider is used only with action CUSTOM"},
+    {"rule": "!has(self.action) || self.action != 'CUSTOM'", "message": "action CUSTOM (an external authorizer) is not supported by meshplane; use ALLOW, DENY or AUDIT"},
     {"rule": "!has(self.targetRef) && !has(self.targetRefs)", "message": "targetRef and targetRefs are not supported by meshplane sidecars; select workloads with spec.selector.matchLabels"}
 ]))]
 #[serde(rename_all = "camelCase")]
@@ -145,11 +123,10 @@ pub struct AuthorizationPolicySpec {
     /// Not supported (refused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_refs: Vec<PolicyTargetReference>,
-    /// `ALLOW` (default), `DENY`, `AUDIT` or `CUSTOM` (an external authorizer decides the
-    /// requests the rules match).
+    /// `ALLOW` (default), `DENY` or `AUDIT`. `CUSTOM` is refused.
     #[serde(default)]
     pub action: AuthorizationAction,
-    /// The external authorizer of a CUSTOM policy.
+    /// The external authorizer of a CUSTOM policy (refused with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ExtensionProvider>,
     /// The rules; a request matches the policy when it matches any rule. No rules: an ALLOW
@@ -195,11 +172,11 @@ pub struct Source {
     /// Identities that must not match (same forms as `principals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_principals: Vec<String>,
-    /// JWT principals (`iss/sub`). meshplane validates no JWT, so a request never has one:
-    /// `requestPrincipals` never match and `notRequestPrincipals` always do.
+    /// End-user principals `iss/sub` of the token a RequestAuthentication validated (`*`: any
+    /// validated token; `prefix*`, `*suffix`). A request without one matches none (HTTP only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub request_principals: Vec<String>,
-    /// JWT principals that must not match (always true: no request has one).
+    /// End-user principals that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_request_principals: Vec<String>,
     /// Namespaces of the peer, from its mutual TLS identity.
@@ -272,7 +249,8 @@ pub struct Operation {
 pub struct Condition {
     /// The attribute: `source.ip`, `remote.ip`, `source.namespace`, `source.principal`,
     /// `request.headers[<name>]`, `destination.ip`, `destination.port`, `connection.sni`, or
-    /// the JWT keys `request.auth.*` (never matched: meshplane validates no JWT).
+    /// from the validated token `request.auth.principal`, `request.auth.audiences`,
+    /// `request.auth.presenter`, `request.auth.claims[<name>]` (nested: `[<name>][<name>]`).
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self in ['source.ip', 'remote.ip', 'source.namespace', 'source.principal', 'destination.ip', 'destination.port', 'connection.sni', 'request.auth.principal', 'request.auth.audiences', 'request.auth.presenter'] || (self.startsWith('request.headers[') && self.endsWith(']') && size(self) > 17) || (self.startsWith('request.auth.claims[') && self.endsWith(']'))", "message": "unsupported key: use source.ip, remote.ip, source.namespace, source.principal, request.headers[<name>], destination.ip, destination.port, connection.sni or request.auth.*"}]))]
     pub key: String,
     /// Values, any of which matches.

@@ -7,8 +7,8 @@ use super::{
     ValidationErrors,
 };
 use crate::security::authorization::{
-    AuthorizationAction, AuthorizationPolicySpec, Condition, CUSTOM_NEEDS_PROVIDER,
-    PROVIDER_NEEDS_CUSTOM, TARGET_REF_UNSUPPORTED,
+    AuthorizationAction, AuthorizationPolicySpec, Condition, CUSTOM_UNSUPPORTED,
+    TARGET_REF_UNSUPPORTED,
 };
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ValidationError {
@@ -29,12 +29,27 @@ pub const CONDITION_KEYS: &[&str] = &[
     "connection.sni",
 ];
 
-/// Whether `key` is a JWT attribute (`request.auth.*`), which never holds in meshplane.
+/// Whether `key` is a JWT attribute (`request.auth.*`): it holds what a token validated by a
+/// RequestAuthentication says.
 pub fn is_jwt_key(key: &str) -> bool {
     matches!(
         key,
         "request.auth.principal" | "request.auth.audiences" | "request.auth.presenter"
     ) || (key.starts_with("request.auth.claims[") && key.ends_with(']'))
+}
+
+/// The claim path of a `request.auth.claims[<name>]` key: one name, or several for a nested
+/// claim (`request.auth.claims[realm][role]`). `None` when the key is not of that form or a
+/// name is empty or holds a bracket.
+pub fn claim_path(key: &str) -> Option<Vec<&str>> {
+    let rest = key
+        .strip_prefix("request.auth.claims[")?
+        .strip_suffix(']')?;
+    let names: Vec<&str> = rest.split("][").collect();
+    names
+        .iter()
+        .all(|n| !n.is_empty() && !n.contains('[') && !n.contains(']'))
+        .then_some(names)
 }
 
 /// The header name of a `request.headers[<name>]` key.
@@ -109,7 +124,16 @@ fn check_condition(c: &Condition, field: &str, errs: &mut ValidationErrors) {
             check_globs(&c.values, &values("values"), errs);
             check_globs(&c.not_values, &values("notValues"), errs);
         }
-        key if is_jwt_key(key) => {}
+        key if is_jwt_key(key) => {
+            if key.starts_with("request.auth.claims[") && claim_path(key).is_none() {
+                errs.0.push(invalid(
+                    format!("{field}.key"),
+                    format!("{key:?}: write request.auth.claims[<name>] or, for a nested claim, request.auth.claims[<name>][<name>]"),
+                ));
+            }
+            check_globs(&c.values, &values("values"), errs);
+            check_globs(&c.not_values, &values("notValues"), errs);
+        }
         key => errs.0.push(invalid(
             format!("{field}.key"),
             format!(
@@ -125,14 +149,8 @@ pub fn validate_authorization_policy(
     spec: &AuthorizationPolicySpec,
 ) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    let custom = spec.action == AuthorizationAction::Custom;
-    let provider = spec.provider.as_ref().map(|p| p.name.as_str());
-    if custom && provider.is_none_or(str::is_empty) {
-        errs.0
-            .push(invalid("spec.provider.name", CUSTOM_NEEDS_PROVIDER));
-    }
-    if !custom && provider.is_some() {
-        errs.0.push(invalid("spec.provider", PROVIDER_NEEDS_CUSTOM));
+    if spec.action == AuthorizationAction::Custom || spec.provider.is_some() {
+        errs.0.push(invalid("spec.action", CUSTOM_UNSUPPORTED));
     }
     if spec.target_ref.is_some() || !spec.target_refs.is_empty() {
         errs.0
@@ -414,7 +432,7 @@ mod tests {
         }]}));
         let joined = errors_text(&errs);
         for needle in [
-            "spec.provider.name: action CUSTOM needs provider.name",
+            "spec.action: action CUSTOM",
             "spec.rules[0].from[0].source.principals[0]",
             "spec.rules[0].from[0].source.ipBlocks[0]",
             "spec.rules[0].from[1].source: a source needs at least one field",

@@ -14,9 +14,14 @@
 //! router; TCP chains (and the opaque passthrough-TLS chains) get the network filters before
 //! the TCP proxy.
 //!
+//! End-user identity (`requestPrincipals`, `request.auth.*`) is what the workload's
+//! RequestAuthentications validated ([`super::jwt`]): the token's payload in the request's
+//! dynamic metadata, matched claim by claim. A request principal `iss/sub` matches when the
+//! payload's `iss` and `sub` joined by `/` would; without a validated token nothing matches.
+//!
 //! What a chain cannot know fails closed. A rule's condition that the chain cannot evaluate
-//! (the peer's identity on a chain without mutual TLS; hosts, methods, paths and headers on a
-//! TCP chain; JWT attributes anywhere, as meshplane validates no JWT) is taken as *not matching*
+//! (the peer's identity on a chain without mutual TLS; hosts, methods, paths, headers and JWT
+//! attributes on a TCP chain) is taken as *not matching*
 //! in ALLOW and AUDIT rules and as *matching* in DENY rules. So a plaintext caller never passes
 //! an ALLOW rule on principals or namespaces, and never escapes a DENY rule on them.
 //!
@@ -33,7 +38,7 @@ use std::collections::HashMap;
 use envoy_types::pb::envoy::config::accesslog::v3::access_log_filter::FilterSpecifier;
 use envoy_types::pb::envoy::config::accesslog::v3::comparison_filter::Op;
 use envoy_types::pb::envoy::config::accesslog::v3::{
-    AccessLogFilter, ComparisonFilter, ResponseFlagFilter, StatusCodeFilter,
+    AccessLogFilter, ComparisonFilter, StatusCodeFilter,
 };
 use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -47,7 +52,9 @@ use envoy_types::pb::envoy::config::rbac::v3::principal::{
     Authenticated, Identifier, Set as PrincipalSet,
 };
 use envoy_types::pb::envoy::config::rbac::v3::rbac::Action as RbacAction;
-use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, Rbac};
+use envoy_types::pb::envoy::config::rbac::v3::{
+    MetadataSource, Permission, Policy, Principal, Rbac, SourcedMetadata,
+};
 use envoy_types::pb::envoy::config::route::v3::header_matcher::HeaderMatchSpecifier;
 use envoy_types::pb::envoy::config::route::v3::HeaderMatcher;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
@@ -58,17 +65,22 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule as PathRule;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
-use envoy_types::pb::envoy::r#type::matcher::v3::{PathMatcher, RegexMatcher, StringMatcher};
+use envoy_types::pb::envoy::r#type::matcher::v3::metadata_matcher::{
+    path_segment::Segment, PathSegment,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    list_matcher, value_matcher, ListMatcher, MetadataMatcher, PathMatcher, RegexMatcher,
+    StringMatcher, ValueMatcher,
+};
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use meshplane_crds::security::authorization::{
-    is_dry_run, AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition,
-    Operation, Source,
+    AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition, Operation, Source,
 };
-use meshplane_crds::validation::authorization::{header_key, validate_authorization_policy};
+use meshplane_crds::validation::authorization::{
+    claim_path, header_key, validate_authorization_policy,
+};
 use prost::Message;
-
-pub use super::ext_authz::CustomProviders;
 
 /// Name of Envoy's RBAC HTTP filter.
 pub const HTTP_RBAC_FILTER: &str = "envoy.filters.http.rbac";
@@ -202,13 +214,9 @@ struct RuleContext<'a> {
 }
 
 impl RuleContext<'_> {
-    /// The value of a condition this chain cannot evaluate: fail closed (a CUSTOM rule then
-    /// sends the request to its authorizer).
+    /// The value of a condition this chain cannot evaluate: fail closed.
     fn unknown<L>(&self) -> Expr<L> {
-        Expr::Const(matches!(
-            self.action,
-            AuthorizationAction::Deny | AuthorizationAction::Custom
-        ))
+        Expr::Const(self.action == AuthorizationAction::Deny)
     }
 
     /// `values` (any) and `not_values` (none) of one attribute, each value through `leaf`.
@@ -311,12 +319,12 @@ impl RuleContext<'_> {
             self.known_field(identity, &s.namespaces, &s.not_namespaces, |v| {
                 self.namespace(v)
             }),
-            // No JWT is ever validated: request principals are never known.
+            // Known where a request is: on HTTP chains, from the validated token.
             self.known_field(
-                false,
+                http,
                 &s.request_principals,
                 &s.not_request_principals,
-                |_| Expr::Const(false),
+                request_principal,
             ),
             self.field(&s.ip_blocks, &s.not_ip_blocks, |v| {
                 cidr(v).map_or(Expr::Const(false), |c| {
@@ -416,9 +424,28 @@ impl RuleContext<'_> {
                         },
                     ));
                 }
-                // JWT attributes are never known; any other key is refused at admission and
-                // fails closed here.
-                Side::Principal(self.unknown())
+                let claim: Option<Vec<&str>> = match key {
+                    "request.auth.principal" => {
+                        return Side::Principal(self.known_field(
+                            f.http,
+                            &c.values,
+                            &c.not_values,
+                            request_principal,
+                        ))
+                    }
+                    "request.auth.audiences" => Some(vec!["aud"]),
+                    "request.auth.presenter" => Some(vec!["azp"]),
+                    _ => claim_path(key),
+                };
+                match claim {
+                    Some(path) => {
+                        Side::Principal(self.known_field(f.http, &c.values, &c.not_values, |v| {
+                            claim_matches(&path, v)
+                        }))
+                    }
+                    // Any other key is refused at admission and fails closed here.
+                    None => Side::Principal(self.unknown()),
+                }
             }
         }
     }
@@ -452,6 +479,105 @@ impl RuleContext<'_> {
             ..Default::default()
         })
     }
+}
+
+/// A condition on the validated token's payload at `path` (claim names, nested for a nested
+/// claim).
+fn payload(path: &[&str], value: value_matcher::MatchPattern) -> PrincipalExpr {
+    let path = std::iter::once(super::jwt::PAYLOAD_METADATA)
+        .chain(path.iter().copied())
+        .map(|k| PathSegment {
+            segment: Some(Segment::Key(k.to_string())),
+        })
+        .collect();
+    Expr::Leaf(Principal {
+        identifier: Some(Identifier::SourcedMetadata(SourcedMetadata {
+            metadata_matcher: Some(MetadataMatcher {
+                filter: super::jwt::JWT_AUTHN_FILTER.to_string(),
+                path,
+                value: Some(ValueMatcher {
+                    match_pattern: Some(value),
+                }),
+                invert: false,
+            }),
+            metadata_source: MetadataSource::Dynamic as i32,
+        })),
+    })
+}
+
+/// A string claim matching `pattern`.
+fn string_claim(name: &str, pattern: MatchPattern) -> PrincipalExpr {
+    payload(
+        &[name],
+        value_matcher::MatchPattern::StringMatch(string_matcher(pattern)),
+    )
+}
+
+/// A claim (string, or list of strings) holding `value` (`*`: present; `prefix*`, `*suffix`).
+fn claim_matches(path: &[&str], value: &str) -> PrincipalExpr {
+    if value == "*" {
+        return payload(path, value_matcher::MatchPattern::PresentMatch(true));
+    }
+    let string = || value_matcher::MatchPattern::StringMatch(string_matcher(glob(value)));
+    Expr::any([
+        payload(path, string()),
+        payload(
+            path,
+            value_matcher::MatchPattern::ListMatch(Box::new(ListMatcher {
+                match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(ValueMatcher {
+                    match_pattern: Some(string()),
+                }))),
+            })),
+        ),
+    ])
+}
+
+/// A request principal `iss/sub` (`*`, `prefix*`, `*suffix`): the validated token's `iss` and
+/// `sub` joined by `/` would match. An issuer holds slashes too, so each `/` of the value is
+/// tried as the joint.
+fn request_principal(value: &str) -> PrincipalExpr {
+    let slashes = |s: &str| -> Vec<usize> {
+        s.char_indices()
+            .filter(|(_, c)| *c == '/')
+            .map(|(i, _)| i)
+            .collect()
+    };
+    if value == "*" {
+        return payload(&["iss"], value_matcher::MatchPattern::PresentMatch(true));
+    }
+    if let Some(prefix) = value.strip_suffix('*') {
+        // The prefix ends inside the issuer, or the issuer is its part before a `/`.
+        let mut any = vec![string_claim(
+            "iss",
+            MatchPattern::Prefix(prefix.to_string()),
+        )];
+        for i in slashes(prefix) {
+            any.push(Expr::all([
+                string_claim("iss", MatchPattern::Exact(prefix[..i].to_string())),
+                string_claim("sub", MatchPattern::Prefix(prefix[i + 1..].to_string())),
+            ]));
+        }
+        return Expr::any(any);
+    }
+    if let Some(suffix) = value.strip_prefix('*') {
+        let mut any = vec![string_claim(
+            "sub",
+            MatchPattern::Suffix(suffix.to_string()),
+        )];
+        for i in slashes(suffix) {
+            any.push(Expr::all([
+                string_claim("iss", MatchPattern::Suffix(suffix[..i].to_string())),
+                string_claim("sub", MatchPattern::Exact(suffix[i + 1..].to_string())),
+            ]));
+        }
+        return Expr::any(any);
+    }
+    Expr::any(slashes(value).into_iter().map(|i| {
+        Expr::all([
+            string_claim("iss", MatchPattern::Exact(value[..i].to_string())),
+            string_claim("sub", MatchPattern::Exact(value[i + 1..].to_string())),
+        ])
+    }))
 }
 
 fn string_matcher(pattern: MatchPattern) -> StringMatcher {
@@ -533,198 +659,82 @@ pub fn rule_name(policy: &AuthorizationPolicy, index: usize) -> String {
     )
 }
 
-/// Why a policy cannot be applied as written, if it cannot: values the admission webhook
-/// refuses (a policy stored while it was down), or a CUSTOM policy whose provider cannot be
-/// used (`custom` resolves the workload's providers). Such a policy denies every request of
-/// the workloads it selects, as dropping it could open what it was meant to close (Istio
-/// denies every request of a workload whose CUSTOM provider is invalid, too).
-pub fn unenforceable(
-    policy: &AuthorizationPolicy,
-    custom: &CustomProviders<'_>,
-) -> Option<&'static str> {
-    if validate_authorization_policy(&policy.spec).is_err() {
+/// Why a policy cannot be applied as written, if it cannot: CUSTOM, or values the admission
+/// webhook refuses (a policy stored while it was down). Such a policy denies every request of
+/// the workloads it selects, as dropping it could open what it was meant to close.
+pub fn unenforceable(policy: &AuthorizationPolicy) -> Option<&'static str> {
+    if policy.spec.action == AuthorizationAction::Custom {
+        Some("custom-unsupported")
+    } else if validate_authorization_policy(&policy.spec).is_err() {
         Some("invalid")
-    } else if policy.spec.action == AuthorizationAction::Custom && custom.problem(policy).is_some()
-    {
-        Some("custom-provider-unavailable")
     } else {
         None
     }
 }
 
-/// What a policy contributes to a chain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Role {
-    /// Its rules are enforced with this action's semantics (`Custom` on a chain that cannot
-    /// call the authorizer: its rules deny, failing closed).
-    Enforce(AuthorizationAction),
-    /// Dry-run: its rules are evaluated in the shadow rules of this action, never enforced.
-    Shadow(AuthorizationAction),
-    /// A CUSTOM policy on an HTTP chain: its rules select the requests sent to its provider.
-    Custom,
-    /// Unenforceable: denies every request.
-    DenyAll(&'static str),
-    /// Not applied (a dry-run policy that could not be applied anyway, or a dry-run CUSTOM).
-    Skip,
-}
-
-fn role(policy: &AuthorizationPolicy, http: bool, custom: &CustomProviders<'_>) -> Role {
-    let action = policy.spec.action;
-    let broken = unenforceable(policy, custom);
-    if is_dry_run(policy) {
-        return match (action, broken) {
-            (AuthorizationAction::Custom, _) | (_, Some(_)) => Role::Skip,
-            // AUDIT enforces nothing anyway.
-            (AuthorizationAction::Audit, None) => Role::Enforce(action),
-            (_, None) => Role::Shadow(action),
-        };
-    }
-    match (action, broken) {
-        (_, Some(why)) => Role::DenyAll(why),
-        (AuthorizationAction::Custom, None) if http => Role::Custom,
-        (AuthorizationAction::Custom, None) => Role::Enforce(AuthorizationAction::Custom),
-        (a, None) => Role::Enforce(a),
-    }
-}
-
-fn deny_all_rule(policy: &AuthorizationPolicy, why: &str) -> (String, Policy) {
-    (
-        format!(
-            "ns[{}]-policy[{}]-{why}",
-            policy.metadata.namespace.as_deref().unwrap_or_default(),
-            policy.metadata.name.as_deref().unwrap_or_default()
-        ),
-        Policy {
-            permissions: vec![lower_permission(Expr::Const(true))],
-            principals: vec![lower_principal(Expr::Const(true))],
-            ..Default::default()
-        },
-    )
-}
-
-/// The rules of `policy` on this chain, evaluated with `action`'s meaning of an unknown
-/// condition, named with `prefix` before Istio's rule names.
-fn policy_rules(
-    policy: &AuthorizationPolicy,
-    action: AuthorizationAction,
-    facts: ChainFacts,
-    trust_domain: &str,
-    prefix: &str,
-    into: &mut HashMap<String, Policy>,
-) {
-    let ctx = RuleContext {
-        facts,
-        action,
-        trust_domain,
-    };
-    for (i, rule) in policy.spec.rules.iter().enumerate() {
-        if let Some(p) = ctx.rule(rule) {
-            into.insert(format!("{prefix}{}", rule_name(policy, i)), p);
-        }
-    }
-}
-
-fn rbac_action(action: AuthorizationAction) -> RbacAction {
-    match action {
-        AuthorizationAction::Deny | AuthorizationAction::Custom => RbacAction::Deny,
-        AuthorizationAction::Audit => RbacAction::Log,
-        AuthorizationAction::Allow => RbacAction::Allow,
-    }
-}
-
-/// The shadow rules' stat prefix of dry-run policies of `action` (Istio's).
-pub fn dry_run_stat_prefix(action: AuthorizationAction) -> &'static str {
-    match action {
-        AuthorizationAction::Allow => "istio_dry_run_allow_",
-        _ => "istio_dry_run_deny_",
-    }
-}
-
-/// One RBAC filter of a chain: the enforced rules and the dry-run (shadow) rules of one action.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ActionRules {
-    /// Enforced rules; `None`: nothing is enforced (an empty ALLOW would deny everything).
-    pub rules: Option<Rbac>,
-    /// Dry-run rules: evaluated, counted (`<prefix>shadow_allowed`/`shadow_denied`) and
-    /// written to the request's dynamic metadata, never enforced.
-    pub shadow: Option<Rbac>,
-}
-
-/// The RBAC filter of `action` for a chain, or `None` when it needs none. Unenforceable
-/// policies are DENY rules matching every request, named `ns[<ns>]-policy[<name>]-invalid` or
-/// `...-custom-provider-unavailable`; CUSTOM policies on a chain without HTTP are DENY rules;
-/// dry-run policies are shadow rules ([`dry_run_stat_prefix`]).
-pub fn action_rules(
-    policies: &[&AuthorizationPolicy],
-    action: AuthorizationAction,
-    facts: ChainFacts,
-    trust_domain: &str,
-    custom: &CustomProviders<'_>,
-) -> Option<ActionRules> {
-    let mut enforced: HashMap<String, Policy> = HashMap::new();
-    let mut shadow: HashMap<String, Policy> = HashMap::new();
-    let (mut any_enforced, mut any_shadow) = (false, false);
-    for policy in policies {
-        match role(policy, facts.http, custom) {
-            Role::DenyAll(why) if action == AuthorizationAction::Deny => {
-                let (name, rule) = deny_all_rule(policy, why);
-                enforced.insert(name, rule);
-                any_enforced = true;
-            }
-            Role::Enforce(AuthorizationAction::Custom) if action == AuthorizationAction::Deny => {
-                policy_rules(
-                    policy,
-                    AuthorizationAction::Custom,
-                    facts,
-                    trust_domain,
-                    "",
-                    &mut enforced,
-                );
-                any_enforced = true;
-            }
-            Role::Enforce(a) if a == action => {
-                policy_rules(policy, action, facts, trust_domain, "", &mut enforced);
-                any_enforced = true;
-            }
-            Role::Shadow(a) if a == action => {
-                policy_rules(policy, action, facts, trust_domain, "", &mut shadow);
-                any_shadow = true;
-            }
-            _ => {}
-        }
-    }
-    let keep = |any: bool, rules: &HashMap<String, Policy>| {
-        // An empty DENY or LOG set does nothing; an empty ALLOW set denies everything.
-        any && (action == AuthorizationAction::Allow || !rules.is_empty())
-    };
-    let rbac = |policies: HashMap<String, Policy>| Rbac {
-        action: rbac_action(action) as i32,
-        policies,
-        ..Default::default()
-    };
-    let out = ActionRules {
-        rules: keep(any_enforced, &enforced).then(|| rbac(enforced)),
-        shadow: keep(any_shadow, &shadow).then(|| rbac(shadow)),
-    };
-    (out.rules.is_some() || out.shadow.is_some()).then_some(out)
-}
-
-/// The enforced RBAC rules of one action for a chain (see [`action_rules`]), CUSTOM policies
-/// counted as having no usable provider.
+/// The RBAC rules of one action for a chain, or `None` when the chain needs no filter for it:
+/// no policy of that action applies, or (DENY, AUDIT) none of their rules can match here.
+/// [`unenforceable`] policies are DENY rules matching every request, named
+/// `ns[<ns>]-policy[<name>]-custom-unsupported` or `...-invalid`.
 pub fn rbac_rules(
     policies: &[&AuthorizationPolicy],
     action: AuthorizationAction,
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Option<Rbac> {
-    action_rules(
-        policies,
-        action,
-        facts,
-        trust_domain,
-        &CustomProviders::default(),
-    )?
-    .rules
+    let of_action: Vec<(&AuthorizationPolicy, Option<&'static str>)> = policies
+        .iter()
+        .map(|p| (*p, unenforceable(p)))
+        .filter(|(p, broken)| match broken {
+            Some(_) => action == AuthorizationAction::Deny,
+            None => p.spec.action == action,
+        })
+        .collect();
+    if of_action.is_empty() {
+        return None;
+    }
+    let mut rules: HashMap<String, Policy> = HashMap::new();
+    for (policy, broken) in of_action {
+        if let Some(why) = broken {
+            rules.insert(
+                format!(
+                    "ns[{}]-policy[{}]-{why}",
+                    policy.metadata.namespace.as_deref().unwrap_or_default(),
+                    policy.metadata.name.as_deref().unwrap_or_default()
+                ),
+                Policy {
+                    permissions: vec![lower_permission(Expr::Const(true))],
+                    principals: vec![lower_principal(Expr::Const(true))],
+                    ..Default::default()
+                },
+            );
+            continue;
+        }
+        let ctx = RuleContext {
+            facts,
+            action,
+            trust_domain,
+        };
+        for (i, rule) in policy.spec.rules.iter().enumerate() {
+            if let Some(p) = ctx.rule(rule) {
+                rules.insert(rule_name(policy, i), p);
+            }
+        }
+    }
+    // An empty DENY or LOG filter does nothing; an empty ALLOW filter denies everything.
+    if rules.is_empty() && action != AuthorizationAction::Allow {
+        return None;
+    }
+    let rbac_action = match action {
+        AuthorizationAction::Deny => RbacAction::Deny,
+        AuthorizationAction::Audit => RbacAction::Log,
+        AuthorizationAction::Allow | AuthorizationAction::Custom => RbacAction::Allow,
+    };
+    Some(Rbac {
+        action: rbac_action as i32,
+        policies: rules,
+        ..Default::default()
+    })
 }
 
 /// The actions in the order their filters run.
@@ -734,133 +744,48 @@ const ORDER: [AuthorizationAction; 3] = [
     AuthorizationAction::Allow,
 ];
 
-fn http_rbac_filter(rbac: HttpRbac) -> HttpFilter {
-    HttpFilter {
-        name: HTTP_RBAC_FILTER.to_string(),
-        config_type: Some(HttpFilterConfig::TypedConfig(pack_any(rbac))),
-        ..Default::default()
-    }
-}
-
-/// The shadow RBAC filter and the ext_authz filter of each provider the chain's CUSTOM
-/// policies name (module [`super::ext_authz`]).
-fn custom_filters(
-    policies: &[&AuthorizationPolicy],
-    facts: ChainFacts,
-    trust_domain: &str,
-    custom: &CustomProviders<'_>,
-) -> Vec<HttpFilter> {
-    let mut out = Vec::new();
-    for (index, provider) in custom.resolved().enumerate() {
-        let mut shadow = HashMap::new();
-        for policy in policies {
-            let named = policy.spec.provider.as_ref().map(|p| p.name.as_str());
-            if role(policy, facts.http, custom) == Role::Custom && named == Some(&provider.name) {
-                policy_rules(
-                    policy,
-                    AuthorizationAction::Custom,
-                    facts,
-                    trust_domain,
-                    super::ext_authz::SHADOW_POLICY_PREFIX,
-                    &mut shadow,
-                );
-            }
-        }
-        if shadow.is_empty() {
-            // No rule can match here: the authorizer is never asked on this chain.
-            continue;
-        }
-        let prefix = super::ext_authz::shadow_stat_prefix(index);
-        out.push(http_rbac_filter(HttpRbac {
-            shadow_rules: Some(Rbac {
-                action: RbacAction::Allow as i32,
-                policies: shadow,
-                ..Default::default()
-            }),
-            shadow_rules_stat_prefix: prefix.clone(),
-            ..Default::default()
-        }));
-        out.push(super::ext_authz::ext_authz_filter(provider, &prefix));
-    }
-    out
-}
-
-/// The authorization HTTP filters of a chain (to go before the router), in evaluation order:
-/// AUDIT, CUSTOM (per provider: the shadow RBAC filter selecting the requests, then
-/// ext_authz), DENY, ALLOW; dry-run policies as the shadow rules of their action's filter.
-pub fn http_filters_with(
-    policies: &[&AuthorizationPolicy],
-    facts: ChainFacts,
-    trust_domain: &str,
-    custom: &CustomProviders<'_>,
-) -> Vec<HttpFilter> {
-    let mut out = Vec::new();
-    for action in ORDER {
-        if action == AuthorizationAction::Deny {
-            out.extend(custom_filters(policies, facts, trust_domain, custom));
-        }
-        if let Some(r) = action_rules(policies, action, facts, trust_domain, custom) {
-            let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
-            out.push(http_rbac_filter(HttpRbac {
-                rules: r.rules,
-                shadow_rules: r.shadow,
-                shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
-                ..Default::default()
-            }));
-        }
-    }
-    out
-}
-
-/// [`http_filters_with`] where no CUSTOM provider is usable.
+/// The RBAC HTTP filters of a chain (to go before the router), in evaluation order.
 pub fn http_filters(
     policies: &[&AuthorizationPolicy],
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Vec<HttpFilter> {
-    http_filters_with(policies, facts, trust_domain, &CustomProviders::default())
-}
-
-/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order;
-/// CUSTOM policies deny the connections their rules match (an external authorizer decides
-/// HTTP requests only).
-pub fn network_filters_with(
-    policies: &[&AuthorizationPolicy],
-    facts: ChainFacts,
-    trust_domain: &str,
-    custom: &CustomProviders<'_>,
-) -> Vec<Filter> {
     ORDER
         .iter()
-        .filter_map(|a| action_rules(policies, *a, facts, trust_domain, custom).map(|r| (*a, r)))
-        .map(|(action, r)| {
-            let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
-            Filter {
-                name: NETWORK_RBAC_FILTER.to_string(),
-                config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
-                    rules: r.rules,
-                    shadow_rules: r.shadow,
-                    shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
-                    stat_prefix: NETWORK_STAT_PREFIX.to_string(),
-                    ..Default::default()
-                }))),
-            }
+        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
+        .map(|rules| HttpFilter {
+            name: HTTP_RBAC_FILTER.to_string(),
+            config_type: Some(HttpFilterConfig::TypedConfig(pack_any(HttpRbac {
+                rules: Some(rules),
+                ..Default::default()
+            }))),
+            ..Default::default()
         })
         .collect()
 }
 
-/// [`network_filters_with`] where no CUSTOM provider is usable.
+/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order.
 pub fn network_filters(
     policies: &[&AuthorizationPolicy],
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Vec<Filter> {
-    network_filters_with(policies, facts, trust_domain, &CustomProviders::default())
+    ORDER
+        .iter()
+        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
+        .map(|rules| Filter {
+            name: NETWORK_RBAC_FILTER.to_string(),
+            config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
+                rules: Some(rules),
+                stat_prefix: NETWORK_STAT_PREFIX.to_string(),
+                ..Default::default()
+            }))),
+        })
+        .collect()
 }
 
 /// Makes the connection manager's locally generated 403s (the RBAC filter's denials) say which
-/// policy decided: Envoy's body, then its response code details. An external authorizer's
-/// denial is left as the authorizer answered.
+/// policy decided: Envoy's body, then its response code details.
 pub fn explain_denials(hcm: &mut HttpConnectionManager) {
     let mapper = ResponseMapper {
         filter: Some(AccessLogFilter {
@@ -883,22 +808,10 @@ pub fn explain_denials(hcm: &mut HttpConnectionManager) {
         }),
         ..Default::default()
     };
-    // An external authorizer's denial (response flag `UAEX`) keeps the authorizer's own
-    // answer: the first matching mapper wins, and this one changes nothing.
-    let authorizer = ResponseMapper {
-        filter: Some(AccessLogFilter {
-            filter_specifier: Some(FilterSpecifier::ResponseFlagFilter(ResponseFlagFilter {
-                flags: vec!["UAEX".to_string()],
-            })),
-        }),
-        ..Default::default()
-    };
-    let mappers = &mut hcm
-        .local_reply_config
+    hcm.local_reply_config
         .get_or_insert_with(LocalReplyConfig::default)
-        .mappers;
-    mappers.push(authorizer);
-    mappers.push(mapper);
+        .mappers
+        .push(mapper);
 }
 
 /// Inserts `filters` before the last HTTP filter (the router) of the connection manager

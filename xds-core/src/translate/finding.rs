@@ -24,11 +24,12 @@ pub enum ConfigKind {
     EnvoyFilter,
     PeerAuthentication,
     Telemetry,
+    RequestAuthentication,
 }
 
 impl ConfigKind {
     /// Every kind that carries an `Accepted` condition.
-    pub const ALL: [ConfigKind; 9] = [
+    pub const ALL: [ConfigKind; 10] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::Gateway,
@@ -38,6 +39,7 @@ impl ConfigKind {
         ConfigKind::EnvoyFilter,
         ConfigKind::PeerAuthentication,
         ConfigKind::Telemetry,
+        ConfigKind::RequestAuthentication,
     ];
 
     /// API group, kind name and plural of its resource.
@@ -56,6 +58,9 @@ impl ConfigKind {
             }
             ConfigKind::PeerAuthentication => (SEC, "PeerAuthentication", "peerauthentications"),
             ConfigKind::Telemetry => ("telemetry.meshplane.io", "Telemetry", "telemetries"),
+            ConfigKind::RequestAuthentication => {
+                (SEC, "RequestAuthentication", "requestauthentications")
+            }
         }
     }
 }
