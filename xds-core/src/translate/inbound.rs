@@ -148,6 +148,8 @@ fn inbound_route(port: &InboundPort) -> RouteConfiguration {
 pub(super) struct InboundAuthz<'a> {
     pub policies: &'a [&'a AuthorizationPolicy],
     pub trust_domain: &'a str,
+    /// The ext_authz providers of the workload's CUSTOM policies.
+    pub custom: &'a authz::CustomProviders<'a>,
 }
 
 /// The network filters of one inbound chain of `port` for `peer`: the RBAC filters the
@@ -174,10 +176,11 @@ fn inbound_filters(port: &InboundPort, peer: InboundPeer, az: &InboundAuthz<'_>)
         };
         vec![authz::with_http_rbac(
             hcm,
-            authz::http_filters(az.policies, facts, az.trust_domain),
+            authz::http_filters_with(az.policies, facts, az.trust_domain, az.custom),
         )]
     } else {
-        let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+        let mut filters =
+            authz::network_filters_with(az.policies, facts, az.trust_domain, az.custom);
         filters.push(envoy::tcp_proxy_filter(&cluster, &cluster));
         filters
     }
@@ -304,7 +307,8 @@ pub(super) fn translate_inbound(
                 http: false,
                 port: None,
             };
-            let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+            let mut filters =
+                authz::network_filters_with(az.policies, facts, az.trust_domain, az.custom);
             filters.push(envoy::tcp_proxy_filter(
                 INBOUND_PASSTHROUGH_CLUSTER,
                 INBOUND_PASSTHROUGH_CLUSTER,
