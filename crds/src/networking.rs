@@ -94,10 +94,12 @@ pub struct Port {
     kind = "ServiceEntry",
     doc = "An external or additional service added to the tenant registry (Istio-compatible).",
     namespaced,
+    status = "ConfigStatus",
     shortname = "se",
     printcolumn = r#"{"name":"Hosts","type":"string","jsonPath":".spec.hosts"}"#,
     printcolumn = r#"{"name":"Location","type":"string","jsonPath":".spec.location"}"#,
     printcolumn = r#"{"name":"Resolution","type":"string","jsonPath":".spec.resolution"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -189,6 +191,8 @@ pub struct WorkloadEntry {
     kind = "Sidecar",
     doc = "Narrows what workloads import and how their proxies listen (Istio-compatible).",
     namespaced,
+    status = "ConfigStatus",
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -283,7 +287,9 @@ pub struct IstioEgressListener {
     kind = "EnvoyFilter",
     doc = "Patches the Envoy configuration generated for selected proxies (Istio-compatible).",
     namespaced,
+    status = "ConfigStatus",
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -16,6 +16,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::networking::status::ConfigStatus;
+
 pub mod authorization;
 
 pub use authorization::{AuthorizationAction, AuthorizationPolicy, AuthorizationPolicySpec};
@@ -87,8 +89,10 @@ pub struct LabelsSelector {
     kind = "PeerAuthentication",
     doc = "How workloads accept connections from their peers: mutual TLS STRICT, PERMISSIVE or DISABLE (Istio-compatible).",
     namespaced,
+    status = "ConfigStatus",
     shortname = "pa",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mtls.mode"}"#,
+    printcolumn = r#"{"name":"Accepted","type":"string","jsonPath":".status.conditions[?(@.type==\"Accepted\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

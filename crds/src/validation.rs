@@ -720,15 +720,6 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
         {
             errs.0.push(bad("match.routeConfiguration is only valid with applyTo ROUTE_CONFIGURATION or VIRTUAL_HOST".into()));
         }
-        if matches!(op, Op::InsertBefore | Op::InsertAfter)
-            && p.apply_to == ApplyTo::HttpFilter
-            && m.and_then(|m| m.listener.as_ref())
-                .and_then(|l| l.filter_chain.as_ref())
-                .and_then(|fc| fc.filter.as_ref())
-                .is_none_or(|f| f.sub_filter.is_none())
-        {
-            errs.0.push(bad("INSERT_BEFORE/INSERT_AFTER of an HTTP filter needs match.listener.filterChain.filter.subFilter.name".into()));
-        }
     }
     for (k, v) in spec.workload_selector.iter().flat_map(|s| s.labels.iter()) {
         errs.check(validate_label_key(k, "spec.workloadSelector.labels"));

@@ -676,6 +676,9 @@ const ROTATION_LIMIT: Duration = Duration::from_secs(60);
 const CERT_UPDATES: &str = "sds.default.update_success";
 /// Mutual TLS handshakes completed on a sidecar's inbound listener.
 const INBOUND_HANDSHAKES: &str = "listener.0.0.0.0_15006.ssl.handshake";
+/// Of those, the handshakes that negotiated TLS 1.3 and TLS 1.2.
+const INBOUND_TLS13: &str = "listener.0.0.0.0_15006.ssl.versions.TLSv1.3";
+const INBOUND_TLS12: &str = "listener.0.0.0.0_15006.ssl.versions.TLSv1.2";
 
 /// Serial numbers of the certificates a sidecar presents (`/certs`, its `cert_chain`s).
 async fn presented_serials(pod: &meshplane_e2e::reach::InPod) -> Result<Vec<String>, String> {
@@ -818,6 +821,18 @@ async fn certificates_rotate_under_load_without_failed_requests(cluster: &Cluste
     assert!(
         handshakes >= u64::from(sent),
         "every request was a new mutual TLS handshake, so the rotated certificates were used: {handshakes} handshakes for {sent} requests"
+    );
+    let (tls13, tls12) = (
+        server_after
+            .get(INBOUND_TLS13)
+            .saturating_sub(server_before.get(INBOUND_TLS13)),
+        server_after
+            .get(INBOUND_TLS12)
+            .saturating_sub(server_before.get(INBOUND_TLS12)),
+    );
+    assert!(
+        tls13 >= u64::from(sent) && tls12 == 0,
+        "sidecars negotiate TLS 1.3 with each other: {tls13} TLS 1.3 and {tls12} TLS 1.2 handshakes for {sent} requests"
     );
     assert!(
         !serials_before.is_empty() && serials_before != serials_after,

@@ -13,6 +13,10 @@
 //! | `FILTER_CHAIN`, `VIRTUAL_HOST` | `ADD`, `MERGE`, `REMOVE`, `REPLACE` |
 //! | `NETWORK_FILTER`, `HTTP_FILTER` | all of the above and `INSERT_BEFORE`, `INSERT_AFTER`, `INSERT_FIRST` |
 //!
+//! `INSERT_BEFORE` and `INSERT_AFTER` insert next to the filter the match names
+//! (`filter.name` for a network filter, `filter.subFilter.name` for an HTTP filter); without
+//! one, first and last, as Istio does.
+//!
 //! Matching: `context` (`SIDECAR_INBOUND`: `virtualInbound`, bound ingress listeners and
 //! `inbound|` clusters; `SIDECAR_OUTBOUND`: the rest; `GATEWAY`: nothing), listener
 //! `portNumber`/`name`/`filterChain.name`/`filter.name`/`filter.subFilter.name`, route
@@ -245,9 +249,13 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                     if !chain_matches(chain, lm.filter_chain.as_ref()) {
                         continue;
                     }
-                    patch_filters(&mut chain.filters, patch, NETWORK_FILTER, |f: &Filter| {
-                        filter_name.is_empty() || f.name == filter_name
-                    })?;
+                    patch_filters(
+                        &mut chain.filters,
+                        patch,
+                        NETWORK_FILTER,
+                        !filter_name.is_empty(),
+                        |f: &Filter| filter_name.is_empty() || f.name == filter_name,
+                    )?;
                 }
             }
             Ok(())
@@ -283,6 +291,7 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                             &mut hcm.http_filters,
                             patch,
                             HTTP_FILTER,
+                            !sub_name.is_empty(),
                             |h: &HttpFilter| sub_name.is_empty() || h.name == sub_name,
                         )?;
                         any.value = hcm.encode_to_vec();
@@ -320,17 +329,21 @@ fn patch_list<M: Message + Default + Clone>(
     Ok(())
 }
 
-/// Every operation on a list of (network or HTTP) filters.
+/// Every operation on a list of (network or HTTP) filters. `named` says whether the match names
+/// a filter: without one, INSERT_BEFORE inserts first and INSERT_AFTER last, as Istio does.
 fn patch_filters<F: Message + Default + Clone>(
     filters: &mut Vec<F>,
     patch: &EnvoyConfigObjectPatch,
     type_name: &str,
+    named: bool,
     matches: impl Fn(&F) -> bool,
 ) -> Result<(), String> {
     let op = patch.patch.operation;
     match op {
         PatchOperation::Add => filters.push(decode(type_name, patch)?),
         PatchOperation::InsertFirst => filters.insert(0, decode(type_name, patch)?),
+        PatchOperation::InsertBefore if !named => filters.insert(0, decode(type_name, patch)?),
+        PatchOperation::InsertAfter if !named => filters.push(decode(type_name, patch)?),
         PatchOperation::InsertBefore | PatchOperation::InsertAfter => {
             let new: F = decode(type_name, patch)?;
             if let Some(i) = filters.iter().position(&matches) {
@@ -449,4 +462,71 @@ fn cluster_matches(c: &Cluster, m: &EnvoyConfigObjectMatch) -> bool {
     cm.port_number
         .is_none_or(|p| port == Some(p.to_string().as_str()))
         && (cm.service.is_empty() || host == Some(cm.service.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshplane_crds::networking::Patch;
+
+    fn insert(op: PatchOperation, name: &str) -> EnvoyConfigObjectPatch {
+        EnvoyConfigObjectPatch {
+            apply_to: ApplyTo::HttpFilter,
+            match_: None,
+            patch: Patch {
+                operation: op,
+                value: Some(serde_json::json!({"name": name})),
+            },
+        }
+    }
+
+    fn names(filters: &[HttpFilter]) -> Vec<&str> {
+        filters.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    #[test]
+    fn inserts_without_a_named_filter_go_first_or_last_as_istio_does() {
+        let named = |n: &str| HttpFilter {
+            name: n.into(),
+            ..Default::default()
+        };
+        let mut filters = vec![named("a"), named("router")];
+        let any = |_: &HttpFilter| true;
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertBefore, "first"),
+            HTTP_FILTER,
+            false,
+            any,
+        )
+        .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertAfter, "last"),
+            HTTP_FILTER,
+            false,
+            any,
+        )
+        .expect("applies");
+        assert_eq!(names(&filters), ["first", "a", "router", "last"]);
+        // With a named filter, next to it; a name nobody has inserts nothing.
+        let router = |f: &HttpFilter| f.name == "router";
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertBefore, "rl"),
+            HTTP_FILTER,
+            true,
+            router,
+        )
+        .expect("applies");
+        patch_filters(
+            &mut filters,
+            &insert(PatchOperation::InsertAfter, "x"),
+            HTTP_FILTER,
+            true,
+            |f: &HttpFilter| f.name == "nobody",
+        )
+        .expect("applies");
+        assert_eq!(names(&filters), ["first", "a", "rl", "router", "last"]);
+    }
 }

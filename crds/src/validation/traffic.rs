@@ -808,7 +808,9 @@ pub fn validate_destination_rule(spec: &DestinationRuleSpec) -> Result<(), Valid
 }
 
 /// Protocols a Gateway server may declare.
-pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "HTTP2", "GRPC", "TLS", "TCP"];
+pub const GATEWAY_PROTOCOLS: &[&str] = &[
+    "HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TLS", "TCP", "MONGO", "MYSQL", "REDIS",
+];
 
 /// A Gateway server host `[namespace/]host`.
 pub fn validate_gateway_host(entry: &str, field: &str) -> Result<(), ValidationError> {
@@ -946,7 +948,7 @@ pub fn validate_gateway(spec: &GatewaySpec) -> Result<(), ValidationErrors> {
 /// a TLS listener (by SNI).
 fn same_family(a: &str, b: &str) -> bool {
     let family = |p: &str| match p {
-        "HTTP" | "HTTP2" | "GRPC" => "http",
+        "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB" => "http",
         "HTTPS" | "TLS" => "tls",
         _ => "tcp",
     };

@@ -57,16 +57,20 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "gateways"),
 ];
 
-/// Status subresources the instance writes (the `Accepted` condition of traffic config).
+/// Status subresources the instance writes (the `Accepted` condition of networking config).
 pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
     "virtualservices/status",
     "destinationrules/status",
     "gateways/status",
+    "serviceentries/status",
+    "sidecars/status",
+    "envoyfilters/status",
 ];
 
 /// Status subresources of the security group the instance writes (the `Accepted` condition
-/// of AuthorizationPolicies).
-pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &["authorizationpolicies/status"];
+/// of AuthorizationPolicies and PeerAuthentications).
+pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] =
+    &["authorizationpolicies/status", "peerauthentications/status"];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];

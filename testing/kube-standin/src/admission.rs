@@ -346,6 +346,29 @@ pub async fn admit_with(
     credentials: &WebhookClientCredentials,
     req: AdmissionInput,
 ) -> Result<Value, AdmissionDenied> {
+    admit_warning(lookup, dialer, credentials, req)
+        .await
+        .map(|admitted| admitted.object)
+}
+
+/// What admission let through, and the warnings the webhooks returned with it
+/// (`response.warnings`), which the API server hands to the client as `Warning` headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admitted {
+    /// The object to store (after the mutating webhooks' patches).
+    pub object: Value,
+    /// Every webhook's warnings, in the order of the calls.
+    pub warnings: Vec<String>,
+}
+
+/// [`admit_with`], keeping the webhooks' warnings.
+pub async fn admit_warning(
+    lookup: &dyn ObjectLookup,
+    dialer: &Dialer,
+    credentials: &WebhookClientCredentials,
+    req: AdmissionInput,
+) -> Result<Admitted, AdmissionDenied> {
+    let mut warnings = Vec::new();
     // Like the real API, admission configuration is never subject to webhooks, so a broken
     // webhook can always be removed; policies do apply to webhook configurations, but never
     // to policies and their bindings.
@@ -359,7 +382,10 @@ pub async fn admit_with(
         if !POLICIES.contains(&req.resource.as_str()) {
             super::admission_policy::check(lookup, &req, &namespace_labels(lookup, &req))?;
         }
-        return Ok(stored_object(&req));
+        return Ok(Admitted {
+            object: stored_object(&req),
+            warnings,
+        });
     }
     let mut req = req;
     let namespace_labels = namespace_labels(lookup, &req);
@@ -372,6 +398,7 @@ pub async fn admit_with(
         else {
             continue;
         };
+        warnings.extend(response_warnings(&response));
         if let (Some(patch), Some(object)) = (response.get("patch"), req.object.as_mut()) {
             apply_patch(&hook.name, response.get("patchType"), patch, object)?;
         }
@@ -387,9 +414,28 @@ pub async fn admit_with(
         .iter()
         .map(|hook| call_with_policy(lookup, dialer, credentials, hook, &req));
     for outcome in futures::future::join_all(calls).await {
-        outcome?;
+        if let Some(response) = outcome? {
+            warnings.extend(response_warnings(&response));
+        }
     }
-    Ok(stored_object(&req))
+    Ok(Admitted {
+        object: stored_object(&req),
+        warnings,
+    })
+}
+
+/// `response.warnings` of an AdmissionReview response: strings, each as the API server passes
+/// it on (it drops empty ones).
+fn response_warnings(response: &Value) -> Vec<String> {
+    response
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|w| !w.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn stored_object(req: &AdmissionInput) -> Value {
@@ -1079,7 +1125,11 @@ mod tests {
             "/hang" => std::future::pending().await,
             _ => response,
         };
-        serde_json::to_value(response.into_review()).unwrap()
+        let mut review = serde_json::to_value(response.into_review()).unwrap();
+        if path == "/warn" {
+            review["response"]["warnings"] = json!(["spec.old: deprecated, use spec.new", ""]);
+        }
+        review
     }
 
     impl WebhookServer {
@@ -1286,6 +1336,36 @@ mod tests {
             }
         );
         assert_eq!(denied.reason(), "Forbidden");
+    }
+
+    #[tokio::test]
+    async fn warnings_of_an_allowing_webhook_reach_the_caller() {
+        let server = WebhookServer::start(&[SERVICE_DNS_NAME]).await;
+        let lookup = cluster(server.port);
+        lookup.add(configuration(
+            "ValidatingWebhookConfiguration",
+            "v",
+            vec![hook(
+                "warn.meshplane.io",
+                "/warn",
+                &server.ca_bundle,
+                json!({}),
+            )],
+        ));
+        let admitted = admit_warning(
+            &lookup,
+            &Dialer::default(),
+            &WebhookClientCredentials::default(),
+            create_pod("blue"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            admitted.warnings,
+            vec!["spec.old: deprecated, use spec.new".to_string()],
+            "empty warnings are dropped, as the API server does"
+        );
+        assert_eq!(admitted.object["metadata"]["namespace"], "blue");
     }
 
     #[tokio::test]

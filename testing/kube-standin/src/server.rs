@@ -933,7 +933,7 @@ async fn admit(
         user: call.user.clone(),
         dry_run: call.query.dry_run(),
     };
-    match admission::admit_with(
+    match admission::admit_warning(
         state.store.as_ref(),
         &state.webhook_dialer,
         &state.webhook_credentials,
@@ -941,7 +941,10 @@ async fn admit(
     )
     .await
     {
-        Ok(obj) => Ok(had_object.then_some(obj)),
+        Ok(admitted) => {
+            call.warn(admitted.warnings);
+            Ok(had_object.then_some(admitted.object))
+        }
         Err(denied) => {
             let reason = match denied.code {
                 400 => "BadRequest",

@@ -20,6 +20,7 @@ use crate::config_events::{self, ConfigEvent, EventSink};
 use crate::generator::{Change, ChangeKind};
 use crate::model::{Kind, Object, ObjectKey, SourceEvent};
 use crate::translate::cluster_id::HostPort;
+use crate::translate::diagnostics::{ConfigKind as DiagnosedKind, ConfigRef, Finding};
 use crate::translate::registry::{self, ServiceModel};
 use crate::translate::{self, Registry};
 
@@ -573,6 +574,14 @@ impl TenantState {
                     }
                 }
                 Object::ServiceEntry(se) => {
+                    reg.judged.insert(
+                        ConfigRef {
+                            kind: DiagnosedKind::ServiceEntry,
+                            namespace: ns.clone(),
+                            name: key.name.clone(),
+                        },
+                        (se.metadata.generation, Vec::new()),
+                    );
                     for (i, m) in registry::service_entry_models(se).into_iter().enumerate() {
                         models.push((keyed::Origin::entry(&m, &key.name, i), m));
                     }
@@ -604,6 +613,23 @@ impl TenantState {
                         reg.envoy_filters.entry(ns).or_default().push((**f).clone())
                     } else {
                         let why: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                        reg.judged.insert(
+                            ConfigRef {
+                                kind: DiagnosedKind::EnvoyFilter,
+                                namespace: ns.clone(),
+                                name: key.name.clone(),
+                            },
+                            (
+                                f.metadata.generation,
+                                vec![Finding {
+                                    reason: config_events::ENVOY_FILTER_BEYOND_POLICY,
+                                    message: format!(
+                                        "not applied to the tenant's proxies: {}",
+                                        why.join("; ")
+                                    ),
+                                }],
+                            ),
+                        );
                         tracing::warn!(
                             envoyfilter = %format!("{ns}/{}", key.name),
                             violations = %why.join("; "),

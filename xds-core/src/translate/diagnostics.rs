@@ -1,7 +1,7 @@
 //! Config that cannot apply, found tenant-wide (independent of any one proxy): what the
-//! instance writes into the `Accepted` condition of VirtualServices, DestinationRules and
-//! Gateways. Each finding names the object it concerns, a stable reason and a message saying
-//! what to change.
+//! instance writes into the `Accepted` condition of the tenant's networking and security
+//! config (every kind of [`ConfigKind`]). Each finding names the object it concerns, a stable
+//! reason and a message saying what to change.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,24 +17,7 @@ use super::traffic::{
     exported_to, labels_match, resolve_gateways, vs_destinations, vs_hosts, GatewayRef,
 };
 
-/// The kinds that carry an `Accepted` condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ConfigKind {
-    VirtualService,
-    DestinationRule,
-    Gateway,
-    AuthorizationPolicy,
-}
-
-/// An object of one of those kinds.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConfigRef {
-    pub kind: ConfigKind,
-    pub namespace: String,
-    pub name: String,
-}
-
-pub use super::finding::Finding;
+pub use super::finding::{ConfigKind, ConfigRef, Finding};
 
 /// The verdict on every VirtualService, DestinationRule and Gateway of the registry (an
 /// empty list: accepted). The generation is the one judged.
@@ -137,6 +120,37 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
             ),
         );
     }
+    // Sidecars, admitted EnvoyFilters and PeerAuthentications apply as written.
+    let applied = registry
+        .sidecars
+        .values()
+        .flatten()
+        .map(|o| (ConfigKind::Sidecar, meta(o)))
+        .chain(
+            registry
+                .envoy_filters
+                .values()
+                .flatten()
+                .map(|o| (ConfigKind::EnvoyFilter, meta(o))),
+        )
+        .chain(
+            registry
+                .peer_authentications
+                .iter()
+                .map(|o| (ConfigKind::PeerAuthentication, meta(o))),
+        );
+    for (kind, (ns, name, generation)) in applied {
+        out.objects.insert(
+            ConfigRef {
+                kind,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (generation, Vec::new()),
+        );
+    }
+    out.objects
+        .extend(registry.judged.iter().map(|(k, v)| (k.clone(), v.clone())));
     for (_, findings) in out.objects.values_mut() {
         findings.sort();
         findings.dedup();

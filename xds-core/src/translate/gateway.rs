@@ -383,8 +383,15 @@ fn server_names(server: &Server, gateway_namespace: &str) -> Vec<String> {
     }
 }
 
+/// The server's protocol as the gateway serves it: Istio's `GRPC-WEB` is gRPC over HTTP, and its
+/// database protocols (`MONGO`, `MYSQL`, `REDIS`) are opaque TCP, as Istio's gateways serve them.
 fn protocol(server: &Server) -> String {
-    server.port.protocol.to_ascii_uppercase()
+    let upper = server.port.protocol.to_ascii_uppercase();
+    match upper.as_str() {
+        "GRPC-WEB" => "GRPC".to_string(),
+        "MONGO" | "MYSQL" | "REDIS" => "TCP".to_string(),
+        _ => upper,
+    }
 }
 
 fn terminates(server: &Server) -> bool {

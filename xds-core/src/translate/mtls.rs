@@ -44,9 +44,10 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_c
     CombinedCertificateValidationContext, ValidationContextType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::subject_alt_name_matcher::SanType;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::tls_parameters::TlsProtocol;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
-    SubjectAltNameMatcher, UpstreamTlsContext,
+    SubjectAltNameMatcher, TlsParameters, UpstreamTlsContext,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
 use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
@@ -91,6 +92,17 @@ pub const MESH_SERVER_ALPN: [&str; 5] = [
     "istio-http/1.1",
     "istio-h2",
 ];
+
+/// The TLS versions of the tenant's mutual TLS, on both sides, as Istio's sidecars offer them:
+/// 1.2 at least, 1.3 at most. Envoy's own default for a client is 1.2 at most, so without this
+/// two sidecars would never negotiate 1.3.
+pub fn mesh_tls_params() -> TlsParameters {
+    TlsParameters {
+        tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+        tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        ..Default::default()
+    }
+}
 
 fn sds_secret(name: &str) -> SdsSecretConfig {
     SdsSecretConfig {
@@ -154,6 +166,7 @@ fn mesh_tls_context(trust_domain: &str, exact: &[String], alpn: &[&str]) -> Comm
         (false, true) => vec![uri_san(MatchPattern::Exact(prefix))],
     };
     CommonTlsContext {
+        tls_params: Some(mesh_tls_params()),
         tls_certificate_sds_secret_configs: vec![sds_secret(WORKLOAD_CERT_SECRET)],
         validation_context_type: Some(ValidationContextType::CombinedValidationContext(
             CombinedCertificateValidationContext {
@@ -604,6 +617,15 @@ mod tests {
             vec![Some(MatchPattern::Exact(ids[0].clone()))]
         );
         assert_eq!(common.alpn_protocols, MESH_CLIENT_ALPN);
+        let params = common.tls_params.clone().expect("TLS versions set");
+        assert_eq!(
+            (
+                params.tls_minimum_protocol_version,
+                params.tls_maximum_protocol_version
+            ),
+            (TlsProtocol::TlSv12 as i32, TlsProtocol::TlSv13 as i32),
+            "the client offers TLS 1.3 (Envoy's client default stops at 1.2)"
+        );
         // No known account: any identity of the trust domain, never of another.
         let any = upstream(&istio_mutual_transport_socket("blue.example", &[], "x"));
         assert_eq!(
@@ -689,6 +711,7 @@ mod tests {
                 "spiffe://blue.meshplane.local/".into()
             ))]
         );
+        assert_eq!(common.tls_params, Some(mesh_tls_params()));
     }
 
     #[test]

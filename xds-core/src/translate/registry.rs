@@ -211,6 +211,10 @@ pub struct Registry {
     pub tls_secrets: BTreeMap<(String, String), TlsSecret>,
     /// The tenant's gateway proxies and the namespaces each trusts (from the operator).
     pub gateway_deployments: Vec<meshplane_crds::controlplane::GatewayDeployment>,
+    /// Verdicts reached while the registry was built, on objects that leave no object of their
+    /// own in it: every ServiceEntry read (accepted; its hosts are in `services`), and the
+    /// EnvoyFilters the tenant's EnvoyFilter policy keeps out.
+    pub judged: BTreeMap<super::finding::ConfigRef, (Option<i64>, Vec<super::finding::Finding>)>,
 }
 
 /// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
@@ -372,6 +376,7 @@ impl Registry {
             && same_objects(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
             && self.gateway_deployments == other.gateway_deployments
             && self.tls_secrets == other.tls_secrets
+            && self.judged == other.judged
     }
 
     /// Hosts of the registry with this hostname (one per namespace declaring it).

@@ -1,5 +1,5 @@
-//! Writes the `Accepted` condition of the tenant's VirtualServices, DestinationRules,
-//! Gateways and AuthorizationPolicies (Kubernetes mode) from the index's verdict ([`Diagnostics`]).
+//! Writes the `Accepted` condition of the tenant's networking and security config (every kind
+//! of [`ConfigKind`], Kubernetes mode) from the index's verdict ([`Diagnostics`]).
 //!
 //! Server-side apply on the status subresource under field manager `meshplane-xds/<revision>`,
 //! only when the verdict on an object changes (a steady state writes nothing). Every revision
@@ -54,24 +54,7 @@ pub fn verdict(generation: Option<i64>, findings: &[Finding]) -> Verdict {
 }
 
 fn api_resource(kind: ConfigKind) -> ApiResource {
-    let (group, kind, plural) = match kind {
-        ConfigKind::VirtualService => (
-            "networking.meshplane.io",
-            "VirtualService",
-            "virtualservices",
-        ),
-        ConfigKind::DestinationRule => (
-            "networking.meshplane.io",
-            "DestinationRule",
-            "destinationrules",
-        ),
-        ConfigKind::Gateway => ("networking.meshplane.io", "Gateway", "gateways"),
-        ConfigKind::AuthorizationPolicy => (
-            "security.meshplane.io",
-            "AuthorizationPolicy",
-            "authorizationpolicies",
-        ),
-    };
+    let (group, kind, plural) = kind.api();
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1alpha1", kind), plural)
 }
 
