@@ -15,7 +15,7 @@ use crate::inject::{inject, InjectError, Injection, InjectionConfig, SkipReason}
 use crate::metrics::{self, Outcome, WebhookMetrics};
 use crate::review::{self, Verdict};
 use crate::tenant::TenantView;
-use crate::validate::{validate_config, ConfigKind, ConfigViolation};
+use crate::validate::{config_warnings, validate_config, ConfigKind, ConfigViolation};
 
 /// An HTTP answer to an admission call.
 #[derive(Debug, Clone, PartialEq)]
@@ -192,7 +192,10 @@ impl Webhooks {
             return (answer, Judged::Denied("probe"));
         }
         match validate_config(kind, &object, self.tenant.as_ref()) {
-            Ok(()) => (Verdict::Allow, Judged::Allowed),
+            Ok(()) => match config_warnings(kind, &object).as_slice() {
+                [] => (Verdict::Allow, Judged::Allowed),
+                warnings => (Verdict::Warn(warnings.to_vec()), Judged::Allowed),
+            },
             Err(violations) => {
                 let reason = violations.first().map_or("invalid", validate_denial);
                 let message = violations

@@ -61,6 +61,9 @@ pub fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewErro
 pub enum Verdict {
     /// Admit unchanged.
     Allow,
+    /// Admit unchanged, with warnings for the client (`response.warnings`; kubectl prints each
+    /// as `Warning: ...`).
+    Warn(Vec<String>),
     /// Admit with this JSON patch.
     Patch(json_patch::Patch),
     /// Refuse; `code` is the HTTP status the API server reports to the client.
@@ -89,6 +92,7 @@ impl Verdict {
 pub fn encode(uid: &str, verdict: &Verdict) -> Value {
     let response = match verdict {
         Verdict::Allow => json!({ "uid": uid, "allowed": true }),
+        Verdict::Warn(warnings) => json!({ "uid": uid, "allowed": true, "warnings": warnings }),
         Verdict::Patch(patch) => {
             // A `Patch` is a list of plain operations: serializing it cannot fail.
             let bytes = serde_json::to_vec(patch).unwrap_or_default();
@@ -136,6 +140,13 @@ mod tests {
             decode(no_request).unwrap_err().reason,
             "the review has no request"
         );
+    }
+
+    #[test]
+    fn encode_carries_warnings_of_an_admitted_object() {
+        let out = encode("u", &Verdict::Warn(vec!["spec.a is deprecated".into()]));
+        assert_eq!(out["response"]["allowed"], true);
+        assert_eq!(out["response"]["warnings"], json!(["spec.a is deprecated"]));
     }
 
     #[test]

@@ -313,6 +313,21 @@ pub fn validate_config(
     }
 }
 
+/// Warnings on an object that passes [`validate_config`]: the deprecated fields Istio still
+/// accepts that it uses, each with what it is read as.
+pub fn config_warnings(kind: ConfigKind, object: &Value) -> Vec<String> {
+    let spec = object.get("spec").cloned().unwrap_or(Value::Null);
+    match kind {
+        ConfigKind::VirtualService => decode::<VirtualServiceSpec>(spec, kind)
+            .map(|vs| validation::traffic::deprecated_virtual_service_fields(&vs))
+            .unwrap_or_default(),
+        ConfigKind::DestinationRule => decode::<DestinationRuleSpec>(spec, kind)
+            .map(|dr| validation::traffic::deprecated_destination_rule_fields(&dr))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(
     spec: Value,
     kind: ConfigKind,

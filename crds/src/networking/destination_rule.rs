@@ -308,6 +308,12 @@ pub struct OutlierDetection {
         skip_serializing_if = "Option::is_none"
     )]
     pub consecutive_5xx_errors: Option<u32>,
+    /// Deprecated (Istio still accepts it): consecutive 502, 503 or 504 answers before ejection,
+    /// with 5xx answers not counted, as Istio maps it; `consecutiveGatewayErrors` and
+    /// `consecutive5xxErrors` win where set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub consecutive_errors: Option<i32>,
     /// Time between ejection sweeps (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<Duration>,

@@ -87,6 +87,11 @@ pub struct HttpRoute {
     /// Share of requests mirrored by `mirror` (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_percentage: Option<Percent>,
+    /// Deprecated (Istio still accepts it): the share mirrored by `mirror` as a whole number;
+    /// `mirrorPercentage` wins when both are set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub mirror_percent: Option<u32>,
     /// Several mirror destinations, each with its own share.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<HttpMirrorPolicy>,
@@ -341,6 +346,32 @@ pub struct FaultDelay {
     /// Share of requests delayed (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percentage: Option<Percent>,
+    /// Deprecated (Istio still accepts it): the share delayed as a whole number; `percentage`
+    /// wins when both are set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub percent: Option<i32>,
+}
+
+impl FaultDelay {
+    /// The share of requests delayed: `percentage`, else the deprecated `percent`, as Istio
+    /// reads them; `None`: every request.
+    pub fn effective_percentage(&self) -> Option<Percent> {
+        self.percentage.or(self.percent.map(|p| Percent {
+            value: f64::from(p),
+        }))
+    }
+}
+
+impl HttpRoute {
+    /// The share of requests `mirror` copies: `mirrorPercentage`, else the deprecated
+    /// `mirrorPercent`, as Istio reads them; `None`: every request.
+    pub fn effective_mirror_percentage(&self) -> Option<Percent> {
+        self.mirror_percentage
+            .or(self.mirror_percent.map(|p| Percent {
+                value: f64::from(p),
+            }))
+    }
 }
 
 /// An error answer on a share of requests.

@@ -433,6 +433,9 @@ fn validate_http_route(r: &HttpRoute, field: &str, errs: &mut ValidationErrors) 
         if let Some(p) = fault.delay.as_ref().and_then(|d| d.percentage) {
             validate_percent(p.value, &format!("{field}.fault.delay.percentage"), errs);
         }
+        if let Some(p) = fault.delay.as_ref().and_then(|d| d.percent) {
+            validate_percent(f64::from(p), &format!("{field}.fault.delay.percent"), errs);
+        }
         if let Some(a) = &fault.abort {
             let f = format!("{field}.fault.abort");
             match (&a.http_status, &a.grpc_status) {
@@ -467,6 +470,15 @@ fn validate_http_route(r: &HttpRoute, field: &str, errs: &mut ValidationErrors) 
     } else if r.mirror_percentage.is_some() {
         errs.0
             .push(invalid(format!("{field}.mirrorPercentage"), "needs mirror"));
+    } else if r.mirror_percent.is_some() {
+        errs.0
+            .push(invalid(format!("{field}.mirrorPercent"), "needs mirror"));
+    }
+    if r.mirror_percent.is_some_and(|p| p > 100) {
+        errs.0.push(invalid(
+            format!("{field}.mirrorPercent"),
+            "must be at most 100",
+        ));
     }
     if let Some(p) = r.mirror_percentage {
         validate_percent(p.value, &format!("{field}.mirrorPercentage"), errs);
@@ -675,6 +687,12 @@ fn validate_connection_pool(cp: &ConnectionPoolSettings, field: &str, errs: &mut
 }
 
 fn validate_outlier(od: &OutlierDetection, field: &str, errs: &mut ValidationErrors) {
+    if od.consecutive_errors.is_some_and(|n| n < 0) {
+        errs.0.push(invalid(
+            format!("{field}.consecutiveErrors"),
+            "cannot be negative",
+        ));
+    }
     if od
         .interval
         .as_ref()
@@ -1020,4 +1038,160 @@ pub fn gateway_istio_mutual_fields(spec: &GatewaySpec) -> Vec<String> {
         })
         .map(|(i, _)| format!("spec.servers[{i}].tls.mode"))
         .collect()
+}
+
+/// The deprecated fields of a VirtualService that Istio still accepts, one message each: the
+/// field, and what meshplane reads it as. The admission webhook returns them as warnings.
+pub fn deprecated_virtual_service_fields(spec: &VirtualServiceSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, r) in spec.http.iter().enumerate() {
+        if r.fault
+            .as_ref()
+            .and_then(|f| f.delay.as_ref())
+            .is_some_and(|d| d.percent.is_some())
+        {
+            out.push(format!(
+                "spec.http[{i}].fault.delay.percent is deprecated: read as fault.delay.percentage.value (which wins when both are set); write percentage instead"
+            ));
+        }
+        if r.mirror_percent.is_some() {
+            out.push(format!(
+                "spec.http[{i}].mirrorPercent is deprecated: read as mirrorPercentage.value (which wins when both are set); write mirrorPercentage instead"
+            ));
+        }
+    }
+    out
+}
+
+/// The deprecated fields of a DestinationRule that Istio still accepts (see
+/// [`deprecated_virtual_service_fields`]).
+pub fn deprecated_destination_rule_fields<'a>(spec: &'a DestinationRuleSpec) -> Vec<String> {
+    let mut policies: Vec<(String, &'a OutlierDetection)> = Vec::new();
+    let mut add = |field: String, policy: Option<&'a TrafficPolicy>| {
+        let Some(p) = policy else { return };
+        if let Some(od) = &p.outlier_detection {
+            policies.push((format!("{field}.outlierDetection"), od));
+        }
+        for (j, pl) in p.port_level_settings.iter().enumerate() {
+            if let Some(od) = &pl.outlier_detection {
+                policies.push((
+                    format!("{field}.portLevelSettings[{j}].outlierDetection"),
+                    od,
+                ));
+            }
+        }
+    };
+    add("spec.trafficPolicy".into(), spec.traffic_policy.as_ref());
+    for (i, s) in spec.subsets.iter().enumerate() {
+        add(
+            format!("spec.subsets[{i}].trafficPolicy"),
+            s.traffic_policy.as_ref(),
+        );
+    }
+    policies
+        .into_iter()
+        .filter(|(_, od)| od.consecutive_errors.is_some())
+        .map(|(field, _)| format!(
+            "{field}.consecutiveErrors is deprecated: read as consecutiveGatewayErrors with 5xx answers not counted, as Istio does (consecutiveGatewayErrors and consecutive5xxErrors win where set); write those instead"
+        ))
+        .collect()
+}
+
+#[cfg(test)]
+mod deprecated_tests {
+    use super::*;
+
+    fn vs(yaml: serde_json::Value) -> VirtualServiceSpec {
+        serde_json::from_value(yaml).expect("a VirtualService spec")
+    }
+
+    #[test]
+    fn deprecated_fields_are_named_read_as_their_replacements_and_checked() {
+        let spec = vs(serde_json::json!({"hosts": ["r"], "http": [{
+            "route": [{"destination": {"host": "r"}}],
+            "fault": {"delay": {"percent": 50, "fixedDelay": "1s"}},
+            "mirror": {"host": "m"}, "mirrorPercent": 10
+        }]}));
+        assert_eq!(validate_virtual_service(&spec), Ok(()));
+        let warnings = deprecated_virtual_service_fields(&spec);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("spec.http[0].fault.delay.percent is deprecated"));
+        assert!(warnings[1].starts_with("spec.http[0].mirrorPercent is deprecated"));
+        let route = &spec.http[0];
+        let delay = route
+            .fault
+            .as_ref()
+            .and_then(|f| f.delay.as_ref())
+            .expect("delay");
+        assert_eq!(delay.effective_percentage().map(|p| p.value), Some(50.0));
+        assert_eq!(
+            route.effective_mirror_percentage().map(|p| p.value),
+            Some(10.0)
+        );
+        // Both set: the replacement wins, as Istio reads them.
+        let both = vs(serde_json::json!({"hosts": ["r"], "http": [{
+            "route": [{"destination": {"host": "r"}}],
+            "fault": {"delay": {"percent": 50, "percentage": {"value": 1.5}, "fixedDelay": "1s"}},
+            "mirror": {"host": "m"}, "mirrorPercent": 10, "mirrorPercentage": {"value": 20.0}
+        }]}));
+        let route = &both.http[0];
+        let delay = route
+            .fault
+            .as_ref()
+            .and_then(|f| f.delay.as_ref())
+            .expect("delay");
+        assert_eq!(delay.effective_percentage().map(|p| p.value), Some(1.5));
+        assert_eq!(
+            route.effective_mirror_percentage().map(|p| p.value),
+            Some(20.0)
+        );
+        // Out of range, or a mirror share without a mirror: refused.
+        let bad = vs(serde_json::json!({"hosts": ["r"], "http": [{
+            "route": [{"destination": {"host": "r"}}],
+            "fault": {"delay": {"percent": 150, "fixedDelay": "1s"}},
+            "mirrorPercent": 10
+        }]}));
+        let errors = validate_virtual_service(&bad)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            errors.contains("spec.http[0].fault.delay.percent"),
+            "{errors}"
+        );
+        assert!(
+            errors.contains("spec.http[0].mirrorPercent: needs mirror"),
+            "{errors}"
+        );
+        let clean = vs(
+            serde_json::json!({"hosts": ["r"], "http": [{"route": [{"destination": {"host": "r"}}]}]}),
+        );
+        assert!(deprecated_virtual_service_fields(&clean).is_empty());
+    }
+
+    #[test]
+    fn deprecated_consecutive_errors_are_found_at_every_level() {
+        let spec: DestinationRuleSpec = serde_json::from_value(serde_json::json!({
+            "host": "r",
+            "trafficPolicy": {"outlierDetection": {"consecutiveErrors": 1},
+                "portLevelSettings": [{"port": {"number": 80}, "outlierDetection": {"consecutiveErrors": 2}}]},
+            "subsets": [{"name": "v1", "labels": {"v": "1"},
+                "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 2}}},
+                {"name": "v2", "labels": {"v": "2"},
+                "trafficPolicy": {"outlierDetection": {"consecutiveErrors": 3}}}]
+        }))
+        .expect("a DestinationRule spec");
+        assert_eq!(validate_destination_rule(&spec), Ok(()));
+        let fields: Vec<String> = deprecated_destination_rule_fields(&spec)
+            .iter()
+            .map(|w| w.split(' ').next().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.trafficPolicy.outlierDetection.consecutiveErrors",
+                "spec.trafficPolicy.portLevelSettings[0].outlierDetection.consecutiveErrors",
+                "spec.subsets[1].trafficPolicy.outlierDetection.consecutiveErrors",
+            ]
+        );
+    }
 }

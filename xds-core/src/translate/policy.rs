@@ -309,6 +309,13 @@ fn outlier_detection(cluster: &mut Cluster, od: &OutlierDetection) {
         enforcing_success_rate: u32v(Some(0)),
         ..Default::default()
     };
+    // The deprecated field first, as Istio: gateway errors only (5xx off); the fields that
+    // replace it win where set.
+    if let Some(n) = od.consecutive_errors.filter(|n| *n > 0) {
+        out.consecutive_gateway_failure = u32v(Some(n.unsigned_abs()));
+        out.enforcing_consecutive_gateway_failure = u32v(Some(100));
+        out.enforcing_consecutive_5xx = u32v(Some(0));
+    }
     if let Some(n) = od.consecutive_5xx_errors {
         out.consecutive_5xx = u32v(Some(n));
         // 0 turns this detector off.
@@ -437,4 +444,51 @@ fn upstream_tls(
         config_type: Some(SocketConfig::TypedConfig(pack_any(context))),
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ejection(od: OutlierDetection) -> EnvoyOutlier {
+        let mut cluster = Cluster::default();
+        outlier_detection(&mut cluster, &od);
+        cluster.outlier_detection.expect("outlier detection set")
+    }
+
+    fn value(v: Option<UInt32Value>) -> Option<u32> {
+        v.map(|v| v.value)
+    }
+
+    #[test]
+    fn deprecated_consecutive_errors_count_gateway_errors_only_as_istio_maps_them() {
+        let out = ejection(OutlierDetection {
+            consecutive_errors: Some(3),
+            ..Default::default()
+        });
+        assert_eq!(value(out.consecutive_gateway_failure), Some(3));
+        assert_eq!(value(out.enforcing_consecutive_gateway_failure), Some(100));
+        assert_eq!(
+            value(out.enforcing_consecutive_5xx),
+            Some(0),
+            "5xx not counted"
+        );
+        // The fields that replace it win where set.
+        let out = ejection(OutlierDetection {
+            consecutive_errors: Some(3),
+            consecutive_gateway_errors: Some(7),
+            consecutive_5xx_errors: Some(5),
+            ..Default::default()
+        });
+        assert_eq!(value(out.consecutive_gateway_failure), Some(7));
+        assert_eq!(value(out.consecutive_5xx), Some(5));
+        assert_eq!(value(out.enforcing_consecutive_5xx), Some(100));
+        // 0 means unset, as in Istio.
+        let out = ejection(OutlierDetection {
+            consecutive_errors: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(out.consecutive_gateway_failure, None);
+        assert_eq!(out.enforcing_consecutive_5xx, None);
+    }
 }

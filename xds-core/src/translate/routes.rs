@@ -298,7 +298,7 @@ fn route_action(
     let mirrors = rule
         .mirror
         .iter()
-        .map(|m| (m, rule.mirror_percentage))
+        .map(|m| (m, rule.effective_mirror_percentage()))
         .chain(rule.mirrors.iter().map(|m| (&m.destination, m.percentage)));
     action.request_mirror_policies = mirrors
         .map(|(dest, pct)| RequestMirrorPolicy {
@@ -542,7 +542,7 @@ fn http_fault(f: &meshplane_crds::networking::virtual_service::HttpFaultInjectio
             fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration(
                 d.fixed_delay.get(),
             ))),
-            percentage: Some(fraction(d.percentage.unwrap_or(all))),
+            percentage: Some(fraction(d.effective_percentage().unwrap_or(all))),
         }),
         abort: f.abort.as_ref().map(|a| FaultAbort {
             error_type: match (&a.http_status, &a.grpc_status) {
