@@ -340,6 +340,30 @@ pub struct MeshConfig {
     /// Providers used where a Telemetry resource names none, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_providers: Option<DefaultProviders>,
+    /// How the tenant's instance fetches the key sets (`jwksUri`) of RequestAuthentications.
+    #[serde(default, skip_serializing_if = "JwksFetch::is_default")]
+    pub jwks_fetch: JwksFetch,
+}
+
+/// How the tenant's instance fetches the key sets of its RequestAuthentications.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwksFetch {
+    /// Allow fetches from link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata
+    /// addresses. Refused by default: a `jwksUri` written by any namespace owner of the tenant
+    /// must not make the instance read its node's metadata service.
+    #[serde(default)]
+    pub allow_link_local: bool,
+    /// How often a key set that was fetched is fetched again (default 20m). A failed fetch is
+    /// retried sooner, backing off from 5s to this interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_interval: Option<crate::duration::Duration>,
+}
+
+impl JwksFetch {
+    fn is_default(&self) -> bool {
+        *self == JwksFetch::default()
+    }
 }
 
 impl Default for MeshConfig {
@@ -352,6 +376,7 @@ impl Default for MeshConfig {
             envoy_filter_policy: EnvoyFilterPolicy::default(),
             extension_providers: Vec::new(),
             default_providers: None,
+            jwks_fetch: JwksFetch::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::migration::MeshRevisionMigration;
 use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-use crate::security::{AuthorizationPolicy, PeerAuthentication};
+use crate::security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 
 /// Every CRD of meshplane.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -21,6 +21,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         Sidecar::crd(),
         PeerAuthentication::crd(),
         AuthorizationPolicy::crd(),
+        RequestAuthentication::crd(),
         VirtualService::crd(),
         DestinationRule::crd(),
         Gateway::crd(),

@@ -51,4 +51,4 @@ pub use migration::{
 pub use networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
 };
-pub use security::{AuthorizationPolicy, PeerAuthentication};
+pub use security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};

@@ -4,6 +4,7 @@
 //! | kind | fields |
 //! |---|---|
 //! | `PeerAuthentication` | `selector.matchLabels`, `mtls.mode`, `portLevelMtls.<port>.mode` (`UNSET`, `DISABLE`, `PERMISSIVE`, `STRICT`) |
+//! | `RequestAuthentication` ([`request_authentication`]) | `selector.matchLabels`, `jwtRules[]` (issuer, audiences, `jwksUri`/`jwks`, `fromHeaders`/`fromParams`/`fromCookies`, `outputPayloadToHeader`, `forwardOriginalToken`, `outputClaimToHeaders`, `timeout`) |
 //! | `AuthorizationPolicy` ([`authorization`]) | `selector.matchLabels`, `action` (`ALLOW`, `DENY`, `AUDIT`; `CUSTOM` refused), `rules[].from[].source`, `rules[].to[].operation`, `rules[].when[]` |
 //!
 //! Which PeerAuthentication applies to a workload, and how `UNSET` inherits, is decided in one
@@ -19,8 +20,12 @@ use serde::{Deserialize, Serialize};
 use crate::networking::status::ConfigStatus;
 
 pub mod authorization;
+pub mod request_authentication;
 
 pub use authorization::{AuthorizationAction, AuthorizationPolicy, AuthorizationPolicySpec};
+pub use request_authentication::{
+    JwtRule, RequestAuthentication, RequestAuthenticationSpec, RequestAuthenticationStatus,
+};
 
 /// How a workload's proxy accepts inbound connections.
 #[derive(

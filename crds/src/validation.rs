@@ -16,10 +16,12 @@ use crate::networking::{
 };
 
 pub mod authorization;
+pub mod request_authentication;
 pub mod security;
 pub mod traffic;
 
 pub use authorization::validate_authorization_policy;
+pub use request_authentication::validate_request_authentication;
 pub use traffic::{validate_destination_rule, validate_gateway, validate_virtual_service};
 
 /// One violated rule, with the field it concerns.

@@ -3,7 +3,8 @@
 //! makes goes through the test network, opened inside a network namespace the pod runner made.
 //!
 //! - [`Cluster::in_pod`] acts as a process inside a pod: [`InPod::connect`] and
-//!   [`InPod::http_get`] open their connection in the pod's namespace, as the pod's
+//!   [`InPod::http_get`] open their connection in the pod's namespace ([`InPod::listen`] a
+//!   listener there, for a server the test plays), as the pod's
 //!   application would (so the pod's capture rules send it through its sidecar), and resolve
 //!   names with the pod's own `/etc/hosts` (`web`, `web.shop`, `web.shop.svc.cluster.local`);
 //!   [`InPod::envoy_admin`] and [`InPod::envoy_stats`] read the sidecar's admin interface on
@@ -127,6 +128,14 @@ impl InPod {
         )
         .await
         .map_err(|e| HarnessError::Network(format!("from {}: {e}", self.describe())))
+    }
+
+    /// A TCP listener inside the pod (a server the test runs as if it were the pod's
+    /// application; no sidecar captures it unless the pod has one).
+    pub fn listen(&self, address: SocketAddr) -> Result<tokio::net::TcpListener, HarnessError> {
+        self.net.listen(address).map_err(|e| {
+            HarnessError::Network(format!("listen on {address} in {}: {e}", self.describe()))
+        })
     }
 
     /// `GET path` on the pod's Envoy admin (`127.0.0.1:15000` inside the pod), e.g.

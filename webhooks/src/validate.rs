@@ -70,6 +70,8 @@ pub enum ConfigKind {
     PeerAuthentication,
     /// `AuthorizationPolicy` (security group).
     AuthorizationPolicy,
+    /// `RequestAuthentication` (security group).
+    RequestAuthentication,
 }
 
 impl ConfigKind {
@@ -79,6 +81,7 @@ impl ConfigKind {
             return match kind {
                 "PeerAuthentication" => Some(ConfigKind::PeerAuthentication),
                 "AuthorizationPolicy" => Some(ConfigKind::AuthorizationPolicy),
+                "RequestAuthentication" => Some(ConfigKind::RequestAuthentication),
                 _ => None,
             };
         }
@@ -107,6 +110,7 @@ impl ConfigKind {
             ConfigKind::Gateway => "Gateway",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
         }
     }
 }
@@ -278,6 +282,15 @@ pub fn validate_config(
                         .map(ConfigViolation::NeverAuthenticates),
                     );
                 }
+                Err(e) => violations.push(e),
+            }
+        }
+        ConfigKind::RequestAuthentication => {
+            match decode::<meshplane_crds::security::RequestAuthenticationSpec>(spec, kind) {
+                Ok(ra) => push_semantic(
+                    &mut violations,
+                    validation::validate_request_authentication(&ra),
+                ),
                 Err(e) => violations.push(e),
             }
         }
@@ -824,8 +837,34 @@ mod tests {
             Some(ConfigKind::AuthorizationPolicy)
         );
         assert_eq!(
-            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            ConfigKind::from_group_kind("security.meshplane.io", "Telemetry"),
             None
+        );
+    }
+
+    #[test]
+    fn request_authentications_need_an_issuer_and_a_key_set_url() {
+        assert_eq!(
+            ConfigKind::from_group_kind("security.meshplane.io", "RequestAuthentication"),
+            Some(ConfigKind::RequestAuthentication)
+        );
+        let fine = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "https://idp.example.com/keys"}]}});
+        assert_eq!(
+            validate_config(ConfigKind::RequestAuthentication, &fine, &blue()),
+            Ok(())
+        );
+        let bad = serde_json::json!({"spec": {"jwtRules": [{"issuer": "https://idp.example.com",
+            "jwksUri": "ftp://idp.example.com/keys"}]}});
+        let msgs = messages(validate_config(
+            ConfigKind::RequestAuthentication,
+            &bad,
+            &blue(),
+        ));
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("spec.jwtRules[0]") && m.contains("jwksUri")),
+            "{msgs:?}"
         );
     }
 

@@ -86,6 +86,9 @@ impl Regarding {
             Object::AuthorizationPolicy(_) => {
                 ("security.meshplane.io/v1alpha1", "AuthorizationPolicy")
             }
+            Object::RequestAuthentication(_) => {
+                ("security.meshplane.io/v1alpha1", "RequestAuthentication")
+            }
             _ => return None,
         };
         Self::from_meta(api_version, kind, obj.metadata())

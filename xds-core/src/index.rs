@@ -145,6 +145,8 @@ impl TenantIndex {
             .publish_envoy_filter_policy(registry.mesh_config.envoy_filter_policy.clone());
         self.outputs
             .publish_credential_names(translate::gateway::all_credential_names(registry));
+        self.outputs
+            .publish_jwks_plan(translate::jwt::jwks_plan(registry));
     }
 
     fn lock_cache(&self) -> MutexGuard<'_, RenderCache> {

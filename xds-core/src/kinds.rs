@@ -22,7 +22,7 @@ use kube_core::Resource as KubeResource;
 use meshplane_crds::validation::{self, ValidationErrors};
 use meshplane_crds::{
     AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,
-    PeerAuthentication, ServiceEntry, Sidecar, VirtualService,
+    PeerAuthentication, RequestAuthentication, ServiceEntry, Sidecar, VirtualService,
 };
 use serde::de::DeserializeOwned;
 
@@ -247,6 +247,13 @@ watched_kinds! {
         read: MemberNamespaces,
         validate: no_rules,
     }
+    /// A RequestAuthentication (which end-user tokens workloads accept). An invalid one is
+    /// kept like an invalid AuthorizationPolicy: its workloads refuse every token.
+    RequestAuthentication(RequestAuthentication) {
+        scope: namespaced,
+        read: MemberNamespaces,
+        validate: no_rules,
+    }
     /// A VirtualService.
     VirtualService(VirtualService) {
         scope: namespaced,
@@ -338,6 +345,6 @@ mod tests {
             "Secrets are read by name only"
         );
         assert!(!members.contains(&Kind::Namespace));
-        assert_eq!(members.len(), 11);
+        assert_eq!(members.len(), 12);
     }
 }

@@ -32,6 +32,16 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+/// What the tenant's instance holds for one `jwksUri`: the key set it fetched last, or why it
+/// has none (its tokens are then refused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FetchedKeys {
+    /// The key set as fetched (JSON).
+    Keys(String),
+    /// The fetch failed (or was refused); the text says why.
+    Failed(String),
+}
+
 /// One change reported by a source.
 #[derive(Clone, Debug)]
 pub enum SourceEvent {
@@ -60,6 +70,9 @@ pub enum SourceEvent {
     /// Which gateway proxies may get which TLS credentials changed (SubjectAccessReview
     /// answers, [`crate::credentials`]): gateways are rendered again.
     CredentialAccess,
+    /// The key sets the instance holds for the `jwksUri`s of the tenant's
+    /// RequestAuthentications, by URL: the last fetch of each (its keys, or why it has none).
+    Jwks(BTreeMap<String, FetchedKeys>),
     /// The source has delivered its initial state: proxies may be answered (readiness).
     Ready,
 }

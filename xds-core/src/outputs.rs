@@ -1,6 +1,6 @@
 //! What the tenant index publishes besides rendered configurations: its member namespaces,
-//! the verdict on its traffic config, the EnvoyFilter policy and the credential names of its
-//! Gateways. The index owns the senders ([`Outputs`]) and sends when an applied event changed
+//! the verdict on its traffic config, the EnvoyFilter policy, the credential names of its
+//! Gateways and the key sets its RequestAuthentications need fetched. The index owns the senders ([`Outputs`]) and sends when an applied event changed
 //! a value; admission, the webhooks and the status writer hold receivers ([`IndexWatch`]) and
 //! read the latest value without asking the index (which the push loop owns).
 //!
@@ -13,6 +13,7 @@ use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 use tokio::sync::watch;
 
 use crate::translate::diagnostics::Diagnostics;
+use crate::translate::jwt::JwksPlan;
 
 /// The sending side, held by the index.
 pub struct Outputs {
@@ -20,6 +21,7 @@ pub struct Outputs {
     diagnostics: watch::Sender<Arc<Diagnostics>>,
     envoy_filter_policy: watch::Sender<Arc<EnvoyFilterPolicy>>,
     credential_names: watch::Sender<Arc<BTreeSet<String>>>,
+    jwks_plan: watch::Sender<Arc<JwksPlan>>,
 }
 
 impl Default for Outputs {
@@ -29,6 +31,7 @@ impl Default for Outputs {
             diagnostics: watch::Sender::new(Arc::default()),
             envoy_filter_policy: watch::Sender::new(Arc::default()),
             credential_names: watch::Sender::new(Arc::default()),
+            jwks_plan: watch::Sender::new(Arc::default()),
         }
     }
 }
@@ -68,6 +71,10 @@ impl Outputs {
         send_changed(&self.credential_names, names);
     }
 
+    pub fn publish_jwks_plan(&self, plan: JwksPlan) {
+        send_changed(&self.jwks_plan, plan);
+    }
+
     /// Receivers of every output, holding the current values.
     pub fn watch(&self) -> IndexWatch {
         IndexWatch {
@@ -75,6 +82,7 @@ impl Outputs {
             diagnostics: self.diagnostics.subscribe(),
             envoy_filter_policy: self.envoy_filter_policy.subscribe(),
             credential_names: self.credential_names.subscribe(),
+            jwks_plan: self.jwks_plan.subscribe(),
         }
     }
 }
@@ -92,6 +100,8 @@ pub struct IndexWatch {
     /// The `credentialName`s the tenant's Gateways name (a connecting gateway's access to
     /// them is asked before its first config).
     pub credential_names: watch::Receiver<Arc<BTreeSet<String>>>,
+    /// The key sets the instance fetches for the tenant's RequestAuthentications.
+    pub jwks_plan: watch::Receiver<Arc<JwksPlan>>,
 }
 
 impl IndexWatch {

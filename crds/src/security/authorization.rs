@@ -172,11 +172,11 @@ pub struct Source {
     /// Identities that must not match (same forms as `principals`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_principals: Vec<String>,
-    /// JWT principals (`iss/sub`). meshplane validates no JWT, so a request never has one:
-    /// `requestPrincipals` never match and `notRequestPrincipals` always do.
+    /// End-user principals `iss/sub` of the token a RequestAuthentication validated (`*`: any
+    /// validated token; `prefix*`, `*suffix`). A request without one matches none (HTTP only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub request_principals: Vec<String>,
-    /// JWT principals that must not match (always true: no request has one).
+    /// End-user principals that must not match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_request_principals: Vec<String>,
     /// Namespaces of the peer, from its mutual TLS identity.
@@ -249,7 +249,8 @@ pub struct Operation {
 pub struct Condition {
     /// The attribute: `source.ip`, `remote.ip`, `source.namespace`, `source.principal`,
     /// `request.headers[<name>]`, `destination.ip`, `destination.port`, `connection.sni`, or
-    /// the JWT keys `request.auth.*` (never matched: meshplane validates no JWT).
+    /// from the validated token `request.auth.principal`, `request.auth.audiences`,
+    /// `request.auth.presenter`, `request.auth.claims[<name>]` (nested: `[<name>][<name>]`).
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self in ['source.ip', 'remote.ip', 'source.namespace', 'source.principal', 'destination.ip', 'destination.port', 'connection.sni', 'request.auth.principal', 'request.auth.audiences', 'request.auth.presenter'] || (self.startsWith('request.headers[') && self.endsWith(']') && size(self) > 17) || (self.startsWith('request.auth.claims[') && self.endsWith(']'))", "message": "unsupported key: use source.ip, remote.ip, source.namespace, source.principal, request.headers[<name>], destination.ip, destination.port, connection.sni or request.auth.*"}]))]
     pub key: String,
     /// Values, any of which matches.

@@ -29,12 +29,27 @@ pub const CONDITION_KEYS: &[&str] = &[
     "connection.sni",
 ];
 
-/// Whether `key` is a JWT attribute (`request.auth.*`), which never holds in meshplane.
+/// Whether `key` is a JWT attribute (`request.auth.*`): it holds what a token validated by a
+/// RequestAuthentication says.
 pub fn is_jwt_key(key: &str) -> bool {
     matches!(
         key,
         "request.auth.principal" | "request.auth.audiences" | "request.auth.presenter"
     ) || (key.starts_with("request.auth.claims[") && key.ends_with(']'))
+}
+
+/// The claim path of a `request.auth.claims[<name>]` key: one name, or several for a nested
+/// claim (`request.auth.claims[realm][role]`). `None` when the key is not of that form or a
+/// name is empty or holds a bracket.
+pub fn claim_path(key: &str) -> Option<Vec<&str>> {
+    let rest = key
+        .strip_prefix("request.auth.claims[")?
+        .strip_suffix(']')?;
+    let names: Vec<&str> = rest.split("][").collect();
+    names
+        .iter()
+        .all(|n| !n.is_empty() && !n.contains('[') && !n.contains(']'))
+        .then_some(names)
 }
 
 /// The header name of a `request.headers[<name>]` key.
@@ -109,7 +124,16 @@ fn check_condition(c: &Condition, field: &str, errs: &mut ValidationErrors) {
             check_globs(&c.values, &values("values"), errs);
             check_globs(&c.not_values, &values("notValues"), errs);
         }
-        key if is_jwt_key(key) => {}
+        key if is_jwt_key(key) => {
+            if key.starts_with("request.auth.claims[") && claim_path(key).is_none() {
+                errs.0.push(invalid(
+                    format!("{field}.key"),
+                    format!("{key:?}: write request.auth.claims[<name>] or, for a nested claim, request.auth.claims[<name>][<name>]"),
+                ));
+            }
+            check_globs(&c.values, &values("values"), errs);
+            check_globs(&c.not_values, &values("notValues"), errs);
+        }
         key => errs.0.push(invalid(
             format!("{field}.key"),
             format!(

@@ -52,6 +52,7 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "sidecars"),
     ("security.meshplane.io", "peerauthentications"),
     ("security.meshplane.io", "authorizationpolicies"),
+    ("security.meshplane.io", "requestauthentications"),
     ("networking.meshplane.io", "virtualservices"),
     ("networking.meshplane.io", "destinationrules"),
     ("networking.meshplane.io", "gateways"),
@@ -68,9 +69,13 @@ pub const INSTANCE_STATUS_RESOURCES: &[&str] = &[
 ];
 
 /// Status subresources of the security group the instance writes (the `Accepted` condition
-/// of AuthorizationPolicies and PeerAuthentications).
-pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] =
-    &["authorizationpolicies/status", "peerauthentications/status"];
+/// of AuthorizationPolicies, PeerAuthentications and RequestAuthentications, and the key
+/// fetches of the latter).
+pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &[
+    "authorizationpolicies/status",
+    "peerauthentications/status",
+    "requestauthentications/status",
+];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];

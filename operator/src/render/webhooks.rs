@@ -80,7 +80,7 @@ pub fn webhooks(rev: &Revision<'_>) -> Vec<DesiredObject> {
             "resources": ["serviceentries", "envoyfilters", "sidecars", "virtualservices", "destinationrules", "gateways"], "scope": "Namespaced"},
         {"apiGroups": ["security.meshplane.io"], "apiVersions": ["v1alpha1"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": ["peerauthentications", "authorizationpolicies"], "scope": "Namespaced"}]);
+            "resources": ["peerauthentications", "authorizationpolicies", "requestauthentications"], "scope": "Namespaced"}]);
     let validate = common(
         format!("{}.validate.meshplane.io", rev.revision),
         VALIDATE_PATH,

@@ -357,6 +357,11 @@ pub(super) fn scope_key(registry: &Registry, node: &ProxyNode) -> ScopeKey {
         authz: translate::authorization_policies(registry, node)
             .into_iter()
             .map(|p| (p.metadata.namespace.clone(), p.metadata.name.clone()))
+            .chain(
+                translate::request_authentications(registry, node)
+                    .into_iter()
+                    .map(|p| (p.metadata.namespace.clone(), p.metadata.name.clone())),
+            )
             .collect(),
         traffic: translate::traffic_key(registry, node),
     }

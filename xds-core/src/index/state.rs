@@ -84,6 +84,8 @@ pub struct TenantState {
     diagnostics: Arc<translate::diagnostics::Diagnostics>,
     /// Where findings about config objects that are not applied go (Kubernetes mode: Events).
     pub(super) events: EventSink,
+    /// The key sets fetched for the tenant's RequestAuthentications, by `jwksUri`.
+    jwks: BTreeMap<String, translate::jwt::FetchedKeys>,
 }
 
 impl TenantState {
@@ -117,6 +119,7 @@ impl TenantState {
             keys: keyed::Keys::default(),
             diagnostics: Arc::default(),
             events: EventSink::default(),
+            jwks: BTreeMap::new(),
         }
     }
 
@@ -232,6 +235,9 @@ impl TenantState {
             }
             SourceEvent::Tags(tags) => {
                 self.tags = tags;
+            }
+            SourceEvent::Jwks(jwks) => {
+                self.jwks = jwks;
             }
             // Nothing of the registry changed: gateways' scope keys carry what they may read,
             // so their renders follow the new answers.
@@ -646,6 +652,9 @@ impl TenantState {
                 }
                 Object::PeerAuthentication(pa) => reg.peer_authentications.push((**pa).clone()),
                 Object::AuthorizationPolicy(ap) => reg.authorization_policies.push((**ap).clone()),
+                Object::RequestAuthentication(ra) => {
+                    reg.request_authentications.push((**ra).clone())
+                }
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
@@ -699,6 +708,19 @@ impl TenantState {
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
         reg.gateway_deployments = self.effective_gateway_deployments();
+        // Only the key sets the tenant's rules name (the fetcher may still hold others).
+        let uris: BTreeSet<String> = reg
+            .request_authentications
+            .iter()
+            .flat_map(|ra| ra.spec.jwt_rules.iter())
+            .filter_map(meshplane_crds::security::request_authentication::jwks_source)
+            .collect();
+        reg.jwks = self
+            .jwks
+            .iter()
+            .filter(|(uri, _)| uris.contains(uri.as_str()))
+            .map(|(u, k)| (u.clone(), k.clone()))
+            .collect();
         for list in reg.sidecars.values_mut() {
             list.sort_by(|a, b| {
                 (&a.metadata.creation_timestamp, &a.metadata.name)

@@ -14,9 +14,14 @@
 //! router; TCP chains (and the opaque passthrough-TLS chains) get the network filters before
 //! the TCP proxy.
 //!
+//! End-user identity (`requestPrincipals`, `request.auth.*`) is what the workload's
+//! RequestAuthentications validated ([`super::jwt`]): the token's payload in the request's
+//! dynamic metadata, matched claim by claim. A request principal `iss/sub` matches when the
+//! payload's `iss` and `sub` joined by `/` would; without a validated token nothing matches.
+//!
 //! What a chain cannot know fails closed. A rule's condition that the chain cannot evaluate
-//! (the peer's identity on a chain without mutual TLS; hosts, methods, paths and headers on a
-//! TCP chain; JWT attributes anywhere, as meshplane validates no JWT) is taken as *not matching*
+//! (the peer's identity on a chain without mutual TLS; hosts, methods, paths, headers and JWT
+//! attributes on a TCP chain) is taken as *not matching*
 //! in ALLOW and AUDIT rules and as *matching* in DENY rules. So a plaintext caller never passes
 //! an ALLOW rule on principals or namespaces, and never escapes a DENY rule on them.
 //!
@@ -47,7 +52,9 @@ use envoy_types::pb::envoy::config::rbac::v3::principal::{
     Authenticated, Identifier, Set as PrincipalSet,
 };
 use envoy_types::pb::envoy::config::rbac::v3::rbac::Action as RbacAction;
-use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, Rbac};
+use envoy_types::pb::envoy::config::rbac::v3::{
+    MetadataSource, Permission, Policy, Principal, Rbac, SourcedMetadata,
+};
 use envoy_types::pb::envoy::config::route::v3::header_matcher::HeaderMatchSpecifier;
 use envoy_types::pb::envoy::config::route::v3::HeaderMatcher;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
@@ -58,13 +65,21 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule as PathRule;
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
-use envoy_types::pb::envoy::r#type::matcher::v3::{PathMatcher, RegexMatcher, StringMatcher};
+use envoy_types::pb::envoy::r#type::matcher::v3::metadata_matcher::{
+    path_segment::Segment, PathSegment,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    list_matcher, value_matcher, ListMatcher, MetadataMatcher, PathMatcher, RegexMatcher,
+    StringMatcher, ValueMatcher,
+};
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use meshplane_crds::security::authorization::{
     AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition, Operation, Source,
 };
-use meshplane_crds::validation::authorization::{header_key, validate_authorization_policy};
+use meshplane_crds::validation::authorization::{
+    claim_path, header_key, validate_authorization_policy,
+};
 use prost::Message;
 
 /// Name of Envoy's RBAC HTTP filter.
@@ -304,12 +319,12 @@ impl RuleContext<'_> {
             self.known_field(identity, &s.namespaces, &s.not_namespaces, |v| {
                 self.namespace(v)
             }),
-            // No JWT is ever validated: request principals are never known.
+            // Known where a request is: on HTTP chains, from the validated token.
             self.known_field(
-                false,
+                http,
                 &s.request_principals,
                 &s.not_request_principals,
-                |_| Expr::Const(false),
+                request_principal,
             ),
             self.field(&s.ip_blocks, &s.not_ip_blocks, |v| {
                 cidr(v).map_or(Expr::Const(false), |c| {
@@ -409,9 +424,28 @@ impl RuleContext<'_> {
                         },
                     ));
                 }
-                // JWT attributes are never known; any other key is refused at admission and
-                // fails closed here.
-                Side::Principal(self.unknown())
+                let claim: Option<Vec<&str>> = match key {
+                    "request.auth.principal" => {
+                        return Side::Principal(self.known_field(
+                            f.http,
+                            &c.values,
+                            &c.not_values,
+                            request_principal,
+                        ))
+                    }
+                    "request.auth.audiences" => Some(vec!["aud"]),
+                    "request.auth.presenter" => Some(vec!["azp"]),
+                    _ => claim_path(key),
+                };
+                match claim {
+                    Some(path) => {
+                        Side::Principal(self.known_field(f.http, &c.values, &c.not_values, |v| {
+                            claim_matches(&path, v)
+                        }))
+                    }
+                    // Any other key is refused at admission and fails closed here.
+                    None => Side::Principal(self.unknown()),
+                }
             }
         }
     }
@@ -445,6 +479,105 @@ impl RuleContext<'_> {
             ..Default::default()
         })
     }
+}
+
+/// A condition on the validated token's payload at `path` (claim names, nested for a nested
+/// claim).
+fn payload(path: &[&str], value: value_matcher::MatchPattern) -> PrincipalExpr {
+    let path = std::iter::once(super::jwt::PAYLOAD_METADATA)
+        .chain(path.iter().copied())
+        .map(|k| PathSegment {
+            segment: Some(Segment::Key(k.to_string())),
+        })
+        .collect();
+    Expr::Leaf(Principal {
+        identifier: Some(Identifier::SourcedMetadata(SourcedMetadata {
+            metadata_matcher: Some(MetadataMatcher {
+                filter: super::jwt::JWT_AUTHN_FILTER.to_string(),
+                path,
+                value: Some(ValueMatcher {
+                    match_pattern: Some(value),
+                }),
+                invert: false,
+            }),
+            metadata_source: MetadataSource::Dynamic as i32,
+        })),
+    })
+}
+
+/// A string claim matching `pattern`.
+fn string_claim(name: &str, pattern: MatchPattern) -> PrincipalExpr {
+    payload(
+        &[name],
+        value_matcher::MatchPattern::StringMatch(string_matcher(pattern)),
+    )
+}
+
+/// A claim (string, or list of strings) holding `value` (`*`: present; `prefix*`, `*suffix`).
+fn claim_matches(path: &[&str], value: &str) -> PrincipalExpr {
+    if value == "*" {
+        return payload(path, value_matcher::MatchPattern::PresentMatch(true));
+    }
+    let string = || value_matcher::MatchPattern::StringMatch(string_matcher(glob(value)));
+    Expr::any([
+        payload(path, string()),
+        payload(
+            path,
+            value_matcher::MatchPattern::ListMatch(Box::new(ListMatcher {
+                match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(ValueMatcher {
+                    match_pattern: Some(string()),
+                }))),
+            })),
+        ),
+    ])
+}
+
+/// A request principal `iss/sub` (`*`, `prefix*`, `*suffix`): the validated token's `iss` and
+/// `sub` joined by `/` would match. An issuer holds slashes too, so each `/` of the value is
+/// tried as the joint.
+fn request_principal(value: &str) -> PrincipalExpr {
+    let slashes = |s: &str| -> Vec<usize> {
+        s.char_indices()
+            .filter(|(_, c)| *c == '/')
+            .map(|(i, _)| i)
+            .collect()
+    };
+    if value == "*" {
+        return payload(&["iss"], value_matcher::MatchPattern::PresentMatch(true));
+    }
+    if let Some(prefix) = value.strip_suffix('*') {
+        // The prefix ends inside the issuer, or the issuer is its part before a `/`.
+        let mut any = vec![string_claim(
+            "iss",
+            MatchPattern::Prefix(prefix.to_string()),
+        )];
+        for i in slashes(prefix) {
+            any.push(Expr::all([
+                string_claim("iss", MatchPattern::Exact(prefix[..i].to_string())),
+                string_claim("sub", MatchPattern::Prefix(prefix[i + 1..].to_string())),
+            ]));
+        }
+        return Expr::any(any);
+    }
+    if let Some(suffix) = value.strip_prefix('*') {
+        let mut any = vec![string_claim(
+            "sub",
+            MatchPattern::Suffix(suffix.to_string()),
+        )];
+        for i in slashes(suffix) {
+            any.push(Expr::all([
+                string_claim("iss", MatchPattern::Suffix(suffix[..i].to_string())),
+                string_claim("sub", MatchPattern::Exact(suffix[i + 1..].to_string())),
+            ]));
+        }
+        return Expr::any(any);
+    }
+    Expr::any(slashes(value).into_iter().map(|i| {
+        Expr::all([
+            string_claim("iss", MatchPattern::Exact(value[..i].to_string())),
+            string_claim("sub", MatchPattern::Exact(value[i + 1..].to_string())),
+        ])
+    }))
 }
 
 fn string_matcher(pattern: MatchPattern) -> StringMatcher {

@@ -1,10 +1,10 @@
 //! The verdict on the tenant's AuthorizationPolicies for their `Accepted` condition: what the
 //! admission webhook would have refused (a policy written while it was down, or from a
-//! directory source), and rules that can never match in meshplane.
+//! directory source), and peers that could never authenticate to the tenant.
 
 use meshplane_crds::security::authorization::{AuthorizationAction, AuthorizationPolicy};
 use meshplane_crds::validation::authorization::{
-    foreign_references, is_jwt_key, validate_authorization_policy,
+    foreign_references, validate_authorization_policy,
 };
 
 use super::finding::Finding;
@@ -43,23 +43,24 @@ pub fn authorization_policy(
             message: r.to_string(),
         });
     }
-    for (i, rule) in policy.spec.rules.iter().enumerate() {
-        let jwt = rule.from.iter().any(|f| {
-            !f.source.request_principals.is_empty() || !f.source.not_request_principals.is_empty()
-        }) || rule.when.iter().any(|c| is_jwt_key(&c.key));
-        if jwt {
-            let effect = if policy.spec.action == AuthorizationAction::Deny {
-                "always matches (denies)"
-            } else {
-                "never matches"
-            };
-            findings.push(Finding {
-                reason: "JwtNotValidated",
-                message: format!(
-                    "spec.rules[{i}]: requestPrincipals and request.auth.* need a validated JWT, which meshplane does not provide; the rule {effect}"
-                ),
-            });
-        }
-    }
     findings
+}
+
+/// The findings on one RequestAuthentication (empty: it applies as written): what the
+/// admission webhook would have refused. Such a one gives its workloads no provider, so tokens
+/// of its issuers are refused.
+pub fn request_authentication(ra: &meshplane_crds::RequestAuthentication) -> Vec<Finding> {
+    match meshplane_crds::validation::validate_request_authentication(&ra.spec) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors
+            .0
+            .into_iter()
+            .map(|e| Finding {
+                reason: "Invalid",
+                message: format!(
+                    "{e}; until it is fixed its rules are not applied and tokens of its issuers are refused"
+                ),
+            })
+            .collect(),
+    }
 }

@@ -120,6 +120,20 @@ pub fn diagnose(registry: &Registry) -> Diagnostics {
             ),
         );
     }
+    for ra in &registry.request_authentications {
+        let (ns, name, generation) = meta(ra);
+        out.objects.insert(
+            ConfigRef {
+                kind: ConfigKind::RequestAuthentication,
+                namespace: ns.into(),
+                name: name.into(),
+            },
+            (
+                generation,
+                super::authz_diagnostics::request_authentication(ra),
+            ),
+        );
+    }
     // Sidecars, admitted EnvoyFilters and PeerAuthentications apply as written.
     let applied = registry
         .sidecars

@@ -23,11 +23,12 @@ pub enum ConfigKind {
     Sidecar,
     EnvoyFilter,
     PeerAuthentication,
+    RequestAuthentication,
 }
 
 impl ConfigKind {
     /// Every kind that carries an `Accepted` condition.
-    pub const ALL: [ConfigKind; 8] = [
+    pub const ALL: [ConfigKind; 9] = [
         ConfigKind::VirtualService,
         ConfigKind::DestinationRule,
         ConfigKind::Gateway,
@@ -36,6 +37,7 @@ impl ConfigKind {
         ConfigKind::Sidecar,
         ConfigKind::EnvoyFilter,
         ConfigKind::PeerAuthentication,
+        ConfigKind::RequestAuthentication,
     ];
 
     /// API group, kind name and plural of its resource.
@@ -53,6 +55,9 @@ impl ConfigKind {
                 (SEC, "AuthorizationPolicy", "authorizationpolicies")
             }
             ConfigKind::PeerAuthentication => (SEC, "PeerAuthentication", "peerauthentications"),
+            ConfigKind::RequestAuthentication => {
+                (SEC, "RequestAuthentication", "requestauthentications")
+            }
         }
     }
 }

@@ -17,7 +17,9 @@ use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch
 use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::StripPortMode;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter,
+};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::tls_parameters::TlsProtocol as EnvoyTlsProtocol;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
@@ -231,11 +233,18 @@ fn http_virtual_hosts(
 fn gateway_hcm(
     stat_prefix: &str,
     route_name: &str,
+    jwt: Option<&HttpFilter>,
 ) -> envoy_types::pb::envoy::config::listener::v3::Filter {
+    let mut http_filters = envoy::routing_http_filters();
+    if let Some(jwt) = jwt {
+        // End-user authentication of the gateway's RequestAuthentications, before the router.
+        let at = http_filters.len().saturating_sub(1);
+        http_filters.insert(at, jwt.clone());
+    }
     let hcm = HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
         route_specifier: Some(envoy::rds(route_name)),
-        http_filters: envoy::routing_http_filters(),
+        http_filters,
         // Hosts are matched without the port clients may add.
         strip_port_mode: Some(StripPortMode::StripAnyHostPort(true)),
         use_remote_address: Some(BoolValue { value: true }),
@@ -409,6 +418,10 @@ fn terminates(server: &Server) -> bool {
 pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
     let gateways = selected_gateways(registry, node);
     let trusted = trusted_namespaces(registry, node);
+    let jwt = super::jwt::http_filter(
+        &super::request_authentications(registry, node),
+        &registry.jwks,
+    );
     // Servers by the port the proxy binds.
     let mut by_port: BTreeMap<u32, Vec<(&Gateway, &Server)>> = BTreeMap::new();
     for gw in &gateways {
@@ -457,7 +470,10 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
             });
             let names = server_names(server, gw_ns);
             sni |= !names.is_empty();
-            let mut chain = envoy::filter_chain(&route_name, gateway_hcm(&route_name, &route_name));
+            let mut chain = envoy::filter_chain(
+                &route_name,
+                gateway_hcm(&route_name, &route_name, jwt.as_ref()),
+            );
             chain.filter_chain_match = Some(FilterChainMatch {
                 server_names: names,
                 transport_protocol: "tls".to_string(),
@@ -530,7 +546,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
             });
             chains.push(envoy::filter_chain(
                 &route_name,
-                gateway_hcm(&route_name, &route_name),
+                gateway_hcm(&route_name, &route_name, jwt.as_ref()),
             ));
         } else if let Some((gw, server)) = servers.iter().find(|(_, s)| protocol(s) == "TCP") {
             // Opaque TCP: the first `tcp` rule bound to the Gateway.

@@ -1,6 +1,7 @@
 //! Inbound side of a proxy: the workload's own ports, each with the filter chains its
 //! PeerAuthentication mode asks for ([`mtls::inbound_chain_plan`]), each with the RBAC filters of
-//! the workload's AuthorizationPolicies ([`authz`]).
+//! the workload's AuthorizationPolicies ([`authz`]), after the `jwt_authn` filter of its
+//! RequestAuthentications ([`super::jwt`]) on HTTP chains.
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener};
@@ -9,6 +10,7 @@ use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
 use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use meshplane_crds::networking::CaptureMode;
 use meshplane_crds::security::{AuthorizationPolicy, MtlsMode, WorkloadMtls};
@@ -148,6 +150,9 @@ fn inbound_route(port: &InboundPort) -> RouteConfiguration {
 pub(super) struct InboundAuthz<'a> {
     pub policies: &'a [&'a AuthorizationPolicy],
     pub trust_domain: &'a str,
+    /// The `jwt_authn` filter of the workload's RequestAuthentications ([`super::jwt`]), which
+    /// goes before the RBAC filters of every HTTP chain.
+    pub jwt: Option<HttpFilter>,
 }
 
 /// The network filters of one inbound chain of `port` for `peer`: the RBAC filters the
@@ -172,10 +177,9 @@ fn inbound_filters(port: &InboundPort, peer: InboundPeer, az: &InboundAuthz<'_>)
         } else {
             hcm
         };
-        vec![authz::with_http_rbac(
-            hcm,
-            authz::http_filters(az.policies, facts, az.trust_domain),
-        )]
+        let mut filters: Vec<HttpFilter> = az.jwt.iter().cloned().collect();
+        filters.extend(authz::http_filters(az.policies, facts, az.trust_domain));
+        vec![authz::with_http_rbac(hcm, filters)]
     } else {
         let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
         filters.push(envoy::tcp_proxy_filter(&cluster, &cluster));

@@ -22,6 +22,8 @@
 //! - Authorization ([`authz`]): the workload's AuthorizationPolicies as RBAC filters on every
 //!   inbound chain (HTTP filters before the router, network filters before the TCP proxy),
 //!   AUDIT then DENY then ALLOW, failing closed where a chain cannot know an attribute.
+//! - End-user authentication ([`jwt`]): the workload's RequestAuthentications as one
+//!   `jwt_authn` filter before the RBAC filters, with key sets the instance fetched.
 //! - Access logging (`meshConfig.accessLogging`): a file log on every HCM and TCP proxy.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
@@ -37,6 +39,7 @@ mod finding;
 pub mod gateway;
 pub mod grpc;
 mod inbound;
+pub mod jwt;
 pub mod mtls;
 mod outbound;
 pub mod policy;
@@ -114,6 +117,20 @@ pub fn authorization_policies<'a>(
 ) -> Vec<&'a meshplane_crds::AuthorizationPolicy> {
     meshplane_crds::security::authorization::applicable_policies(
         &registry.authorization_policies,
+        &registry.control_namespace,
+        &node.namespace,
+        &node.labels,
+    )
+}
+
+/// The RequestAuthentications that apply to the proxy's workload (namespace, tenant-wide,
+/// selector), in a stable order.
+pub fn request_authentications<'a>(
+    registry: &'a Registry,
+    node: &ProxyNode,
+) -> Vec<&'a meshplane_crds::RequestAuthentication> {
+    meshplane_crds::security::request_authentication::applicable_request_authentications(
+        &registry.request_authentications,
         &registry.control_namespace,
         &node.namespace,
         &node.labels,
@@ -207,6 +224,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
             let inbound = inbound_ports(registry, node, &scope);
             let peer_mtls = peer_mtls(registry, node);
             let policies = authorization_policies(registry, node);
+            let authentications = request_authentications(registry, node);
             inbound::translate_inbound(
                 &inbound,
                 node,
@@ -214,6 +232,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
                 &inbound::InboundAuthz {
                     policies: &policies,
                     trust_domain: registry.trust_domain(),
+                    jwt: jwt::http_filter(&authentications, &registry.jwks),
                 },
                 &mut out,
             );

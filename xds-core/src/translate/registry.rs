@@ -188,6 +188,11 @@ pub struct Registry {
     pub peer_authentications: Vec<PeerAuthentication>,
     /// AuthorizationPolicies of the member and control namespaces.
     pub authorization_policies: Vec<AuthorizationPolicy>,
+    /// RequestAuthentications of the member and control namespaces.
+    pub request_authentications: Vec<meshplane_crds::RequestAuthentication>,
+    /// The key sets the instance fetched for the `jwksUri`s of this tenant's
+    /// RequestAuthentications, by URL (this tenant's own cache, never another's).
+    pub jwks: BTreeMap<String, crate::model::FetchedKeys>,
     /// Addresses of the tenant's pods that have a sidecar (injected): clients originate mutual
     /// TLS to them.
     pub meshed_addresses: BTreeSet<String>,
@@ -367,6 +372,12 @@ impl Registry {
                 &other.authorization_policies,
                 |a, b| a.spec == b.spec,
             )
+            && same_objects(
+                &self.request_authentications,
+                &other.request_authentications,
+                |a, b| a.spec == b.spec,
+            )
+            && self.jwks == other.jwks
             && same_objects(&self.virtual_services, &other.virtual_services, |a, b| {
                 a.spec == b.spec
             })

@@ -147,6 +147,12 @@ impl Hub {
         self.index().diagnostics
     }
 
+    /// The key sets to fetch for the tenant's RequestAuthentications, as they change (the key
+    /// fetcher's input; ask after the push loop attached its generator).
+    pub fn jwks_plan(&self) -> watch::Receiver<Arc<crate::translate::jwt::JwksPlan>> {
+        self.index().jwks_plan
+    }
+
     /// Marks the sources synced: streams start answering.
     pub(super) fn mark_ready(&self) {
         self.ready.send_if_modified(|r| !std::mem::replace(r, true));

@@ -415,7 +415,7 @@ pub async fn run_push_loop(
 /// What a source event changed, as the `reason` of `meshplane_xds_push_triggers_total`: the
 /// object's kind in lowercase (as `kubectl get` names it), `members`, `meshconfig`, `gateways`
 /// (the operator's list of the tenant's ingress gateways), `tags` (the tags pointing at the
-/// revision) or `resync`. `Resync` and `Ready` change nothing by themselves.
+/// revision), `jwks` (key sets fetched for RequestAuthentications) or `resync`. `Resync` and `Ready` change nothing by themselves.
 fn trigger_reason(event: &SourceEvent) -> Option<String> {
     let kind = |k: &crate::model::Kind| format!("{k:?}").to_ascii_lowercase();
     match event {
@@ -427,6 +427,7 @@ fn trigger_reason(event: &SourceEvent) -> Option<String> {
         SourceEvent::Tags(_) => Some("tags".into()),
         SourceEvent::Synced => Some("resync".into()),
         SourceEvent::CredentialAccess => Some("credentials".into()),
+        SourceEvent::Jwks(_) => Some("jwks".into()),
         SourceEvent::Resync { .. } | SourceEvent::Ready => None,
     }
 }
