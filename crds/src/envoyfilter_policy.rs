@@ -194,6 +194,7 @@ fn all_targets() -> Vec<ApplyTo> {
         ApplyTo::HttpFilter,
         ApplyTo::RouteConfiguration,
         ApplyTo::VirtualHost,
+        ApplyTo::HttpRoute,
         ApplyTo::Cluster,
     ]
 }

@@ -340,6 +340,8 @@ pub enum ApplyTo {
     VirtualHost,
     /// A cluster.
     Cluster,
+    /// A route of a virtual host (`match.routeConfiguration.vhost.route`).
+    HttpRoute,
 }
 
 /// Selects the objects a patch applies to.
@@ -445,6 +447,37 @@ pub struct VirtualHostMatch {
     /// Virtual host name, e.g. `reviews.shop.svc.cluster.local:9080`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The routes of the virtual host an `HTTP_ROUTE` patch applies to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteMatch>,
+}
+
+/// Route match (`applyTo: HTTP_ROUTE`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteMatch {
+    /// Route name: a VirtualService's `http[].name` (or `default` for the route of a host
+    /// without one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// What the route does: `ANY` (default), `ROUTE`, `REDIRECT` or `DIRECT_RESPONSE`.
+    #[serde(default)]
+    pub action: RouteAction,
+}
+
+/// What a route does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RouteAction {
+    /// Any route.
+    #[default]
+    Any,
+    /// Forwards to a cluster.
+    Route,
+    /// Answers with a redirect.
+    Redirect,
+    /// Answers directly.
+    DirectResponse,
 }
 
 /// Cluster match.

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `PeerAuthentication` | `selector.matchLabels`, `mtls.mode`, `portLevelMtls.<port>.mode` (`UNSET`, `DISABLE`, `PERMISSIVE`, `STRICT`) |
 //! | `RequestAuthentication` ([`request_authentication`]) | `selector.matchLabels`, `jwtRules[]` (issuer, audiences, `jwksUri`/`jwks`, `fromHeaders`/`fromParams`/`fromCookies`, `outputPayloadToHeader`, `forwardOriginalToken`, `outputClaimToHeaders`, `timeout`) |
-//! | `AuthorizationPolicy` ([`authorization`]) | `selector.matchLabels`, `action` (`ALLOW`, `DENY`, `AUDIT`; `CUSTOM` refused), `rules[].from[].source`, `rules[].to[].operation`, `rules[].when[]` |
+//! | `AuthorizationPolicy` ([`authorization`]) | `selector.matchLabels`, `action` (`ALLOW`, `DENY`, `AUDIT`, `CUSTOM` with `provider.name`), the `istio.io/dry-run` annotation, `rules[].from[].source`, `rules[].to[].operation`, `rules[].when[]` |
 //!
 //! Which PeerAuthentication applies to a workload, and how `UNSET` inherits, is decided in one
 //! place: [`effective_mtls`]; which AuthorizationPolicies apply, in

@@ -676,6 +676,15 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
             ApplyTo::FilterChain | ApplyTo::VirtualHost => {
                 &[Op::Merge, Op::Add, Op::Remove, Op::Replace]
             }
+            ApplyTo::HttpRoute => &[
+                Op::Merge,
+                Op::Add,
+                Op::Remove,
+                Op::InsertBefore,
+                Op::InsertAfter,
+                Op::InsertFirst,
+                Op::Replace,
+            ],
             ApplyTo::NetworkFilter | ApplyTo::HttpFilter => &[
                 Op::Merge,
                 Op::Add,
@@ -719,10 +728,19 @@ pub fn validate_envoy_filter(spec: &EnvoyFilterSpec) -> Result<(), ValidationErr
         if m.is_some_and(|m| m.route_configuration.is_some())
             && !matches!(
                 p.apply_to,
-                ApplyTo::RouteConfiguration | ApplyTo::VirtualHost
+                ApplyTo::RouteConfiguration | ApplyTo::VirtualHost | ApplyTo::HttpRoute
             )
         {
-            errs.0.push(bad("match.routeConfiguration is only valid with applyTo ROUTE_CONFIGURATION or VIRTUAL_HOST".into()));
+            errs.0.push(bad("match.routeConfiguration is only valid with applyTo ROUTE_CONFIGURATION, VIRTUAL_HOST or HTTP_ROUTE".into()));
+        }
+        if p.apply_to != ApplyTo::HttpRoute
+            && m.and_then(|m| m.route_configuration.as_ref())
+                .and_then(|r| r.vhost.as_ref())
+                .is_some_and(|v| v.route.is_some())
+        {
+            errs.0.push(bad(
+                "match.routeConfiguration.vhost.route is only valid with applyTo HTTP_ROUTE".into(),
+            ));
         }
     }
     for (k, v) in spec.workload_selector.iter().flat_map(|s| s.labels.iter()) {

@@ -28,8 +28,8 @@
 //!   silently ignored, which for a STRICT policy means plaintext the admin did not expect.
 //! - `AuthorizationPolicy` (group `security.meshplane.io`) may name only peers that could
 //!   authenticate to the tenant: principals of its trust domain and namespaces of the tenant
-//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM and
-//!   `targetRef` are refused.
+//!   (`meshplane_crds::validation::authorization::foreign_references`); CUSTOM without a
+//!   provider, and `targetRef`, are refused.
 //!
 //! The namespace of the object itself is not checked: the webhook configuration calls this
 //! instance only for namespaces attached to its revision.
@@ -831,14 +831,19 @@ mod tests {
             "{msgs:?}"
         );
         let custom = serde_json::json!({"spec": {"action": "CUSTOM", "provider": {"name": "opa"}}});
+        assert_eq!(
+            validate_config(ConfigKind::AuthorizationPolicy, &custom, &tenant),
+            Ok(())
+        );
+        let no_provider = serde_json::json!({"spec": {"action": "CUSTOM"}});
         let msgs = messages(validate_config(
             ConfigKind::AuthorizationPolicy,
-            &custom,
+            &no_provider,
             &tenant,
         ));
         assert!(
             msgs.iter()
-                .any(|m| m.contains("CUSTOM") && m.contains("not supported")),
+                .any(|m| m.contains("action CUSTOM needs provider.name")),
             "{msgs:?}"
         );
         let fine = serde_json::json!({"spec": {"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin*"]}}]}]}});

@@ -11,7 +11,12 @@
 //! |---|---|
 //! | `CLUSTER`, `LISTENER`, `ROUTE_CONFIGURATION` | `ADD`, `MERGE`, `REMOVE`, `REPLACE` |
 //! | `FILTER_CHAIN`, `VIRTUAL_HOST` | `ADD`, `MERGE`, `REMOVE`, `REPLACE` |
-//! | `NETWORK_FILTER`, `HTTP_FILTER` | all of the above and `INSERT_BEFORE`, `INSERT_AFTER`, `INSERT_FIRST` |
+//! | `NETWORK_FILTER`, `HTTP_FILTER`, `HTTP_ROUTE` | all of the above and `INSERT_BEFORE`, `INSERT_AFTER`, `INSERT_FIRST` |
+//!
+//! `HTTP_ROUTE` patches the routes of the virtual hosts that `routeConfiguration` and
+//! `vhost.name` select, narrowed by `vhost.route.name` (a VirtualService's `http[].name`) and
+//! `vhost.route.action` (`ANY`, `ROUTE`, `REDIRECT`, `DIRECT_RESPONSE`); Istio's per-route
+//! local rate limit is a `MERGE` of `typed_per_filter_config`.
 //!
 //! `INSERT_BEFORE` and `INSERT_AFTER` insert next to the filter the match names
 //! (`filter.name` for a network filter, `filter.subFilter.name` for an HTTP filter); without
@@ -36,13 +41,14 @@ use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
 use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfigType;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener};
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::config::route::v3::route::Action as EnvoyRouteAction;
+use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter,
 };
 use meshplane_crds::networking::{
     ApplyTo, ClusterMatch, EnvoyConfigObjectMatch, EnvoyConfigObjectPatch, FilterChainMatch,
-    ListenerMatch, PatchContext, PatchOperation, RouteConfigurationMatch,
+    ListenerMatch, PatchContext, PatchOperation, RouteAction, RouteConfigurationMatch, RouteMatch,
 };
 use meshplane_crds::EnvoyFilter;
 use prost::Message;
@@ -61,6 +67,7 @@ const NETWORK_FILTER: &str = "envoy.config.listener.v3.Filter";
 const HTTP_FILTER: &str = "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter";
 const ROUTE_CONFIGURATION: &str = "envoy.config.route.v3.RouteConfiguration";
 const VIRTUAL_HOST: &str = "envoy.config.route.v3.VirtualHost";
+const HTTP_ROUTE: &str = "envoy.config.route.v3.Route";
 
 /// Why one patch was not applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -214,6 +221,35 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                     VIRTUAL_HOST,
                     |v: &VirtualHost| vhost_name.is_empty() || v.name == vhost_name,
                 )?;
+            }
+            Ok(())
+        }
+        ApplyTo::HttpRoute => {
+            let vhost = m
+                .route_configuration
+                .as_ref()
+                .and_then(|r| r.vhost.clone())
+                .unwrap_or_default();
+            let wanted = vhost.route.clone().unwrap_or_default();
+            for route in out.routes.iter_mut() {
+                if m.context == PatchContext::SidecarInbound
+                    || !route_matches(route, m.route_configuration.as_ref())
+                {
+                    continue;
+                }
+                for host in route
+                    .virtual_hosts
+                    .iter_mut()
+                    .filter(|v| vhost.name.is_empty() || v.name == vhost.name)
+                {
+                    patch_filters(
+                        &mut host.routes,
+                        patch,
+                        HTTP_ROUTE,
+                        !wanted.name.is_empty(),
+                        |r: &Route| http_route_matches(r, &wanted),
+                    )?;
+                }
             }
             Ok(())
         }
@@ -445,6 +481,20 @@ fn route_matches(r: &RouteConfiguration, m: Option<&RouteConfigurationMatch>) ->
     m.port_number.is_none_or(|p| r.name == p.to_string()) && (m.name.is_empty() || m.name == r.name)
 }
 
+fn http_route_matches(r: &Route, m: &RouteMatch) -> bool {
+    let action = matches!(
+        (&r.action, m.action),
+        (_, RouteAction::Any)
+            | (Some(EnvoyRouteAction::Route(_)), RouteAction::Route)
+            | (Some(EnvoyRouteAction::Redirect(_)), RouteAction::Redirect)
+            | (
+                Some(EnvoyRouteAction::DirectResponse(_)),
+                RouteAction::DirectResponse
+            )
+    );
+    action && (m.name.is_empty() || m.name == r.name)
+}
+
 fn cluster_matches(c: &Cluster, m: &EnvoyConfigObjectMatch) -> bool {
     let inbound = c.name.starts_with("inbound|") || c.name == INBOUND_PASSTHROUGH_CLUSTER;
     if !context_matches(m.context, inbound) {
@@ -482,6 +532,90 @@ mod tests {
 
     fn names(filters: &[HttpFilter]) -> Vec<&str> {
         filters.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    #[test]
+    fn http_route_patches_reach_the_routes_the_match_names() {
+        use envoy_types::pb::envoy::config::route::v3::{
+            DirectResponseAction, RouteAction as EnvoyRoute,
+        };
+        let route = |name: &str, action: EnvoyRouteAction| Route {
+            name: name.into(),
+            action: Some(action),
+            ..Default::default()
+        };
+        let mut out = Translated {
+            routes: vec![RouteConfiguration {
+                name: "9080".into(),
+                virtual_hosts: vec![VirtualHost {
+                    name: "ratings.bookinfo.svc.cluster.local:9080".into(),
+                    routes: vec![
+                        route("limited", EnvoyRouteAction::Route(EnvoyRoute::default())),
+                        route(
+                            "default",
+                            EnvoyRouteAction::DirectResponse(DirectResponseAction::default()),
+                        ),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        // Istio's per-route local rate limit: typed_per_filter_config merged into the route.
+        let patch: EnvoyConfigObjectPatch = serde_json::from_value(serde_json::json!({
+            "applyTo": "HTTP_ROUTE",
+            "match": {"context": "SIDECAR_OUTBOUND", "routeConfiguration": {"portNumber": 9080,
+                "vhost": {"name": "ratings.bookinfo.svc.cluster.local:9080",
+                          "route": {"name": "limited", "action": "ROUTE"}}}},
+            "patch": {"operation": "MERGE", "value": {"typed_per_filter_config": {
+                "envoy.filters.http.local_ratelimit": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+                    "stat_prefix": "http_local_rate_limiter",
+                    "token_bucket": {"max_tokens": 10, "tokens_per_fill": 10, "fill_interval": "60s"}}}}}
+        }))
+        .expect("a patch");
+        apply_patch(&patch, &mut out).expect("applies");
+        let routes = &out.routes[0].virtual_hosts[0].routes;
+        assert!(routes[0]
+            .typed_per_filter_config
+            .contains_key("envoy.filters.http.local_ratelimit"));
+        assert!(
+            routes[1].typed_per_filter_config.is_empty(),
+            "other routes untouched"
+        );
+        // The action narrows: no ROUTE named "default" exists, so nothing changes.
+        let mut by_action = patch.clone();
+        if let Some(vh) = by_action
+            .match_
+            .as_mut()
+            .and_then(|m| m.route_configuration.as_mut())
+            .and_then(|r| r.vhost.as_mut())
+        {
+            vh.route = Some(RouteMatch {
+                name: "default".into(),
+                action: RouteAction::Route,
+            });
+        }
+        apply_patch(&by_action, &mut out).expect("applies");
+        assert!(out.routes[0].virtual_hosts[0].routes[1]
+            .typed_per_filter_config
+            .is_empty());
+        // INSERT_FIRST adds a route before the others.
+        let insert: EnvoyConfigObjectPatch = serde_json::from_value(serde_json::json!({
+            "applyTo": "HTTP_ROUTE",
+            "match": {"routeConfiguration": {"vhost": {"name": "ratings.bookinfo.svc.cluster.local:9080"}}},
+            "patch": {"operation": "INSERT_FIRST", "value": {"name": "health", "match": {"path": "/healthz"},
+                "direct_response": {"status": 200}}}
+        }))
+        .expect("a patch");
+        apply_patch(&insert, &mut out).expect("applies");
+        let names: Vec<&str> = out.routes[0].virtual_hosts[0]
+            .routes
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(names, ["health", "limited", "default"]);
     }
 
     #[test]

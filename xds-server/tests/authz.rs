@@ -624,11 +624,11 @@ fn what_a_chain_cannot_know_fails_closed() {
             denied_by: None,
         },
         Case {
-            name: "a CUSTOM policy that reached the instance denies everything",
+            name: "a CUSTOM policy whose provider is not usable denies everything",
             policies: vec![mk_policy("shop", "ext", "action: CUSTOM\nprovider: {name: opa}\nrules: [{}]")],
             facts: mk_facts(true, true),
             request: mk_request(Some(CART)),
-            denied_by: Some("ns[shop]-policy[ext]-custom-unsupported"),
+            denied_by: Some("ns[shop]-policy[ext]-custom-provider-unavailable"),
         },
         Case {
             name: "JWT conditions do not hold without a validated token",
@@ -1226,7 +1226,7 @@ spec: {rules: [{from: [{source: {principals: [green.example/ns/shop/sa/web], nam
             .unwrap_or_else(|| panic!("a verdict on {name}"))
     };
     assert_eq!(reasons("web-from-cart"), Vec::<&str>::new());
-    assert_eq!(reasons("ext"), ["Unsupported"]);
+    assert_eq!(reasons("ext"), ["ProviderUnavailable"]);
     assert_eq!(
         reasons("jwt"),
         Vec::<&str>::new(),

@@ -39,8 +39,9 @@ pub enum AuthorizationAction {
     Deny,
     /// Requests matching a rule are marked for auditing (access log); nothing is denied.
     Audit,
-    /// Delegation to an external authorizer: not supported by meshplane (refused at
-    /// admission; a CUSTOM policy that reaches an instance denies every request).
+    /// Requests matching a rule are sent to the external authorizer named by `provider.name`
+    /// (an extension provider of the tenant's `meshConfig`), which allows or denies them.
+    /// Evaluated before DENY and ALLOW.
     Custom,
 }
 
@@ -56,17 +57,37 @@ impl AuthorizationAction {
     }
 }
 
-/// Why CUSTOM is refused (the CEL rule, the webhook and the instance's condition say it).
-pub const CUSTOM_UNSUPPORTED: &str = "action CUSTOM (an external authorizer) is not supported by meshplane; use ALLOW, DENY or AUDIT";
+/// Why a CUSTOM policy without a provider is refused (the CEL rule and the webhook say it).
+pub const CUSTOM_NEEDS_PROVIDER: &str = "action CUSTOM needs provider.name: an extension provider (envoyExtAuthzHttp or envoyExtAuthzGrpc) of the tenant's spec.meshConfig.extensionProviders";
+
+/// Why a provider without action CUSTOM is refused.
+pub const PROVIDER_NEEDS_CUSTOM: &str = "provider is used only with action CUSTOM";
+
+/// The annotation that makes a policy dry-run: evaluated and logged, never enforced.
+pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
+
+/// meshplane's spelling of [`DRY_RUN_ANNOTATION`], honoured too.
+pub const MESHPLANE_DRY_RUN_ANNOTATION: &str = "meshplane.io/dry-run";
+
+/// Whether a policy is dry-run ([`DRY_RUN_ANNOTATION`] or [`MESHPLANE_DRY_RUN_ANNOTATION`]
+/// set to `true`).
+pub fn is_dry_run(policy: &AuthorizationPolicy) -> bool {
+    policy.metadata.annotations.as_ref().is_some_and(|a| {
+        [DRY_RUN_ANNOTATION, MESHPLANE_DRY_RUN_ANNOTATION]
+            .iter()
+            .any(|k| a.get(*k).is_some_and(|v| v.eq_ignore_ascii_case("true")))
+    })
+}
 
 /// Why `targetRef`/`targetRefs` are refused.
 pub const TARGET_REF_UNSUPPORTED: &str = "targetRef and targetRefs are not supported by meshplane sidecars; select workloads with spec.selector.matchLabels";
 
-/// An external authorizer, for `action: CUSTOM` (kept for field compatibility).
+/// The external authorizer of an `action: CUSTOM` policy.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionProvider {
-    /// Name of the provider in the mesh config.
+    /// Name of an `envoyExtAuthzHttp` or `envoyExtAuthzGrpc` provider of the tenant's
+    /// `spec.meshConfig.extensionProviders`.
     #[serde(default)]
     pub name: String,
 }
@@ -97,7 +118,7 @@ pub struct PolicyTargetReference {
     group = "security.meshplane.io",
     version = "v1alpha1",
     kind = "AuthorizationPolicy",
-    doc = "Who may call the selected workloads, and what: ALLOW, DENY and AUDIT rules on peer identity, namespace, address, host, port, method, path and headers (Istio-compatible).",
+    doc = "Who may call the selected workloads, and what: ALLOW, DENY, AUDIT and CUSTOM (external authorizer) rules on peer identity, namespace, address, host, port, method, path and headers (Istio-compatible).",
     namespaced,
     shortname = "ap",
     status = "ConfigStatus",
@@ -106,7 +127,8 @@ pub struct PolicyTargetReference {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "!has(self.action) || self.action != 'CUSTOM'", "message": "action CUSTOM (an external authorizer) is not supported by meshplane; use ALLOW, DENY or AUDIT"},
+    {"rule": "!has(self.action) || self.action != 'CUSTOM' || (has(self.provider) && has(self.provider.name) && size(self.provider.name) > 0)", "message": "action CUSTOM needs provider.name: an extension provider (envoyExtAuthzHttp or envoyExtAuthzGrpc) of the tenant's spec.meshConfig.extensionProviders"},
+    {"rule": "!has(self.provider) || (has(self.action) && self.action == 'CUSTOM')", "message": "provider is used only with action CUSTOM"},
     {"rule": "!has(self.targetRef) && !has(self.targetRefs)", "message": "targetRef and targetRefs are not supported by meshplane sidecars; select workloads with spec.selector.matchLabels"}
 ]))]
 #[serde(rename_all = "camelCase")]
@@ -123,10 +145,11 @@ pub struct AuthorizationPolicySpec {
     /// Not supported (refused).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub target_refs: Vec<PolicyTargetReference>,
-    /// `ALLOW` (default), `DENY` or `AUDIT`. `CUSTOM` is refused.
+    /// `ALLOW` (default), `DENY`, `AUDIT` or `CUSTOM` (an external authorizer decides the
+    /// requests the rules match).
     #[serde(default)]
     pub action: AuthorizationAction,
-    /// The external authorizer of a CUSTOM policy (refused with it).
+    /// The external authorizer of a CUSTOM policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ExtensionProvider>,
     /// The rules; a request matches the policy when it matches any rule. No rules: an ALLOW

@@ -7,8 +7,8 @@ use super::{
     ValidationErrors,
 };
 use crate::security::authorization::{
-    AuthorizationAction, AuthorizationPolicySpec, Condition, CUSTOM_UNSUPPORTED,
-    TARGET_REF_UNSUPPORTED,
+    AuthorizationAction, AuthorizationPolicySpec, Condition, CUSTOM_NEEDS_PROVIDER,
+    PROVIDER_NEEDS_CUSTOM, TARGET_REF_UNSUPPORTED,
 };
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ValidationError {
@@ -149,8 +149,14 @@ pub fn validate_authorization_policy(
     spec: &AuthorizationPolicySpec,
 ) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
-    if spec.action == AuthorizationAction::Custom || spec.provider.is_some() {
-        errs.0.push(invalid("spec.action", CUSTOM_UNSUPPORTED));
+    let custom = spec.action == AuthorizationAction::Custom;
+    let provider = spec.provider.as_ref().map(|p| p.name.as_str());
+    if custom && provider.is_none_or(str::is_empty) {
+        errs.0
+            .push(invalid("spec.provider.name", CUSTOM_NEEDS_PROVIDER));
+    }
+    if !custom && provider.is_some() {
+        errs.0.push(invalid("spec.provider", PROVIDER_NEEDS_CUSTOM));
     }
     if spec.target_ref.is_some() || !spec.target_refs.is_empty() {
         errs.0
@@ -432,7 +438,7 @@ mod tests {
         }]}));
         let joined = errors_text(&errs);
         for needle in [
-            "spec.action: action CUSTOM",
+            "spec.provider.name: action CUSTOM needs provider.name",
             "spec.rules[0].from[0].source.principals[0]",
             "spec.rules[0].from[0].source.ipBlocks[0]",
             "spec.rules[0].from[1].source: a source needs at least one field",

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 use envoy_types::pb::envoy::config::accesslog::v3::access_log_filter::FilterSpecifier;
 use envoy_types::pb::envoy::config::accesslog::v3::comparison_filter::Op;
 use envoy_types::pb::envoy::config::accesslog::v3::{
-    AccessLogFilter, ComparisonFilter, StatusCodeFilter,
+    AccessLogFilter, ComparisonFilter, ResponseFlagFilter, StatusCodeFilter,
 };
 use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -75,12 +75,15 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use meshplane_crds::security::authorization::{
-    AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition, Operation, Source,
+    is_dry_run, AuthorizationAction, AuthorizationPolicy, AuthorizationRule, Condition,
+    Operation, Source,
 };
 use meshplane_crds::validation::authorization::{
     claim_path, header_key, validate_authorization_policy,
 };
 use prost::Message;
+
+pub use super::ext_authz::CustomProviders;
 
 /// Name of Envoy's RBAC HTTP filter.
 pub const HTTP_RBAC_FILTER: &str = "envoy.filters.http.rbac";
@@ -214,9 +217,13 @@ struct RuleContext<'a> {
 }
 
 impl RuleContext<'_> {
-    /// The value of a condition this chain cannot evaluate: fail closed.
+    /// The value of a condition this chain cannot evaluate: fail closed (a CUSTOM rule then
+    /// sends the request to its authorizer).
     fn unknown<L>(&self) -> Expr<L> {
-        Expr::Const(self.action == AuthorizationAction::Deny)
+        Expr::Const(matches!(
+            self.action,
+            AuthorizationAction::Deny | AuthorizationAction::Custom
+        ))
     }
 
     /// `values` (any) and `not_values` (none) of one attribute, each value through `leaf`.
@@ -659,82 +666,198 @@ pub fn rule_name(policy: &AuthorizationPolicy, index: usize) -> String {
     )
 }
 
-/// Why a policy cannot be applied as written, if it cannot: CUSTOM, or values the admission
-/// webhook refuses (a policy stored while it was down). Such a policy denies every request of
-/// the workloads it selects, as dropping it could open what it was meant to close.
-pub fn unenforceable(policy: &AuthorizationPolicy) -> Option<&'static str> {
-    if policy.spec.action == AuthorizationAction::Custom {
-        Some("custom-unsupported")
-    } else if validate_authorization_policy(&policy.spec).is_err() {
+/// Why a policy cannot be applied as written, if it cannot: values the admission webhook
+/// refuses (a policy stored while it was down), or a CUSTOM policy whose provider cannot be
+/// used (`custom` resolves the workload's providers). Such a policy denies every request of
+/// the workloads it selects, as dropping it could open what it was meant to close (Istio
+/// denies every request of a workload whose CUSTOM provider is invalid, too).
+pub fn unenforceable(
+    policy: &AuthorizationPolicy,
+    custom: &CustomProviders<'_>,
+) -> Option<&'static str> {
+    if validate_authorization_policy(&policy.spec).is_err() {
         Some("invalid")
+    } else if policy.spec.action == AuthorizationAction::Custom && custom.problem(policy).is_some()
+    {
+        Some("custom-provider-unavailable")
     } else {
         None
     }
 }
 
-/// The RBAC rules of one action for a chain, or `None` when the chain needs no filter for it:
-/// no policy of that action applies, or (DENY, AUDIT) none of their rules can match here.
-/// [`unenforceable`] policies are DENY rules matching every request, named
-/// `ns[<ns>]-policy[<name>]-custom-unsupported` or `...-invalid`.
+/// What a policy contributes to a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Its rules are enforced with this action's semantics (`Custom` on a chain that cannot
+    /// call the authorizer: its rules deny, failing closed).
+    Enforce(AuthorizationAction),
+    /// Dry-run: its rules are evaluated in the shadow rules of this action, never enforced.
+    Shadow(AuthorizationAction),
+    /// A CUSTOM policy on an HTTP chain: its rules select the requests sent to its provider.
+    Custom,
+    /// Unenforceable: denies every request.
+    DenyAll(&'static str),
+    /// Not applied (a dry-run policy that could not be applied anyway, or a dry-run CUSTOM).
+    Skip,
+}
+
+fn role(policy: &AuthorizationPolicy, http: bool, custom: &CustomProviders<'_>) -> Role {
+    let action = policy.spec.action;
+    let broken = unenforceable(policy, custom);
+    if is_dry_run(policy) {
+        return match (action, broken) {
+            (AuthorizationAction::Custom, _) | (_, Some(_)) => Role::Skip,
+            // AUDIT enforces nothing anyway.
+            (AuthorizationAction::Audit, None) => Role::Enforce(action),
+            (_, None) => Role::Shadow(action),
+        };
+    }
+    match (action, broken) {
+        (_, Some(why)) => Role::DenyAll(why),
+        (AuthorizationAction::Custom, None) if http => Role::Custom,
+        (AuthorizationAction::Custom, None) => Role::Enforce(AuthorizationAction::Custom),
+        (a, None) => Role::Enforce(a),
+    }
+}
+
+fn deny_all_rule(policy: &AuthorizationPolicy, why: &str) -> (String, Policy) {
+    (
+        format!(
+            "ns[{}]-policy[{}]-{why}",
+            policy.metadata.namespace.as_deref().unwrap_or_default(),
+            policy.metadata.name.as_deref().unwrap_or_default()
+        ),
+        Policy {
+            permissions: vec![lower_permission(Expr::Const(true))],
+            principals: vec![lower_principal(Expr::Const(true))],
+            ..Default::default()
+        },
+    )
+}
+
+/// The rules of `policy` on this chain, evaluated with `action`'s meaning of an unknown
+/// condition, named with `prefix` before Istio's rule names.
+fn policy_rules(
+    policy: &AuthorizationPolicy,
+    action: AuthorizationAction,
+    facts: ChainFacts,
+    trust_domain: &str,
+    prefix: &str,
+    into: &mut HashMap<String, Policy>,
+) {
+    let ctx = RuleContext {
+        facts,
+        action,
+        trust_domain,
+    };
+    for (i, rule) in policy.spec.rules.iter().enumerate() {
+        if let Some(p) = ctx.rule(rule) {
+            into.insert(format!("{prefix}{}", rule_name(policy, i)), p);
+        }
+    }
+}
+
+fn rbac_action(action: AuthorizationAction) -> RbacAction {
+    match action {
+        AuthorizationAction::Deny | AuthorizationAction::Custom => RbacAction::Deny,
+        AuthorizationAction::Audit => RbacAction::Log,
+        AuthorizationAction::Allow => RbacAction::Allow,
+    }
+}
+
+/// The shadow rules' stat prefix of dry-run policies of `action` (Istio's).
+pub fn dry_run_stat_prefix(action: AuthorizationAction) -> &'static str {
+    match action {
+        AuthorizationAction::Allow => "istio_dry_run_allow_",
+        _ => "istio_dry_run_deny_",
+    }
+}
+
+/// One RBAC filter of a chain: the enforced rules and the dry-run (shadow) rules of one action.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ActionRules {
+    /// Enforced rules; `None`: nothing is enforced (an empty ALLOW would deny everything).
+    pub rules: Option<Rbac>,
+    /// Dry-run rules: evaluated, counted (`<prefix>shadow_allowed`/`shadow_denied`) and
+    /// written to the request's dynamic metadata, never enforced.
+    pub shadow: Option<Rbac>,
+}
+
+/// The RBAC filter of `action` for a chain, or `None` when it needs none. Unenforceable
+/// policies are DENY rules matching every request, named `ns[<ns>]-policy[<name>]-invalid` or
+/// `...-custom-provider-unavailable`; CUSTOM policies on a chain without HTTP are DENY rules;
+/// dry-run policies are shadow rules ([`dry_run_stat_prefix`]).
+pub fn action_rules(
+    policies: &[&AuthorizationPolicy],
+    action: AuthorizationAction,
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+) -> Option<ActionRules> {
+    let mut enforced: HashMap<String, Policy> = HashMap::new();
+    let mut shadow: HashMap<String, Policy> = HashMap::new();
+    let (mut any_enforced, mut any_shadow) = (false, false);
+    for policy in policies {
+        match role(policy, facts.http, custom) {
+            Role::DenyAll(why) if action == AuthorizationAction::Deny => {
+                let (name, rule) = deny_all_rule(policy, why);
+                enforced.insert(name, rule);
+                any_enforced = true;
+            }
+            Role::Enforce(AuthorizationAction::Custom) if action == AuthorizationAction::Deny => {
+                policy_rules(
+                    policy,
+                    AuthorizationAction::Custom,
+                    facts,
+                    trust_domain,
+                    "",
+                    &mut enforced,
+                );
+                any_enforced = true;
+            }
+            Role::Enforce(a) if a == action => {
+                policy_rules(policy, action, facts, trust_domain, "", &mut enforced);
+                any_enforced = true;
+            }
+            Role::Shadow(a) if a == action => {
+                policy_rules(policy, action, facts, trust_domain, "", &mut shadow);
+                any_shadow = true;
+            }
+            _ => {}
+        }
+    }
+    let keep = |any: bool, rules: &HashMap<String, Policy>| {
+        // An empty DENY or LOG set does nothing; an empty ALLOW set denies everything.
+        any && (action == AuthorizationAction::Allow || !rules.is_empty())
+    };
+    let rbac = |policies: HashMap<String, Policy>| Rbac {
+        action: rbac_action(action) as i32,
+        policies,
+        ..Default::default()
+    };
+    let out = ActionRules {
+        rules: keep(any_enforced, &enforced).then(|| rbac(enforced)),
+        shadow: keep(any_shadow, &shadow).then(|| rbac(shadow)),
+    };
+    (out.rules.is_some() || out.shadow.is_some()).then_some(out)
+}
+
+/// The enforced RBAC rules of one action for a chain (see [`action_rules`]), CUSTOM policies
+/// counted as having no usable provider.
 pub fn rbac_rules(
     policies: &[&AuthorizationPolicy],
     action: AuthorizationAction,
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Option<Rbac> {
-    let of_action: Vec<(&AuthorizationPolicy, Option<&'static str>)> = policies
-        .iter()
-        .map(|p| (*p, unenforceable(p)))
-        .filter(|(p, broken)| match broken {
-            Some(_) => action == AuthorizationAction::Deny,
-            None => p.spec.action == action,
-        })
-        .collect();
-    if of_action.is_empty() {
-        return None;
-    }
-    let mut rules: HashMap<String, Policy> = HashMap::new();
-    for (policy, broken) in of_action {
-        if let Some(why) = broken {
-            rules.insert(
-                format!(
-                    "ns[{}]-policy[{}]-{why}",
-                    policy.metadata.namespace.as_deref().unwrap_or_default(),
-                    policy.metadata.name.as_deref().unwrap_or_default()
-                ),
-                Policy {
-                    permissions: vec![lower_permission(Expr::Const(true))],
-                    principals: vec![lower_principal(Expr::Const(true))],
-                    ..Default::default()
-                },
-            );
-            continue;
-        }
-        let ctx = RuleContext {
-            facts,
-            action,
-            trust_domain,
-        };
-        for (i, rule) in policy.spec.rules.iter().enumerate() {
-            if let Some(p) = ctx.rule(rule) {
-                rules.insert(rule_name(policy, i), p);
-            }
-        }
-    }
-    // An empty DENY or LOG filter does nothing; an empty ALLOW filter denies everything.
-    if rules.is_empty() && action != AuthorizationAction::Allow {
-        return None;
-    }
-    let rbac_action = match action {
-        AuthorizationAction::Deny => RbacAction::Deny,
-        AuthorizationAction::Audit => RbacAction::Log,
-        AuthorizationAction::Allow | AuthorizationAction::Custom => RbacAction::Allow,
-    };
-    Some(Rbac {
-        action: rbac_action as i32,
-        policies: rules,
-        ..Default::default()
-    })
+    action_rules(
+        policies,
+        action,
+        facts,
+        trust_domain,
+        &CustomProviders::default(),
+    )?
+    .rules
 }
 
 /// The actions in the order their filters run.
@@ -744,48 +867,133 @@ const ORDER: [AuthorizationAction; 3] = [
     AuthorizationAction::Allow,
 ];
 
-/// The RBAC HTTP filters of a chain (to go before the router), in evaluation order.
+fn http_rbac_filter(rbac: HttpRbac) -> HttpFilter {
+    HttpFilter {
+        name: HTTP_RBAC_FILTER.to_string(),
+        config_type: Some(HttpFilterConfig::TypedConfig(pack_any(rbac))),
+        ..Default::default()
+    }
+}
+
+/// The shadow RBAC filter and the ext_authz filter of each provider the chain's CUSTOM
+/// policies name (module [`super::ext_authz`]).
+fn custom_filters(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+) -> Vec<HttpFilter> {
+    let mut out = Vec::new();
+    for (index, provider) in custom.resolved().enumerate() {
+        let mut shadow = HashMap::new();
+        for policy in policies {
+            let named = policy.spec.provider.as_ref().map(|p| p.name.as_str());
+            if role(policy, facts.http, custom) == Role::Custom && named == Some(&provider.name) {
+                policy_rules(
+                    policy,
+                    AuthorizationAction::Custom,
+                    facts,
+                    trust_domain,
+                    super::ext_authz::SHADOW_POLICY_PREFIX,
+                    &mut shadow,
+                );
+            }
+        }
+        if shadow.is_empty() {
+            // No rule can match here: the authorizer is never asked on this chain.
+            continue;
+        }
+        let prefix = super::ext_authz::shadow_stat_prefix(index);
+        out.push(http_rbac_filter(HttpRbac {
+            shadow_rules: Some(Rbac {
+                action: RbacAction::Allow as i32,
+                policies: shadow,
+                ..Default::default()
+            }),
+            shadow_rules_stat_prefix: prefix.clone(),
+            ..Default::default()
+        }));
+        out.push(super::ext_authz::ext_authz_filter(provider, &prefix));
+    }
+    out
+}
+
+/// The authorization HTTP filters of a chain (to go before the router), in evaluation order:
+/// AUDIT, CUSTOM (per provider: the shadow RBAC filter selecting the requests, then
+/// ext_authz), DENY, ALLOW; dry-run policies as the shadow rules of their action's filter.
+pub fn http_filters_with(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+) -> Vec<HttpFilter> {
+    let mut out = Vec::new();
+    for action in ORDER {
+        if action == AuthorizationAction::Deny {
+            out.extend(custom_filters(policies, facts, trust_domain, custom));
+        }
+        if let Some(r) = action_rules(policies, action, facts, trust_domain, custom) {
+            let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
+            out.push(http_rbac_filter(HttpRbac {
+                rules: r.rules,
+                shadow_rules: r.shadow,
+                shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
+                ..Default::default()
+            }));
+        }
+    }
+    out
+}
+
+/// [`http_filters_with`] where no CUSTOM provider is usable.
 pub fn http_filters(
     policies: &[&AuthorizationPolicy],
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Vec<HttpFilter> {
+    http_filters_with(policies, facts, trust_domain, &CustomProviders::default())
+}
+
+/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order;
+/// CUSTOM policies deny the connections their rules match (an external authorizer decides
+/// HTTP requests only).
+pub fn network_filters_with(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+) -> Vec<Filter> {
     ORDER
         .iter()
-        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
-        .map(|rules| HttpFilter {
-            name: HTTP_RBAC_FILTER.to_string(),
-            config_type: Some(HttpFilterConfig::TypedConfig(pack_any(HttpRbac {
-                rules: Some(rules),
-                ..Default::default()
-            }))),
-            ..Default::default()
+        .filter_map(|a| action_rules(policies, *a, facts, trust_domain, custom).map(|r| (*a, r)))
+        .map(|(action, r)| {
+            let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
+            Filter {
+                name: NETWORK_RBAC_FILTER.to_string(),
+                config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
+                    rules: r.rules,
+                    shadow_rules: r.shadow,
+                    shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
+                    stat_prefix: NETWORK_STAT_PREFIX.to_string(),
+                    ..Default::default()
+                }))),
+            }
         })
         .collect()
 }
 
-/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order.
+/// [`network_filters_with`] where no CUSTOM provider is usable.
 pub fn network_filters(
     policies: &[&AuthorizationPolicy],
     facts: ChainFacts,
     trust_domain: &str,
 ) -> Vec<Filter> {
-    ORDER
-        .iter()
-        .filter_map(|a| rbac_rules(policies, *a, facts, trust_domain))
-        .map(|rules| Filter {
-            name: NETWORK_RBAC_FILTER.to_string(),
-            config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
-                rules: Some(rules),
-                stat_prefix: NETWORK_STAT_PREFIX.to_string(),
-                ..Default::default()
-            }))),
-        })
-        .collect()
+    network_filters_with(policies, facts, trust_domain, &CustomProviders::default())
 }
 
 /// Makes the connection manager's locally generated 403s (the RBAC filter's denials) say which
-/// policy decided: Envoy's body, then its response code details.
+/// policy decided: Envoy's body, then its response code details. An external authorizer's
+/// denial is left as the authorizer answered.
 pub fn explain_denials(hcm: &mut HttpConnectionManager) {
     let mapper = ResponseMapper {
         filter: Some(AccessLogFilter {
@@ -808,10 +1016,22 @@ pub fn explain_denials(hcm: &mut HttpConnectionManager) {
         }),
         ..Default::default()
     };
-    hcm.local_reply_config
+    // An external authorizer's denial (response flag `UAEX`) keeps the authorizer's own
+    // answer: the first matching mapper wins, and this one changes nothing.
+    let authorizer = ResponseMapper {
+        filter: Some(AccessLogFilter {
+            filter_specifier: Some(FilterSpecifier::ResponseFlagFilter(ResponseFlagFilter {
+                flags: vec!["UAEX".to_string()],
+            })),
+        }),
+        ..Default::default()
+    };
+    let mappers = &mut hcm
+        .local_reply_config
         .get_or_insert_with(LocalReplyConfig::default)
-        .mappers
-        .push(mapper);
+        .mappers;
+    mappers.push(authorizer);
+    mappers.push(mapper);
 }
 
 /// Inserts `filters` before the last HTTP filter (the router) of the connection manager

@@ -2,7 +2,9 @@
 //! admission webhook would have refused (a policy written while it was down, or from a
 //! directory source), and peers that could never authenticate to the tenant.
 
-use meshplane_crds::security::authorization::{AuthorizationAction, AuthorizationPolicy};
+use meshplane_crds::security::authorization::{
+    is_dry_run, AuthorizationAction, AuthorizationPolicy,
+};
 use meshplane_crds::validation::authorization::{
     foreign_references, validate_authorization_policy,
 };
@@ -18,22 +20,39 @@ pub fn authorization_policy(
     in_tenant: &dyn Fn(&str) -> bool,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
-    if policy.spec.action == AuthorizationAction::Custom {
-        findings.push(Finding {
-            reason: "Unsupported",
-            message: "action CUSTOM is not supported: the selected workloads deny every request until the policy is changed or deleted".into(),
-        });
+    let dry_run = is_dry_run(policy);
+    let valid = validate_authorization_policy(&policy.spec).is_ok();
+    if policy.spec.action == AuthorizationAction::Custom && valid {
+        let name = policy
+            .spec
+            .provider
+            .as_ref()
+            .map(|p| p.name.as_str())
+            .unwrap_or_default();
+        if dry_run {
+            findings.push(Finding {
+                reason: "DryRunUnsupported",
+                message: "a dry-run CUSTOM policy is not applied: its authorizer is never called and nothing is logged".into(),
+            });
+        } else if let Err(why) = super::ext_authz::resolve(registry, name) {
+            findings.push(Finding {
+                reason: "ProviderUnavailable",
+                message: format!(
+                    "{why}; until it is, the workloads the policy selects deny every request"
+                ),
+            });
+        }
     }
     if let Err(errors) = validate_authorization_policy(&policy.spec) {
+        let effect = if dry_run {
+            "the dry-run policy is not evaluated"
+        } else {
+            "the policy denies every request of the workloads it selects"
+        };
         for e in errors.0 {
-            if policy.spec.action == AuthorizationAction::Custom && e.field() == "spec.action" {
-                continue;
-            }
             findings.push(Finding {
                 reason: "Invalid",
-                message: format!(
-                    "{e}; until it is fixed the policy denies every request of the workloads it selects"
-                ),
+                message: format!("{e}; until it is fixed {effect}"),
             });
         }
     }

@@ -153,6 +153,8 @@ pub(super) struct InboundAuthz<'a> {
     /// The `jwt_authn` filter of the workload's RequestAuthentications ([`super::jwt`]), which
     /// goes before the RBAC filters of every HTTP chain.
     pub jwt: Option<HttpFilter>,
+    /// The ext_authz providers of the workload's CUSTOM policies.
+    pub custom: &'a authz::CustomProviders<'a>,
 }
 
 /// The network filters of one inbound chain of `port` for `peer`: the RBAC filters the
@@ -178,10 +180,16 @@ fn inbound_filters(port: &InboundPort, peer: InboundPeer, az: &InboundAuthz<'_>)
             hcm
         };
         let mut filters: Vec<HttpFilter> = az.jwt.iter().cloned().collect();
-        filters.extend(authz::http_filters(az.policies, facts, az.trust_domain));
+        filters.extend(authz::http_filters_with(
+            az.policies,
+            facts,
+            az.trust_domain,
+            az.custom,
+        ));
         vec![authz::with_http_rbac(hcm, filters)]
     } else {
-        let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+        let mut filters =
+            authz::network_filters_with(az.policies, facts, az.trust_domain, az.custom);
         filters.push(envoy::tcp_proxy_filter(&cluster, &cluster));
         filters
     }
@@ -308,7 +316,8 @@ pub(super) fn translate_inbound(
                 http: false,
                 port: None,
             };
-            let mut filters = authz::network_filters(az.policies, facts, az.trust_domain);
+            let mut filters =
+                authz::network_filters_with(az.policies, facts, az.trust_domain, az.custom);
             filters.push(envoy::tcp_proxy_filter(
                 INBOUND_PASSTHROUGH_CLUSTER,
                 INBOUND_PASSTHROUGH_CLUSTER,

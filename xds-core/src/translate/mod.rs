@@ -24,8 +24,12 @@
 //!   AUDIT then DENY then ALLOW, failing closed where a chain cannot know an attribute.
 //! - End-user authentication ([`jwt`]): the workload's RequestAuthentications as one
 //!   `jwt_authn` filter before the RBAC filters, with key sets the instance fetched.
-//! - Telemetry ([`telemetry`]): access logs, tracing and request metrics as the workload's
+//! - Telemetry ([`telemetry`]): access logs and request metrics as the workload's
 //!   Telemetries and the revision's access log switch (`meshConfig.accessLogging`) ask.
+//! - External authorization ([`ext_authz`]): CUSTOM policies send the requests their rules
+//!   match to the tenant's ext_authz provider (a shadow RBAC filter selects them, then
+//!   `envoy.filters.http.ext_authz`), before DENY and ALLOW; the authorizer's cluster is added
+//!   when the proxy's scope left it out. Dry-run policies (`istio.io/dry-run`) are shadow rules.
 //!
 //! EnvoyFilters are applied afterwards by [`crate::envoyfilter`].
 
@@ -35,6 +39,7 @@ pub mod cluster_id;
 pub mod diagnostics;
 pub mod endpoints;
 pub mod envoy;
+pub mod ext_authz;
 mod finding;
 pub mod gateway;
 pub mod grpc;
@@ -215,6 +220,44 @@ pub fn traffic_key(registry: &Registry, node: &ProxyNode) -> TrafficKey {
     }
 }
 
+/// Adds the clusters of the external authorizers the proxy calls when its outbound scope
+/// (a Sidecar's imports, `exportTo`) left them out.
+fn authorizer_clusters(
+    registry: &Registry,
+    node: &ProxyNode,
+    custom: &ext_authz::CustomProviders<'_>,
+    out: &mut Translated,
+) {
+    for provider in custom.resolved() {
+        let name = provider.cluster();
+        if out.clusters.iter().any(|c| c.name == name) {
+            continue;
+        }
+        let mut extra = Translated::default();
+        outbound::outbound_clusters(
+            registry,
+            &node.namespace,
+            node.sds,
+            provider.service,
+            &mut extra,
+        );
+        for cluster in extra.clusters {
+            if !out.clusters.iter().any(|c| c.name == cluster.name) {
+                out.clusters.push(cluster);
+            }
+        }
+        for endpoints in extra.endpoints {
+            if !out
+                .endpoints
+                .iter()
+                .any(|e| e.cluster_name == endpoints.cluster_name)
+            {
+                out.endpoints.push(endpoints);
+            }
+        }
+    }
+}
+
 /// Translates the registry for one proxy (without EnvoyFilter patches).
 pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
     let mut out = Translated::default();
@@ -226,6 +269,7 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
             let peer_mtls = peer_mtls(registry, node);
             let policies = authorization_policies(registry, node);
             let authentications = request_authentications(registry, node);
+            let custom = ext_authz::CustomProviders::of(registry, &policies);
             inbound::translate_inbound(
                 &inbound,
                 node,
@@ -234,9 +278,11 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
                     policies: &policies,
                     trust_domain: registry.trust_domain(),
                     jwt: jwt::http_filter(&authentications, &registry.jwks),
+                    custom: &custom,
                 },
                 &mut out,
             );
+            authorizer_clusters(registry, node, &custom, &mut out);
         }
         ProxyKind::Router => gateway::translate_router(registry, node, &mut out),
         ProxyKind::Grpc => grpc::translate_proxyless(registry, node, &mut out),
