@@ -256,6 +256,7 @@ fn validate_denial(violation: &ConfigViolation) -> &'static str {
     match violation {
         ConfigViolation::Invalid(_) => "invalid",
         ConfigViolation::ForeignNamespace { .. } => "foreign_namespace",
+        ConfigViolation::ForeignPodAddress { .. } => "foreign_pod_address",
         ConfigViolation::ProxySelection { .. } => "proxy_selection",
         ConfigViolation::NeverAuthenticates(_) => "foreign_identity",
         ConfigViolation::Unavailable { .. } => "unsupported",

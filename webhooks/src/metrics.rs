@@ -40,9 +40,10 @@ pub const INJECT_DENIALS: [&str; 6] = [
 
 /// Why config validation refuses an object ([`crate::validate::ConfigViolation`], the first
 /// one of a request), and `probe`: the operator's dry-run probe, refused by design.
-pub const VALIDATE_DENIALS: [&str; 8] = [
+pub const VALIDATE_DENIALS: [&str; 9] = [
     "invalid",
     "foreign_namespace",
+    "foreign_pod_address",
     "proxy_selection",
     "foreign_identity",
     "unsupported",

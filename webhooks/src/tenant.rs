@@ -2,6 +2,9 @@
 //! member namespaces (from the members ConfigMap of contract 2, kept by the xds-server).
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 
@@ -29,6 +32,17 @@ pub trait TenantView: Send + Sync {
     fn trust_domain(&self) -> Option<&str> {
         None
     }
+
+    /// The cluster's pod address ranges, when known. A ServiceEntry endpoint address inside
+    /// them must be the address of a pod of the tenant; empty turns that check off.
+    fn pod_networks(&self) -> &[IpNet] {
+        &[]
+    }
+
+    /// Whether `address` is the address of a pod in one of the tenant's namespaces.
+    fn is_tenant_pod_address(&self, _address: IpAddr) -> bool {
+        false
+    }
 }
 
 /// A fixed membership: for tests and for the standalone (directory) mode.
@@ -44,6 +58,10 @@ pub struct StaticTenant {
     pub envoy_filter_policy: EnvoyFilterPolicy,
     /// The tenant's trust domain, when known.
     pub trust_domain: Option<String>,
+    /// The cluster's pod address ranges.
+    pub pod_networks: Vec<IpNet>,
+    /// Addresses of the tenant's pods.
+    pub pod_addresses: BTreeSet<IpAddr>,
 }
 
 impl StaticTenant {
@@ -59,7 +77,21 @@ impl StaticTenant {
             members: members.into_iter().map(Into::into).collect(),
             envoy_filter_policy: EnvoyFilterPolicy::default(),
             trust_domain: None,
+            pod_networks: Vec::new(),
+            pod_addresses: BTreeSet::new(),
         }
+    }
+
+    /// The same tenant in a cluster whose pods take addresses from `networks`, with its own
+    /// pods at `addresses`.
+    pub fn with_pods(
+        mut self,
+        networks: impl IntoIterator<Item = IpNet>,
+        addresses: impl IntoIterator<Item = IpAddr>,
+    ) -> Self {
+        self.pod_networks = networks.into_iter().collect();
+        self.pod_addresses = addresses.into_iter().collect();
+        self
     }
 
     /// The same tenant with another EnvoyFilter policy.
@@ -94,5 +126,13 @@ impl TenantView for StaticTenant {
 
     fn trust_domain(&self) -> Option<&str> {
         self.trust_domain.as_deref()
+    }
+
+    fn pod_networks(&self) -> &[IpNet] {
+        &self.pod_networks
+    }
+
+    fn is_tenant_pod_address(&self, address: IpAddr) -> bool {
+        self.pod_addresses.contains(&address)
     }
 }

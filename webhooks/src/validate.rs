@@ -5,6 +5,8 @@
 //! - `ServiceEntry.spec.exportTo` and `Sidecar.spec.egress[].hosts` may name only namespaces of
 //!   the tenant (members and the control namespace); `.`, `*` and `~` keep their meanings and
 //!   `*` means "every namespace of the tenant".
+//! - A `ServiceEntry` endpoint IP inside the cluster's pod network must be a pod of the tenant
+//!   (when the [`TenantView`] knows the pod network); the refusal names no other tenant or pod.
 //! - An `EnvoyFilter`'s reach is decided by where it lives: outside the control namespace it
 //!   applies to its own namespace's proxies only (the translator enforces that). The webhook
 //!   therefore rejects the Istio fields that select proxies by anything else (`targetRefs`,
@@ -146,6 +148,13 @@ pub enum ConfigViolation {
     /// A principal or namespace no peer of the tenant can have.
     #[error("{0}")]
     NeverAuthenticates(meshplane_crds::validation::authorization::ForeignReference),
+    /// A ServiceEntry endpoint inside the cluster's pod network that is no pod of the tenant.
+    #[error("{field}: {address} is in the cluster's pod network and is not the address of a pod of tenant {tenant:?}; ServiceEntry endpoints may only be pods of the tenant or addresses outside the pod network")]
+    ForeignPodAddress {
+        field: String,
+        address: String,
+        tenant: String,
+    },
     /// A value meshplane cannot apply yet.
     #[error("{field}: {reason}")]
     Unavailable { field: String, reason: &'static str },
@@ -194,6 +203,7 @@ pub fn validate_config(
                         EXPORT_TO_RULE,
                     );
                 }
+                check_endpoint_addresses(&mut violations, &se, view);
             }
             Err(e) => violations.push(e),
         },
@@ -383,6 +393,33 @@ fn push_semantic(
 }
 
 /// `.`, `*` and `~` are relative to the tenant; anything else must be a tenant namespace.
+/// A ServiceEntry endpoint address inside the cluster's pod network must be a pod of the
+/// tenant: any other address there is a pod of another tenant (or of no tenant), which the
+/// tenant's proxies could never authenticate. The refusal names neither the pod nor its
+/// tenant, and says the same whether or not a pod has the address now.
+fn check_endpoint_addresses(
+    violations: &mut Vec<ConfigViolation>,
+    se: &ServiceEntrySpec,
+    view: &dyn TenantView,
+) {
+    let networks = view.pod_networks();
+    if networks.is_empty() {
+        return;
+    }
+    for (i, endpoint) in se.endpoints.iter().enumerate() {
+        let Ok(address) = endpoint.address.parse::<std::net::IpAddr>() else {
+            continue;
+        };
+        if networks.iter().any(|n| n.contains(&address)) && !view.is_tenant_pod_address(address) {
+            violations.push(ConfigViolation::ForeignPodAddress {
+                field: format!("spec.endpoints[{i}].address"),
+                address: address.to_string(),
+                tenant: view.tenant().to_owned(),
+            });
+        }
+    }
+}
+
 fn check_namespace_ref(
     violations: &mut Vec<ConfigViolation>,
     view: &dyn TenantView,
@@ -654,6 +691,68 @@ mod tests {
                 Ok(())
             );
         }
+    }
+
+    fn blue_with_pods() -> StaticTenant {
+        blue().with_pods(
+            ["198.18.0.0/16".parse().expect("cidr")],
+            ["198.18.1.5".parse().expect("ip")],
+        )
+    }
+
+    fn endpoints(addresses: &[&str]) -> Value {
+        let endpoints: Vec<Value> = addresses.iter().map(|a| json!({"address": a})).collect();
+        json!({"spec": {"hosts": ["pods.example.com"], "location": "MESH_INTERNAL",
+            "resolution": "STATIC", "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+            "endpoints": endpoints}})
+    }
+
+    #[test]
+    fn endpoint_at_a_pod_address_outside_the_tenant_is_denied_without_naming_it() {
+        let se = endpoints(&["198.18.1.5", "198.18.2.9"]);
+        assert_eq!(
+            messages(validate_config(
+                ConfigKind::ServiceEntry,
+                &se,
+                &blue_with_pods()
+            )),
+            vec![
+                r#"spec.endpoints[1].address: 198.18.2.9 is in the cluster's pod network and is not the address of a pod of tenant "blue"; ServiceEntry endpoints may only be pods of the tenant or addresses outside the pod network"#
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoint_at_a_pod_address_of_the_tenant_is_admitted() {
+        let se = endpoints(&["198.18.1.5"]);
+        assert_eq!(
+            validate_config(ConfigKind::ServiceEntry, &se, &blue_with_pods()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn endpoints_outside_the_pod_network_and_hostnames_are_admitted() {
+        let mut se = endpoints(&["198.19.0.7", "127.0.0.1"]);
+        assert_eq!(
+            validate_config(ConfigKind::ServiceEntry, &se, &blue_with_pods()),
+            Ok(())
+        );
+        se["spec"]["resolution"] = json!("DNS");
+        se["spec"]["endpoints"] = json!([{"address": "api.example.com"}]);
+        assert_eq!(
+            validate_config(ConfigKind::ServiceEntry, &se, &blue_with_pods()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn endpoint_addresses_are_not_checked_without_a_known_pod_network() {
+        let se = endpoints(&["198.18.2.9"]);
+        assert_eq!(
+            validate_config(ConfigKind::ServiceEntry, &se, &blue()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn load_assignment(cluster_name: &str, endpoints: &[EndpointModel]) -> Clust
                 hostname: ep
                     .workload
                     .as_ref()
-                    .map(|(ns, name)| super::telemetry::endpoint_hostname(ns, name))
+                    .map(|(ns, name)| endpoint_hostname(ns, name))
                     .unwrap_or_default(),
                 ..Default::default()
             })),
@@ -323,4 +323,11 @@ pub fn original_dst_listener_filter() -> ListenerFilter {
         ))),
         ..Default::default()
     }
+}
+
+/// The EDS `hostname` of an endpoint whose pod belongs to workload `name` in `namespace`:
+/// `<name>.<namespace>`, which the clients' request metrics read (`%UPSTREAM_HOST_NAME%`)
+/// and the sidecar PodMonitor splits into `destination_workload` and its namespace.
+pub fn endpoint_hostname(namespace: &str, name: &str) -> String {
+    format!("{name}.{namespace}")
 }

@@ -131,13 +131,6 @@ fn metadata(key: &str, value: &str) -> Metadata {
     }
 }
 
-/// The EDS `hostname` of an endpoint whose pod belongs to workload `name` in `namespace`:
-/// `<name>.<namespace>`, which the clients' request metrics read (`%UPSTREAM_HOST_NAME%`)
-/// and the sidecar PodMonitor splits into `destination_workload` and its namespace.
-pub fn endpoint_hostname(namespace: &str, name: &str) -> String {
-    format!("{name}.{namespace}")
-}
-
 /// Messages of the same wire format as Envoy's, whose maps are encoded in sorted order.
 mod sorted {
     use envoy_types::pb::google::protobuf::Value;
