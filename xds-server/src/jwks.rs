@@ -517,7 +517,7 @@ mod tests {
         };
         assert_eq!(
             names(owned_statuses(all.clone(), Some(&scope(&["shop"], true)))),
-            ["a", "c"]
+            ["c", "a"]
         );
         assert_eq!(
             names(owned_statuses(all.clone(), Some(&scope(&["cart"], false)))),

@@ -295,7 +295,7 @@ mod tests {
         let none = BTreeMap::new();
         assert_eq!(
             names(&steps(&current, &old, &none)),
-            [("a".to_string(), true), ("c".to_string(), true)]
+            [("c".to_string(), true), ("a".to_string(), true)]
         );
         assert_eq!(
             names(&steps(&current, &new, &none)),
@@ -319,7 +319,7 @@ mod tests {
         let new_after = scope(&["cart", "shop"], false);
         assert_eq!(
             names(&steps(&current, &new_after, &none)),
-            [("a".to_string(), true), ("b".to_string(), true)]
+            [("b".to_string(), true), ("a".to_string(), true)]
         );
         // The release names the object and carries no status.
         let body = release_patch(&obj("shop", "a"));
