@@ -9,7 +9,13 @@
 //!   `istio_requests_total` for the call with Istio's labels, from both reporters, and
 //!   `istio_request_duration_milliseconds`; every panel of the workload dashboard
 //!   (`config/monitoring/grafana-workload-dashboard.json`) returns data.
+//! - Tracing: the revision declares an `opentelemetry` provider, a real OTLP/gRPC receiver
+//!   (`e2e/python/otlp_receiver.py`) in a pod of `shop`; a namespace Telemetry sampling 0%
+//!   sends it no span for calls from client to web, one sampling 100% sends it the spans of
+//!   both sidecars, named `client.shop` and `web.shop`.
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use meshplane_e2e::harness::{app_and_client, wait_for, Cluster, WEB_PORT};
@@ -32,6 +38,83 @@ spec:
   accessLogging:
     - providers: [{name: envoy}]
 "#;
+
+/// The port the OTLP receiver answers `GET /spans` on.
+const SPANS_PORT: u16 = 9411;
+
+/// The OTLP/gRPC receiver (not meshed) and its Service, whose `grpc-` port makes the sidecars
+/// export to it over HTTP/2.
+fn otlp_receiver() -> String {
+    let e2e = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = e2e.join("../.venv/bin/python");
+    let python = std::path::absolute(&python).unwrap_or(python);
+    let script = e2e.join("python/otlp_receiver.py");
+    let (python, script) = (python.display(), script.display());
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: otel-collector, namespace: shop}}
+spec:
+  selector: {{app: otel-collector}}
+  ports: [{{name: grpc-otlp, port: 4317, targetPort: 4317}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: otel-collector, namespace: shop, labels: {{app: otel-collector, sidecar.meshplane.io/inject: "false"}}}}
+spec:
+  containers:
+    - name: receiver
+      image: example.com/otlp:1
+      command: ["{python}", "{script}", "--port", "4317", "--listen", "{SPANS_PORT}"]
+      ports: [{{name: grpc-otlp, containerPort: 4317}}, {{name: http, containerPort: {SPANS_PORT}}}]
+"#
+    )
+}
+
+/// The namespace's tracing: every workload of shop to the `otel` provider at `percent`, with a
+/// custom tag that shows which of these settings a sidecar has.
+fn shop_tracing(percent: u32) -> String {
+    format!(
+        r#"
+apiVersion: telemetry.meshplane.io/v1alpha1
+kind: Telemetry
+metadata: {{name: tracing, namespace: shop}}
+spec:
+  tracing:
+    - providers: [{{name: otel}}]
+      randomSamplingPercentage: {percent}
+      customTags:
+        sampling: {{literal: {{value: "sampled-{percent}-percent"}}}}
+"#
+    )
+}
+
+/// The spans the receiver holds whose attributes mention `needle`.
+async fn spans_with(
+    receiver: &meshplane_e2e::reach::InPod,
+    needle: &str,
+) -> Result<Vec<Value>, String> {
+    let reply = receiver
+        .http_get_at(
+            SocketAddr::from((receiver.ip(), SPANS_PORT)),
+            "localhost",
+            "/spans",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if reply.status != 200 {
+        return Err(format!("{reply:?}"));
+    }
+    let body: Value = serde_json::from_str(&reply.body).map_err(|e| e.to_string())?;
+    Ok(body["spans"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s["attributes"].to_string().contains(needle))
+        .collect())
+}
 
 /// The sidecar PodMonitor's `metricRelabelings` as Prometheus `metric_relabel_configs`.
 fn sidecar_metric_relabelings() -> Value {
@@ -110,13 +193,19 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
             "--type",
             "merge",
             "-p",
-            r#"{"spec":{"meshConfig":{"accessLogging":{"enabled":false,"encoding":"JSON"}}}}"#,
+            r#"{"spec":{"meshConfig":{"accessLogging":{"enabled":false,"encoding":"JSON"},"extensionProviders":[{"name":"otel","opentelemetry":{"service":"otel-collector.shop.svc.cluster.local","port":4317}}]}}}"#,
         ])
-        .expect("patch blue's access logging");
+        .expect("patch blue's access logging and tracing provider");
     cluster.apply_manifest(WEB_LOGS).expect("web's Telemetry");
     cluster
         .apply_manifest(&app_and_client("shop"))
         .expect("workloads");
+    cluster
+        .apply_manifest(&otlp_receiver())
+        .expect("the OTLP receiver");
+    cluster
+        .apply_manifest(&shop_tracing(0))
+        .expect("shop's tracing at 0%");
     let web = cluster
         .wait_for_ready_pods("shop", "app=web", 1, DEADLINE)
         .await
@@ -130,19 +219,21 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
     let web_name = web.metadata.name.clone().unwrap_or_default();
     let client_name = client.metadata.name.clone().unwrap_or_default();
 
-    // The instance accepts the Telemetry.
-    wait_for("web-logs Accepted=True", DEADLINE, || async {
-        let out = cluster
-            .kubectl(&["get", "telemetry", "-n", "shop", "web-logs", "-o", "json"])
-            .map_err(|e| e.to_string())?;
-        let object: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
-        match meshplane_e2e::harness::condition_status(&object, "Accepted").as_deref() {
-            Some("True") => Ok(Some(())),
-            _ => Err(format!("status: {}", object["status"])),
-        }
-    })
-    .await
-    .expect("Telemetry accepted");
+    // The instance accepts the Telemetries (the tracing one: its provider resolves).
+    for name in ["web-logs", "tracing"] {
+        wait_for(&format!("{name} Accepted=True"), DEADLINE, || async {
+            let out = cluster
+                .kubectl(&["get", "telemetry", "-n", "shop", name, "-o", "json"])
+                .map_err(|e| e.to_string())?;
+            let object: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            match meshplane_e2e::harness::condition_status(&object, "Accepted").as_deref() {
+                Some("True") => Ok(Some(())),
+                _ => Err(format!("status: {}", object["status"])),
+            }
+        })
+        .await
+        .expect("Telemetry accepted");
+    }
 
     if cluster.network().is_none() {
         eprintln!(
@@ -308,5 +399,83 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
     );
     drop(prometheus);
     let _ = std::fs::remove_dir_all(&work);
+
+    // Tracing. At 0% (the tracer and the tag are on both sidecars): calls leave no span.
+    let receiver_pod = cluster
+        .wait_for_ready_pods("shop", "app=otel-collector", 1, DEADLINE)
+        .await
+        .expect("receiver Ready")[0]
+        .clone();
+    let receiver = cluster
+        .in_pod(
+            "shop",
+            receiver_pod.metadata.name.as_deref().unwrap_or_default(),
+        )
+        .expect("receiver pod");
+    let server = cluster.in_pod("shop", &web_name).expect("web pod");
+    for (name, pod) in [("client", &caller), ("web", &server)] {
+        wait_for(
+            &format!("the 0% tracer on {name}'s sidecar"),
+            DEADLINE,
+            || async {
+                let dump = pod
+                    .envoy_admin("/config_dump?resource=dynamic_listeners")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (dump.contains("envoy.tracers.opentelemetry") && dump.contains("sampled-0-percent"))
+                    .then_some(Some(()))
+                    .ok_or_else(|| "not yet".to_owned())
+            },
+        )
+        .await
+        .expect("the tracer reaches the sidecar");
+    }
+    let unsampled = format!("http://web.shop.svc.cluster.local:{WEB_PORT}/trace-probe-unsampled");
+    for _ in 0..20 {
+        let reply = caller.http_get(&unsampled).await.expect("call");
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    // At 100%: a call leaves the spans of both sidecars. The earlier calls' spans, had there
+    // been any, would have been exported before these.
+    cluster
+        .apply_manifest(&shop_tracing(100))
+        .expect("shop's tracing at 100%");
+    let sampled = format!("http://web.shop.svc.cluster.local:{WEB_PORT}/trace-probe-sampled");
+    let spans = wait_for("spans of client and web", DEADLINE, || async {
+        let _ = caller.http_get(&sampled).await;
+        let spans = spans_with(&receiver, "trace-probe-sampled").await?;
+        let services: Vec<&str> = spans
+            .iter()
+            .filter_map(|s| s["service_name"].as_str())
+            .collect();
+        if services.contains(&"client.shop") && services.contains(&"web.shop") {
+            Ok(Some(spans.clone()))
+        } else {
+            Err(format!("services so far: {services:?}"))
+        }
+    })
+    .await
+    .expect("spans reach the receiver");
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["attributes"]["sampling"] == "sampled-100-percent"),
+        "the custom tag: {spans:?}"
+    );
+    // One trace: web's span continues client's.
+    let client_span = spans
+        .iter()
+        .find(|s| s["service_name"] == "client.shop")
+        .expect("client's span");
+    assert!(
+        spans
+            .iter()
+            .any(|s| s["service_name"] == "web.shop" && s["trace_id"] == client_span["trace_id"]),
+        "one trace: {spans:?}"
+    );
+    let none = spans_with(&receiver, "trace-probe-unsampled")
+        .await
+        .expect("spans");
+    assert!(none.is_empty(), "spans of calls sampled at 0%: {none:?}");
     eprintln!("telemetry scenario took {:?}", started.elapsed());
 }

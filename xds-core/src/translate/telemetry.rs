@@ -47,12 +47,23 @@ use meshplane_crds::telemetry::{
     self, Defaults, EffectiveMetrics, EffectiveTelemetry, LogSink, Side, Telemetry, ENVOY_PROVIDER,
     PROMETHEUS_PROVIDER,
 };
+use envoy_types::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, TargetSpecifier};
+use envoy_types::pb::envoy::config::core::v3::GrpcService;
+use envoy_types::pb::envoy::config::trace::v3::tracing::http::ConfigType as TracerConfig;
+use envoy_types::pb::envoy::config::trace::v3::tracing::Http as TracerProvider;
+use envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing as HcmTracing;
+use envoy_types::pb::envoy::r#type::tracing::v3::{custom_tag, CustomTag as EnvoyCustomTag};
+use envoy_types::pb::envoy::r#type::v3::Percent;
+use meshplane_crds::providers::{parse_service, OpenTelemetryProvider, ProviderKind};
+use meshplane_crds::telemetry::{CustomTag, EffectiveTracing};
 use prost::{Message, Name};
 
+use super::cluster_id::HostPort;
 use super::cluster_id::OutboundCluster;
 use super::envoy::filter_name::{HTTP_CONNECTION_MANAGER, TCP_PROXY};
 use super::finding::Finding;
-use super::registry::{Registry, ServiceSource};
+use super::registry::{Registry, ServiceModel, ServiceSource};
 use super::Translated;
 use crate::model::{ProxyKind, ProxyNode};
 
@@ -203,6 +214,7 @@ pub struct TelemetryKey {
     applied: Vec<(Option<String>, Option<String>)>,
     service_account: Option<String>,
     inbound_services: BTreeMap<u32, InboundService>,
+    tracing_service: Option<String>,
 }
 
 /// The Service a workload serves on one port: (hostname, name, namespace).
@@ -217,7 +229,210 @@ pub fn key(registry: &Registry, node: &ProxyNode) -> TelemetryKey {
             .collect(),
         service_account: node.service_account.clone(),
         inbound_services: inbound_services(registry, node),
+        tracing_service: {
+            let eff = effective_for(registry, node);
+            Side::BOTH
+                .iter()
+                .any(|side| tracer_of(registry, eff.tracing(*side)).is_some())
+                .then(|| tracing_service_name(node))
+        },
     }
+}
+
+/// An `opentelemetry` provider of the tenant, resolved to the cluster of its host and port.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tracer<'a> {
+    /// Its name in `meshConfig.extensionProviders`.
+    pub name: String,
+    /// Its settings.
+    pub settings: &'a OpenTelemetryProvider,
+    /// The host its service names in the registry.
+    pub service: &'a ServiceModel,
+    /// Its port.
+    pub port: u32,
+}
+
+impl Tracer<'_> {
+    /// The outbound cluster the proxy exports spans through.
+    pub fn cluster(&self) -> String {
+        HostPort::new(&self.service.hostname, self.port).cluster_name()
+    }
+}
+
+/// Resolves tracing provider `name` in the tenant's mesh config and registry, as external
+/// authorizers are: an `opentelemetry` provider whose `service` is a host of the tenant's
+/// registry with that port. `Err` says why it cannot be used.
+pub fn resolve_tracer<'a>(registry: &'a Registry, name: &str) -> Result<Tracer<'a>, String> {
+    let Some(provider) = registry.mesh_config.extension_provider(name) else {
+        return Err(format!(
+            "no extension provider {name:?} is declared in the revision's meshConfig.extensionProviders"
+        ));
+    };
+    let settings = match provider.kind() {
+        Some(ProviderKind::OpenTelemetry(o)) => o,
+        Some(other) => {
+            return Err(format!(
+                "extension provider {name:?} is of kind {}, not a tracing provider (opentelemetry)",
+                other.field()
+            ))
+        }
+        None => return Err(format!("extension provider {name:?} is invalid")),
+    };
+    if settings.http.is_some() {
+        return Err(format!(
+            "extension provider {name:?} exports over HTTP; meshplane exports spans over gRPC (leave `http` out)"
+        ));
+    }
+    let parsed = parse_service(&settings.service, "service")
+        .map_err(|e| format!("extension provider {name:?}: {e}"))?;
+    let found = registry.services_named(&parsed.host).find(|s| {
+        parsed
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| s.namespace == ns)
+    });
+    let Some(service) = found else {
+        return Err(format!(
+            "extension provider {name:?} names {:?}, which is no Service or ServiceEntry host of the tenant",
+            settings.service
+        ));
+    };
+    if !service.ports.iter().any(|p| p.port == settings.port) {
+        return Err(format!(
+            "extension provider {name:?}: {} has no port {}",
+            service.hostname, settings.port
+        ));
+    }
+    Ok(Tracer {
+        name: name.to_string(),
+        settings,
+        service,
+        port: settings.port,
+    })
+}
+
+/// The name of the tracing provider of one side: the one the Telemetries name, else the
+/// revision's `meshConfig.defaultProviders.tracing` (Istio's default), else none.
+pub fn tracing_provider<'a>(
+    registry: &'a Registry,
+    tracing: &'a EffectiveTracing,
+) -> Option<&'a str> {
+    tracing.provider.as_deref().or_else(|| {
+        registry
+            .mesh_config
+            .default_providers
+            .as_ref()
+            .and_then(|d| d.tracing.first())
+            .map(String::as_str)
+    })
+}
+
+/// The tracer of one side, when it has a provider that resolves.
+pub fn tracer_of<'a>(registry: &'a Registry, tracing: &'a EffectiveTracing) -> Option<Tracer<'a>> {
+    resolve_tracer(registry, tracing_provider(registry, tracing)?).ok()
+}
+
+/// The tracers of both sides of the proxy that resolve, by cluster (for the clusters the
+/// proxy needs whatever its outbound scope).
+pub fn tracers<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<Tracer<'a>> {
+    let eff = effective_for(registry, node);
+    let mut out: Vec<Tracer<'a>> = Vec::new();
+    for side in Side::BOTH {
+        let Some(name) = tracing_provider(registry, eff.tracing(side)) else {
+            continue;
+        };
+        if let Ok(t) = resolve_tracer(registry, name) {
+            if !out.iter().any(|o| o.cluster() == t.cluster()) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// The `service.name` of the proxy's spans, as Istio names it: the workload's canonical
+/// name (label `service.istio.io/canonical-name`, else `app.kubernetes.io/name`, else `app`,
+/// else the pod's name) and its namespace, `<name>.<namespace>`.
+pub fn tracing_service_name(node: &ProxyNode) -> String {
+    let name = [
+        "service.istio.io/canonical-name",
+        "app.kubernetes.io/name",
+        "app",
+    ]
+    .iter()
+    .find_map(|k| node.labels.get(*k).filter(|v| !v.is_empty()))
+    .cloned()
+    .or_else(|| node.pod_name.clone())
+    .unwrap_or_else(|| "unknown".to_string());
+    format!("{name}.{}", node.namespace)
+}
+
+fn custom_tag(tag: &str, value: &CustomTag) -> Option<EnvoyCustomTag> {
+    let r#type = if let Some(l) = &value.literal {
+        custom_tag::Type::Literal(custom_tag::Literal {
+            value: l.value.clone(),
+        })
+    } else if let Some(e) = &value.environment {
+        custom_tag::Type::Environment(custom_tag::Environment {
+            name: e.name.clone(),
+            default_value: e.default_value.clone().unwrap_or_default(),
+        })
+    } else if let Some(h) = &value.header {
+        custom_tag::Type::RequestHeader(custom_tag::Header {
+            name: h.name.clone(),
+            default_value: h.default_value.clone().unwrap_or_default(),
+        })
+    } else {
+        return None;
+    };
+    Some(EnvoyCustomTag {
+        tag: tag.to_string(),
+        r#type: Some(r#type),
+    })
+}
+
+/// The HTTP connection manager's tracing of one side, or `None` when the side has no tracing
+/// provider that resolves. As Istio: `randomSamplingPercentage` is Envoy's random sampling,
+/// client and overall sampling stay 100%; `disableSpanReporting` keeps the tracing settings
+/// (request ids, context propagation) without a tracer; custom tags in tag-name order.
+pub fn hcm_tracing(
+    registry: &Registry,
+    node: &ProxyNode,
+    tracing: &EffectiveTracing,
+) -> Option<HcmTracing> {
+    let tracer = tracer_of(registry, tracing)?;
+    let provider = (!tracing.disable_span_reporting).then(|| TracerProvider {
+        name: "envoy.tracers.opentelemetry".to_string(),
+        config_type: Some(TracerConfig::TypedConfig(pack_any(OpenTelemetryConfig {
+            grpc_service: Some(GrpcService {
+                target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                    cluster_name: tracer.cluster(),
+                    authority: format!("{}:{}", tracer.service.hostname, tracer.port),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            service_name: tracing_service_name(node),
+            ..Default::default()
+        }))),
+    });
+    let percent = |value: f64| Some(Percent { value });
+    Some(HcmTracing {
+        client_sampling: percent(100.0),
+        random_sampling: percent(tracing.sampling),
+        overall_sampling: percent(100.0),
+        max_path_tag_length: tracer
+            .settings
+            .max_tag_length
+            .map(|value| envoy_types::pb::google::protobuf::UInt32Value { value }),
+        custom_tags: tracing
+            .custom_tags
+            .iter()
+            .filter_map(|(k, v)| custom_tag(k, v))
+            .collect(),
+        provider,
+        ..Default::default()
+    })
 }
 
 /// Which side of the workload a connection manager or TCP proxy serves, by its stat prefix
@@ -470,6 +685,9 @@ fn add_to_filter(registry: &Registry, node: &ProxyNode, eff: &EffectiveTelemetry
         if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
             let side = side_of(&hcm.stat_prefix);
             hcm.access_log.extend(logs(side));
+            if let Some(tracing) = hcm_tracing(registry, node, eff.tracing(side)) {
+                hcm.tracing = Some(tracing);
+            }
             if node.kind != ProxyKind::Grpc {
                 let labels = metric_labels(registry, node, side, inbound_port(&hcm.stat_prefix));
                 hcm.access_log
@@ -547,13 +765,12 @@ pub fn diagnose(registry: &Registry, t: &Telemetry) -> Vec<Finding> {
     }
     for (i, tr) in t.spec.tracing.iter().enumerate() {
         if let Some(p) = tr.providers.first() {
-            findings.push(Finding {
-                reason: "ProviderNotFound",
-                message: format!(
-                    "spec.tracing[{i}]: provider {:?} is not an opentelemetry provider of the revision's meshConfig.extensionProviders",
-                    p.name
-                ),
-            });
+            if let Err(why) = resolve_tracer(registry, &p.name) {
+                findings.push(Finding {
+                    reason: "ProviderNotFound",
+                    message: format!("spec.tracing[{i}]: {why}"),
+                });
+            }
         }
     }
     let selectorless = |x: &Telemetry| {
