@@ -24,6 +24,11 @@ pub const MESH_CONFIG: &str = "meshConfig";
 /// Key of the ingress gateways the revision runs (JSON list: name, namespace, pod labels,
 /// trusted namespaces); absent means none.
 pub const GATEWAYS: &str = "gateways";
+/// Key present, `"true"`, on exactly one revision of a tenant (its oldest active revision): the
+/// one that writes the status of config in the control namespace (tenant-wide config). Config
+/// in a member namespace has its status written by the revision the namespace is attached to,
+/// so every object has one status writer and two revisions never take turns on it.
+pub const STATUS_WRITER: &str = "statusWriter";
 
 /// Name of the members ConfigMap of `revision`.
 pub fn configmap_name(revision: &str) -> String {
@@ -43,6 +48,8 @@ pub struct MembersData {
     pub mesh_config: Option<String>,
     /// The revision's gateways as JSON, when it runs any (its type belongs to the API crate).
     pub gateways: Option<String>,
+    /// Whether this revision writes the status of the control namespace's config.
+    pub status_writer: bool,
 }
 
 fn lines(set: &BTreeSet<String>) -> String {
@@ -82,6 +89,9 @@ impl MembersData {
         if let Some(gw) = &self.gateways {
             data.insert(GATEWAYS.to_string(), gw.clone());
         }
+        if self.status_writer {
+            data.insert(STATUS_WRITER.to_string(), "true".to_string());
+        }
         data
     }
 
@@ -100,7 +110,19 @@ impl MembersData {
             tags: parse_lines(data, TAGS)?.unwrap_or_default(),
             mesh_config: data.get(MESH_CONFIG).cloned(),
             gateways: data.get(GATEWAYS).cloned(),
+            status_writer: data.get(STATUS_WRITER).is_some_and(|v| v.trim() == "true"),
         })
+    }
+
+    /// Whether this revision writes the status (conditions, key fetch status) of config in
+    /// `namespace`: a namespace attached to it, or the control namespace when it is the
+    /// tenant's status writer. Exactly one revision of a tenant answers yes for each namespace.
+    pub fn writes_status_of(&self, namespace: &str, control_namespace: &str) -> bool {
+        if namespace == control_namespace {
+            self.status_writer
+        } else {
+            self.attached.contains(namespace)
+        }
     }
 }
 
@@ -120,9 +142,11 @@ mod tests {
             tags: BTreeSet::new(),
             mesh_config: Some(r#"{"outboundTrafficPolicy":"REGISTRY_ONLY"}"#.into()),
             gateways: Some(r#"[{"name":"edge","namespace":"shop","labels":{}}]"#.into()),
+            status_writer: true,
         };
         let written = data.to_data();
         assert_eq!(written[MEMBERS], "bank\nshop\n");
+        assert_eq!(written[STATUS_WRITER], "true");
         assert_eq!(written[TAGS], "");
         assert_eq!(MembersData::from_data(&written), Ok(data));
     }
@@ -140,5 +164,32 @@ mod tests {
             MembersData::from_data(&data).map(|d| d.members),
             Ok(set(&["bank", "shop"]))
         );
+    }
+
+    #[test]
+    fn status_of_each_namespace_has_one_writer() {
+        let old = MembersData {
+            members: set(&["shop", "cart"]),
+            attached: set(&["shop"]),
+            status_writer: true,
+            ..Default::default()
+        };
+        let new = MembersData {
+            members: set(&["shop", "cart"]),
+            attached: set(&["cart"]),
+            ..Default::default()
+        };
+        for (ns, want_old) in [("shop", true), ("cart", false), ("meshplane-blue", true)] {
+            assert_eq!(old.writes_status_of(ns, "meshplane-blue"), want_old, "{ns}");
+            assert_eq!(
+                new.writes_status_of(ns, "meshplane-blue"),
+                !want_old,
+                "{ns}"
+            );
+        }
+        // Not a writer unless the key says so; an absent key reads as not the writer.
+        assert!(!new.to_data().contains_key(STATUS_WRITER));
+        assert!(!MembersData::from_data(&new.to_data()).is_ok_and(|d| d.status_writer));
+        assert_eq!(MembersData::from_data(&old.to_data()), Ok(old));
     }
 }

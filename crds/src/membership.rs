@@ -511,6 +511,10 @@ pub struct TenantMembership {
     pub revisions: BTreeSet<String>,
     /// Union of the attached namespaces of its revisions.
     pub members: BTreeSet<String>,
+    /// The revision that writes the status of the control namespace's config (contract 2,
+    /// `statusWriter`): its oldest active revision, then the first by name, so a canary's new
+    /// revision never takes it over while the old one runs.
+    pub status_writer: String,
 }
 
 /// Where a tag resolves.
@@ -559,6 +563,14 @@ impl Membership {
             .iter()
             .filter(|c| c.tag() == Some(name))
             .collect()
+    }
+
+    /// Whether `revision` writes the status of its tenant's control-namespace config.
+    pub fn is_status_writer(&self, revision: &str) -> bool {
+        self.revisions
+            .get(revision)
+            .and_then(|r| self.tenants.get(&r.tenant))
+            .is_some_and(|t| t.status_writer == revision)
     }
 
     /// Member namespaces of `tenant` (empty for an unknown tenant).
@@ -656,6 +668,9 @@ pub fn compute(
         tenant.control_namespace = cp.control_namespace.clone();
         tenant.trust_domain = cp.trust_domain.clone();
         tenant.revisions.insert(cp.revision.clone());
+        if tenant.status_writer.is_empty() {
+            tenant.status_writer = cp.revision.clone();
+        }
         selectors.insert(cp.revision.clone(), selector);
         out.revisions.insert(
             cp.revision.clone(),
@@ -922,6 +937,35 @@ mod tests {
         assert_eq!(m.tags["blue-stable"].tenant.as_deref(), Some("blue"));
         assert_eq!(m.tags["blue-stable"].namespaces, set(&["shop"]));
         assert!(m.rejected.is_empty());
+    }
+
+    #[test]
+    fn one_status_writer_per_tenant_the_oldest_active_revision() {
+        // The canary's new revision, attached namespaces or not, never takes it over.
+        let m = compute(&[ns("cart", "blue-v2")], &blue_green(), &[]);
+        assert_eq!(m.tenants["blue"].status_writer, "blue-v1");
+        assert!(m.is_status_writer("blue-v1"));
+        assert!(!m.is_status_writer("blue-v2"));
+        assert!(m.is_status_writer("green"));
+        assert!(!m.is_status_writer("unknown"));
+        // Whatever the input order: the same writer.
+        let mut reversed = blue_green();
+        reversed.reverse();
+        assert_eq!(
+            compute(&[], &reversed, &[]).tenants["blue"].status_writer,
+            "blue-v1"
+        );
+        // Same age: the first by name. The old revision gone: the next oldest takes over.
+        let twins = [
+            cp("blue-b", "blue", "blue-b", 5),
+            cp("blue-a", "blue", "blue-a", 5),
+        ];
+        assert_eq!(
+            compute(&[], &twins, &[]).tenants["blue"].status_writer,
+            "blue-a"
+        );
+        let after = compute(&[], &blue_green()[1..], &[]);
+        assert_eq!(after.tenants["blue"].status_writer, "blue-v2");
     }
 
     #[test]

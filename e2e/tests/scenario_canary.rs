@@ -129,6 +129,8 @@ async fn canary_tag_move_and_rollback_leave_green_untouched() {
     .await
     .expect("canary injection");
 
+    one_status_writer_per_object(&cluster).await;
+
     // Promote: shop follows the tag again, and the tag points at blue-v2.
     cluster
         .kubectl(&[
@@ -200,6 +202,167 @@ async fn canary_tag_move_and_rollback_leave_green_untouched() {
         "green's objects are unchanged by blue's canary"
     );
     eprintln!("scenario canary took {:?}", started.elapsed());
+}
+
+/// blue-v2 declares an external authorizer that blue-v1 does not: blue-v2 accepts a CUSTOM
+/// policy in shop (attached to blue-v2), blue-v1 would refuse it. The policy's condition is
+/// blue-v2's verdict and only blue-v2 writes it, through several verdict rounds of both
+/// instances; config in the control namespace has its status written by blue-v1 (the tenant's
+/// status writer) alone.
+async fn one_status_writer_per_object(cluster: &Cluster) {
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "blue-v2",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"meshConfig":{"extensionProviders":[{"name":"authz","envoyExtAuthzHttp":{"service":"authz.shop.svc.cluster.local","port":8000}}]}}}"#,
+        ])
+        .expect("a provider on blue-v2 only");
+    let get = |kind: &str, ns: &str, name: &str, path: &str| {
+        cluster
+            .kubectl(&[
+                "get",
+                kind,
+                name,
+                "-n",
+                ns,
+                "-o",
+                &format!("jsonpath={path}"),
+            ])
+            .map(|s| s.trim().to_string())
+            .map_err(|e| e.to_string())
+    };
+    const ACCEPTED: &str = "{.status.conditions[?(@.type==\"Accepted\")].status}";
+    for round in 0..3 {
+        cluster
+            .apply_manifest(&format!(
+                r#"apiVersion: v1
+kind: Service
+metadata: {{name: authz, namespace: shop}}
+spec:
+  selector: {{app: authz}}
+  ports: [{{name: http, port: 8000, targetPort: 8000}}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {{name: canary-ext, namespace: shop}}
+spec:
+  selector: {{matchLabels: {{app: web}}}}
+  action: CUSTOM
+  provider: {{name: authz}}
+  rules:
+    - to: [{{operation: {{paths: [/round-{round}*]}}}}]
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: VirtualService
+metadata: {{name: round-{round}, namespace: meshplane-blue}}
+spec:
+  hosts: [round-{round}.example.com]
+  http:
+    - route: [{{destination: {{host: round-{round}.example.com}}}}]
+"#
+            ))
+            .expect("policy and tenant-wide config");
+        let generation = get(
+            "authorizationpolicy",
+            "shop",
+            "canary-ext",
+            "{.metadata.generation}",
+        )
+        .expect("policy");
+        // blue-v2's verdict for this generation.
+        let version = wait_for(
+            &format!("round {round}: the policy judged by blue-v2"),
+            DEADLINE,
+            || async {
+                let status = get("authorizationpolicy", "shop", "canary-ext", ACCEPTED)?;
+                let observed = get(
+                    "authorizationpolicy",
+                    "shop",
+                    "canary-ext",
+                    "{.status.observedGeneration}",
+                )?;
+                (status == "True" && observed == generation)
+                    .then(|| {
+                        get(
+                            "authorizationpolicy",
+                            "shop",
+                            "canary-ext",
+                            "{.metadata.resourceVersion}",
+                        )
+                    })
+                    .transpose()
+                    .map_err(|e| e.to_string())?
+                    .map(Some)
+                    .ok_or(format!("Accepted={status} at generation {observed}"))
+            },
+        )
+        .await
+        .expect("blue-v2's verdict");
+        // blue-v1 went through a verdict round since: it wrote the tenant-wide object.
+        wait_for(
+            &format!("round {round}: tenant-wide config judged by blue-v1"),
+            DEADLINE,
+            || async {
+                let status = get(
+                    "virtualservice",
+                    "meshplane-blue",
+                    &format!("round-{round}"),
+                    ACCEPTED,
+                )?;
+                (!status.is_empty())
+                    .then_some(Some(()))
+                    .ok_or("no condition yet".to_string())
+            },
+        )
+        .await
+        .expect("blue-v1's verdict");
+        let managers = get(
+            "virtualservice",
+            "meshplane-blue",
+            &format!("round-{round}"),
+            "{.metadata.managedFields[*].manager}",
+        )
+        .expect("managers");
+        assert!(
+            managers.contains("meshplane-xds/blue-v1")
+                && !managers.contains("meshplane-xds/blue-v2"),
+            "tenant-wide config has one status writer: {managers}"
+        );
+        assert_eq!(
+            get("authorizationpolicy", "shop", "canary-ext", ACCEPTED).as_deref(),
+            Ok("True"),
+            "blue-v1 never overwrote blue-v2's verdict"
+        );
+        assert_eq!(
+            get(
+                "authorizationpolicy",
+                "shop",
+                "canary-ext",
+                "{.metadata.resourceVersion}"
+            ),
+            Ok(version),
+            "nothing wrote the policy's status since"
+        );
+        let managers = get(
+            "authorizationpolicy",
+            "shop",
+            "canary-ext",
+            "{.metadata.managedFields[*].manager}",
+        )
+        .expect("managers");
+        assert!(
+            !managers.contains("meshplane-xds/blue-v1"),
+            "only the attached revision writes the policy's status: {managers}"
+        );
+    }
+    // The canary's objects leave with it: the tag move below sends shop back to blue-v1.
+    cluster
+        .kubectl(&["delete", "authorizationpolicy", "canary-ext", "-n", "shop"])
+        .expect("policy deleted");
 }
 
 fn rand_suffix() -> String {

@@ -185,6 +185,7 @@ fn render_of(cp: &MeshControlPlane, m: &Membership) -> Vec<DesiredObject> {
         control_plane: cp,
         revision: rev,
         tenant_members: &members,
+        status_writer: m.is_status_writer(&cp.revision()),
         tls: &WebhookTls {
             ca_bundle_pem: String::new(),
             cert_pem: String::new(),

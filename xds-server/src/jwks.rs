@@ -18,13 +18,17 @@
 //!   followed; a body is read up to [`MAX_BODY`].
 //! - Kubernetes mode: each RequestAuthentication's `status.jwks` says, per rule, when its key
 //!   set was last fetched, the key ids and the error if the last fetch failed (server-side
-//!   apply under field manager `meshplane-xds/<revision>/jwks`, only when it changes).
+//!   apply under field manager `meshplane-xds/<revision>/jwks`, only when it changes). Every
+//!   revision of the tenant fetches for its own proxies, but only the revision that owns the
+//!   object's status writes it (contract 2, [`StatusScope`]), so two revisions' fetch times
+//!   never take turns on it; a revision whose namespace moved away releases what it wrote.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::source_kube::StatusScope;
 use meshplane_crds::security::request_authentication::{
     key_set_ids, restricted_fetch_address, JwksFetchStatus, JwksUrl, OIDC_DISCOVERY_PATH,
 };
@@ -296,19 +300,43 @@ fn statuses(
 pub struct StatusWriter {
     pub client: kube::Client,
     pub revision: String,
+    /// The namespaces whose objects' status this revision writes.
+    pub scope: watch::Receiver<Option<StatusScope>>,
+}
+
+/// The `status.jwks` this revision writes: of the objects in namespaces `scope` owns (none
+/// before the members ConfigMap was read).
+pub fn owned_statuses(
+    all: BTreeMap<(String, String), Vec<JwksFetchStatus>>,
+    scope: Option<&StatusScope>,
+) -> BTreeMap<(String, String), Vec<JwksFetchStatus>> {
+    let Some(scope) = scope else {
+        return BTreeMap::new();
+    };
+    all.into_iter()
+        .filter(|((ns, _), _)| scope.owns(ns))
+        .collect()
 }
 
 impl StatusWriter {
-    async fn write(&self, ns: &str, name: &str, jwks: &[JwksFetchStatus]) -> kube::Result<()> {
+    /// Applies `jwks` as the object's `status.jwks`; `None` releases what this revision wrote.
+    async fn write(
+        &self,
+        ns: &str,
+        name: &str,
+        jwks: Option<&[JwksFetchStatus]>,
+    ) -> kube::Result<()> {
         use kube::api::{Patch, PatchParams};
         let api: kube::Api<meshplane_crds::RequestAuthentication> =
             kube::Api::namespaced(self.client.clone(), ns);
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "apiVersion": "security.meshplane.io/v1alpha1",
             "kind": "RequestAuthentication",
             "metadata": {"name": name, "namespace": ns},
-            "status": {"jwks": jwks},
         });
+        if let Some(jwks) = jwks {
+            body["status"] = serde_json::json!({"jwks": jwks});
+        }
         api.patch_status(
             name,
             &PatchParams::apply(&format!("meshplane-xds/{}/jwks", self.revision)).force(),
@@ -323,7 +351,7 @@ impl StatusWriter {
 pub async fn run(
     mut plan: watch::Receiver<Arc<JwksPlan>>,
     events: mpsc::Sender<SourceEvent>,
-    status: Option<StatusWriter>,
+    mut status: Option<StatusWriter>,
 ) {
     let mut fetched: BTreeMap<String, Fetched> = BTreeMap::new();
     let mut sent: Option<BTreeMap<String, FetchedKeys>> = None;
@@ -385,14 +413,34 @@ pub async fn run(
             }
             sent = Some(keys);
         }
-        if let Some(writer) = &status {
-            let next = statuses(&current, &fetched);
+        if let Some(writer) = status.as_mut() {
+            let scope = writer.scope.borrow_and_update().clone();
+            let next = owned_statuses(statuses(&current, &fetched), scope.as_ref());
             let mut failed = BTreeSet::new();
+            // Objects written before and owned no more (their namespace moved to another
+            // revision): released, so the owner's status stays alone.
+            let lost: Vec<(String, String)> = written
+                .keys()
+                .filter(|k| !next.contains_key(*k) && scope.as_ref().is_some_and(|s| !s.owns(&k.0)))
+                .cloned()
+                .collect();
+            for (ns, name) in lost {
+                match writer.write(&ns, &name, None).await {
+                    Ok(()) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => {
+                        tracing::warn!(namespace = %ns, name = %name, error = %e, "cannot release the key fetch status");
+                        // Kept: released again on the next round.
+                        continue;
+                    }
+                }
+                written.remove(&(ns, name));
+            }
             for ((ns, name), jwks) in &next {
                 if written.get(&(ns.clone(), name.clone())) == Some(jwks) {
                     continue;
                 }
-                match writer.write(ns, name, jwks).await {
+                match writer.write(ns, name, Some(jwks)).await {
                     Ok(()) => {
                         written.insert((ns.clone(), name.clone()), jwks.clone());
                     }
@@ -403,7 +451,10 @@ pub async fn run(
                     }
                 }
             }
-            written.retain(|k, _| next.contains_key(k) && !failed.contains(k));
+            written.retain(|k, _| {
+                (next.contains_key(k) && !failed.contains(k))
+                    || scope.as_ref().is_some_and(|s| !s.owns(&k.0))
+            });
         }
         let wake = fetched
             .values()
@@ -417,6 +468,17 @@ pub async fn run(
                 }
             }
             _ = tokio::time::sleep_until(wake) => {}
+            // What this revision owns changed: write or release at once.
+            changed = async {
+                match status.as_mut() {
+                    Some(w) => w.scope.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    status = None;
+                }
+            }
         }
     }
 }
@@ -424,6 +486,45 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_owning_revision_writes_key_fetch_status() {
+        let status = |issuer: &str| JwksFetchStatus {
+            issuer: issuer.into(),
+            jwks_uri: "https://issuer.example/keys".into(),
+            last_fetch_time: Some("2026-01-01T00:00:00Z".into()),
+            key_ids: vec!["k1".into()],
+            error: None,
+        };
+        let all = BTreeMap::from([
+            (("shop".to_string(), "a".to_string()), vec![status("a")]),
+            (("cart".to_string(), "b".to_string()), vec![status("b")]),
+            (
+                ("meshplane-blue".to_string(), "c".to_string()),
+                vec![status("c")],
+            ),
+        ]);
+        let scope = |attached: &[&str], status_writer| StatusScope {
+            control_namespace: "meshplane-blue".into(),
+            members: meshplane_contracts::members::MembersData {
+                attached: attached.iter().map(|s| s.to_string()).collect(),
+                status_writer,
+                ..Default::default()
+            },
+        };
+        let names = |m: BTreeMap<(String, String), Vec<JwksFetchStatus>>| {
+            m.into_keys().map(|(_, n)| n).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(owned_statuses(all.clone(), Some(&scope(&["shop"], true)))),
+            ["c", "a"]
+        );
+        assert_eq!(
+            names(owned_statuses(all.clone(), Some(&scope(&["cart"], false)))),
+            ["b"]
+        );
+        assert!(owned_statuses(all, None).is_empty());
+    }
 
     #[test]
     fn answers_are_read_plain_and_chunked_and_redirects_refused() {

@@ -155,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
                 .context("connecting to the Kubernetes API")?;
             let (members_stale, stale_rx) = watch::channel(None);
             let (refused_watches, refused_rx) = watch::channel(None);
+            let (status_scope, scope_rx) = watch::channel(None);
             let config = KubeSourceConfig {
                 tenant: args.tenant.clone(),
                 control_namespace: control_namespace.clone(),
@@ -163,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
                 metrics: Arc::clone(hub.metrics()),
                 members_stale,
                 refused_watches,
+                status_scope,
             };
             if let Some(access) = &credential_access {
                 tokio::spawn(meshplane_xds::credential_access::run(
@@ -189,12 +191,14 @@ async fn main() -> anyhow::Result<()> {
             jwks_status = Some(meshplane_xds::jwks::StatusWriter {
                 client: client.clone(),
                 revision: args.revision.clone(),
+                scope: scope_rx.clone(),
             });
             // The Accepted condition of VirtualServices, DestinationRules and Gateways.
             tokio::spawn(meshplane_xds::report::config_status::run(
                 client.clone(),
                 args.revision.clone(),
                 hub.diagnostics(),
+                scope_rx,
             ));
             if let Some(rx) = config_events {
                 tokio::spawn(meshplane_xds::report::config_events::run(

@@ -65,6 +65,7 @@ fn start_source_reporting(
         metrics: Arc::clone(&metrics),
         members_stale: watch::channel(None).0,
         refused_watches: refused_tx,
+        status_scope: watch::channel(None).0,
     };
     tokio::spawn(source_kube::run(client.clone(), config, tx));
     let recorder = seen.clone();

@@ -115,6 +115,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         // The gateway this revision runs: its pod labels and trusted namespaces.
         gateways: super::gateway::running_gateway(rev)
             .and_then(|g| serde_json::to_string(&[g]).ok()),
+        status_writer: rev.input.status_writer,
     };
     let mut out = vec![
         rev.object(Kind::ServiceAccount, ns, &name, json!({})),

@@ -248,6 +248,9 @@ pub struct RenderInput<'a> {
     pub revision: &'a RevisionMembership,
     /// Member namespaces of the whole tenant (every revision's attached namespaces).
     pub tenant_members: &'a BTreeSet<String>,
+    /// Whether this revision writes the status of the control namespace's config (contract 2,
+    /// `statusWriter`): one revision of the tenant does.
+    pub status_writer: bool,
     pub tls: &'a WebhookTls,
     pub observed: &'a Observed,
     /// Who gets the right to restart workloads in each member namespace (migrations).

@@ -55,6 +55,25 @@ pub struct KubeSourceConfig {
     /// instance serves without: what [`crate::report::proxy_count`] applies next to the
     /// count (contract 3).
     pub refused_watches: watch::Sender<Option<RefusedWatches>>,
+    /// Which namespaces' config this revision writes the status of (contract 2: its attached
+    /// namespaces, and the control namespace when it is the tenant's status writer), from the
+    /// last readable members ConfigMap; `None` until one was read.
+    pub status_scope: watch::Sender<Option<StatusScope>>,
+}
+
+/// The namespaces whose config status one revision writes (contract 2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusScope {
+    pub control_namespace: String,
+    pub members: meshplane_contracts::members::MembersData,
+}
+
+impl StatusScope {
+    /// Whether this revision writes the status of config in `namespace`.
+    pub fn owns(&self, namespace: &str) -> bool {
+        self.members
+            .writes_status_of(namespace, &self.control_namespace)
+    }
 }
 
 /// Runs the source until `out` closes. Sends [`SourceEvent::Ready`] once the members and every
@@ -111,6 +130,20 @@ pub async fn run(client: Client, config: KubeSourceConfig, out: mpsc::Sender<Sou
             match event.map(members::decode_event) {
                 Ok(event) => {
                     if let Event::InitApply(Ok(data)) | Event::Apply(Ok(data)) = &event {
+                        let scope = StatusScope {
+                            control_namespace: config.control_namespace.clone(),
+                            members: data.clone(),
+                        };
+                        config.status_scope.send_if_modified(|old| {
+                            let differs = old.as_ref().is_none_or(|o| {
+                                o.members.attached != scope.members.attached
+                                    || o.members.status_writer != scope.members.status_writer
+                            });
+                            if differs {
+                                *old = Some(scope);
+                            }
+                            differs
+                        });
                         let changes = settings.update(data);
                         for change in &changes {
                             if let SourceEvent::GatewayDeployments(gateways) = change {

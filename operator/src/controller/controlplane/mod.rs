@@ -138,11 +138,13 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
         Decision::Active {
             revision,
             tenant_members,
+            status_writer,
         } => {
             let target = Target {
                 control_plane: mcp,
                 revision,
                 tenant_members: &tenant_members,
+                status_writer,
                 operator: &ctx.settings.operator_account,
                 client_auth: ctx
                     .settings
@@ -162,6 +164,8 @@ struct Target<'a> {
     revision: &'a RevisionMembership,
     /// Member namespaces of the whole tenant.
     tenant_members: &'a BTreeSet<String>,
+    /// Whether it writes the status of the control namespace's config.
+    status_writer: bool,
     operator: &'a OperatorAccount,
     /// The API server's admission client CA for the webhook TLS Secret (contract 4), as read
     /// at the start of this reconcile.
@@ -180,6 +184,7 @@ impl Target<'_> {
             control_plane: self.control_plane,
             revision: self.revision,
             tenant_members: self.tenant_members,
+            status_writer: self.status_writer,
             tls,
             observed,
             operator: self.operator,

@@ -82,6 +82,8 @@ pub enum Decision<'m> {
         revision: &'m RevisionMembership,
         /// Member namespaces of the whole tenant (every revision's attached namespaces).
         tenant_members: BTreeSet<String>,
+        /// Whether it writes the status of the control namespace's config.
+        status_writer: bool,
     },
 }
 
@@ -101,6 +103,7 @@ pub fn decide<'m>(mcp: &MeshControlPlane, membership: &'m Membership, now: &Time
         return Decision::Active {
             revision,
             tenant_members: membership.tenant_members(&revision.tenant),
+            status_writer: membership.is_status_writer(&mcp.revision()),
         };
     }
     let status = status::conflicted_status(mcp, &conflicts, now);
@@ -234,6 +237,7 @@ pub fn access_objects(
         control_plane,
         revision,
         tenant_members,
+        status_writer: false,
         tls: &no_tls,
         observed: &Observed::default(),
         operator,
@@ -899,6 +903,7 @@ mod tests {
         let Decision::Active {
             revision,
             tenant_members,
+            ..
         } = decide(mcp, membership, &now())
         else {
             panic!("blue-v1 is active");
@@ -907,6 +912,7 @@ mod tests {
             control_plane: mcp,
             revision,
             tenant_members: &tenant_members,
+            status_writer: true,
             tls: &mk_tls(),
             observed: &Observed::default(),
             operator: &OperatorAccount::default(),
@@ -947,6 +953,7 @@ mod tests {
         let Decision::Active {
             revision,
             tenant_members,
+            ..
         } = decide(&mcp, &membership, &now())
         else {
             panic!("blue-v1 is active");
