@@ -85,6 +85,41 @@ pub struct LabelsSelector {
     pub match_labels: BTreeMap<String, String>,
 }
 
+impl LabelsSelector {
+    /// Whether an optional selector takes a workload with `labels`: no selector takes every
+    /// workload of the object's scope.
+    pub fn admits(sel: &Option<LabelsSelector>, labels: &BTreeMap<String, String>) -> bool {
+        match sel {
+            None => true,
+            Some(s) => s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        }
+    }
+}
+
+/// The objects that reach a workload with `labels` in `namespace`, in a stable order
+/// (namespace, then name): those of its own namespace and of the control namespace
+/// (tenant-wide) whose selector, if any, takes the workload.
+pub fn in_workload_scope<'a, K: kube::Resource>(
+    objects: impl IntoIterator<Item = &'a K>,
+    selector: impl Fn(&K) -> &Option<LabelsSelector>,
+    control_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Vec<&'a K> {
+    let mut out: Vec<&K> = objects
+        .into_iter()
+        .filter(|o| {
+            let ns = o.meta().namespace.as_deref();
+            (ns == Some(namespace) || ns == Some(control_namespace))
+                && LabelsSelector::admits(selector(o), labels)
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (&a.meta().namespace, &a.meta().name).cmp(&(&b.meta().namespace, &b.meta().name))
+    });
+    out
+}
+
 /// How the selected workloads (or the whole namespace, or the whole tenant from the control
 /// namespace) accept connections from their peers.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

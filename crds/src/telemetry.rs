@@ -473,13 +473,6 @@ pub fn pod_workload(pod: &k8s_openapi::api::core::v1::Pod) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-fn selects(sel: &Option<LabelsSelector>, labels: &BTreeMap<String, String>) -> bool {
-    match sel {
-        None => true,
-        Some(s) => s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)),
-    }
-}
-
 fn has_selector(t: &Telemetry) -> bool {
     t.spec
         .selector
@@ -508,7 +501,7 @@ pub fn applicable<'a>(
     for t in telemetries {
         let t_ns = t.metadata.namespace.as_deref().unwrap_or_default();
         if has_selector(t) {
-            if t_ns == namespace && selects(&t.spec.selector, labels) {
+            if t_ns == namespace && LabelsSelector::admits(&t.spec.selector, labels) {
                 workload.push(t);
             }
         } else if t_ns == namespace && namespace != control_namespace {

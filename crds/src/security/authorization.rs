@@ -284,13 +284,6 @@ pub struct Condition {
     pub not_values: Vec<String>,
 }
 
-fn selects(sel: &Option<LabelsSelector>, labels: &BTreeMap<String, String>) -> bool {
-    match sel {
-        None => true,
-        Some(s) => s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)),
-    }
-}
-
 /// The policies that apply to a workload with `labels` in `namespace`, in a stable order
 /// (namespace, then name): those of its own namespace without a selector or with a matching
 /// one, and those of the control namespace (tenant-wide) likewise. Unlike PeerAuthentication,
@@ -301,18 +294,13 @@ pub fn applicable_policies<'a>(
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> Vec<&'a AuthorizationPolicy> {
-    let mut out: Vec<&AuthorizationPolicy> = policies
-        .into_iter()
-        .filter(|p| {
-            let ns = p.metadata.namespace.as_deref();
-            (ns == Some(namespace) || ns == Some(control_namespace))
-                && selects(&p.spec.selector, labels)
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
-    out
+    super::in_workload_scope(
+        policies,
+        |p| &p.spec.selector,
+        control_namespace,
+        namespace,
+        labels,
+    )
 }
 
 #[cfg(test)]

@@ -159,13 +159,6 @@ pub struct JwksFetchStatus {
     pub error: Option<String>,
 }
 
-fn selects(sel: &Option<LabelsSelector>, labels: &BTreeMap<String, String>) -> bool {
-    match sel {
-        None => true,
-        Some(s) => s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)),
-    }
-}
-
 /// The RequestAuthentications that apply to a workload with `labels` in `namespace`, in a
 /// stable order (namespace, then name): those of its namespace and of the control namespace
 /// without a selector or with a matching one. Like Istio, every applicable one counts: their
@@ -176,18 +169,13 @@ pub fn applicable_request_authentications<'a>(
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> Vec<&'a RequestAuthentication> {
-    let mut out: Vec<&RequestAuthentication> = all
-        .into_iter()
-        .filter(|p| {
-            let ns = p.metadata.namespace.as_deref();
-            (ns == Some(namespace) || ns == Some(control_namespace))
-                && selects(&p.spec.selector, labels)
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
-    out
+    super::in_workload_scope(
+        all,
+        |p| &p.spec.selector,
+        control_namespace,
+        namespace,
+        labels,
+    )
 }
 
 /// The path of an issuer's OpenID Connect discovery document, read for its `jwks_uri` when a
