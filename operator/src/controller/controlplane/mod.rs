@@ -189,6 +189,7 @@ impl Target<'_> {
             observed,
             operator: self.operator,
             client_auth: self.client_auth.as_ref(),
+            managed_gateways: &[],
         }
     }
 }

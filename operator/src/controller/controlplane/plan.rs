@@ -242,6 +242,7 @@ pub fn access_objects(
         observed: &Observed::default(),
         operator,
         client_auth: None,
+        managed_gateways: &[],
     };
     render::render(&input)
         .into_iter()
@@ -917,6 +918,7 @@ mod tests {
             observed: &Observed::default(),
             operator: &OperatorAccount::default(),
             client_auth: None,
+            managed_gateways: &[],
         })
     }
 
