@@ -33,6 +33,7 @@ pub mod controlplane;
 pub mod crdgen;
 pub mod duration;
 pub mod envoyfilter_policy;
+pub mod gateway_tenancy;
 pub mod manifest;
 pub mod membership;
 pub mod migration;
