@@ -224,6 +224,7 @@ fn render_with(
         operator: &render::OperatorAccount::default(),
         client_auth: None,
         managed_gateways,
+        gateway_classes: &Default::default(),
     })
 }
 

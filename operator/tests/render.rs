@@ -88,6 +88,7 @@ fn render_of(cp: &MeshControlPlane, m: &Membership, observed: &Observed) -> Vec<
         operator: &render::OperatorAccount::default(),
         client_auth: None,
         managed_gateways: &[],
+        gateway_classes: &Default::default(),
     })
 }
 
@@ -986,6 +987,7 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         operator: &render::OperatorAccount::default(),
         client_auth: None,
         managed_gateways: &[],
+        gateway_classes: &Default::default(),
     };
     assert_eq!(render::misplaced_gateway_of(&input), None);
 
@@ -1063,6 +1065,7 @@ fn the_admission_client_ca_travels_in_the_webhook_tls_secret() {
             operator: &render::OperatorAccount::default(),
             client_auth,
             managed_gateways: &[],
+            gateway_classes: &Default::default(),
         })
     };
     let secret_of = |objects: &[DesiredObject]| {
@@ -1147,6 +1150,7 @@ fn a_gateway_api_gateway_runs_as_a_router_named_after_it_in_the_tenant_only() {
         operator: &render::OperatorAccount::default(),
         client_auth: None,
         managed_gateways: &managed,
+        gateway_classes: &["meshplane-blue".to_string()].into(),
     });
     let find = |kind: Kind, ns: &str, name: &str| {
         objects
@@ -1243,6 +1247,9 @@ fn a_gateway_api_gateway_runs_as_a_router_named_after_it_in_the_tenant_only() {
             "nothing rendered in {outside}"
         );
     }
+    // The instance learns the tenant's classes (it cannot read GatewayClasses).
+    let members = find(Kind::ConfigMap, "meshplane-blue", "meshplane-blue-v1-members");
+    assert_eq!(members.body["data"]["gatewayClasses"], "meshplane-blue\n");
     // Names fit a Service name however long the Gateway's.
     let long = render::managed_gateway_name(&"g".repeat(60), "meshplane-blue");
     assert!(long.len() <= 63 && long.starts_with("ggg"), "{long}");

@@ -116,6 +116,7 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
         gateways: super::gateway::running_gateway(rev)
             .and_then(|g| serde_json::to_string(&[g]).ok()),
         status_writer: rev.input.status_writer,
+        gateway_classes: rev.input.gateway_classes.clone(),
     };
     let mut out = vec![
         rev.object(Kind::ServiceAccount, ns, &name, json!({})),

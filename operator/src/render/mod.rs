@@ -264,6 +264,8 @@ pub struct RenderInput<'a> {
     /// The Gateway API Gateways this revision runs proxies for (of the tenant's class, in the
     /// tenant's namespaces, programmed by this revision).
     pub managed_gateways: &'a [ManagedGateway],
+    /// The tenant's Gateway API GatewayClasses (told to the instance, contract 2).
+    pub gateway_classes: &'a BTreeSet<String>,
 }
 
 /// Derived names and shared metadata of one revision.

@@ -243,6 +243,7 @@ pub fn access_objects(
         operator,
         client_auth: None,
         managed_gateways: &[],
+        gateway_classes: &Default::default(),
     };
     render::render(&input)
         .into_iter()
@@ -919,6 +920,7 @@ mod tests {
             operator: &OperatorAccount::default(),
             client_auth: None,
             managed_gateways: &[],
+            gateway_classes: &Default::default(),
         })
     }
 
