@@ -423,6 +423,7 @@ async fn gain_access(
         target.revision,
         target.tenant_members,
         operator,
+        &target.managed_gateways,
     );
     read_unobserved(ctx, &access, observed).await?;
     claim_control_namespace(ctx, target, snap, named, &access, observed).await?;
