@@ -1250,6 +1250,24 @@ fn a_gateway_api_gateway_runs_as_a_router_named_after_it_in_the_tenant_only() {
     // The instance learns the tenant's classes (it cannot read GatewayClasses).
     let members = find(Kind::ConfigMap, "meshplane-blue", "meshplane-blue-v1-members");
     assert_eq!(members.body["data"]["gatewayClasses"], "meshplane-blue\n");
+    let told: Vec<meshplane_crds::controlplane::GatewayDeployment> = serde_json::from_str(
+        members.body["data"]["gateways"]
+            .as_str()
+            .expect("gateways key"),
+    )
+    .expect("gateways JSON");
+    let told: Vec<(&str, &str)> = told
+        .iter()
+        .map(|g| (g.namespace.as_str(), g.name.as_str()))
+        .collect();
+    assert_eq!(
+        told,
+        vec![
+            ("shop", "edge"),
+            ("shop", "web-meshplane-blue"),
+            ("meshplane-blue", "edge-meshplane-blue")
+        ]
+    );
     // Names fit a Service name however long the Gateway's.
     let long = render::managed_gateway_name(&"g".repeat(60), "meshplane-blue");
     assert!(long.len() <= 63 && long.starts_with("ggg"), "{long}");

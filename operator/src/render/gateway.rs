@@ -134,6 +134,27 @@ pub fn gateway_namespaces(rev: &Revision<'_>) -> BTreeSet<String> {
         .collect()
 }
 
+/// The gateways this revision runs as its instance learns them (contract 2, `gateways`): the
+/// ingress gateway, then each Gateway API gateway (pods labelled with its Gateway's name,
+/// trusting no namespace beyond its own: its Gateway's `allowedRoutes` decide).
+pub fn instance_gateways(rev: &Revision<'_>) -> Vec<GatewayDeployment> {
+    running_gateway(rev)
+        .into_iter()
+        .chain(
+            rev.input
+                .managed_gateways
+                .iter()
+                .filter(|g| runs_managed(rev, g))
+                .map(|g| GatewayDeployment {
+                    name: managed_gateway_name(&g.name, &g.class),
+                    namespace: g.namespace.clone(),
+                    labels: BTreeMap::from([(GATEWAY_NAME_LABEL.to_string(), g.name.clone())]),
+                    allowed_namespaces: Vec::new(),
+                }),
+        )
+        .collect()
+}
+
 /// Whether a Gateway API gateway's namespace is the tenant's (checked again here: the plan
 /// chooses them, the render never writes outside the tenant).
 fn runs_managed(rev: &Revision<'_>, g: &ManagedGateway) -> bool {
