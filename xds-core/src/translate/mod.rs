@@ -42,6 +42,7 @@ pub mod envoy;
 pub mod ext_authz;
 mod finding;
 pub mod gateway;
+pub mod gateway_api_gateways;
 pub mod gateway_listeners;
 pub mod grpc;
 mod inbound;
