@@ -441,4 +441,72 @@ mod tests {
         assert_eq!(vss[1].spec.gateways, vec!["edge/gateway-api~web~http"]);
         assert_eq!(vss[0].spec.http.len(), 3, "only b serves api.example.com");
     }
+
+    fn router(namespace: &str, gateway: &str) -> crate::model::ProxyNode {
+        crate::model::ProxyNode {
+            id: format!("router~198.18.9.9~gw-1.{namespace}~{namespace}.svc.cluster.local"),
+            kind: crate::model::ProxyKind::Router,
+            namespace: namespace.into(),
+            pod_name: Some("gw-1".into()),
+            ip: Some("198.18.9.9".into()),
+            labels: [(GATEWAY_NAME_LABEL.to_string(), gateway.to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    /// The compiled Gateway serves its attached route's host on its proxies, and on no other
+    /// gateway proxy: not another Gateway's of its namespace, not one of the same name in
+    /// another namespace.
+    #[test]
+    fn a_gateway_proxy_serves_its_own_gateways_compiled_listeners_only() {
+        let listeners = vec![listener("http", 80, "HTTP", None)];
+        let verdicts = judge_listeners(&listeners, "edge", &NoFacts);
+        let gw = GatewayApiGateway {
+            namespace: "edge",
+            name: "web",
+            created: None,
+            listeners: &listeners,
+            verdicts: &verdicts,
+        };
+        let attached = Attached {
+            listeners: vec![(0, vec!["shop.example.com".into()])],
+        };
+        let rules = vec![HttpRoute {
+            direct_response: Some(meshplane_crds::networking::virtual_service::HttpDirectResponse {
+                status: 204,
+                ..Default::default()
+            }),
+            ..rule("ok", vec![path("prefix", "/")])
+        }];
+        let registry = super::super::Registry {
+            control_namespace: "meshplane-acme".into(),
+            gateway_api_gateways: compile_listeners(&gw),
+            gateway_api_routes: compile_routes(
+                &gw,
+                &[AttachedRoute {
+                    namespace: "edge",
+                    name: "shop",
+                    created: None,
+                    http: &rules,
+                    tls: &[],
+                    tcp: &[],
+                    attached: &attached,
+                }],
+            ),
+            ..Default::default()
+        };
+        let own = super::super::translate(&registry, &router("edge", "web"));
+        assert_eq!(own.listeners.len(), 1, "{:?}", own.listeners);
+        let domains: Vec<&str> = own
+            .routes
+            .iter()
+            .flat_map(|r| r.virtual_hosts.iter())
+            .flat_map(|v| v.domains.iter().map(String::as_str))
+            .collect();
+        assert_eq!(domains, vec!["shop.example.com"]);
+        for other in [router("edge", "api"), router("shop", "web")] {
+            let t = super::super::translate(&registry, &other);
+            assert!(t.listeners.is_empty(), "{}: {:?}", other.namespace, t.listeners);
+        }
+    }
 }
