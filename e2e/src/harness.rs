@@ -287,6 +287,37 @@ impl Cluster {
         }
     }
 
+    /// `kubectl apply --server-side --dry-run=server -f -`: admission runs, nothing is stored.
+    pub fn apply_manifest_dry_run(&self, manifest: &str) -> Result<String, HarnessError> {
+        let args = ["apply", "--server-side", "--dry-run=server", "-f", "-"];
+        let output = self.kubectl_with_stdin(&args, Some(manifest))?;
+        if output.success {
+            Ok(output.stdout)
+        } else {
+            Err(HarnessError::Kubectl {
+                command: format!("kubectl {} <<EOF\n{manifest}EOF", args.join(" ")),
+                status: "non-zero exit".into(),
+                stderr: output.stderr,
+            })
+        }
+    }
+
+    /// The cluster's pod address ranges, as a platform admin writes them into
+    /// `meshConfig.podNetworks`: the local pod runner's network, or `E2E_POD_NETWORKS`
+    /// (comma-separated CIDRs) for a real cluster; empty when not known.
+    pub fn pod_networks(&self) -> Vec<String> {
+        if self.network().is_some() {
+            return vec![meshplane_pod_runner::POD_NETWORK.to_string()];
+        }
+        std::env::var("E2E_POD_NETWORKS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     fn kubectl_with_stdin(
         &self,
         args: &[&str],

@@ -156,6 +156,33 @@ impl TenantState {
         &self.control_namespace
     }
 
+    /// The addresses the tenant's pods hold now (members and the control namespace;
+    /// [`registry::held_pod_addresses`]).
+    pub fn pod_addresses(&self) -> BTreeSet<std::net::IpAddr> {
+        let first = ObjectKey {
+            kind: Kind::Pod,
+            namespace: None,
+            name: String::new(),
+        };
+        self.objects
+            .range(first..)
+            .take_while(|(k, _)| k.kind == Kind::Pod)
+            .filter(|(k, _)| self.in_tenant(k))
+            .flat_map(|(_, o)| match o {
+                Object::Pod(p) => registry::held_pod_addresses(p),
+                _ => BTreeSet::new(),
+            })
+            .collect()
+    }
+
+    /// The addresses the Pod `key` holds as the state has it (none when unknown).
+    pub fn pod_addresses_of(&self, key: &ObjectKey) -> BTreeSet<std::net::IpAddr> {
+        match self.objects.get(key) {
+            Some(Object::Pod(p)) => registry::held_pod_addresses(p),
+            _ => BTreeSet::new(),
+        }
+    }
+
     /// Labels of a Pod of the tenant (for proxies whose node metadata carries none).
     pub fn pod_labels(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
         let key = ObjectKey {

@@ -751,6 +751,32 @@ pub fn add_entry_pod_endpoints<'a>(
     }
 }
 
+/// The pod-network addresses a pod holds now: none for a pod on its node's network (the
+/// node's address is no pod's own) or one that finished (its address is free for another
+/// pod, perhaps of another tenant).
+pub fn held_pod_addresses(pod: &Pod) -> BTreeSet<std::net::IpAddr> {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let Some(status) = pod.status.as_ref() else {
+        return BTreeSet::new();
+    };
+    let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    if host_network || finished {
+        return BTreeSet::new();
+    }
+    status
+        .pod_ips
+        .iter()
+        .flatten()
+        .map(|p| p.ip.as_str())
+        .chain(status.pod_ip.as_deref())
+        .filter_map(|ip| ip.parse().ok())
+        .collect()
+}
+
 /// Named container ports of a pod.
 pub fn pod_named_ports(pod: &Pod) -> BTreeMap<String, u32> {
     pod.spec
