@@ -88,7 +88,7 @@ def build_messages():
             message(
                 "Peer",
                 field("address", 1, F.TYPE_MESSAGE, "Address"),
-                field("principal", 3, F.TYPE_STRING),
+                field("principal", 4, F.TYPE_STRING),
             ),
             # AttributeContext
             message(
