@@ -357,6 +357,9 @@ impl Cluster {
     /// Installs the operator as a user does (`kubectl apply --server-side -k config/default`)
     /// and waits until its Deployment is Available.
     pub async fn install_operator(&self) -> Result<(), HarnessError> {
+        if self.standin.is_some() {
+            self.install_gateway_api_crds()?;
+        }
         self.kubectl(&["apply", "--server-side", "-k", "config/default"])?;
         self.wait_for_deployment_available(
             "meshplane-system",
@@ -368,6 +371,31 @@ impl Cluster {
         // until a server-side dry run through the operator's admission webhook succeeds.
         self.wait_for_operator_admission(Duration::from_secs(60))
             .await
+    }
+
+    /// Installs the Gateway API CRDs generated into `config/crd/` (equivalent to the upstream
+    /// release meshplane follows), as a cluster admin installs the upstream ones: on a real
+    /// cluster (`E2E_KUBECONFIG`) they are the cluster's own and this is not called.
+    pub fn install_gateway_api_crds(&self) -> Result<(), HarnessError> {
+        let dir = workspace_root().join("config/crd");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|source| HarnessError::Spawn {
+                program: format!("read {}", dir.display()),
+                source,
+            })?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("gateway.networking.k8s.io_") && n.ends_with(".yaml"))
+            .collect();
+        files.sort();
+        let mut args = vec!["apply", "--server-side"];
+        let paths: Vec<String> = files.iter().map(|f| format!("config/crd/{f}")).collect();
+        for p in &paths {
+            args.push("-f");
+            args.push(p);
+        }
+        self.kubectl(&args)?;
+        Ok(())
     }
 
     /// Waits until a server-side dry run of a MeshControlPlane passes the operator's admission

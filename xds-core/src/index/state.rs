@@ -686,6 +686,13 @@ impl TenantState {
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
+                Object::HTTPRoute(r) => reg.gateway_api.http_routes.push((**r).clone()),
+                Object::GRPCRoute(r) => reg.gateway_api.grpc_routes.push((**r).clone()),
+                Object::TLSRoute(r) => reg.gateway_api.tls_routes.push((**r).clone()),
+                Object::TCPRoute(r) => reg.gateway_api.tcp_routes.push((**r).clone()),
+                Object::ReferenceGrant(g) => reg.gateway_api.reference_grants.push((**g).clone()),
+                Object::KubernetesGateway(g) => reg.gateway_api.gateways.push((**g).clone()),
+                Object::GatewayClass(c) => reg.gateway_api.gateway_classes.push((**c).clone()),
                 Object::Secret(secret) => {
                     if let Some(tls) = registry::tls_secret(secret) {
                         reg.tls_secrets.insert((ns, key.name.clone()), tls);
@@ -735,6 +742,7 @@ impl TenantState {
         registry::sort_oldest_first(&mut reg.virtual_services);
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
+        reg.gateway_api.sort();
         reg.gateway_deployments = self.effective_gateway_deployments();
         // Only the key sets the tenant's rules name (the fetcher may still hold others).
         let uris: BTreeSet<String> = reg
