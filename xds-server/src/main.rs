@@ -198,7 +198,7 @@ async fn main() -> anyhow::Result<()> {
                 client.clone(),
                 args.revision.clone(),
                 hub.diagnostics(),
-                scope_rx,
+                scope_rx.clone(),
             ));
             if let Some(rx) = config_events {
                 tokio::spawn(meshplane_xds::report::config_events::run(
@@ -206,6 +206,7 @@ async fn main() -> anyhow::Result<()> {
                     args.revision.clone(),
                     pod_name.clone(),
                     rx,
+                    scope_rx.clone(),
                 ));
             }
             // Debug tokens (contract 12) have their own audience and their own cache, so a
@@ -385,7 +386,8 @@ fn spawn_secure(
     )))
 }
 
-/// The tenant membership the validating webhook checks against, from the hub's index, and the
+/// The tenant membership the validating webhook checks against, from the hub's index: members,
+/// EnvoyFilter policy, the cluster's pod networks and the tenant's pod addresses; and the
 /// tenant's trust domain.
 struct HubTenant(Arc<Hub>, String);
 
@@ -404,6 +406,12 @@ impl meshplane_webhooks::TenantView for HubTenant {
     }
     fn trust_domain(&self) -> Option<&str> {
         Some(&self.1)
+    }
+    fn pod_networks(&self) -> Vec<ipnet::IpNet> {
+        (*self.0.pod_networks()).clone()
+    }
+    fn is_tenant_pod_address(&self, address: std::net::IpAddr) -> bool {
+        self.0.is_tenant_pod_address(address)
     }
 }
 

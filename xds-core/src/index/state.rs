@@ -156,6 +156,33 @@ impl TenantState {
         &self.control_namespace
     }
 
+    /// The addresses the tenant's pods hold now (members and the control namespace;
+    /// [`registry::held_pod_addresses`]).
+    pub fn pod_addresses(&self) -> BTreeSet<std::net::IpAddr> {
+        let first = ObjectKey {
+            kind: Kind::Pod,
+            namespace: None,
+            name: String::new(),
+        };
+        self.objects
+            .range(first..)
+            .take_while(|(k, _)| k.kind == Kind::Pod)
+            .filter(|(k, _)| self.in_tenant(k))
+            .flat_map(|(_, o)| match o {
+                Object::Pod(p) => registry::held_pod_addresses(p),
+                _ => BTreeSet::new(),
+            })
+            .collect()
+    }
+
+    /// The addresses the Pod `key` holds as the state has it (none when unknown).
+    pub fn pod_addresses_of(&self, key: &ObjectKey) -> BTreeSet<std::net::IpAddr> {
+        match self.objects.get(key) {
+            Some(Object::Pod(p)) => registry::held_pod_addresses(p),
+            _ => BTreeSet::new(),
+        }
+    }
+
     /// Labels of a Pod of the tenant (for proxies whose node metadata carries none).
     pub fn pod_labels(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
         let key = ObjectKey {
@@ -659,6 +686,13 @@ impl TenantState {
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
+                Object::HTTPRoute(r) => reg.gateway_api.http_routes.push((**r).clone()),
+                Object::GRPCRoute(r) => reg.gateway_api.grpc_routes.push((**r).clone()),
+                Object::TLSRoute(r) => reg.gateway_api.tls_routes.push((**r).clone()),
+                Object::TCPRoute(r) => reg.gateway_api.tcp_routes.push((**r).clone()),
+                Object::ReferenceGrant(g) => reg.gateway_api.reference_grants.push((**g).clone()),
+                Object::KubernetesGateway(g) => reg.gateway_api.gateways.push((**g).clone()),
+                Object::GatewayClass(c) => reg.gateway_api.gateway_classes.push((**c).clone()),
                 Object::Secret(secret) => {
                     if let Some(tls) = registry::tls_secret(secret) {
                         reg.tls_secrets.insert((ns, key.name.clone()), tls);
@@ -708,6 +742,7 @@ impl TenantState {
         registry::sort_oldest_first(&mut reg.virtual_services);
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
+        reg.gateway_api.sort();
         reg.gateway_deployments = self.effective_gateway_deployments();
         // Only the key sets the tenant's rules name (the fetcher may still hold others).
         let uris: BTreeSet<String> = reg
@@ -737,19 +772,20 @@ impl TenantState {
 /// through a tag (`names`: the revision's own name and its tags'); unlabelled config is every
 /// revision's of the tenant. This is how config meant for a canary reaches only the canary.
 /// Other objects (Services, Pods, …) are facts, never scoped.
+/// Every kind that is not a fact is config, so a kind added later is scoped unless it is listed
+/// here.
 pub fn config_in_revision(obj: &Object, names: &BTreeSet<&str>) -> bool {
-    let is_config = matches!(
+    let is_fact = matches!(
         obj,
-        Object::ServiceEntry(_)
-            | Object::Sidecar(_)
-            | Object::EnvoyFilter(_)
-            | Object::PeerAuthentication(_)
-            | Object::Telemetry(_)
-            | Object::VirtualService(_)
-            | Object::DestinationRule(_)
-            | Object::Gateway(_)
+        Object::Namespace(_)
+            | Object::Service(_)
+            | Object::EndpointSlice(_)
+            | Object::Pod(_)
+            | Object::Secret(_)
+            | Object::MeshControlPlane(_)
+            | Object::MeshRevisionTag(_)
     );
-    if !is_config {
+    if is_fact {
         return true;
     }
     obj.metadata()
@@ -792,4 +828,67 @@ fn meshed_address_change(
         changed.insert(new);
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(kind: &str, api_version: &str, rev: Option<&str>) -> Object {
+        let mut metadata = json!({"name": "x", "namespace": "shop"});
+        if let Some(rev) = rev {
+            metadata["labels"] = json!({ meshplane_crds::names::REV_LABEL: rev });
+        }
+        let value =
+            json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": {}});
+        let typed = |v: serde_json::Value| -> Object {
+            match kind {
+                "AuthorizationPolicy" => Object::AuthorizationPolicy(Box::new(
+                    serde_json::from_value(v).expect("AuthorizationPolicy"),
+                )),
+                "RequestAuthentication" => Object::RequestAuthentication(Box::new(
+                    serde_json::from_value(v).expect("RequestAuthentication"),
+                )),
+                "Telemetry" => {
+                    Object::Telemetry(Box::new(serde_json::from_value(v).expect("Telemetry")))
+                }
+                "Service" => Object::Service(Box::new(serde_json::from_value(v).expect("Service"))),
+                _ => panic!("no such kind in this test: {kind}"),
+            }
+        };
+        typed(value)
+    }
+
+    #[test]
+    fn security_config_labelled_for_another_revision_is_not_this_revisions() {
+        let names: BTreeSet<&str> = ["blue-v1", "stable"].into();
+        for (kind, api_version) in [
+            ("AuthorizationPolicy", "security.meshplane.io/v1alpha1"),
+            ("RequestAuthentication", "security.meshplane.io/v1alpha1"),
+            ("Telemetry", "telemetry.meshplane.io/v1alpha1"),
+        ] {
+            assert!(
+                !config_in_revision(&object(kind, api_version, Some("blue-v2")), &names),
+                "{kind} for blue-v2 is not blue-v1's"
+            );
+            assert!(
+                config_in_revision(&object(kind, api_version, Some("stable")), &names),
+                "{kind} for a tag of blue-v1 is blue-v1's"
+            );
+            assert!(
+                config_in_revision(&object(kind, api_version, None), &names),
+                "unlabelled {kind} is every revision's"
+            );
+        }
+    }
+
+    #[test]
+    fn facts_are_never_scoped_by_revision() {
+        let names: BTreeSet<&str> = ["blue-v1"].into();
+        assert!(config_in_revision(
+            &object("Service", "v1", Some("blue-v2")),
+            &names
+        ));
+    }
 }
