@@ -187,7 +187,9 @@ mod tests {
         assert_eq!(written[GATEWAY_CLASSES], "meshplane-blue\n");
         assert_eq!(MembersData::from_data(&written), Ok(data));
         // No classes, no key (existing ConfigMaps stay as they are); a bad name is an error.
-        assert!(!MembersData::default().to_data().contains_key(GATEWAY_CLASSES));
+        assert!(!MembersData::default()
+            .to_data()
+            .contains_key(GATEWAY_CLASSES));
         let mut bad = written.clone();
         bad.insert(GATEWAY_CLASSES.into(), "Not/A/Class\n".into());
         assert!(MembersData::from_data(&bad).is_err());

@@ -15,7 +15,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::membership::Membership;
 
 /// The `controllerName` of meshplane's GatewayClasses.
-pub const CONTROLLER_NAME: &str = "meshplane.io/gateway-controller";
+pub use crate::gateway_api::CONTROLLER_NAME;
+/// The label tying a Gateway API gateway's pods to their Gateway (as the Gateway API
+/// ecosystem labels them): the operator sets it, the instance programs a gateway proxy that
+/// carries it as that Gateway.
+pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 /// The API group a class's `parametersRef` names.
 pub const PARAMETERS_GROUP: &str = "meshplane.io";
 
@@ -181,7 +185,11 @@ mod tests {
         }];
         compute(
             &namespaces,
-            &[cp("blue-v1", "blue"), cp("blue-v2", "blue"), cp("green", "green")],
+            &[
+                cp("blue-v1", "blue"),
+                cp("blue-v2", "blue"),
+                cp("green", "green"),
+            ],
             &tags,
         )
     }
@@ -198,10 +206,21 @@ mod tests {
     fn a_class_takes_the_tenant_of_the_control_plane_or_tag_it_names() {
         let m = membership();
         let by_tag = class("blue", CONTROLLER_NAME, "MeshRevisionTag", "blue-stable");
-        assert_eq!(class_tenancy(&by_tag, &m), ClassTenancy::Tenant("blue".into()));
+        assert_eq!(
+            class_tenancy(&by_tag, &m),
+            ClassTenancy::Tenant("blue".into())
+        );
         let by_cp = class("green", CONTROLLER_NAME, "MeshControlPlane", "green");
-        assert_eq!(class_tenancy(&by_cp, &m), ClassTenancy::Tenant("green".into()));
-        let istio = class("istio", "istio.io/gateway-controller", "MeshControlPlane", "green");
+        assert_eq!(
+            class_tenancy(&by_cp, &m),
+            ClassTenancy::Tenant("green".into())
+        );
+        let istio = class(
+            "istio",
+            "istio.io/gateway-controller",
+            "MeshControlPlane",
+            "green",
+        );
         assert_eq!(class_tenancy(&istio, &m), ClassTenancy::NotOurs);
         for bad in [
             class("x", CONTROLLER_NAME, "MeshControlPlane", "nope"),
@@ -242,14 +261,23 @@ mod tests {
             &m,
         );
         let place = |ns: &str, class: &str| gateway_placement(ns, class, &classes, &m);
-        assert_eq!(place("shop", "blue"), GatewayPlacement::Revision("blue-v1".into()));
-        assert_eq!(place("cart", "blue"), GatewayPlacement::Revision("blue-v2".into()));
+        assert_eq!(
+            place("shop", "blue"),
+            GatewayPlacement::Revision("blue-v1".into())
+        );
+        assert_eq!(
+            place("cart", "blue"),
+            GatewayPlacement::Revision("blue-v2".into())
+        );
         // The control namespace's: the tenant's status writer (the oldest revision).
         assert_eq!(
             place("meshplane-blue", "blue"),
             GatewayPlacement::Revision("blue-v1".into())
         );
-        assert_eq!(place("bank", "green"), GatewayPlacement::Revision("green".into()));
+        assert_eq!(
+            place("bank", "green"),
+            GatewayPlacement::Revision("green".into())
+        );
         // Blue's class in green's namespace, or in nobody's, is not run.
         for ns in ["bank", "outsider", "meshplane-green"] {
             match place(ns, "blue") {

@@ -258,7 +258,10 @@ fn renders() -> Vec<(String, Vec<DesiredObject>)> {
                 variant.spec.isolation = isolation;
                 let label = format!("{} {what} {isolation:?}", cp.revision());
                 out.push((label, render_of(&variant, &m)));
-                let label = format!("{} {what} and Gateway API gateways {isolation:?}", cp.revision());
+                let label = format!(
+                    "{} {what} and Gateway API gateways {isolation:?}",
+                    cp.revision()
+                );
                 out.push((label, render_with(&variant, &m, &managed_gateways(cp))));
             }
         }

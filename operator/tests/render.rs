@@ -1248,7 +1248,11 @@ fn a_gateway_api_gateway_runs_as_a_router_named_after_it_in_the_tenant_only() {
         );
     }
     // The instance learns the tenant's classes (it cannot read GatewayClasses).
-    let members = find(Kind::ConfigMap, "meshplane-blue", "meshplane-blue-v1-members");
+    let members = find(
+        Kind::ConfigMap,
+        "meshplane-blue",
+        "meshplane-blue-v1-members",
+    );
     assert_eq!(members.body["data"]["gatewayClasses"], "meshplane-blue\n");
     let told: Vec<meshplane_crds::controlplane::GatewayDeployment> = serde_json::from_str(
         members.body["data"]["gateways"]

@@ -69,9 +69,7 @@ pub struct ManagedGateway {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The label that ties a Gateway API gateway's pods to their Gateway (as the Gateway API
-/// ecosystem labels them); the instance programs a router proxy with it as that Gateway.
-pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
+pub use meshplane_crds::gateway_tenancy::GATEWAY_NAME_LABEL;
 
 /// Name of the Deployment, Service and ServiceAccount of a Gateway API gateway:
 /// `<gateway>-<class>` (as Istio names them), shortened with a hash to fit a Service name.
@@ -177,7 +175,12 @@ pub fn gateway(rev: &Revision<'_>) -> Vec<DesiredObject> {
             .push(dep.name.clone());
         out.extend(ingress_gateway(rev, &dep, spec));
     }
-    for g in rev.input.managed_gateways.iter().filter(|g| runs_managed(rev, g)) {
+    for g in rev
+        .input
+        .managed_gateways
+        .iter()
+        .filter(|g| runs_managed(rev, g))
+    {
         let name = managed_gateway_name(&g.name, &g.class);
         accounts.entry(g.namespace.clone()).or_default().push(name);
         out.extend(managed_gateway(rev, g));
@@ -253,7 +256,12 @@ fn ingress_gateway(
             &dep.name,
             json!({"spec": {"type": service_type, "selector": selector, "ports": service_ports}}),
         ),
-        rev.object(Kind::Deployment, ns, &dep.name, deployment_spec(rev, &proxy)),
+        rev.object(
+            Kind::Deployment,
+            ns,
+            &dep.name,
+            deployment_spec(rev, &proxy),
+        ),
     ]
 }
 
@@ -310,12 +318,7 @@ fn managed_gateway(rev: &Revision<'_>, g: &ManagedGateway) -> Vec<DesiredObject>
             &name,
             json!({"spec": {"type": g.service_type, "selector": selector, "ports": service_ports}}),
         )),
-        with_infrastructure(rev.object(
-            Kind::Deployment,
-            ns,
-            &name,
-            deployment_spec(rev, &proxy),
-        )),
+        with_infrastructure(rev.object(Kind::Deployment, ns, &name, deployment_spec(rev, &proxy))),
     ]
 }
 

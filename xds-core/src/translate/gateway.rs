@@ -194,8 +194,7 @@ fn http_virtual_hosts(
     // host -> (claiming namespace, routes, https redirect)
     let mut hosts: BTreeMap<String, (String, Vec<Route>, bool)> = BTreeMap::new();
     // Oldest VirtualService first: it claims its hosts, and merged rules keep creation order.
-    for vs in gateway_virtual_services(registry).filter(|vs| !vs.spec.http.is_empty())
-    {
+    for vs in gateway_virtual_services(registry).filter(|vs| !vs.spec.http.is_empty()) {
         let vs_ns = namespace_of(vs);
         for (gw, server) in servers {
             let gateway = GatewayRef::Gateway {
@@ -546,7 +545,8 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
                 namespace: namespace_of(*gw).to_string(),
                 name: name_of(*gw).to_string(),
             };
-            for vs in gateway_virtual_services(registry).filter(|vs| bound_to(vs, &gateway, &trusted))
+            for vs in
+                gateway_virtual_services(registry).filter(|vs| bound_to(vs, &gateway, &trusted))
             {
                 let vs_ns = namespace_of(vs);
                 for rule in &vs.spec.tls {

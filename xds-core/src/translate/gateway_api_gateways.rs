@@ -23,8 +23,7 @@ use meshplane_crds::{Gateway, VirtualService};
 
 use super::gateway_listeners::{Attached, ListenerSpec, ListenerVerdict, TlsMode};
 
-/// The label tying a Gateway API gateway's pods to their Gateway (the operator sets it).
-pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
+pub use meshplane_crds::gateway_tenancy::GATEWAY_NAME_LABEL;
 
 /// Name of the internal Gateway of one listener.
 pub fn listener_gateway_name(gateway: &str, listener: &str) -> String {
@@ -59,7 +58,11 @@ pub fn compile_listeners(gw: &GatewayApiGateway<'_>) -> Vec<Gateway> {
         .map(|(l, v)| {
             let (protocol, tls) = match (l.protocol.as_str(), l.tls_mode) {
                 ("HTTPS", _) | ("TLS", Some(TlsMode::Terminate)) => (
-                    if l.protocol == "HTTPS" { "HTTPS" } else { "TLS" },
+                    if l.protocol == "HTTPS" {
+                        "HTTPS"
+                    } else {
+                        "TLS"
+                    },
                     Some(ServerTlsSettings {
                         mode: Some(ServerTlsMode::Simple),
                         // Served from the Gateway's namespace (the proxy's), as the
@@ -126,22 +129,24 @@ pub struct AttachedRoute<'a> {
     pub attached: &'a Attached,
 }
 
+/// The sort key of a match: path kind and length, method, header and query parameter counts.
+type Precedence = (u8, Reverse<usize>, bool, Reverse<usize>, Reverse<usize>);
+/// The order of a rule's match on a hostname: precedence, then the route's age, namespace and
+/// name, then the rule's position.
+type RuleOrder = (Precedence, Option<Time>, String, String, usize);
+
 /// How specific a match is, most specific first, as the specification orders them: an exact
 /// path, then the longest prefix, then a regular expression; then a method; then more header
 /// matches; then more query parameter matches. A regular expression (whose place the
 /// specification leaves to implementations) comes after exact paths and before prefixes, so a
 /// prefix `/` never hides it.
-fn precedence(m: Option<&HttpMatchRequest>) -> (u8, Reverse<usize>, bool, Reverse<usize>, Reverse<usize>) {
+fn precedence(m: Option<&HttpMatchRequest>) -> Precedence {
     let Some(m) = m else {
         return (2, Reverse(1), true, Reverse(0), Reverse(0));
     };
     let (kind, len) = match &m.uri {
-        Some(StringMatch {
-            exact: Some(p), ..
-        }) => (0, p.len()),
-        Some(StringMatch {
-            regex: Some(p), ..
-        }) => (1, p.len()),
+        Some(StringMatch { exact: Some(p), .. }) => (0, p.len()),
+        Some(StringMatch { regex: Some(p), .. }) => (1, p.len()),
         Some(StringMatch {
             prefix: Some(p), ..
         }) => (2, p.len()),
@@ -159,11 +164,12 @@ fn precedence(m: Option<&HttpMatchRequest>) -> (u8, Reverse<usize>, bool, Revers
 /// The internal VirtualServices of the routes attached to one Gateway: per listener and served
 /// hostname, the rules of every route attached there, one rule per match, ordered by
 /// [`precedence`], then the oldest route, then by namespace and name, then rule order.
-pub fn compile_routes(gw: &GatewayApiGateway<'_>, routes: &[AttachedRoute<'_>]) -> Vec<VirtualService> {
-    type Key = (u8, Reverse<usize>, bool, Reverse<usize>, Reverse<usize>);
+pub fn compile_routes(
+    gw: &GatewayApiGateway<'_>,
+    routes: &[AttachedRoute<'_>],
+) -> Vec<VirtualService> {
     // (listener index, hostname) -> ordered HTTP rules; TLS and TCP rules in route order.
-    let mut http: BTreeMap<(usize, String), Vec<((Key, Option<Time>, String, String, usize), HttpRoute)>> =
-        BTreeMap::new();
+    let mut http: BTreeMap<(usize, String), Vec<(RuleOrder, HttpRoute)>> = BTreeMap::new();
     let mut l4: BTreeMap<(usize, String), (Vec<TlsRoute>, Vec<TcpRoute>)> = BTreeMap::new();
     let mut ordered: Vec<&AttachedRoute<'_>> = routes.iter().collect();
     ordered.sort_by(|a, b| (a.created, a.namespace, a.name).cmp(&(b.created, b.namespace, b.name)));
@@ -332,7 +338,10 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["gateway-api~web~https"]);
         let server = &compiled[0].spec.servers[0];
-        assert_eq!((server.port.number, server.port.protocol.as_str()), (443, "HTTPS"));
+        assert_eq!(
+            (server.port.number, server.port.protocol.as_str()),
+            (443, "HTTPS")
+        );
         assert_eq!(server.hosts, vec!["*"]);
         let tls = server.tls.as_ref().expect("tls");
         assert_eq!(
@@ -472,10 +481,12 @@ mod tests {
             listeners: vec![(0, vec!["shop.example.com".into()])],
         };
         let rules = vec![HttpRoute {
-            direct_response: Some(meshplane_crds::networking::virtual_service::HttpDirectResponse {
-                status: 204,
-                ..Default::default()
-            }),
+            direct_response: Some(
+                meshplane_crds::networking::virtual_service::HttpDirectResponse {
+                    status: 204,
+                    ..Default::default()
+                },
+            ),
             ..rule("ok", vec![path("prefix", "/")])
         }];
         let registry = super::super::Registry {
@@ -506,7 +517,12 @@ mod tests {
         assert_eq!(domains, vec!["shop.example.com"]);
         for other in [router("edge", "api"), router("shop", "web")] {
             let t = super::super::translate(&registry, &other);
-            assert!(t.listeners.is_empty(), "{}: {:?}", other.namespace, t.listeners);
+            assert!(
+                t.listeners.is_empty(),
+                "{}: {:?}",
+                other.namespace,
+                t.listeners
+            );
         }
     }
 }

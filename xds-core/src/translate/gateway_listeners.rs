@@ -147,9 +147,7 @@ pub struct ListenerVerdict {
 
 impl ListenerVerdict {
     fn condition(&self, type_: &str) -> bool {
-        self.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status)
+        self.conditions.iter().any(|c| c.type_ == type_ && c.status)
     }
 
     /// Accepted and not conflicted: routes may attach.
@@ -341,10 +339,7 @@ fn judge_listener(
                     SecretState::Usable => None,
                     SecretState::Invalid => Some((
                         "InvalidCertificateRef",
-                        format!(
-                            "Secret {ns}/{} holds no usable tls.crt and tls.key",
-                            r.name
-                        ),
+                        format!("Secret {ns}/{} holds no usable tls.crt and tls.key", r.name),
                     )),
                     SecretState::Missing => Some((
                         "InvalidCertificateRef",
@@ -396,7 +391,12 @@ fn judge_listener(
         Ok(())
     };
     conditions.push(match programmed {
-        Ok(()) => Condition::new("Programmed", true, "Programmed", "listener programmed".into()),
+        Ok(()) => Condition::new(
+            "Programmed",
+            true,
+            "Programmed",
+            "listener programmed".into(),
+        ),
         Err(msg) => Condition::new("Programmed", false, "Invalid", msg),
     });
     ListenerVerdict {
@@ -552,8 +552,7 @@ pub fn attach(
         .into_iter()
         .filter(|(i, l)| {
             verdicts.get(*i).is_some_and(|v| {
-                v.accepted()
-                    && allows(l, v, gateway_namespace, &route.kind, route.namespace, facts)
+                v.accepted() && allows(l, v, gateway_namespace, &route.kind, route.namespace, facts)
             })
         })
         .collect();
@@ -637,7 +636,12 @@ pub fn gateway_conditions(verdicts: &[ListenerVerdict], proxies_ready: bool) -> 
             "waiting for the gateway's proxies".into(),
         )
     } else {
-        Condition::new("Programmed", true, "Programmed", "gateway programmed".into())
+        Condition::new(
+            "Programmed",
+            true,
+            "Programmed",
+            "gateway programmed".into(),
+        )
     };
     vec![accepted_condition, programmed_condition]
 }
@@ -763,10 +767,14 @@ mod tests {
             vec!["a.example.com"]
         );
         assert_eq!(intersect_hostnames(None, &route).len(), 3);
-        assert_eq!(intersect_hostnames(Some("x.example.com"), &[]), vec!["x.example.com"]);
+        assert_eq!(
+            intersect_hostnames(Some("x.example.com"), &[]),
+            vec!["x.example.com"]
+        );
         assert_eq!(intersect_hostnames(None, &[]), vec!["*"]);
-        assert!(intersect_hostnames(Some("example.com"), &["*.example.com".to_string()])
-            .is_empty());
+        assert!(
+            intersect_hostnames(Some("example.com"), &["*.example.com".to_string()]).is_empty()
+        );
     }
 
     #[test]
@@ -841,7 +849,10 @@ mod tests {
                 "InvalidCertificateRef"
             ]
         );
-        assert_eq!(v[0].certificates, vec![("edge".to_string(), "cert".to_string())]);
+        assert_eq!(
+            v[0].certificates,
+            vec![("edge".to_string(), "cert".to_string())]
+        );
         assert!(v[0].programmed());
         assert!(v[1..].iter().all(|v| !v.programmed() && v.accepted()));
         // A ReferenceGrant in the Secret's namespace lets the Gateway use it.
@@ -849,7 +860,10 @@ mod tests {
             .push(("edge".into(), "certs".into(), "shared".into()));
         let v = judge_listeners(&listeners, "edge", &f);
         assert!(v[3].programmed());
-        assert_eq!(v[3].certificates, vec![("certs".to_string(), "shared".to_string())]);
+        assert_eq!(
+            v[3].certificates,
+            vec![("certs".to_string(), "shared".to_string())]
+        );
     }
 
     #[test]
@@ -877,9 +891,15 @@ mod tests {
         assert_eq!(condition(&v[0], "Accepted").reason, "UnsupportedProtocol");
         assert_eq!(condition(&v[1], "Accepted").reason, "PortUnavailable");
         assert_eq!(condition(&v[2], "ResolvedRefs").reason, "InvalidRouteKinds");
-        assert_eq!(v[2].supported_kinds, vec![RouteKind::gateway_api(HTTP_ROUTE)]);
+        assert_eq!(
+            v[2].supported_kinds,
+            vec![RouteKind::gateway_api(HTTP_ROUTE)]
+        );
         assert!(v[2].programmed());
-        assert_eq!(v[3].supported_kinds, vec![RouteKind::gateway_api(TCP_ROUTE)]);
+        assert_eq!(
+            v[3].supported_kinds,
+            vec![RouteKind::gateway_api(TCP_ROUTE)]
+        );
     }
 
     #[test]
@@ -935,8 +955,8 @@ mod tests {
         ];
         let v = judge_listeners(&listeners, "edge", &f);
         let hosts = vec!["shop.example.com".to_string()];
-        let attached = attach(&listeners, &v, "edge", &http_route("edge", &hosts), &f)
-            .expect("attached");
+        let attached =
+            attach(&listeners, &v, "edge", &http_route("edge", &hosts), &f).expect("attached");
         assert_eq!(
             attached.listeners,
             vec![
@@ -960,10 +980,7 @@ mod tests {
             port: Some(80),
             ..http_route("edge", &hosts)
         };
-        assert_eq!(
-            counted_by(&listeners, &v, "edge", &by_port, &f),
-            vec![0, 1]
-        );
+        assert_eq!(counted_by(&listeners, &v, "edge", &by_port, &f), vec![0, 1]);
         let missing = RouteAttachment {
             section_name: Some("nope"),
             ..http_route("edge", &hosts)
@@ -992,7 +1009,10 @@ mod tests {
     #[test]
     fn the_gateway_is_accepted_while_any_listener_is_and_programmed_once_proxies_are_ready() {
         let f = facts();
-        let listeners = vec![http("ok", 80, None), https("bad", 443, secret(None, "nope"))];
+        let listeners = vec![
+            http("ok", 80, None),
+            https("bad", 443, secret(None, "nope")),
+        ];
         let v = judge_listeners(&listeners, "edge", &f);
         let c = gateway_conditions(&v, true);
         assert_eq!((c[0].status, c[0].reason), (true, "ListenersNotValid"));

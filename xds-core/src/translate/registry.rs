@@ -427,12 +427,16 @@ impl Registry {
                 a.spec == b.spec
             })
             && same_objects(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
-            && same_objects(&self.gateway_api_gateways, &other.gateway_api_gateways, |a, b| {
-                a.spec == b.spec
-            })
-            && same_objects(&self.gateway_api_routes, &other.gateway_api_routes, |a, b| {
-                a.spec == b.spec
-            })
+            && same_objects(
+                &self.gateway_api_gateways,
+                &other.gateway_api_gateways,
+                |a, b| a.spec == b.spec,
+            )
+            && same_objects(
+                &self.gateway_api_routes,
+                &other.gateway_api_routes,
+                |a, b| a.spec == b.spec,
+            )
             && self.gateway_deployments == other.gateway_deployments
             && self.tls_secrets == other.tls_secrets
             && self.judged == other.judged
