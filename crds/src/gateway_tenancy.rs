@@ -7,8 +7,8 @@
 //! names one outlives canaries). A Gateway of a tenant's class runs and is programmed only in a
 //! namespace of that tenant (a member or its control namespace), by the revision that writes
 //! the status of that namespace's config (contract 2, `writes_status_of`); anywhere else it is
-//! not run, and its status says why. Pure: the operator and the instances' directory mode call
-//! the same functions, so they cannot disagree.
+//! not run, and its status says why. Pure, so that the operator and the instances' directory
+//! mode can share one answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 
