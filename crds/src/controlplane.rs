@@ -343,6 +343,13 @@ pub struct MeshConfig {
     /// How the tenant's instance fetches the key sets (`jwksUri`) of RequestAuthentications.
     #[serde(default, skip_serializing_if = "JwksFetch::is_default")]
     pub jwks_fetch: JwksFetch,
+    /// The cluster's pod address ranges (CIDRs: the cluster CIDR the CNI hands pod addresses
+    /// from, e.g. kube-controller-manager's `--cluster-cidr`). A ServiceEntry endpoint address
+    /// inside them must then be a pod of the tenant: another tenant's pod (or one of no tenant)
+    /// is refused at admission. Absent: the check is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [{"rule": "self.all(c, isCIDR(c))", "message": "podNetworks must be CIDRs, such as 198.18.0.0/16"}]))]
+    pub pod_networks: Vec<String>,
 }
 
 /// How the tenant's instance fetches the key sets of its RequestAuthentications.
@@ -377,6 +384,7 @@ impl Default for MeshConfig {
             extension_providers: Vec::new(),
             default_providers: None,
             jwks_fetch: JwksFetch::default(),
+            pod_networks: Vec::new(),
         }
     }
 }
