@@ -25,6 +25,69 @@ use super::gateway_listeners::{Attached, ListenerSpec, ListenerVerdict, TlsMode}
 
 pub use meshplane_crds::gateway_tenancy::GATEWAY_NAME_LABEL;
 
+/// A Gateway's listeners as [`super::gateway_listeners`] judges them.
+pub fn listener_specs(gateway: &meshplane_crds::gateway_api::Gateway) -> Vec<ListenerSpec> {
+    use super::gateway_listeners::{CertificateRef, RouteKind, RouteNamespaces};
+    use meshplane_crds::gateway_api::gateway::{FromNamespaces, TlsModeType};
+    gateway
+        .spec
+        .listeners
+        .iter()
+        .map(|l| {
+            let allowed = l.allowed_routes.clone().unwrap_or_default();
+            let namespaces = allowed.namespaces.unwrap_or_default();
+            ListenerSpec {
+                name: l.name.clone(),
+                hostname: l.hostname.clone().filter(|h| !h.is_empty()),
+                port: l.port,
+                protocol: l.protocol.clone(),
+                tls_mode: l.tls.as_ref().map(|t| match t.mode {
+                    TlsModeType::Terminate => TlsMode::Terminate,
+                    TlsModeType::Passthrough => TlsMode::Passthrough,
+                }),
+                certificate_refs: l
+                    .tls
+                    .iter()
+                    .flat_map(|t| t.certificate_refs.iter())
+                    .map(|r| CertificateRef {
+                        group: r.group.clone(),
+                        kind: r.kind.clone(),
+                        namespace: r.namespace.clone(),
+                        name: r.name.clone(),
+                    })
+                    .collect(),
+                allowed_namespaces: match namespaces.from {
+                    FromNamespaces::Same => RouteNamespaces::Same,
+                    FromNamespaces::All => RouteNamespaces::All,
+                    // A Selector without a selector selects nothing.
+                    FromNamespaces::Selector => RouteNamespaces::Selector(
+                        namespaces.selector.unwrap_or_else(|| {
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                                match_expressions: Some(vec![
+                                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                                        key: "kubernetes.io/metadata.name".into(),
+                                        operator: "In".into(),
+                                        values: Some(Vec::new()),
+                                    },
+                                ]),
+                                ..Default::default()
+                            }
+                        }),
+                    ),
+                },
+                allowed_kinds: allowed
+                    .kinds
+                    .iter()
+                    .map(|k| RouteKind {
+                        group: k.group.clone(),
+                        kind: k.kind.clone(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
 /// Name of the internal Gateway of one listener.
 pub fn listener_gateway_name(gateway: &str, listener: &str) -> String {
     format!("gateway-api~{gateway}~{listener}")
@@ -313,6 +376,59 @@ mod tests {
             match_: matches,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn listeners_are_read_from_the_gateway_api_gateway_with_the_specifications_defaults() {
+        let gw: meshplane_crds::gateway_api::Gateway = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "web", "namespace": "edge"},
+            "spec": {
+                "gatewayClassName": "meshplane-blue",
+                "listeners": [
+                    {"name": "http", "port": 80, "protocol": "HTTP"},
+                    {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "*.example.com",
+                     "tls": {"certificateRefs": [{"name": "cert"}, {"name": "other", "namespace": "certs"}]},
+                     "allowedRoutes": {"namespaces": {"from": "Selector",
+                        "selector": {"matchLabels": {"team": "shop"}}},
+                        "kinds": [{"kind": "HTTPRoute"}]}},
+                    {"name": "db", "port": 5432, "protocol": "TLS", "tls": {"mode": "Passthrough"},
+                     "allowedRoutes": {"namespaces": {"from": "All"}}},
+                ],
+            },
+        }))
+        .expect("a Gateway");
+        let specs = listener_specs(&gw);
+        assert_eq!(specs[0].allowed_namespaces, RouteNamespaces::Same);
+        assert_eq!(specs[0].tls_mode, None);
+        assert_eq!(specs[1].tls_mode, Some(TlsMode::Terminate));
+        assert_eq!(specs[1].hostname.as_deref(), Some("*.example.com"));
+        assert_eq!(
+            specs[1].certificate_refs[0],
+            CertificateRef {
+                group: String::new(),
+                kind: "Secret".into(),
+                namespace: None,
+                name: "cert".into()
+            }
+        );
+        assert_eq!(
+            specs[1].certificate_refs[1].namespace.as_deref(),
+            Some("certs")
+        );
+        assert!(matches!(
+            specs[1].allowed_namespaces,
+            RouteNamespaces::Selector(_)
+        ));
+        assert_eq!(
+            specs[1].allowed_kinds,
+            vec![crate::translate::gateway_listeners::RouteKind::gateway_api(
+                "HTTPRoute"
+            )]
+        );
+        assert_eq!(specs[2].tls_mode, Some(TlsMode::Passthrough));
+        assert_eq!(specs[2].allowed_namespaces, RouteNamespaces::All);
     }
 
     #[test]
