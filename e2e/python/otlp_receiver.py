@@ -114,9 +114,22 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.reply(200, "application/json", body)
 
+    def body(self):
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            data = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    # Trailers, up to the empty line.
+                    while self.rfile.readline().strip():
+                        pass
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
     def do_POST(self):
-        length = int(self.headers.get("content-length") or 0)
-        data = self.rfile.read(length)
+        data = self.body()
         if self.path != "/v1/traces":
             self.send_error(404)
             return
@@ -125,6 +138,7 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as e:  # a body that is not an export request
             self.reply(400, "text/plain", str(e).encode())
             return
+        print(f"OTLP/HTTP export: {len(data)} bytes, {self.headers.get('content-type')}", flush=True)
         keep_spans(request, "http")
         self.reply(200, "application/x-protobuf", trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
 
