@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The address rule (BRIEF, "Test networks"): every IPv4 address written in the repository —
+# The address rule for test networks: every IPv4 address written in the repository —
 # test fixtures, goldens, generated bench meshes, samples, docs — comes from 198.18.0.0/15 or
 # loopback, never from the private ranges (10/8, 172.16/12, 192.168/16), so that nothing, a real
 # Envoy included, can ever try to reach a real network. Fails listing every offending line.

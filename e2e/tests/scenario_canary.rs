@@ -130,6 +130,7 @@ async fn canary_tag_move_and_rollback_leave_green_untouched() {
     .expect("canary injection");
 
     one_status_writer_per_object(&cluster).await;
+    one_publisher_of_config_events(&cluster).await;
 
     // Promote: shop follows the tag again, and the tag points at blue-v2.
     cluster
@@ -369,4 +370,86 @@ fn rand_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed).to_string()
+}
+
+/// A config finding in a namespace attached to blue-v2 is published as a Warning Event by
+/// blue-v2 alone, though blue-v1 indexes the same object: of a canary's revisions only the
+/// status writer of the object's namespace publishes Events about it. The ServiceEntry is
+/// written before its namespace joins (so no webhook refuses it) and joins attached to blue-v2.
+async fn one_publisher_of_config_events(cluster: &Cluster) {
+    cluster
+        .apply_manifest(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: late}\n---\napiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {name: bypassed, namespace: late}\nspec:\n  hosts: [\"*.bypassed.example.com\"]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n",
+        )
+        .expect("an invalid ServiceEntry outside the tenant");
+    cluster
+        .kubectl(&["label", "namespace", "late", "meshplane.io/rev=blue-v2"])
+        .expect("late joins blue, attached to blue-v2");
+    // The set of reporting controllers (each replica of a revision publishes its own Event).
+    let reporters = || -> Result<std::collections::BTreeSet<String>, String> {
+        let out = cluster
+            .kubectl(&["get", "events.events.k8s.io", "-n", "late", "-o", "json"])
+            .map_err(|e| e.to_string())?;
+        let list: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["regarding"]["name"] == "bypassed" && e["reason"] == "InvalidConfig")
+            .map(|e| {
+                e["reportingController"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect())
+    };
+    let first = wait_for(
+        "an InvalidConfig Event on late/bypassed",
+        DEADLINE,
+        || async {
+            let found = reporters()?;
+            Ok((!found.is_empty()).then_some(found))
+        },
+    )
+    .await
+    .expect("Event");
+    assert_eq!(
+        first,
+        ["meshplane-xds/blue-v2".to_string()].into(),
+        "published by blue-v2"
+    );
+    // Sync point for blue-v1: a second ServiceEntry written after the first (one watch, in
+    // order) reaches the proxy blue-v1 still serves in shop, so blue-v1 has indexed the invalid
+    // one by then.
+    if cluster.network().is_none() {
+        eprintln!("the blue-v1 sync point needs the local test network; E2E_KUBECONFIG is set");
+        return;
+    }
+    cluster
+        .apply_manifest("apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {name: marker, namespace: late}\nspec:\n  hosts: [marker.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n")
+        .expect("a valid ServiceEntry after the invalid one");
+    cluster
+        .wait_for_ready_pods("shop", "app=before", 1, DEADLINE)
+        .await
+        .expect("blue-v1's pod in shop ready");
+    let before = cluster.in_pod("shop", "before").expect("blue-v1's pod");
+    wait_for(
+        "blue-v1's proxy to have marker.example.com",
+        DEADLINE,
+        || async {
+            let dump = before
+                .envoy_admin("/config_dump")
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(dump.contains("marker.example.com").then_some(()))
+        },
+    )
+    .await
+    .expect("blue-v1 indexed late");
+    assert_eq!(
+        reporters().expect("events"),
+        ["meshplane-xds/blue-v2".to_string()].into(),
+        "blue-v1 publishes nothing about an object whose status blue-v2 writes"
+    );
 }

@@ -198,7 +198,7 @@ async fn main() -> anyhow::Result<()> {
                 client.clone(),
                 args.revision.clone(),
                 hub.diagnostics(),
-                scope_rx,
+                scope_rx.clone(),
             ));
             if let Some(rx) = config_events {
                 tokio::spawn(meshplane_xds::report::config_events::run(
@@ -206,6 +206,7 @@ async fn main() -> anyhow::Result<()> {
                     args.revision.clone(),
                     pod_name.clone(),
                     rx,
+                    scope_rx.clone(),
                 ));
             }
             // Debug tokens (contract 12) have their own audience and their own cache, so a

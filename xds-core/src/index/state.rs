@@ -737,19 +737,20 @@ impl TenantState {
 /// through a tag (`names`: the revision's own name and its tags'); unlabelled config is every
 /// revision's of the tenant. This is how config meant for a canary reaches only the canary.
 /// Other objects (Services, Pods, …) are facts, never scoped.
+/// Every kind that is not a fact is config, so a kind added later is scoped unless it is listed
+/// here.
 pub fn config_in_revision(obj: &Object, names: &BTreeSet<&str>) -> bool {
-    let is_config = matches!(
+    let is_fact = matches!(
         obj,
-        Object::ServiceEntry(_)
-            | Object::Sidecar(_)
-            | Object::EnvoyFilter(_)
-            | Object::PeerAuthentication(_)
-            | Object::Telemetry(_)
-            | Object::VirtualService(_)
-            | Object::DestinationRule(_)
-            | Object::Gateway(_)
+        Object::Namespace(_)
+            | Object::Service(_)
+            | Object::EndpointSlice(_)
+            | Object::Pod(_)
+            | Object::Secret(_)
+            | Object::MeshControlPlane(_)
+            | Object::MeshRevisionTag(_)
     );
-    if !is_config {
+    if is_fact {
         return true;
     }
     obj.metadata()
@@ -792,4 +793,67 @@ fn meshed_address_change(
         changed.insert(new);
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(kind: &str, api_version: &str, rev: Option<&str>) -> Object {
+        let mut metadata = json!({"name": "x", "namespace": "shop"});
+        if let Some(rev) = rev {
+            metadata["labels"] = json!({ meshplane_crds::names::REV_LABEL: rev });
+        }
+        let value =
+            json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": {}});
+        let typed = |v: serde_json::Value| -> Object {
+            match kind {
+                "AuthorizationPolicy" => Object::AuthorizationPolicy(Box::new(
+                    serde_json::from_value(v).expect("AuthorizationPolicy"),
+                )),
+                "RequestAuthentication" => Object::RequestAuthentication(Box::new(
+                    serde_json::from_value(v).expect("RequestAuthentication"),
+                )),
+                "Telemetry" => {
+                    Object::Telemetry(Box::new(serde_json::from_value(v).expect("Telemetry")))
+                }
+                "Service" => Object::Service(Box::new(serde_json::from_value(v).expect("Service"))),
+                _ => panic!("no such kind in this test: {kind}"),
+            }
+        };
+        typed(value)
+    }
+
+    #[test]
+    fn security_config_labelled_for_another_revision_is_not_this_revisions() {
+        let names: BTreeSet<&str> = ["blue-v1", "stable"].into();
+        for (kind, api_version) in [
+            ("AuthorizationPolicy", "security.meshplane.io/v1alpha1"),
+            ("RequestAuthentication", "security.meshplane.io/v1alpha1"),
+            ("Telemetry", "telemetry.meshplane.io/v1alpha1"),
+        ] {
+            assert!(
+                !config_in_revision(&object(kind, api_version, Some("blue-v2")), &names),
+                "{kind} for blue-v2 is not blue-v1's"
+            );
+            assert!(
+                config_in_revision(&object(kind, api_version, Some("stable")), &names),
+                "{kind} for a tag of blue-v1 is blue-v1's"
+            );
+            assert!(
+                config_in_revision(&object(kind, api_version, None), &names),
+                "unlabelled {kind} is every revision's"
+            );
+        }
+    }
+
+    #[test]
+    fn facts_are_never_scoped_by_revision() {
+        let names: BTreeSet<&str> = ["blue-v1"].into();
+        assert!(config_in_revision(
+            &object("Service", "v1", Some("blue-v2")),
+            &names
+        ));
+    }
 }
