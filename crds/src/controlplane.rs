@@ -347,6 +347,13 @@ pub struct MeshConfig {
     /// meshplane reads `tracing.sampling`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_config: Option<DefaultProxyConfig>,
+    /// The cluster's pod address ranges (CIDRs: the cluster CIDR the CNI hands pod addresses
+    /// from, e.g. kube-controller-manager's `--cluster-cidr`). A ServiceEntry endpoint address
+    /// inside them must then be a pod of the tenant: another tenant's pod (or one of no tenant)
+    /// is refused at admission. Absent: the check is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [{"rule": "self.all(c, isCIDR(c))", "message": "podNetworks must be CIDRs, such as 198.18.0.0/16"}]))]
+    pub pod_networks: Vec<String>,
 }
 
 /// Defaults of the tenant's proxies (the fields of Istio's `ProxyConfig` that meshplane reads).
@@ -412,6 +419,7 @@ impl Default for MeshConfig {
             default_providers: None,
             default_config: None,
             jwks_fetch: JwksFetch::default(),
+            pod_networks: Vec::new(),
         }
     }
 }

@@ -4,6 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::controlplane::{MeshControlPlane, MeshRevisionTag};
+use crate::gateway_api::{GRPCRoute, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute, TLSRoute};
 use crate::migration::MeshRevisionMigration;
 use crate::networking::{
     DestinationRule, EnvoyFilter, Gateway, ServiceEntry, Sidecar, VirtualService,
@@ -27,6 +28,13 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         DestinationRule::crd(),
         Gateway::crd(),
         Telemetry::crd(),
+        GatewayClass::crd(),
+        crate::gateway_api::Gateway::crd(),
+        HTTPRoute::crd(),
+        GRPCRoute::crd(),
+        ReferenceGrant::crd(),
+        TLSRoute::crd(),
+        TCPRoute::crd(),
     ]
 }
 

@@ -14,6 +14,8 @@
 //!   `AuthorizationPolicy` (Istio's fields) and which policies apply to a workload.
 //! - [`providers`]: the extension providers of a tenant (`spec.meshConfig.extensionProviders`):
 //!   external authorizers and telemetry sinks, and which hosts they may name.
+//! - [`gateway_api`]: the Kubernetes Gateway API (`gateway.networking.k8s.io`): GatewayClass,
+//!   Gateway, HTTPRoute, GRPCRoute, ReferenceGrant, TLSRoute and TCPRoute.
 //! - [`telemetry`]: `telemetry.meshplane.io/v1alpha1` `Telemetry` (Istio's fields): access
 //!   logging, tracing and request metrics per tenant, namespace or workload.
 //! - [`duration`]: Istio's duration strings (`5s`, `250ms`).
@@ -33,6 +35,7 @@ pub mod controlplane;
 pub mod crdgen;
 pub mod duration;
 pub mod envoyfilter_policy;
+pub mod gateway_api;
 pub mod manifest;
 pub mod membership;
 pub mod migration;

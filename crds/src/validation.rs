@@ -521,6 +521,15 @@ pub fn validate_mesh_control_plane(mcp: &MeshControlPlane) -> Result<(), Validat
     ) {
         errs.0.extend(e.0);
     }
+    for (i, net) in mc.pod_networks.iter().enumerate() {
+        if net.parse::<ipnet::IpNet>().is_err() {
+            errs.0.push(ValidationError::InvalidAddress {
+                field: format!("spec.meshConfig.podNetworks[{i}]"),
+                value: net.clone(),
+                reason: "not a CIDR (address/prefix length, e.g. 198.18.0.0/16)".into(),
+            });
+        }
+    }
     errs.into_result()
 }
 

@@ -90,6 +90,25 @@ fn trust_domains_are_spiffe_and_another_tenants_default_is_reserved() {
 }
 
 #[test]
+fn pod_networks_must_be_cidrs() {
+    let nets = |value: &str| {
+        validate_mesh_control_plane(&mcp(&format!(
+            "  tenant: blue\n  meshConfig:\n    podNetworks: {value}\n"
+        )))
+    };
+    assert!(nets("[198.18.0.0/16, 198.19.0.0/16]").is_ok());
+    for bad in ["[198.18.0.0]", "[198.18.0.0/33]", "[pods]"] {
+        let err = first_error(nets(bad));
+        assert_eq!(
+            err.field(),
+            "spec.meshConfig.podNetworks[0]",
+            "{bad}: {err}"
+        );
+        assert!(err.to_string().contains("not a CIDR"), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn unknown_isolation_mode_fails_to_decode() {
     let text = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata:\n  name: blue-v1\nspec:\n  tenant: blue\n  isolation: Loose\n";
     let err = parse_objects(text).expect_err("unknown variant");

@@ -287,6 +287,37 @@ impl Cluster {
         }
     }
 
+    /// `kubectl apply --server-side --dry-run=server -f -`: admission runs, nothing is stored.
+    pub fn apply_manifest_dry_run(&self, manifest: &str) -> Result<String, HarnessError> {
+        let args = ["apply", "--server-side", "--dry-run=server", "-f", "-"];
+        let output = self.kubectl_with_stdin(&args, Some(manifest))?;
+        if output.success {
+            Ok(output.stdout)
+        } else {
+            Err(HarnessError::Kubectl {
+                command: format!("kubectl {} <<EOF\n{manifest}EOF", args.join(" ")),
+                status: "non-zero exit".into(),
+                stderr: output.stderr,
+            })
+        }
+    }
+
+    /// The cluster's pod address ranges, as a platform admin writes them into
+    /// `meshConfig.podNetworks`: the local pod runner's network, or `E2E_POD_NETWORKS`
+    /// (comma-separated CIDRs) for a real cluster; empty when not known.
+    pub fn pod_networks(&self) -> Vec<String> {
+        if self.network().is_some() {
+            return vec![meshplane_pod_runner::POD_NETWORK.to_string()];
+        }
+        std::env::var("E2E_POD_NETWORKS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     fn kubectl_with_stdin(
         &self,
         args: &[&str],
@@ -326,6 +357,9 @@ impl Cluster {
     /// Installs the operator as a user does (`kubectl apply --server-side -k config/default`)
     /// and waits until its Deployment is Available.
     pub async fn install_operator(&self) -> Result<(), HarnessError> {
+        if self.standin.is_some() {
+            self.install_gateway_api_crds()?;
+        }
         self.kubectl(&["apply", "--server-side", "-k", "config/default"])?;
         self.wait_for_deployment_available(
             "meshplane-system",
@@ -337,6 +371,31 @@ impl Cluster {
         // until a server-side dry run through the operator's admission webhook succeeds.
         self.wait_for_operator_admission(Duration::from_secs(60))
             .await
+    }
+
+    /// Installs the Gateway API CRDs generated into `config/crd/` (equivalent to the upstream
+    /// release meshplane follows), as a cluster admin installs the upstream ones: on a real
+    /// cluster (`E2E_KUBECONFIG`) they are the cluster's own and this is not called.
+    pub fn install_gateway_api_crds(&self) -> Result<(), HarnessError> {
+        let dir = workspace_root().join("config/crd");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|source| HarnessError::Spawn {
+                program: format!("read {}", dir.display()),
+                source,
+            })?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("gateway.networking.k8s.io_") && n.ends_with(".yaml"))
+            .collect();
+        files.sort();
+        let mut args = vec!["apply", "--server-side"];
+        let paths: Vec<String> = files.iter().map(|f| format!("config/crd/{f}")).collect();
+        for p in &paths {
+            args.push("-f");
+            args.push(p);
+        }
+        self.kubectl(&args)?;
+        Ok(())
     }
 
     /// Waits until a server-side dry run of a MeshControlPlane passes the operator's admission

@@ -272,7 +272,122 @@ async fn each_conflict_class_is_refused_and_nothing_is_created() {
         .expect("pod");
     assert_eq!(containers.trim(), "app", "no sidecar outside every tenant");
     skipped_config_is_not_applied_and_gets_a_warning_event(&cluster).await;
+    service_entries_may_point_only_at_the_tenants_own_pods(&cluster).await;
     eprintln!("scenario bad-input took {:?}", started.elapsed());
+}
+
+/// A ServiceEntry of green's `garden` whose endpoint is one address.
+fn entry_at(name: &str, address: &str) -> String {
+    format!(
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata:\n  name: {name}\n  namespace: garden\nspec:\n  hosts: [{name}.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{{number: 9080, name: http, protocol: HTTP}}]\n  endpoints:\n    - address: \"{address}\"\n"
+    )
+}
+
+/// `meshConfig.podNetworks`: a value that is no CIDR is refused by the CRD's CEL rule; once
+/// set, green's webhook refuses a ServiceEntry endpoint at blue's pod address, naming the
+/// address (and nothing of blue), and admits one at green's own pod address.
+async fn service_entries_may_point_only_at_the_tenants_own_pods(cluster: &Cluster) {
+    let networks = cluster.pod_networks();
+    if networks.is_empty() {
+        eprintln!("the pod networks of this cluster are unknown: set E2E_POD_NETWORKS");
+        return;
+    }
+    let message = cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "green",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"meshConfig":{"podNetworks":["198.18.0.9"]}}}"#,
+        ])
+        .expect_err("an address is no pod network")
+        .to_string();
+    assert!(message.contains("podNetworks must be CIDRs"), "{message}");
+    let patch = serde_json::json!({"spec": {"meshConfig": {"podNetworks": networks}}}).to_string();
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "green",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .expect("green's pod networks");
+    cluster
+        .wait_for_mcp_ready("green", DEADLINE)
+        .await
+        .expect("green Ready");
+    cluster
+        .apply_manifest(&format!(
+            "{}---\n{}",
+            test_pod("shop", "blue-pod"),
+            test_pod("garden", "green-pod")
+        ))
+        .expect("a pod of each tenant");
+    let mut addresses = Vec::new();
+    for (ns, app) in [("shop", "blue-pod"), ("garden", "green-pod")] {
+        let pods = cluster
+            .wait_for_ready_pods(ns, &format!("app={app}"), 1, DEADLINE)
+            .await
+            .expect("pod Ready");
+        let ip = meshplane_e2e::harness::pod_ip(&pods[0]).expect("pod address");
+        addresses.push(ip.to_string());
+    }
+    let (blue_ip, green_ip) = (&addresses[0], &addresses[1]);
+
+    // Green's instance reads its pod networks from its MeshControlPlane: until it has them the
+    // check is off, so ask with server-side dry runs (nothing is stored) until it refuses.
+    let foreign = entry_at("stolen", blue_ip);
+    let message = wait_for(
+        "green's webhook refusing an endpoint at blue's pod",
+        DEADLINE,
+        || async {
+            match cluster.apply_manifest_dry_run(&foreign) {
+                Ok(out) => Err(format!("admitted: {out}")),
+                Err(e) if e.to_string().contains("is in the cluster's pod network") => {
+                    Ok(Some(e.to_string()))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+    .expect("refused");
+    assert!(
+        message.contains(&format!(
+            "spec.endpoints[0].address: {blue_ip} is in the cluster's pod network and is not the address of a pod of tenant \"green\""
+        )),
+        "the denial names the field and the address: {message}"
+    );
+    assert!(
+        !message.contains("blue") && !message.contains("shop"),
+        "the denial names nothing of the other tenant: {message}"
+    );
+    let message = refused(cluster, "an endpoint at blue's pod address", &foreign);
+    assert!(message.contains(blue_ip.as_str()), "{message}");
+    let entries = cluster
+        .kubectl(&["get", "serviceentries", "-n", "garden", "-o", "name"])
+        .expect("serviceentries");
+    assert!(!entries.contains("stolen"), "nothing created: {entries}");
+
+    // Green's own pod: admitted once the instance has seen the pod's address.
+    let own = entry_at("own", green_ip);
+    wait_for(
+        "green's webhook admitting an endpoint at green's pod",
+        DEADLINE,
+        || async {
+            cluster
+                .apply_manifest(&own)
+                .map(|_| Some(()))
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await
+    .expect("an endpoint at the tenant's own pod is admitted");
 }
 
 /// A ServiceEntry the CRD schema admits and the validation refuses (a wildcard host needs

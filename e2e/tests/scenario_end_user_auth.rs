@@ -9,6 +9,10 @@
 //!   `requestPrincipals: ["*"]` (a token then still gets 200).
 //! - The RequestAuthentication's status shows each key set's last fetch and key ids; a key set
 //!   URL on a link-local address is refused and its status says why.
+//! - At the edge: blue's ingress gateway, called from the node (outside every tenant), under a
+//!   RequestAuthentication and an ALLOW policy requiring a request principal that select the
+//!   gateway's pods: a valid token 200 (web answers, without the token), a forged one or
+//!   garbage 401, none 403.
 //! - The identity provider of issuer A goes away: A's tokens are refused (401), B's and
 //!   requests without a token still get 200 (the listener keeps serving), and the status
 //!   names the failed fetch.
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use meshplane_e2e::harness::{wait_for, Cluster};
-use meshplane_e2e::reach::InPod;
+use meshplane_e2e::reach::{InPod, OnNode};
 use ring::rand::SystemRandom;
 use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,19 +122,41 @@ async fn call_web(pod: &InPod, token: Option<&str>) -> Result<(u16, String), Str
     let ip = pod
         .resolve("web.shop.svc.cluster.local")
         .ok_or("web does not resolve")?;
-    let mut stream = tokio::time::timeout(
+    let stream = tokio::time::timeout(
         Duration::from_secs(5),
         pod.connect(SocketAddr::from((ip, 8080))),
     )
     .await
     .map_err(|_| "connect timed out".to_string())?
     .map_err(|e| e.to_string())?;
+    get_root(stream, "web.shop.svc.cluster.local:8080", token).await
+}
+
+/// `GET /` on blue's ingress gateway from the node (outside every tenant), for
+/// `shop.example.com`, with `Authorization: Bearer <token>` when given: the status.
+async fn call_gateway(
+    node: &OnNode,
+    gateway: SocketAddr,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    let stream = tokio::time::timeout(Duration::from_secs(5), node.connect(gateway))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    get_root(stream, GATEWAY_HOST, token).await
+}
+
+/// `GET /` with `Host: host` over `stream`, with the token when given: the status and the
+/// whole answer.
+async fn get_root(
+    mut stream: tokio::net::TcpStream,
+    host: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
-    let request = format!(
-        "GET / HTTP/1.1\r\nHost: web.shop.svc.cluster.local:8080\r\n{auth}Connection: close\r\n\r\n"
-    );
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await
@@ -244,6 +270,54 @@ spec:
     )
 }
 
+/// Blue's ingress gateway: a ClusterIP Service, port 80 to the proxy's 8080.
+const INGRESS_GATEWAY: &str = r#"{"spec":{"ingressGateway":{"name":"ingress","service":{"type":"ClusterIP","ports":[{"name":"http","port":80,"targetPort":8080}]}}}}"#;
+
+/// The host blue's ingress gateway serves, routed to web.
+const GATEWAY_HOST: &str = "shop.example.com";
+
+const INGRESS_ROUTES: &str = r#"
+apiVersion: networking.meshplane.io/v1alpha1
+kind: Gateway
+metadata: {name: shop, namespace: meshplane-blue}
+spec:
+  selector: {meshplane.io/gateway: ingress}
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [shop.example.com]}]
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: VirtualService
+metadata: {name: shop-ingress, namespace: meshplane-blue}
+spec:
+  hosts: [shop.example.com]
+  gateways: [shop]
+  http: [{route: [{destination: {host: web.shop.svc.cluster.local, port: {number: 8080}}}]}]
+"#;
+
+/// End-user authentication at the edge: a RequestAuthentication and an ALLOW policy requiring
+/// a request principal, both selecting the ingress gateway's pods (from the control namespace).
+fn gateway_policies(idp: std::net::Ipv4Addr) -> String {
+    format!(
+        r#"
+apiVersion: security.meshplane.io/v1alpha1
+kind: RequestAuthentication
+metadata: {{name: edge-jwt, namespace: meshplane-blue}}
+spec:
+  selector: {{matchLabels: {{meshplane.io/gateway: ingress}}}}
+  jwtRules:
+    - issuer: {ISSUER_A}
+      jwksUri: http://{idp}:8081/keys
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {{name: edge-token, namespace: meshplane-blue}}
+spec:
+  selector: {{matchLabels: {{meshplane.io/gateway: ingress}}}}
+  rules:
+    - from: [{{source: {{requestPrincipals: ["*"]}}}}]
+"#
+    )
+}
+
 const REQUIRE_TOKEN: &str = r#"
 apiVersion: security.meshplane.io/v1alpha1
 kind: AuthorizationPolicy
@@ -310,11 +384,30 @@ async fn tokens_of_two_issuers_keys_fetched_by_the_instance() {
             r#"{"spec":{"meshConfig":{"jwksFetch":{"refreshInterval":"2s"}}}}"#,
         ])
         .expect("refresh interval");
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "blue-v1",
+            "--type",
+            "merge",
+            "-p",
+            INGRESS_GATEWAY,
+        ])
+        .expect("blue asks for an ingress gateway");
     cluster.apply_manifest(WORKLOADS).expect("workloads");
+    cluster
+        .apply_manifest(INGRESS_ROUTES)
+        .expect("ingress routes");
     let mut pods = Vec::new();
-    for (ns, app) in [("shop", "web"), ("shop", "cart"), ("idp", "idp")] {
+    for (ns, selector) in [
+        ("shop", "app=web"),
+        ("shop", "app=cart"),
+        ("idp", "app=idp"),
+        ("meshplane-blue", "meshplane.io/gateway=ingress"),
+    ] {
         let ready = cluster
-            .wait_for_ready_pods(ns, &format!("app={app}"), 1, DEADLINE)
+            .wait_for_ready_pods(ns, selector, 1, DEADLINE)
             .await
             .expect("pod Ready");
         pods.push(ready[0].metadata.name.clone().unwrap_or_default());
@@ -407,6 +500,75 @@ async fn tokens_of_two_issuers_keys_fetched_by_the_instance() {
         ])
         .expect("policy deleted");
     expect_status(&cart, "no token passes again", None, 200).await;
+
+    // At the edge: blue's ingress gateway, called from the node (outside every tenant).
+    // Before any policy selects it, it serves without a token; then its own
+    // RequestAuthentication and ALLOW policy: a valid token 200 (validated at the gateway,
+    // which strips it), a forged one 401, none 403.
+    let node = cluster.on_node().expect("node");
+    let ip = cluster
+        .kubectl(&[
+            "get",
+            "service",
+            "ingress",
+            "-n",
+            "meshplane-blue",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .expect("the gateway's Service");
+    let gateway = SocketAddr::from((
+        ip.trim()
+            .parse::<std::net::Ipv4Addr>()
+            .expect("a ClusterIP"),
+        80,
+    ));
+    let at_gateway = |what: &'static str, token: Option<String>, want: u16| {
+        let node = &node;
+        async move {
+            wait_for(what, DEADLINE, || async {
+                let (status, text) = call_gateway(node, gateway, token.as_deref()).await?;
+                (status == want)
+                    .then_some(Some(text.clone()))
+                    .ok_or_else(|| format!("{status}: {}", text.lines().last().unwrap_or_default()))
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+        }
+    };
+    at_gateway("the gateway serving shop.example.com", None, 200).await;
+    cluster
+        .apply_manifest(&gateway_policies(idp.ip()))
+        .expect("the gateway's policies");
+    at_gateway("no token refused at the gateway", None, 403).await;
+    at_gateway(
+        "a forged token refused at the gateway",
+        Some(forged.clone()),
+        401,
+    )
+    .await;
+    let text = at_gateway(
+        "a valid token through the gateway",
+        Some(token_a.clone()),
+        200,
+    )
+    .await;
+    assert!(
+        text.contains("\"namespace\"") && !text.contains("\"authorization\""),
+        "web answered, without the token the gateway validated: {text}"
+    );
+    let (status, text) = call_gateway(&node, gateway, Some("not.a.token"))
+        .await
+        .expect("garbage at the gateway");
+    assert_eq!(status, 401, "garbage at the gateway: {text}");
+    let (status, text) = call_gateway(&node, gateway, None)
+        .await
+        .expect("no token at the gateway");
+    assert_eq!(status, 403, "no token at the gateway: {text}");
+    assert!(
+        text.contains("RBAC: access denied"),
+        "the denial is the gateway policy's: {text}"
+    );
 
     // Issuer A's identity provider goes away: its tokens are refused, B's still pass, and the
     // listener keeps serving requests without a token.

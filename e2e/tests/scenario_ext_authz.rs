@@ -5,6 +5,13 @@
 //! - A provider naming a Service of green's namespace is refused by the operator's webhook.
 //! - `/private/ok...` is allowed by the authorizer (200), `/private/...` denied with the
 //!   authorizer's own 403; `/public` never reaches the authorizer (it records every check).
+//! - `/grpc/...` goes to a gRPC authorizer (`e2e/python/ext_authz_grpc.py`, Envoy's
+//!   Authorization/Check service on Python grpcio): `/grpc/ok` is allowed and the header the
+//!   authorizer adds reaches web's app, `/grpc/x` is denied with the authorizer's own 403,
+//!   body and header.
+//! - On vault's TCP ports a CUSTOM policy of the gRPC provider asks the authorizer about each
+//!   connection (Envoy's network ext_authz filter): port 7000 allowed, 7001 closed before any
+//!   byte reaches vault; the check carries the caller's SPIFFE ID.
 //! - A provider whose Service has no endpoint answers with its `statusOnError` (502).
 //! - A DENY policy annotated `istio.io/dry-run: "true"` denies nothing, and web's sidecar counts
 //!   what it would have denied (`...rbac.istio_dry_run_deny_.shadow_denied`).
@@ -121,9 +128,70 @@ spec:
     )
 }
 
+/// The port the gRPC authorizer lists its checks on (`GET /calls`).
+const GRPC_CALLS_PORT: u16 = 9001;
+
+/// The gRPC authorizer (`e2e/python/ext_authz_grpc.py`: Envoy's Authorization/Check on Python
+/// grpcio) in a pod of shop without a sidecar, and its Service, whose `grpc` port makes the
+/// sidecars call it over HTTP/2.
+fn grpc_authorizer() -> String {
+    let e2e = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = e2e.join("../.venv/bin/python");
+    let python = std::path::absolute(&python).unwrap_or(python);
+    let script = e2e.join("python/ext_authz_grpc.py");
+    let (python, script) = (python.display(), script.display());
+    format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: authz-grpc, namespace: shop}}
+spec:
+  selector: {{app: authz-grpc}}
+  ports:
+    - {{name: grpc, port: 9000, targetPort: 9000}}
+    - {{name: http-calls, port: {GRPC_CALLS_PORT}, targetPort: {GRPC_CALLS_PORT}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: authz-grpc, namespace: shop, labels: {{app: authz-grpc, sidecar.meshplane.io/inject: "false"}}}}
+spec:
+  containers:
+    - name: authz
+      image: example.com/authz-grpc:1
+      command: ["{python}", "{script}", "--port", "9000", "--listen", "{GRPC_CALLS_PORT}", "--allow-ports", "7000"]
+      ports: [{{name: grpc, containerPort: 9000}}, {{name: http, containerPort: {GRPC_CALLS_PORT}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: vault, namespace: shop}}
+spec:
+  selector: {{app: vault}}
+  ports:
+    - {{name: tcp-open, port: 7000, targetPort: 7000}}
+    - {{name: tcp-closed, port: 7001, targetPort: 7001}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: vault, namespace: shop}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: vault}}}}
+  template:
+    metadata: {{labels: {{app: vault}}}}
+    spec:
+      containers:
+        - name: vault
+          image: example.com/echo:1
+          ports: [{{containerPort: 7000}}, {{containerPort: 7001}}]
+"#
+    )
+}
+
 const PROVIDERS: &str = r#"{"spec":{"meshConfig":{"extensionProviders":[
   {"name":"authz","envoyExtAuthzHttp":{"service":"authz.shop.svc.cluster.local","port":8000,
    "pathPrefix":"/check","headersToDownstreamOnDeny":["x-authz-reason"]}},
+  {"name":"authz-grpc","envoyExtAuthzGrpc":{"service":"authz-grpc.shop.svc.cluster.local",
+   "port":9000,"timeout":"5s"}},
   {"name":"authz-down","envoyExtAuthzHttp":{"service":"shop/authz-down","port":8000,
    "statusOnError":"502","timeout":"2s"}}]}}}"#;
 
@@ -140,6 +208,26 @@ spec:
   provider: {name: authz}
   rules:
     - to: [{operation: {paths: [/private*]}}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: ext-grpc, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  action: CUSTOM
+  provider: {name: authz-grpc}
+  rules:
+    - to: [{operation: {paths: [/grpc*]}}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: ext-tcp, namespace: shop}
+spec:
+  selector: {matchLabels: {app: vault}}
+  action: CUSTOM
+  provider: {name: authz-grpc}
+  rules:
+    - to: [{operation: {ports: ["7000", "7001"]}}]
 ---
 apiVersion: security.meshplane.io/v1alpha1
 kind: AuthorizationPolicy
@@ -212,8 +300,11 @@ async fn a_custom_policy_asks_a_real_authorizer_and_a_dry_run_denies_nothing() {
         ])
         .expect("blue's providers");
     cluster.apply_manifest(&workloads()).expect("workloads");
+    cluster
+        .apply_manifest(&grpc_authorizer())
+        .expect("the gRPC authorizer");
     let mut pods = Vec::new();
-    for app in ["web", "cart", "authz"] {
+    for app in ["web", "cart", "authz", "authz-grpc", "vault"] {
         let ready = cluster
             .wait_for_ready_pods("shop", &format!("app={app}"), 1, DEADLINE)
             .await
@@ -229,8 +320,18 @@ async fn a_custom_policy_asks_a_real_authorizer_and_a_dry_run_denies_nothing() {
     let web = cluster.in_pod("shop", &pods[0]).expect("web pod");
     let cart = cluster.in_pod("shop", &pods[1]).expect("cart pod");
     let web_url = "http://web.shop.svc.cluster.local:8080";
+    let vault_open = "http://vault.shop.svc.cluster.local:7000/";
+    let vault_closed = "http://vault.shop.svc.cluster.local:7001/";
     let calls_url = "http://authz.shop.svc.cluster.local:8000/calls";
-    for url in [format!("{web_url}/public"), calls_url.to_string()] {
+    let grpc_calls_url =
+        format!("http://authz-grpc.shop.svc.cluster.local:{GRPC_CALLS_PORT}/calls");
+    for url in [
+        format!("{web_url}/public"),
+        calls_url.to_string(),
+        grpc_calls_url.clone(),
+        vault_open.to_string(),
+        vault_closed.to_string(),
+    ] {
         wait_for(&format!("cart reaching {url}"), DEADLINE, || async {
             let reply = cart.http_get(&url).await.map_err(|e| e.to_string())?;
             (reply.status == 200)
@@ -249,6 +350,7 @@ async fn a_custom_policy_asks_a_real_authorizer_and_a_dry_run_denies_nothing() {
             .map_err(|e| e.to_string())?;
         (dump.contains("envoy.filters.http.ext_authz")
             && dump.contains("authz-down")
+            && dump.contains("authz-grpc.shop.svc.cluster.local")
             && dump.contains("policy[dry-deny]"))
         .then_some(Some(()))
         .ok_or_else(|| "not yet".to_owned())
@@ -317,6 +419,87 @@ async fn a_custom_policy_asks_a_real_authorizer_and_a_dry_run_denies_nothing() {
         "requests outside the rules are not checked: {calls:?}"
     );
 
+    // The gRPC authorizer decides: denied with its status, body and header; allowed with the
+    // header it adds reaching web's app (the echo answers the headers it got).
+    let denied = wait_for("the gRPC authorizer denies /grpc/x", DEADLINE, || async {
+        let reply = cart
+            .http_get(&format!("{web_url}/grpc/x"))
+            .await
+            .map_err(|e| e.to_string())?;
+        (reply.status == 403)
+            .then_some(Some(reply.clone()))
+            .ok_or(format!("{reply:?}"))
+    })
+    .await
+    .expect("denied by the gRPC authorizer");
+    assert!(
+        denied.body.contains("denied by the grpc authorizer")
+            && denied.headers.get("x-authz-reason").map(String::as_str) == Some("not ok"),
+        "the gRPC authorizer's denial reaches the caller: {denied:?}"
+    );
+    let allowed = cart
+        .http_get(&format!("{web_url}/grpc/ok"))
+        .await
+        .expect("cart on /grpc/ok");
+    assert_eq!(
+        allowed.status, 200,
+        "allowed by the gRPC authorizer: {allowed:?}"
+    );
+    let echoed: serde_json::Value = serde_json::from_str(&allowed.body).expect("echo JSON");
+    assert_eq!(
+        echoed["headers"]["x-authz-user"], "alice",
+        "the header the authorizer added reaches the app: {echoed}"
+    );
+    let grpc_calls = cart
+        .http_get(&grpc_calls_url)
+        .await
+        .expect("the gRPC authorizer's calls");
+    let checked: Vec<&str> = grpc_calls.body.lines().collect();
+    assert!(
+        checked.contains(&"/grpc/x") && checked.contains(&"/grpc/ok"),
+        "the gRPC authorizer was asked about both: {grpc_calls:?}"
+    );
+    assert!(
+        checked.iter().all(|p| p.starts_with("/grpc")),
+        "requests outside the policy's rules never reach the gRPC authorizer: {grpc_calls:?}"
+    );
+
+    // On vault's TCP ports the gRPC authorizer decides each connection (network ext_authz):
+    // 7000 is allowed, 7001 refused before any byte reaches vault; the check names cart's
+    // identity, which came over mutual TLS.
+    wait_for(
+        "the gRPC authorizer refusing vault:7001",
+        DEADLINE,
+        || async {
+            match cart.http_get(vault_closed).await {
+                Ok(reply) => Err(format!("still served: {reply:?}")),
+                Err(e) => Ok(Some(e.to_string())),
+            }
+        },
+    )
+    .await
+    .expect("a TCP connection the authorizer denies is closed");
+    let open = cart.http_get(vault_open).await.expect("vault:7000");
+    assert_eq!(open.status, 200, "allowed by the gRPC authorizer: {open:?}");
+    let grpc_calls = cart
+        .http_get(&grpc_calls_url)
+        .await
+        .expect("the gRPC authorizer's calls");
+    let tcp_checks: Vec<&str> = grpc_calls
+        .body
+        .lines()
+        .filter(|l| l.starts_with("tcp "))
+        .collect();
+    assert!(
+        tcp_checks
+            .iter()
+            .any(|l| l.starts_with("tcp 7000 spiffe://blue.mesh.local/ns/shop/sa/"))
+            && tcp_checks
+                .iter()
+                .any(|l| l.starts_with("tcp 7001 spiffe://blue.mesh.local/ns/shop/sa/")),
+        "each connection was checked, with the caller's identity: {grpc_calls:?}"
+    );
+
     // An authorizer that cannot be reached: statusOnError.
     wait_for(
         "statusOnError of an unreachable authorizer",
@@ -369,7 +552,7 @@ async fn a_custom_policy_asks_a_real_authorizer_and_a_dry_run_denies_nothing() {
     eprintln!("dry-run denials counted by web's sidecar: {counted}");
 
     // Every policy is accepted.
-    for name in ["ext", "ext-down", "dry-deny"] {
+    for name in ["ext", "ext-grpc", "ext-tcp", "ext-down", "dry-deny"] {
         wait_for(&format!("{name} Accepted"), DEADLINE, || async {
             let status = cluster
                 .kubectl(&[

@@ -855,7 +855,12 @@ const STOLEN_HOST: &str = "blue-web.example.com";
 /// - green's client, pointed at blue's web pod by a ServiceEntry that claims it has a sidecar,
 ///   originates mutual TLS with green's certificate and fails the handshake: blue's server
 ///   certificate does not chain to green's root (`ssl.fail_verify_error`, and Envoy's 503 names
-///   `CERTIFICATE_VERIFY_FAILED`), and blue's sidecar never hands it to the app.
+///   `CERTIFICATE_VERIFY_FAILED`), and blue's sidecar never hands it to the app. The entry is
+///   admitted because green's MeshControlPlane does not name the cluster's pod networks yet: it
+///   stands for what admission cannot see (an entry written before the setting, an address
+///   that became another tenant's pod after admission), which mutual TLS still stops;
+/// - once green's `meshConfig.podNetworks` is set, green's webhook refuses such an entry.
+///   (scenario_bad_input covers the check itself.)
 async fn strict_mutual_tls_refuses_plaintext_and_other_tenants(
     cluster: &Cluster,
     clients: &[(&str, String, String)],
@@ -1030,6 +1035,47 @@ spec:
         !reply.body.contains("\"pod\""),
         "blue's app never answered green: {}",
         reply.body
+    );
+
+    // With the cluster's pod networks named, green's webhook refuses the entry outright.
+    let networks = cluster.pod_networks();
+    if networks.is_empty() {
+        eprintln!("the pod networks of this cluster are unknown: set E2E_POD_NETWORKS");
+        return;
+    }
+    let patch = serde_json::json!({"spec": {"meshConfig": {"podNetworks": networks}}}).to_string();
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "green",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .expect("green's pod networks");
+    let again = format!(
+        "apiVersion: networking.meshplane.io/v1alpha1\nkind: ServiceEntry\nmetadata: {{name: blue-web-again, namespace: garden}}\nspec:\n  hosts: [again.{STOLEN_HOST}]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{{number: {WEB_PORT}, name: http, protocol: HTTP}}]\n  endpoints: [{{address: \"{web_ip}\"}}]\n"
+    );
+    let refused = wait_for(
+        "green's webhook refusing blue's pod address",
+        DEADLINE,
+        || async {
+            match cluster.apply_manifest_dry_run(&again) {
+                Ok(out) => Err(format!("admitted: {out}")),
+                Err(e) if e.to_string().contains("is in the cluster's pod network") => {
+                    Ok(Some(e.to_string()))
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+    .expect("the entry is refused at admission");
+    assert!(
+        refused.contains(&format!("{web_ip} is in the cluster's pod network")),
+        "{refused}"
     );
 }
 

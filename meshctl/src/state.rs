@@ -78,8 +78,9 @@ impl Entry {
             .unwrap_or_default()
     }
 
-    /// Whether the document is in the `networking.meshplane.io`, `security.meshplane.io` or
-    /// `telemetry.meshplane.io` groups: the config a tenant's teams write.
+    /// Whether the document is in the `networking.meshplane.io`, `security.meshplane.io`,
+    /// `telemetry.meshplane.io` or `gateway.networking.k8s.io` groups: the config a tenant's
+    /// teams write.
     pub fn is_mesh_config(&self) -> bool {
         self.raw
             .get("apiVersion")
@@ -89,6 +90,7 @@ impl Entry {
                 group == "networking.meshplane.io"
                     || group == "security.meshplane.io"
                     || group == "telemetry.meshplane.io"
+                    || group == "gateway.networking.k8s.io"
             })
     }
 }

@@ -35,11 +35,11 @@ pub trait TenantView: Send + Sync {
 
     /// The cluster's pod address ranges, when known. A ServiceEntry endpoint address inside
     /// them must be the address of a pod of the tenant; empty turns that check off.
-    fn pod_networks(&self) -> &[IpNet] {
-        &[]
+    fn pod_networks(&self) -> Vec<IpNet> {
+        Vec::new()
     }
 
-    /// Whether `address` is the address of a pod in one of the tenant's namespaces.
+    /// Whether `address` is held now by a pod in one of the tenant's namespaces.
     fn is_tenant_pod_address(&self, _address: IpAddr) -> bool {
         false
     }
@@ -128,8 +128,8 @@ impl TenantView for StaticTenant {
         self.trust_domain.as_deref()
     }
 
-    fn pod_networks(&self) -> &[IpNet] {
-        &self.pod_networks
+    fn pod_networks(&self) -> Vec<IpNet> {
+        self.pod_networks.clone()
     }
 
     fn is_tenant_pod_address(&self, address: IpAddr) -> bool {

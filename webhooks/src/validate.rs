@@ -410,6 +410,8 @@ fn check_endpoint_addresses(
         let Ok(address) = endpoint.address.parse::<std::net::IpAddr>() else {
             continue;
         };
+        // An IPv4-mapped IPv6 address reaches the IPv4 address it carries.
+        let address = address.to_canonical();
         if networks.iter().any(|n| n.contains(&address)) && !view.is_tenant_pod_address(address) {
             violations.push(ConfigViolation::ForeignPodAddress {
                 field: format!("spec.endpoints[{i}].address"),
@@ -718,6 +720,21 @@ mod tests {
             )),
             vec![
                 r#"spec.endpoints[1].address: 198.18.2.9 is in the cluster's pod network and is not the address of a pod of tenant "blue"; ServiceEntry endpoints may only be pods of the tenant or addresses outside the pod network"#
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ipv4_mapped_form_of_a_foreign_pod_address_is_denied_too() {
+        let se = endpoints(&["::ffff:198.18.2.9", "::ffff:198.18.1.5"]);
+        assert_eq!(
+            messages(validate_config(
+                ConfigKind::ServiceEntry,
+                &se,
+                &blue_with_pods()
+            )),
+            vec![
+                r#"spec.endpoints[0].address: 198.18.2.9 is in the cluster's pod network and is not the address of a pod of tenant "blue"; ServiceEntry endpoints may only be pods of the tenant or addresses outside the pod network"#
             ]
         );
     }

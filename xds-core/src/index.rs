@@ -123,10 +123,15 @@ impl TenantIndex {
     /// Folds one source event: the state changes, the cache follows, the outputs are
     /// published. Returns what proxies could see differently.
     pub fn apply(&mut self, ev: SourceEvent) -> Change {
+        let pods_changed = self.may_change_pod_addresses(&ev);
         let Applied {
             change,
             invalidation,
         } = self.state.apply(ev);
+        if pods_changed || change.members_changed {
+            self.outputs
+                .publish_pod_addresses(self.state.pod_addresses());
+        }
         self.lock_cache()
             .invalidate(self.state.registry(), invalidation);
         if change.members_changed {
@@ -138,8 +143,33 @@ impl TenantIndex {
         change
     }
 
+    /// Whether `ev` may change the addresses the tenant's pods hold (besides a change of
+    /// members): members told by the source, a relist, or a Pod whose addresses differ from
+    /// what the state has (most Pod updates are status changes that keep them).
+    fn may_change_pod_addresses(&self, ev: &SourceEvent) -> bool {
+        match ev {
+            SourceEvent::Upsert(obj @ crate::model::Object::Pod(pod)) => {
+                translate::registry::held_pod_addresses(pod)
+                    != self.state.pod_addresses_of(&obj.key())
+            }
+            SourceEvent::Delete(key) => {
+                key.kind == crate::model::Kind::Pod && !self.state.pod_addresses_of(key).is_empty()
+            }
+            SourceEvent::Members(_) | SourceEvent::Synced => true,
+            _ => false,
+        }
+    }
+
     fn publish_config_outputs(&self) {
         let registry = self.state.registry();
+        self.outputs.publish_pod_networks(
+            registry
+                .mesh_config
+                .pod_networks
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        );
         self.outputs.publish_diagnostics(self.state.diagnostics());
         self.outputs
             .publish_envoy_filter_policy(registry.mesh_config.envoy_filter_policy.clone());

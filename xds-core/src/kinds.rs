@@ -19,6 +19,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
 use kube_core::Resource as KubeResource;
+use meshplane_crds::gateway_api::{
+    GRPCRoute, Gateway as KubernetesGateway, GatewayClass, HTTPRoute, ReferenceGrant, TCPRoute,
+    TLSRoute,
+};
 use meshplane_crds::validation::{self, ValidationErrors};
 use meshplane_crds::{
     AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshControlPlane, MeshRevisionTag,
@@ -94,13 +98,25 @@ macro_rules! is_namespaced {
     };
 }
 
+/// A kind's name: its variant's, unless the row gives one (two groups may share a kind name,
+/// such as Istio's and the Gateway API's `Gateway`).
+macro_rules! kind_name {
+    ($variant:ident) => {
+        stringify!($variant)
+    };
+    ($variant:ident, $name:literal) => {
+        $name
+    };
+}
+
 macro_rules! watched_kinds {
     ($(
         $(#[doc = $doc:literal])*
         $variant:ident($ty:ty) {
             scope: $scope:ident,
             read: $read:ident,
-            validate: $validate:expr $(,)?
+            validate: $validate:expr
+            $(, name: $name:literal)? $(,)?
         }
     )*) => {
         /// Kind of an [`Object`].
@@ -162,7 +178,7 @@ macro_rules! watched_kinds {
             /// The kind's name, as in a manifest's `kind`.
             pub fn name(self) -> &'static str {
                 match self {
-                    $(Kind::$variant => stringify!($variant),)*
+                    $(Kind::$variant => kind_name!($variant $(, $name)?),)*
                 }
             }
         }
@@ -278,6 +294,30 @@ watched_kinds! {
         read: MemberNamespaces,
         validate: |o| validation::validate_telemetry(&o.spec),
     }
+    /// A Gateway API HTTPRoute (a Gateway's routes, or with a Service parent the mesh's).
+    HTTPRoute(HTTPRoute) { scope: namespaced, read: MemberNamespaces, validate: no_rules }
+    /// A Gateway API GRPCRoute.
+    GRPCRoute(GRPCRoute) { scope: namespaced, read: MemberNamespaces, validate: no_rules }
+    /// A Gateway API TLSRoute.
+    TLSRoute(TLSRoute) { scope: namespaced, read: MemberNamespaces, validate: no_rules }
+    /// A Gateway API TCPRoute.
+    TCPRoute(TCPRoute) { scope: namespaced, read: MemberNamespaces, validate: no_rules }
+    /// A Gateway API ReferenceGrant (which references into its namespace are allowed).
+    ReferenceGrant(ReferenceGrant) {
+        scope: namespaced,
+        read: MemberNamespaces,
+        validate: no_rules,
+    }
+    /// A Gateway API Gateway (`gateway.networking.k8s.io`; Istio's is [`Kind::Gateway`]).
+    KubernetesGateway(KubernetesGateway) {
+        scope: namespaced,
+        read: MemberNamespaces,
+        validate: no_rules,
+        name: "Gateway",
+    }
+    /// A Gateway API GatewayClass (cluster-scoped; directory mode only: in Kubernetes mode
+    /// the instance does not watch cluster-scoped objects).
+    GatewayClass(GatewayClass) { scope: cluster, read: DirectoryOnly, validate: no_rules }
     /// A TLS Secret of a gateway's namespace (what Gateway servers' `credentialName` name).
     Secret(Secret) { scope: namespaced, read: GatewaySecrets, validate: no_rules }
     /// A MeshControlPlane (directory mode: the tenant's revisions, for membership).
@@ -317,6 +357,14 @@ mod tests {
         assert_eq!(Kind::from_api("apps/v1", "Deployment"), None);
         // Same kind name, other group: not ours.
         assert_eq!(Kind::from_api("networking.istio.io/v1", "Gateway"), None);
+        assert_eq!(
+            Kind::from_api("gateway.networking.k8s.io/v1", "Gateway"),
+            Some(Kind::KubernetesGateway)
+        );
+        assert_eq!(
+            Kind::from_api("networking.meshplane.io/v1alpha1", "Gateway"),
+            Some(Kind::Gateway)
+        );
     }
 
     #[test]
@@ -351,6 +399,6 @@ mod tests {
             "Secrets are read by name only"
         );
         assert!(!members.contains(&Kind::Namespace));
-        assert_eq!(members.len(), 13);
+        assert_eq!(members.len(), 19);
     }
 }

@@ -1,13 +1,17 @@
 //! What the tenant index publishes besides rendered configurations: its member namespaces,
 //! the verdict on its traffic config, the EnvoyFilter policy, the credential names of its
-//! Gateways and the key sets its RequestAuthentications need fetched. The index owns the senders ([`Outputs`]) and sends when an applied event changed
+//! Gateways, the key sets its RequestAuthentications need fetched, the cluster's pod networks and
+//! the addresses of the tenant's pods. The index owns the senders ([`Outputs`]) and sends when an applied event changed
 //! a value; admission, the webhooks and the status writer hold receivers ([`IndexWatch`]) and
 //! read the latest value without asking the index (which the push loop owns).
 //!
 //! Only `tokio::sync::watch` is used: channels, no runtime.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
+
+use ipnet::IpNet;
 
 use meshplane_crds::envoyfilter_policy::EnvoyFilterPolicy;
 use tokio::sync::watch;
@@ -22,6 +26,8 @@ pub struct Outputs {
     envoy_filter_policy: watch::Sender<Arc<EnvoyFilterPolicy>>,
     credential_names: watch::Sender<Arc<BTreeSet<String>>>,
     jwks_plan: watch::Sender<Arc<JwksPlan>>,
+    pod_networks: watch::Sender<Arc<Vec<IpNet>>>,
+    pod_addresses: watch::Sender<Arc<BTreeSet<IpAddr>>>,
 }
 
 impl Default for Outputs {
@@ -32,6 +38,8 @@ impl Default for Outputs {
             envoy_filter_policy: watch::Sender::new(Arc::default()),
             credential_names: watch::Sender::new(Arc::default()),
             jwks_plan: watch::Sender::new(Arc::default()),
+            pod_networks: watch::Sender::new(Arc::default()),
+            pod_addresses: watch::Sender::new(Arc::default()),
         }
     }
 }
@@ -75,6 +83,14 @@ impl Outputs {
         send_changed(&self.jwks_plan, plan);
     }
 
+    pub fn publish_pod_networks(&self, networks: Vec<IpNet>) {
+        send_changed(&self.pod_networks, networks);
+    }
+
+    pub fn publish_pod_addresses(&self, addresses: BTreeSet<IpAddr>) {
+        send_changed(&self.pod_addresses, addresses);
+    }
+
     /// Receivers of every output, holding the current values.
     pub fn watch(&self) -> IndexWatch {
         IndexWatch {
@@ -83,6 +99,8 @@ impl Outputs {
             envoy_filter_policy: self.envoy_filter_policy.subscribe(),
             credential_names: self.credential_names.subscribe(),
             jwks_plan: self.jwks_plan.subscribe(),
+            pod_networks: self.pod_networks.subscribe(),
+            pod_addresses: self.pod_addresses.subscribe(),
         }
     }
 }
@@ -102,6 +120,11 @@ pub struct IndexWatch {
     pub credential_names: watch::Receiver<Arc<BTreeSet<String>>>,
     /// The key sets the instance fetches for the tenant's RequestAuthentications.
     pub jwks_plan: watch::Receiver<Arc<JwksPlan>>,
+    /// The cluster's pod address ranges (`meshConfig.podNetworks`; the validating webhook
+    /// checks ServiceEntry endpoints against them).
+    pub pod_networks: watch::Receiver<Arc<Vec<IpNet>>>,
+    /// The addresses the tenant's pods hold now.
+    pub pod_addresses: watch::Receiver<Arc<BTreeSet<IpAddr>>>,
 }
 
 impl IndexWatch {

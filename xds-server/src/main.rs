@@ -386,7 +386,8 @@ fn spawn_secure(
     )))
 }
 
-/// The tenant membership the validating webhook checks against, from the hub's index, and the
+/// The tenant membership the validating webhook checks against, from the hub's index: members,
+/// EnvoyFilter policy, the cluster's pod networks and the tenant's pod addresses; and the
 /// tenant's trust domain.
 struct HubTenant(Arc<Hub>, String);
 
@@ -405,6 +406,12 @@ impl meshplane_webhooks::TenantView for HubTenant {
     }
     fn trust_domain(&self) -> Option<&str> {
         Some(&self.1)
+    }
+    fn pod_networks(&self) -> Vec<ipnet::IpNet> {
+        (*self.0.pod_networks()).clone()
+    }
+    fn is_tenant_pod_address(&self, address: std::net::IpAddr) -> bool {
+        self.0.is_tenant_pod_address(address)
     }
 }
 

@@ -240,8 +240,8 @@ fn a_custom_policy_puts_its_authorizer_before_deny_and_allow_for_matching_reques
         sorted_names(&deny.rules.expect("deny rules")),
         ["ns[shop]-policy[deny]-rule[0]"]
     );
-    // On the TCP port the authorizer cannot be asked: the CUSTOM rules deny there (a path rule
-    // cannot be known on TCP, so it matches every connection).
+    // On the TCP port an HTTP authorizer cannot be asked: the CUSTOM rules deny there (a path
+    // rule cannot be known on TCP, so it matches every connection).
     let tcp = network_rbac(&listeners);
     let names: Vec<Vec<String>> = tcp
         .iter()
@@ -384,6 +384,76 @@ fn dry_run_policies_are_shadow_rules_and_deny_nothing() {
     let filters = http_filters(&decode_all::<Listener>(&index.render(&web()).listeners));
     assert!(rbac_of(&filters[0]).rules.is_some());
     assert!(rbac_of(&filters[0]).shadow_rules.is_none());
+}
+
+#[test]
+fn a_grpc_custom_policy_asks_its_authorizer_about_tcp_connections() {
+    use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as NetworkExtAuthz;
+    let grpc = policy(
+        "ext-tcp",
+        "",
+        "{selector: {matchLabels: {app: web}}, action: CUSTOM, provider: {name: authz-grpc}, rules: [{to: [{operation: {ports: ['9000']}}]}]}",
+    );
+    let index = index_with(&[MESH, &grpc]);
+    let config = index.render(&web());
+    let listeners = decode_all::<Listener>(&config.listeners);
+    let inbound = listeners
+        .iter()
+        .find(|l| l.name == "virtualInbound")
+        .expect("virtualInbound");
+    let chain = inbound
+        .filter_chains
+        .iter()
+        .find(|c| c.name.starts_with("inbound|9000") && c.transport_socket.is_some())
+        .expect("an mTLS chain of 9000");
+    let names: Vec<&str> = chain.filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            authz::NETWORK_RBAC_FILTER,
+            ext_authz::NETWORK_EXT_AUTHZ_FILTER,
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+    // The shadow rules select the connections; nothing is enforced by RBAC.
+    let shadow = network_rbac(&listeners).remove(0);
+    assert!(shadow.rules.is_none(), "the selector enforces nothing");
+    assert_eq!(shadow.shadow_rules_stat_prefix, "istio_ext_authz_");
+    assert_eq!(
+        sorted_names(&shadow.shadow_rules.expect("shadow rules")),
+        ["istio-ext-authz-ns[shop]-policy[ext-tcp]-rule[0]"]
+    );
+    let Some(ConfigType::TypedConfig(any)) = &chain.filters[1].config_type else {
+        panic!("typed ext_authz");
+    };
+    let ext = NetworkExtAuthz::decode(any.value.as_slice()).expect("network ext_authz");
+    let enabled = ext.filter_enabled_metadata.expect("enabled by metadata");
+    assert_eq!(enabled.filter, "envoy.filters.network.rbac");
+    assert!(format!("{:?}", enabled.path).contains("istio_ext_authz_shadow_effective_policy_id"));
+    assert!(ext.failure_mode_allow, "the provider's failOpen");
+    assert!(ext.include_peer_certificate, "the check names the peer");
+    let service = format!("{:?}", ext.grpc_service);
+    assert!(
+        service.contains("outbound|9001||authz-grpc.pay.svc.cluster.local"),
+        "{service}"
+    );
+    // The HTTP port is outside the rules: no authorizer there, and the authorizer's cluster is
+    // still added although shop's Sidecar does not import pay.
+    let filters = http_filters(&listeners);
+    assert!(
+        filters
+            .iter()
+            .all(|f| f.name != ext_authz::HTTP_EXT_AUTHZ_FILTER),
+        "{:?}",
+        filters.iter().map(|f| &f.name).collect::<Vec<_>>()
+    );
+    assert!(names_of_clusters(&config)
+        .contains(&"outbound|9001||authz-grpc.pay.svc.cluster.local".to_string()));
+}
+
+/// The clusters' names.
+fn names_of_clusters(config: &meshplane_xds::model::ProxyConfig) -> Vec<String> {
+    names(&config.clusters)
 }
 
 #[test]

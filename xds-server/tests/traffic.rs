@@ -853,6 +853,75 @@ fn a_gateway_serves_its_servers_with_trusted_virtual_services() {
     golden("traffic_gateway", &describe_in_full(&config));
 }
 
+/// The gateway's pods are selected by a RequestAuthentication and an AuthorizationPolicy of
+/// the control namespace; a policy of a member namespace does not reach the gateway.
+const GATEWAY_POLICIES: &str = r#"
+apiVersion: security.meshplane.io/v1alpha1
+kind: RequestAuthentication
+metadata: {name: edge-jwt, namespace: meshplane-acme}
+spec:
+  selector: {matchLabels: {meshplane.io/gateway: ingressgateway}}
+  jwtRules: [{issuer: "https://issuer.example", jwksUri: "https://issuer.example/keys"}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: edge-token, namespace: meshplane-acme}
+spec:
+  selector: {matchLabels: {meshplane.io/gateway: ingressgateway}}
+  rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]
+---
+apiVersion: security.meshplane.io/v1alpha1
+kind: AuthorizationPolicy
+metadata: {name: shop-deny, namespace: shop}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+"#;
+
+#[test]
+fn a_gateway_authenticates_and_authorizes_with_the_policies_that_select_it() {
+    let mut index = gateway_index();
+    let before = describe(&index.render(&router()));
+    assert!(!before.contains("envoy.filters.http.rbac"), "{before}");
+    for obj in objects_from_yaml("policies.yaml", GATEWAY_POLICIES) {
+        index.apply(SourceEvent::Upsert(obj));
+    }
+    let config = index.render(&router());
+    let text = describe(&config);
+    // Every HTTP chain, plain and TLS-terminating: after the routing filters, jwt_authn, then
+    // the ALLOW RBAC filter, then the router.
+    let chain = "http_filters=[\"envoy.filters.http.fault\", \"envoy.filters.http.cors\", \"envoy.filters.http.jwt_authn\", \"envoy.filters.http.rbac\", \"envoy.filters.http.router\"]";
+    assert!(
+        text.contains(&format!("hcm rds=http.8080 {chain}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "hcm rds=https.443.https.public.meshplane-acme {chain}"
+        )),
+        "{text}"
+    );
+    // The SNI passthrough chain has no request to authenticate: the policy's
+    // requestPrincipals fail closed there, before the TCP proxy.
+    assert!(
+        text.contains("[sni login.example.com,tls]: envoy.filters.network.rbac"),
+        "{text}"
+    );
+    let listeners = String::from_utf8_lossy(
+        &config
+            .listeners
+            .iter()
+            .flat_map(|r| r.encoded.to_vec())
+            .collect::<Vec<u8>>(),
+    )
+    .to_string();
+    assert!(listeners.contains("edge-token"), "the gateway's own policy");
+    assert!(
+        !listeners.contains("shop-deny"),
+        "a member namespace's policy stays with its workloads"
+    );
+}
+
 /// Whether any listener of `config` carries `bytes` (an inlined private key).
 fn listeners_carry(config: &ProxyConfig, bytes: &[u8]) -> bool {
     config

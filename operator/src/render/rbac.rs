@@ -42,7 +42,7 @@ use super::{DesiredObject, Kind, Revision};
 
 /// `(apiGroup, resource)` the instance reads to build its registry: Services and their
 /// EndpointSlices (destinations), Pods (proxy labels and workload selectors), and the tenant's
-/// networking and security config.
+/// networking, security, telemetry and Gateway API config.
 pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("", "services"),
     ("", "pods"),
@@ -57,6 +57,12 @@ pub const INSTANCE_READ_RESOURCES: &[(&str, &str)] = &[
     ("networking.meshplane.io", "destinationrules"),
     ("networking.meshplane.io", "gateways"),
     ("telemetry.meshplane.io", "telemetries"),
+    ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "grpcroutes"),
+    ("gateway.networking.k8s.io", "tlsroutes"),
+    ("gateway.networking.k8s.io", "tcproutes"),
+    ("gateway.networking.k8s.io", "referencegrants"),
+    ("gateway.networking.k8s.io", "gateways"),
 ];
 
 /// Status subresources the instance writes (the `Accepted` condition of networking config).
@@ -81,6 +87,16 @@ pub const INSTANCE_SECURITY_STATUS_RESOURCES: &[&str] = &[
 /// Status subresources of the telemetry group the instance writes (the `Accepted` condition
 /// of Telemetries).
 pub const INSTANCE_TELEMETRY_STATUS_RESOURCES: &[&str] = &["telemetries/status"];
+
+/// Status subresources of the Gateway API the instance writes (route parent status and
+/// Gateway status, for parents of meshplane's controller only).
+pub const INSTANCE_GATEWAY_API_STATUS_RESOURCES: &[&str] = &[
+    "httproutes/status",
+    "grpcroutes/status",
+    "tlsroutes/status",
+    "tcproutes/status",
+    "gateways/status",
+];
 
 /// Read verbs: the instance watches, never writes, registry sources.
 const READ: [&str; 3] = ["get", "list", "watch"];
@@ -130,6 +146,8 @@ pub fn member_status_rules() -> Vec<Value> {
                "resources": INSTANCE_SECURITY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
         json!({"apiGroups": ["telemetry.meshplane.io"],
                "resources": INSTANCE_TELEMETRY_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
+        json!({"apiGroups": ["gateway.networking.k8s.io"],
+               "resources": INSTANCE_GATEWAY_API_STATUS_RESOURCES, "verbs": ["get", "patch"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"],
                "verbs": ["create", "patch"]}),
     ]

@@ -623,6 +623,26 @@ mod tests {
     }
 
     #[test]
+    fn pod_networks_are_cidrs_by_cel() {
+        let crd = mcp_crd();
+        let with = |nets: Value| {
+            let mut object = mcp(
+                "blue-v1",
+                json!({"tenant": "blue", "meshConfig": {"podNetworks": nets}}),
+            );
+            validate_custom_resource(&crd, "v1alpha1", &mut object, None)
+        };
+        assert_eq!(with(json!(["198.18.0.0/16", "198.19.0.0/16"])), Ok(()));
+        let bad = with(json!(["198.18.0.0/16", "198.18.0.9"])).unwrap_err();
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].contains("spec.meshConfig.podNetworks")
+                && bad[0].contains("podNetworks must be CIDRs"),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
     fn root_rule_sees_metadata_name() {
         let crd = mcp_crd();
         let long_name = "a".repeat(33);

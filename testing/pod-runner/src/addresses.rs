@@ -5,6 +5,9 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
+/// The pod network: every pod address lies in it (what a cluster's `--cluster-cidr` is).
+pub const POD_NETWORK: &str = "198.18.0.0/16";
+
 /// First address handed out, as an offset in 198.18.0.0/16.
 const FIRST: u32 = 10;
 /// Last address handed out (198.18.255.254).

@@ -51,6 +51,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+pub use addresses::POD_NETWORK;
 pub use binaries::{
     default_bin_dir, locate_binary, workspace_root, OPERATOR_BINARY, PROXY_BINARY, XDS_BINARY,
 };

@@ -140,6 +140,12 @@ fn keyed_updates_match_a_full_build() {
             assert_eq!(now.services, full.services, "{context}");
             assert_eq!(now.endpoints, full.endpoints, "{context}");
             assert_eq!(now.pod_ports, full.pod_ports, "{context}");
+            // The published pod addresses follow every event that changes them.
+            assert_eq!(
+                **index.watch().pod_addresses.borrow(),
+                index.state.pod_addresses(),
+                "{context}"
+            );
             let expected = if before.services != full.services || before.pod_ports != full.pod_ports
             {
                 ChangeKind::Config
@@ -164,6 +170,82 @@ fn keyed_updates_match_a_full_build() {
             }
         }
     });
+}
+
+fn pod(ns: &str, name: &str, spec: Value, status: Value) -> SourceEvent {
+    SourceEvent::Upsert(Object::Pod(typed(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec, "status": status,
+    }))))
+}
+
+#[test]
+fn pod_addresses_are_the_running_pods_of_the_tenant_and_pod_networks_come_from_mesh_config() {
+    let mut index = tenant_index();
+    let app = json!({"containers": [{"name": "app"}]});
+    index.apply(pod(
+        "a",
+        "web",
+        app.clone(),
+        json!({"podIP": "198.18.0.1",
+        "podIPs": [{"ip": "198.18.0.1"}], "phase": "Running"}),
+    ));
+    index.apply(pod("b", "db", app.clone(), json!({"podIP": "198.18.0.2"})));
+    // Not the tenant's: another namespace, the node's address, a finished pod's.
+    index.apply(pod(
+        "c",
+        "theirs",
+        app.clone(),
+        json!({"podIP": "198.18.0.3"}),
+    ));
+    index.apply(pod(
+        "a",
+        "node-agent",
+        json!({"hostNetwork": true, "containers": [{"name": "app"}]}),
+        json!({"podIP": "198.19.0.1"}),
+    ));
+    index.apply(pod(
+        "b",
+        "job",
+        app.clone(),
+        json!({"podIP": "198.18.0.4", "phase": "Succeeded"}),
+    ));
+    let watch = index.watch();
+    let held = |w: &IndexWatch| -> Vec<String> {
+        w.pod_addresses
+            .borrow()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+    };
+    assert_eq!(held(&watch), ["198.18.0.1", "198.18.0.2"]);
+    // A deleted pod's address is released; a namespace that leaves takes its pods along.
+    index.apply(SourceEvent::Delete(ObjectKey {
+        kind: Kind::Pod,
+        namespace: Some("a".into()),
+        name: "web".into(),
+    }));
+    assert_eq!(held(&watch), ["198.18.0.2"]);
+    index.apply(namespace("b", false));
+    assert!(held(&watch).is_empty(), "{:?}", held(&watch));
+
+    assert!(
+        watch.pod_networks.borrow().is_empty(),
+        "unset: the check is off"
+    );
+    index.apply(SourceEvent::MeshConfig(Box::new(MeshConfig {
+        pod_networks: vec!["198.18.0.0/16".into()],
+        ..MeshConfig::default()
+    })));
+    index.apply(namespace("b", true));
+    let nets: Vec<String> = watch
+        .pod_networks
+        .borrow()
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(nets, ["198.18.0.0/16"]);
 }
 
 fn sidecar_event(rng: &mut Choices) -> SourceEvent {

@@ -156,6 +156,33 @@ impl TenantState {
         &self.control_namespace
     }
 
+    /// The addresses the tenant's pods hold now (members and the control namespace;
+    /// [`registry::held_pod_addresses`]).
+    pub fn pod_addresses(&self) -> BTreeSet<std::net::IpAddr> {
+        let first = ObjectKey {
+            kind: Kind::Pod,
+            namespace: None,
+            name: String::new(),
+        };
+        self.objects
+            .range(first..)
+            .take_while(|(k, _)| k.kind == Kind::Pod)
+            .filter(|(k, _)| self.in_tenant(k))
+            .flat_map(|(_, o)| match o {
+                Object::Pod(p) => registry::held_pod_addresses(p),
+                _ => BTreeSet::new(),
+            })
+            .collect()
+    }
+
+    /// The addresses the Pod `key` holds as the state has it (none when unknown).
+    pub fn pod_addresses_of(&self, key: &ObjectKey) -> BTreeSet<std::net::IpAddr> {
+        match self.objects.get(key) {
+            Some(Object::Pod(p)) => registry::held_pod_addresses(p),
+            _ => BTreeSet::new(),
+        }
+    }
+
     /// Labels of a Pod of the tenant (for proxies whose node metadata carries none).
     pub fn pod_labels(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
         let key = ObjectKey {
@@ -659,6 +686,13 @@ impl TenantState {
                 Object::VirtualService(v) => reg.virtual_services.push((**v).clone()),
                 Object::DestinationRule(d) => reg.destination_rules.push((**d).clone()),
                 Object::Gateway(g) => reg.gateways.push((**g).clone()),
+                Object::HTTPRoute(r) => reg.gateway_api.http_routes.push((**r).clone()),
+                Object::GRPCRoute(r) => reg.gateway_api.grpc_routes.push((**r).clone()),
+                Object::TLSRoute(r) => reg.gateway_api.tls_routes.push((**r).clone()),
+                Object::TCPRoute(r) => reg.gateway_api.tcp_routes.push((**r).clone()),
+                Object::ReferenceGrant(g) => reg.gateway_api.reference_grants.push((**g).clone()),
+                Object::KubernetesGateway(g) => reg.gateway_api.gateways.push((**g).clone()),
+                Object::GatewayClass(c) => reg.gateway_api.gateway_classes.push((**c).clone()),
                 Object::Secret(secret) => {
                     if let Some(tls) = registry::tls_secret(secret) {
                         reg.tls_secrets.insert((ns, key.name.clone()), tls);
@@ -708,6 +742,7 @@ impl TenantState {
         registry::sort_oldest_first(&mut reg.virtual_services);
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
+        reg.gateway_api.sort();
         reg.gateway_deployments = self.effective_gateway_deployments();
         // Only the key sets the tenant's rules name (the fetcher may still hold others).
         let uris: BTreeSet<String> = reg

@@ -714,10 +714,24 @@ fn role(policy: &AuthorizationPolicy, http: bool, custom: &CustomProviders<'_>) 
     }
     match (action, broken) {
         (_, Some(why)) => Role::DenyAll(why),
-        (AuthorizationAction::Custom, None) if http => Role::Custom,
+        (AuthorizationAction::Custom, None) if http || asks_over_grpc(policy, custom) => {
+            Role::Custom
+        }
         (AuthorizationAction::Custom, None) => Role::Enforce(AuthorizationAction::Custom),
         (a, None) => Role::Enforce(a),
     }
+}
+
+/// Whether `policy` (CUSTOM) names a usable gRPC provider: the only kind a chain without HTTP
+/// can ask, with Envoy's network ext_authz filter.
+fn asks_over_grpc(policy: &AuthorizationPolicy, custom: &CustomProviders<'_>) -> bool {
+    policy
+        .spec
+        .provider
+        .as_ref()
+        .and_then(|p| custom.by_name.get(&p.name))
+        .and_then(|r| r.as_ref().ok())
+        .is_some_and(|r| matches!(r.kind, super::ext_authz::ExtAuthzKind::Grpc(_)))
 }
 
 fn deny_all_rule(policy: &AuthorizationPolicy, why: &str) -> (String, Policy) {
@@ -785,7 +799,8 @@ pub struct ActionRules {
 
 /// The RBAC filter of `action` for a chain, or `None` when it needs none. Unenforceable
 /// policies are DENY rules matching every request, named `ns[<ns>]-policy[<name>]-invalid` or
-/// `...-custom-provider-unavailable`; CUSTOM policies on a chain without HTTP are DENY rules;
+/// `...-custom-provider-unavailable`; CUSTOM policies of an HTTP provider on a chain without
+/// HTTP are DENY rules;
 /// dry-run policies are shadow rules ([`dry_run_stat_prefix`]).
 pub fn action_rules(
     policies: &[&AuthorizationPolicy],
@@ -885,20 +900,7 @@ fn custom_filters(
 ) -> Vec<HttpFilter> {
     let mut out = Vec::new();
     for (index, provider) in custom.resolved().enumerate() {
-        let mut shadow = HashMap::new();
-        for policy in policies {
-            let named = policy.spec.provider.as_ref().map(|p| p.name.as_str());
-            if role(policy, facts.http, custom) == Role::Custom && named == Some(&provider.name) {
-                policy_rules(
-                    policy,
-                    AuthorizationAction::Custom,
-                    facts,
-                    trust_domain,
-                    super::ext_authz::SHADOW_POLICY_PREFIX,
-                    &mut shadow,
-                );
-            }
-        }
+        let shadow = custom_shadow_rules(policies, facts, trust_domain, custom, &provider.name);
         if shadow.is_empty() {
             // No rule can match here: the authorizer is never asked on this chain.
             continue;
@@ -954,32 +956,111 @@ pub fn http_filters(
     http_filters_with(policies, facts, trust_domain, &CustomProviders::default())
 }
 
-/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order;
-/// CUSTOM policies deny the connections their rules match (an external authorizer decides
-/// HTTP requests only).
+/// The RBAC network filters of a chain (to go before the TCP proxy), in evaluation order:
+/// AUDIT, CUSTOM (per gRPC provider: the shadow RBAC filter selecting the connections, then
+/// the network ext_authz filter), DENY, ALLOW. A CUSTOM policy whose provider is HTTP denies
+/// the connections its rules match: an HTTP authorizer decides HTTP requests only.
 pub fn network_filters_with(
     policies: &[&AuthorizationPolicy],
     facts: ChainFacts,
     trust_domain: &str,
     custom: &CustomProviders<'_>,
 ) -> Vec<Filter> {
-    ORDER
-        .iter()
-        .filter_map(|a| action_rules(policies, *a, facts, trust_domain, custom).map(|r| (*a, r)))
-        .map(|(action, r)| {
-            let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
-            Filter {
-                name: NETWORK_RBAC_FILTER.to_string(),
-                config_type: Some(FilterConfig::TypedConfig(pack_any(NetworkRbac {
-                    rules: r.rules,
-                    shadow_rules: r.shadow,
-                    shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
-                    stat_prefix: NETWORK_STAT_PREFIX.to_string(),
-                    ..Default::default()
-                }))),
-            }
-        })
-        .collect()
+    let mut out = Vec::new();
+    for action in ORDER {
+        if action == AuthorizationAction::Deny {
+            out.extend(custom_network_filters(
+                policies,
+                facts,
+                trust_domain,
+                custom,
+            ));
+        }
+        let Some(r) = action_rules(policies, action, facts, trust_domain, custom) else {
+            continue;
+        };
+        let prefix = r.shadow.as_ref().map(|_| dry_run_stat_prefix(action));
+        out.push(network_rbac_filter(NetworkRbac {
+            rules: r.rules,
+            shadow_rules: r.shadow,
+            shadow_rules_stat_prefix: prefix.unwrap_or_default().to_string(),
+            stat_prefix: NETWORK_STAT_PREFIX.to_string(),
+            ..Default::default()
+        }));
+    }
+    out
+}
+
+fn network_rbac_filter(rbac: NetworkRbac) -> Filter {
+    Filter {
+        name: NETWORK_RBAC_FILTER.to_string(),
+        config_type: Some(FilterConfig::TypedConfig(pack_any(rbac))),
+    }
+}
+
+/// On a chain without HTTP: for each gRPC provider the chain's CUSTOM policies name, the
+/// network RBAC filter holding their rules as shadow rules, then Envoy's network ext_authz
+/// filter, enabled for the connections those rules matched (Istio's way on TCP).
+fn custom_network_filters(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+) -> Vec<Filter> {
+    if facts.http {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let grpc = custom
+        .resolved()
+        .filter(|p| matches!(p.kind, super::ext_authz::ExtAuthzKind::Grpc(_)));
+    for (index, provider) in grpc.enumerate() {
+        let shadow = custom_shadow_rules(policies, facts, trust_domain, custom, &provider.name);
+        if shadow.is_empty() {
+            continue;
+        }
+        let prefix = super::ext_authz::shadow_stat_prefix(index);
+        out.push(network_rbac_filter(NetworkRbac {
+            shadow_rules: Some(Rbac {
+                action: RbacAction::Allow as i32,
+                policies: shadow,
+                ..Default::default()
+            }),
+            shadow_rules_stat_prefix: prefix.clone(),
+            stat_prefix: NETWORK_STAT_PREFIX.to_string(),
+            ..Default::default()
+        }));
+        if let Some(filter) = super::ext_authz::network_ext_authz_filter(provider, &prefix) {
+            out.push(filter);
+        }
+    }
+    out
+}
+
+/// The rules of the CUSTOM policies naming provider `name`, as shadow rules named
+/// `istio-ext-authz-...`.
+fn custom_shadow_rules(
+    policies: &[&AuthorizationPolicy],
+    facts: ChainFacts,
+    trust_domain: &str,
+    custom: &CustomProviders<'_>,
+    name: &str,
+) -> HashMap<String, Policy> {
+    let mut shadow = HashMap::new();
+    for policy in policies {
+        let named = policy.spec.provider.as_ref().map(|p| p.name.as_str());
+        if role(policy, facts.http, custom) == Role::Custom && named == Some(name) {
+            policy_rules(
+                policy,
+                AuthorizationAction::Custom,
+                facts,
+                trust_domain,
+                super::ext_authz::SHADOW_POLICY_PREFIX,
+                &mut shadow,
+            );
+        }
+    }
+    shadow
 }
 
 /// [`network_filters_with`] where no CUSTOM provider is usable.

@@ -12,6 +12,12 @@
 //! use (peer identity, headers, paths, `when` conditions), which per-route disabling could not
 //! express.
 //!
+//! On a chain without HTTP (a TCP port), a CUSTOM policy of a gRPC provider works the same way
+//! with the network filters: a network RBAC filter with the shadow rules (metadata namespace
+//! `envoy.filters.network.rbac`), then `envoy.filters.network.ext_authz`, which asks the
+//! authorizer once per connection, before any byte reaches the workload. A CUSTOM policy of an
+//! HTTP provider denies the connections its rules match there (fail closed).
+//!
 //! A provider resolves when it is declared, is `envoyExtAuthzHttp` or `envoyExtAuthzGrpc`, and
 //! its `service` is a host of the tenant's registry (a Service of a member namespace, or a
 //! ServiceEntry of the tenant) with that port. The registry holds nothing of other tenants, so a
@@ -252,6 +258,50 @@ fn enabled_by_shadow(prefix: &str) -> MetadataMatcher {
         }),
         invert: false,
     }
+}
+
+/// Name of Envoy's ext_authz network filter.
+pub const NETWORK_EXT_AUTHZ_FILTER: &str = "envoy.filters.network.ext_authz";
+/// Dynamic-metadata namespace the RBAC network filter writes.
+pub const NETWORK_RBAC_METADATA_NAMESPACE: &str = "envoy.filters.network.rbac";
+
+/// The network ext_authz filter calling gRPC provider `provider` for each connection the
+/// shadow RBAC network filter of stat prefix `prefix` matched; `None` for an HTTP provider
+/// (Envoy asks only gRPC authorizers about connections). The check carries the connection's
+/// addresses and the peer's identity; `failOpen` and `timeout` as the provider says.
+pub fn network_ext_authz_filter(
+    provider: &ResolvedProvider<'_>,
+    prefix: &str,
+) -> Option<envoy_types::pb::envoy::config::listener::v3::Filter> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as NetworkExtAuthz;
+    let ExtAuthzKind::Grpc(g) = provider.kind else {
+        return None;
+    };
+    let mut enabled = enabled_by_shadow(prefix);
+    enabled.filter = NETWORK_RBAC_METADATA_NAMESPACE.to_string();
+    let config = NetworkExtAuthz {
+        stat_prefix: format!("ext_authz_{}", provider.name.replace(['.', '/'], "_")),
+        grpc_service: Some(GrpcService {
+            timeout: Some(duration(g.timeout.as_ref())),
+            target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                cluster_name: provider.cluster(),
+                authority: provider.service.hostname.clone(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        failure_mode_allow: g.fail_open,
+        include_peer_certificate: true,
+        // Envoy's enum: V3.
+        transport_api_version: 2,
+        filter_enabled_metadata: Some(enabled),
+        ..Default::default()
+    };
+    Some(envoy_types::pb::envoy::config::listener::v3::Filter {
+        name: NETWORK_EXT_AUTHZ_FILTER.to_string(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(config))),
+    })
 }
 
 /// The ext_authz filter calling `provider`, enabled by the shadow RBAC filter of stat prefix

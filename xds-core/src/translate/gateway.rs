@@ -7,6 +7,12 @@
 //! [`super::diagnostics`]. On one gateway a host belongs to the namespace whose VirtualService
 //! claimed it first; VirtualServices of that namespace for the host merge in creation order
 //! (catch-all routes last), later namespaces are refused for it.
+//!
+//! End-user authentication and authorization: the RequestAuthentications and
+//! AuthorizationPolicies that select the gateway's pods (from its namespace, or tenant-wide from
+//! the control namespace) give every HTTP chain its `jwt_authn` filter then its CUSTOM, DENY
+//! and ALLOW filters ([`super::authz`]), and every TCP chain its RBAC network filters, as on a
+//! sidecar's inbound chains; clients from outside the mesh have no peer identity there.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -422,6 +428,35 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
         &super::request_authentications(registry, node),
         &registry.jwks,
     );
+    // The AuthorizationPolicies that select the gateway's pods (or the whole tenant): enforced
+    // on every chain it serves, as on a sidecar's inbound chains. A client from outside the
+    // mesh has no peer identity, so principal conditions fail closed here.
+    let policies = super::authorization_policies(registry, node);
+    let custom = super::ext_authz::CustomProviders::of(registry, &policies);
+    let facts = |port: u32, http: bool| super::authz::ChainFacts {
+        identity: false,
+        http,
+        port: Some(port),
+    };
+    let http_chain = |route_name: &str, port: u32| {
+        super::authz::with_http_rbac(
+            gateway_hcm(route_name, route_name, jwt.as_ref()),
+            super::authz::http_filters_with(
+                &policies,
+                facts(port, true),
+                registry.trust_domain(),
+                &custom,
+            ),
+        )
+    };
+    let tcp_authz = |port: u32| {
+        super::authz::network_filters_with(
+            &policies,
+            facts(port, false),
+            registry.trust_domain(),
+            &custom,
+        )
+    };
     // Servers by the port the proxy binds.
     let mut by_port: BTreeMap<u32, Vec<(&Gateway, &Server)>> = BTreeMap::new();
     for gw in &gateways {
@@ -470,10 +505,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
             });
             let names = server_names(server, gw_ns);
             sni |= !names.is_empty();
-            let mut chain = envoy::filter_chain(
-                &route_name,
-                gateway_hcm(&route_name, &route_name, jwt.as_ref()),
-            );
+            let mut chain = envoy::filter_chain(&route_name, http_chain(&route_name, *port));
             chain.filter_chain_match = Some(FilterChainMatch {
                 server_names: names,
                 transport_protocol: "tls".to_string(),
@@ -522,6 +554,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
                                 idle(registry, &node.namespace, &dests),
                             ),
                         );
+                        chain.filters.splice(0..0, tcp_authz(*port));
                         chain.filter_chain_match = Some(FilterChainMatch {
                             server_names: m
                                 .sni_hosts
@@ -546,7 +579,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
             });
             chains.push(envoy::filter_chain(
                 &route_name,
-                gateway_hcm(&route_name, &route_name, jwt.as_ref()),
+                http_chain(&route_name, *port),
             ));
         } else if let Some((gw, server)) = servers.iter().find(|(_, s)| protocol(s) == "TCP") {
             // Opaque TCP: the first `tcp` rule bound to the Gateway.
@@ -574,14 +607,16 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
                 .filter(|d| !d.is_empty())
                 .unwrap_or_else(|| vec![(BLACKHOLE_CLUSTER.to_string(), 100)]);
             let name = format!("tcp.{port}");
-            chains.push(envoy::filter_chain(
+            let mut chain = envoy::filter_chain(
                 &name,
                 envoy::weighted_tcp_proxy_filter(
                     &name,
                     &dests,
                     idle(registry, &node.namespace, &dests),
                 ),
-            ));
+            );
+            chain.filters.splice(0..0, tcp_authz(*port));
+            chains.push(chain);
         }
         if chains.is_empty() {
             continue;
@@ -626,4 +661,6 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
         BLACKHOLE_CLUSTER,
         envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType::Static,
     ));
+    // The external authorizers of its CUSTOM policies.
+    super::authorizer_clusters(registry, node, &custom, out);
 }

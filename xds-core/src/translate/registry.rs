@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshplane_crds::gateway_api;
 use meshplane_crds::networking::{Location, Resolution, WorkloadEntry};
 use meshplane_crds::{
     names, AuthorizationPolicy, DestinationRule, EnvoyFilter, Gateway, MeshConfig,
@@ -221,10 +222,38 @@ pub struct Registry {
     pub tls_secrets: BTreeMap<(String, String), TlsSecret>,
     /// The tenant's gateway proxies and the namespaces each trusts (from the operator).
     pub gateway_deployments: Vec<meshplane_crds::controlplane::GatewayDeployment>,
+    /// The tenant's Gateway API objects.
+    pub gateway_api: GatewayApiConfig,
     /// Verdicts reached while the registry was built, on objects that leave no object of their
     /// own in it: every ServiceEntry read (accepted; its hosts are in `services`), and the
     /// EnvoyFilters the tenant's EnvoyFilter policy keeps out.
     pub judged: BTreeMap<super::finding::ConfigRef, (Option<i64>, Vec<super::finding::Finding>)>,
+}
+
+/// The tenant's Gateway API objects (`gateway.networking.k8s.io`), each list oldest first
+/// (ties by namespace, then name): the order the specification's precedence rules end with.
+#[derive(Clone, Debug, Default)]
+pub struct GatewayApiConfig {
+    pub http_routes: Vec<gateway_api::HTTPRoute>,
+    pub grpc_routes: Vec<gateway_api::GRPCRoute>,
+    pub tls_routes: Vec<gateway_api::TLSRoute>,
+    pub tcp_routes: Vec<gateway_api::TCPRoute>,
+    pub reference_grants: Vec<gateway_api::ReferenceGrant>,
+    pub gateways: Vec<gateway_api::Gateway>,
+    pub gateway_classes: Vec<gateway_api::GatewayClass>,
+}
+
+impl GatewayApiConfig {
+    /// Puts every list in its order.
+    pub fn sort(&mut self) {
+        sort_oldest_first(&mut self.http_routes);
+        sort_oldest_first(&mut self.grpc_routes);
+        sort_oldest_first(&mut self.tls_routes);
+        sort_oldest_first(&mut self.tcp_routes);
+        sort_oldest_first(&mut self.reference_grants);
+        sort_oldest_first(&mut self.gateways);
+        sort_oldest_first(&mut self.gateway_classes);
+    }
 }
 
 /// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
@@ -749,6 +778,32 @@ pub fn add_entry_pod_endpoints<'a>(
                 });
         }
     }
+}
+
+/// The pod-network addresses a pod holds now: none for a pod on its node's network (the
+/// node's address is no pod's own) or one that finished (its address is free for another
+/// pod, perhaps of another tenant).
+pub fn held_pod_addresses(pod: &Pod) -> BTreeSet<std::net::IpAddr> {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let Some(status) = pod.status.as_ref() else {
+        return BTreeSet::new();
+    };
+    let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    if host_network || finished {
+        return BTreeSet::new();
+    }
+    status
+        .pod_ips
+        .iter()
+        .flatten()
+        .map(|p| p.ip.as_str())
+        .chain(status.pod_ip.as_deref())
+        .filter_map(|ip| ip.parse().ok())
+        .collect()
 }
 
 /// Named container ports of a pod.

@@ -135,6 +135,16 @@ impl Hub {
         Arc::clone(&self.index().envoy_filter_policy.borrow())
     }
 
+    /// The cluster's pod address ranges (`meshConfig.podNetworks`), empty when not set.
+    pub fn pod_networks(&self) -> Arc<Vec<ipnet::IpNet>> {
+        Arc::clone(&self.index().pod_networks.borrow())
+    }
+
+    /// Whether a pod of the tenant holds `address` now.
+    pub fn is_tenant_pod_address(&self, address: std::net::IpAddr) -> bool {
+        self.index().pod_addresses.borrow().contains(&address)
+    }
+
     /// The `credentialName`s the tenant's Gateways name (a connecting gateway's access to them
     /// is asked before its first config).
     pub fn credential_names(&self) -> Arc<BTreeSet<String>> {

@@ -195,6 +195,16 @@ pub(super) async fn watch_kind<K>(
                         "not allowed to list: serving without it until access returns"
                     );
                     listing.refused();
+                } else if listing.pending() && is_not_served(&e) {
+                    // The API server does not serve the kind: its CRD is not installed (the
+                    // Gateway API is optional). Nothing of it exists to wait for; the watch
+                    // keeps retrying and lists once the CRD appears.
+                    tracing::info!(
+                        ?kind,
+                        namespace = ?namespace,
+                        "kind not served by the API server (CRD not installed): serving without it"
+                    );
+                    listing.release();
                 } else {
                     tracing::warn!(?kind, namespace = ?namespace, error = %e, "watch failed, retrying");
                 }
@@ -324,11 +334,21 @@ impl Drop for InitialListing {
 /// Whether a watch failed because the API server refuses the instance (403), as opposed to a
 /// transient failure.
 fn is_forbidden(e: &watcher::Error) -> bool {
+    status_code(e) == Some(403)
+}
+
+/// Whether a watch failed because the API server does not serve the resource (404 on the
+/// list: no CRD for it).
+fn is_not_served(e: &watcher::Error) -> bool {
+    status_code(e) == Some(404)
+}
+
+fn status_code(e: &watcher::Error) -> Option<u16> {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
-        watcher::Error::WatchError(s) => s.code == 403,
-        _ => false,
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        watcher::Error::WatchError(s) => Some(s.code),
+        _ => None,
     }
 }
