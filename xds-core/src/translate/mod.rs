@@ -41,6 +41,7 @@ pub mod endpoints;
 pub mod envoy;
 pub mod ext_authz;
 mod finding;
+pub mod gamma;
 pub mod gateway;
 pub mod grpc;
 mod inbound;
