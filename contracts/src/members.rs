@@ -24,6 +24,11 @@ pub const MESH_CONFIG: &str = "meshConfig";
 /// Key of the ingress gateways the revision runs (JSON list: name, namespace, pod labels,
 /// trusted namespaces); absent means none.
 pub const GATEWAYS: &str = "gateways";
+/// Key of the Gateway API GatewayClasses of the tenant (meshplane's controller, naming the
+/// tenant; `meshplane_crds::gateway_tenancy`), one name per line; absent means none. The
+/// instance cannot read cluster-scoped GatewayClasses: it programs a Gateway only when its class
+/// is listed here.
+pub const GATEWAY_CLASSES: &str = "gatewayClasses";
 /// Key present, `"true"`, on exactly one revision of a tenant (its oldest active revision): the
 /// one that writes the status of config in the control namespace (tenant-wide config). Config
 /// in a member namespace has its status written by the revision the namespace is attached to,
@@ -50,6 +55,8 @@ pub struct MembersData {
     pub gateways: Option<String>,
     /// Whether this revision writes the status of the control namespace's config.
     pub status_writer: bool,
+    /// The tenant's GatewayClasses.
+    pub gateway_classes: BTreeSet<String>,
 }
 
 fn lines(set: &BTreeSet<String>) -> String {
@@ -75,6 +82,30 @@ fn parse_lines(data: &Data, key: &'static str) -> Result<Option<BTreeSet<String>
     Ok(Some(out))
 }
 
+/// The `gatewayClasses` lines: names of cluster-scoped objects (DNS-1123 subdomains).
+fn parse_class_names(data: &Data) -> Result<BTreeSet<String>, ContractError> {
+    let mut out = BTreeSet::new();
+    for line in data
+        .get(GATEWAY_CLASSES)
+        .map(String::as_str)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        if !crate::is_dns1123_subdomain(line) {
+            return Err(ContractError::invalid(
+                CONTRACT,
+                GATEWAY_CLASSES,
+                line,
+                "not a GatewayClass name (DNS-1123 subdomain)",
+            ));
+        }
+        out.insert(line.to_string());
+    }
+    Ok(out)
+}
+
 impl MembersData {
     /// The ConfigMap `data`.
     pub fn to_data(&self) -> Data {
@@ -91,6 +122,9 @@ impl MembersData {
         }
         if self.status_writer {
             data.insert(STATUS_WRITER.to_string(), "true".to_string());
+        }
+        if !self.gateway_classes.is_empty() {
+            data.insert(GATEWAY_CLASSES.to_string(), lines(&self.gateway_classes));
         }
         data
     }
@@ -111,6 +145,7 @@ impl MembersData {
             mesh_config: data.get(MESH_CONFIG).cloned(),
             gateways: data.get(GATEWAYS).cloned(),
             status_writer: data.get(STATUS_WRITER).is_some_and(|v| v.trim() == "true"),
+            gateway_classes: parse_class_names(data)?,
         })
     }
 
@@ -143,12 +178,21 @@ mod tests {
             mesh_config: Some(r#"{"outboundTrafficPolicy":"REGISTRY_ONLY"}"#.into()),
             gateways: Some(r#"[{"name":"edge","namespace":"shop","labels":{}}]"#.into()),
             status_writer: true,
+            gateway_classes: set(&["meshplane-blue"]),
         };
         let written = data.to_data();
         assert_eq!(written[MEMBERS], "bank\nshop\n");
         assert_eq!(written[STATUS_WRITER], "true");
         assert_eq!(written[TAGS], "");
+        assert_eq!(written[GATEWAY_CLASSES], "meshplane-blue\n");
         assert_eq!(MembersData::from_data(&written), Ok(data));
+        // No classes, no key (existing ConfigMaps stay as they are); a bad name is an error.
+        assert!(!MembersData::default()
+            .to_data()
+            .contains_key(GATEWAY_CLASSES));
+        let mut bad = written.clone();
+        bad.insert(GATEWAY_CLASSES.into(), "Not/A/Class\n".into());
+        assert!(MembersData::from_data(&bad).is_err());
     }
 
     #[test]

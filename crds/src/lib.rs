@@ -36,6 +36,7 @@ pub mod crdgen;
 pub mod duration;
 pub mod envoyfilter_policy;
 pub mod gateway_api;
+pub mod gateway_tenancy;
 pub mod manifest;
 pub mod membership;
 pub mod migration;

@@ -428,6 +428,88 @@ impl From<HttpReply> for Reply {
     }
 }
 
+/// EnvoyFilter contexts on real Envoys: a tenant-wide `GATEWAY` patch reaches the gateway's
+/// route configuration (and no sidecar's), a `SIDECAR_INBOUND` patch on web reaches the inline
+/// route configuration of web's inbound listener. Each adds a response header.
+async fn envoy_filter_contexts(
+    cluster: &Cluster,
+    node: &OnNode,
+    gateway: SocketAddr,
+    client: &InPod,
+) {
+    cluster
+        .apply_manifest(
+            r#"apiVersion: networking.meshplane.io/v1alpha1
+kind: EnvoyFilter
+metadata: {name: gateway-header, namespace: meshplane-blue}
+spec:
+  configPatches:
+    - applyTo: ROUTE_CONFIGURATION
+      match: {context: GATEWAY}
+      patch: {operation: MERGE, value: {response_headers_to_add: [{header: {key: x-patched-gateway, value: "1"}}]}}
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: EnvoyFilter
+metadata: {name: web-inbound-header, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: web}}
+  configPatches:
+    - applyTo: VIRTUAL_HOST
+      match: {context: SIDECAR_INBOUND}
+      patch: {operation: MERGE, value: {response_headers_to_add: [{header: {key: x-patched-inbound, value: "1"}}]}}
+"#,
+        )
+        .expect("EnvoyFilters for the gateway and web's inbound side");
+    let reply = wait_for(
+        "the gateway and web's inbound side to add their headers",
+        DEADLINE,
+        || async {
+            let reply = node
+                .http_get(gateway, "shop.example.com", "/")
+                .await
+                .map_err(|e| e.to_string())?;
+            let both = reply.headers.contains_key("x-patched-gateway")
+                && reply.headers.contains_key("x-patched-inbound");
+            Ok(both.then_some(reply))
+        },
+    )
+    .await
+    .expect("both patches applied");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let direct = wait_for(
+        "web's inbound header on a call in the mesh",
+        DEADLINE,
+        || async {
+            let reply = client
+                .http_get(&format!("http://web.shop.svc.cluster.local:{WEB_PORT}/"))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(reply
+                .headers
+                .contains_key("x-patched-inbound")
+                .then_some(reply))
+        },
+    )
+    .await
+    .expect("inbound patch");
+    assert!(
+        !direct.headers.contains_key("x-patched-gateway"),
+        "a GATEWAY patch never reaches a sidecar: {direct:?}"
+    );
+    cluster
+        .kubectl(&[
+            "delete",
+            "envoyfilter",
+            "-n",
+            "meshplane-blue",
+            "gateway-header",
+        ])
+        .expect("remove the gateway patch");
+    cluster
+        .kubectl(&["delete", "envoyfilter", "-n", "shop", "web-inbound-header"])
+        .expect("remove the inbound patch");
+}
+
 /// `GET http://<host>.shop.svc.cluster.local:8080<path>` from the client pod, through its
 /// sidecar.
 async fn get(client: &InPod, host: &str, path: &str) -> Result<Reply, String> {
@@ -1010,6 +1092,7 @@ spec:
         reply.status, 404,
         "an untrusted namespace's host is not served: {reply:?}"
     );
+    envoy_filter_contexts(&cluster, &node, gateway, &client).await;
 
     // TLS on the gateway: the SIMPLE server presents the certificate of Secret shop-cert, read
     // by the instance in the gateway's namespace only.

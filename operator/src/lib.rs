@@ -18,6 +18,7 @@ pub mod admission_tls;
 pub mod apply;
 pub mod ca;
 pub mod controller;
+pub mod gateway_api;
 pub mod leader;
 pub mod metrics;
 pub mod migration;

@@ -176,7 +176,36 @@ fn with_gateway(cp: &MeshControlPlane, namespace: Option<&str>) -> MeshControlPl
     cp
 }
 
+/// Gateway API Gateways run in the control namespace and in a member namespace.
+fn managed_gateways(cp: &MeshControlPlane) -> Vec<render::ManagedGateway> {
+    let member = if cp.spec.tenant == "blue" {
+        "shop"
+    } else {
+        "bank"
+    };
+    [cp.control_namespace(), member.to_string()]
+        .into_iter()
+        .map(|namespace| render::ManagedGateway {
+            namespace,
+            name: "web".into(),
+            class: format!("meshplane-{}", cp.spec.tenant),
+            ports: vec![80, 443],
+            service_type: "LoadBalancer".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+        })
+        .collect()
+}
+
 fn render_of(cp: &MeshControlPlane, m: &Membership) -> Vec<DesiredObject> {
+    render_with(cp, m, &[])
+}
+
+fn render_with(
+    cp: &MeshControlPlane,
+    m: &Membership,
+    managed_gateways: &[render::ManagedGateway],
+) -> Vec<DesiredObject> {
     let rev = m
         .revision_of_control_plane(cp.metadata.name.as_deref().unwrap_or_default())
         .expect("active");
@@ -194,6 +223,8 @@ fn render_of(cp: &MeshControlPlane, m: &Membership) -> Vec<DesiredObject> {
         observed: &Observed::default(),
         operator: &render::OperatorAccount::default(),
         client_auth: None,
+        managed_gateways,
+        gateway_classes: &Default::default(),
     })
 }
 
@@ -227,6 +258,11 @@ fn renders() -> Vec<(String, Vec<DesiredObject>)> {
                 variant.spec.isolation = isolation;
                 let label = format!("{} {what} {isolation:?}", cp.revision());
                 out.push((label, render_of(&variant, &m)));
+                let label = format!(
+                    "{} {what} and Gateway API gateways {isolation:?}",
+                    cp.revision()
+                );
+                out.push((label, render_with(&variant, &m, &managed_gateways(cp))));
             }
         }
     }

@@ -87,6 +87,8 @@ fn render_of(cp: &MeshControlPlane, m: &Membership, observed: &Observed) -> Vec<
         observed,
         operator: &render::OperatorAccount::default(),
         client_auth: None,
+        managed_gateways: &[],
+        gateway_classes: &Default::default(),
     })
 }
 
@@ -984,6 +986,8 @@ fn the_ingress_gateway_runs_as_a_router_in_the_tenant_and_its_instance_learns_it
         observed: &Observed::default(),
         operator: &render::OperatorAccount::default(),
         client_auth: None,
+        managed_gateways: &[],
+        gateway_classes: &Default::default(),
     };
     assert_eq!(render::misplaced_gateway_of(&input), None);
 
@@ -1060,6 +1064,8 @@ fn the_admission_client_ca_travels_in_the_webhook_tls_secret() {
             observed: &Observed::default(),
             operator: &render::OperatorAccount::default(),
             client_auth,
+            managed_gateways: &[],
+            gateway_classes: &Default::default(),
         })
     };
     let secret_of = |objects: &[DesiredObject]| {
@@ -1105,5 +1111,176 @@ fn the_admission_client_ca_travels_in_the_webhook_tls_secret() {
             webhook_tls::TLS_CRT,
             webhook_tls::TLS_KEY
         ]
+    );
+}
+
+/// A Gateway API Gateway of the tenant's class gets a proxy of its own, named `<gateway>-<class>`
+/// as Istio names them, labelled for the instance to program it as that Gateway, on unprivileged
+/// ports; a Gateway in a namespace outside the tenant is never rendered.
+#[test]
+fn a_gateway_api_gateway_runs_as_a_router_named_after_it_in_the_tenant_only() {
+    let (cps, tags) = samples();
+    let m = membership(&cps, &tags, &cluster_namespaces());
+    let rev = m.revision_of_control_plane("blue-v1").expect("active");
+    let members = m.tenant_members(&rev.tenant);
+    let gateway = |namespace: &str, name: &str| render::ManagedGateway {
+        namespace: namespace.into(),
+        name: name.into(),
+        class: "meshplane-blue".into(),
+        ports: vec![443, 80, 8080, 80],
+        service_type: "ClusterIP".into(),
+        labels: [("team".to_string(), "web".to_string())].into(),
+        annotations: [("example.com/owner".to_string(), "web".to_string())].into(),
+    };
+    // With the ingress gateway in shop as well: one credentials binding names both accounts.
+    let blue_v1 = with_gateway(&cps[0], Some("shop"));
+    let managed = [
+        gateway("shop", "web"),
+        gateway("meshplane-blue", "edge"),
+        gateway("bank", "stolen"),
+        gateway("outsider", "stray"),
+    ];
+    let objects = render::render(&RenderInput {
+        control_plane: &blue_v1,
+        revision: rev,
+        tenant_members: &members,
+        status_writer: true,
+        tls: &fixed_tls(),
+        observed: &Observed::default(),
+        operator: &render::OperatorAccount::default(),
+        client_auth: None,
+        managed_gateways: &managed,
+        gateway_classes: &["meshplane-blue".to_string()].into(),
+    });
+    let find = |kind: Kind, ns: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                o.key.kind == kind && o.key.namespace.as_deref() == Some(ns) && o.key.name == name
+            })
+            .unwrap_or_else(|| panic!("{kind:?} {ns}/{name} rendered"))
+    };
+    let deployment = find(Kind::Deployment, "shop", "web-meshplane-blue");
+    let pod = &deployment.body["spec"]["template"];
+    assert_eq!(
+        deployment.body["spec"]["selector"]["matchLabels"],
+        serde_json::json!({render::GATEWAY_NAME_LABEL: "web"})
+    );
+    assert_eq!(pod["metadata"]["labels"][render::GATEWAY_NAME_LABEL], "web");
+    assert_eq!(pod["metadata"]["labels"]["team"], "web");
+    assert_eq!(pod["metadata"]["labels"][names::INJECT_LABEL], "false");
+    assert_eq!(pod["metadata"]["labels"][names::TENANT_LABEL], "blue");
+    assert_eq!(pod["spec"]["serviceAccountName"], "web-meshplane-blue");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], blue_v1.proxy_image());
+    let args = container["args"].to_string();
+    assert!(args.contains("router~"), "{args}");
+    assert!(args.contains("web-meshplane-blue.shop"), "{args}");
+    let bound: Vec<i64> = container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .filter_map(|p| p["containerPort"].as_i64())
+        .collect();
+    assert_eq!(bound, vec![8081, 8443, 8080]);
+    let service = find(Kind::Service, "shop", "web-meshplane-blue");
+    let ports: Vec<(i64, i64)> = service.body["spec"]["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap_or_default(),
+                p["targetPort"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // Privileged listener ports are bound 8000 above (or the next port no listener uses); the
+    // others as they are.
+    assert_eq!(ports, vec![(80, 8081), (443, 8443), (8080, 8080)]);
+    assert_eq!(service.body["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        service.body["metadata"]["annotations"]["example.com/owner"],
+        "web"
+    );
+    assert_eq!(
+        service.body["metadata"]["labels"][render::GATEWAY_NAME_LABEL],
+        "web"
+    );
+    let account = find(Kind::ServiceAccount, "shop", "web-meshplane-blue");
+    assert_eq!(account.body["automountServiceAccountToken"], false);
+    let binding = find(
+        Kind::RoleBinding,
+        "shop",
+        &names::gateway_proxy_credentials("blue-v1"),
+    );
+    assert_eq!(
+        binding.body["subjects"],
+        serde_json::json!([
+            {"kind": "ServiceAccount", "name": "edge", "namespace": "shop"},
+            {"kind": "ServiceAccount", "name": "web-meshplane-blue", "namespace": "shop"},
+        ])
+    );
+    // The instance reads credentials, and the operator writes, in both gateway namespaces.
+    find(
+        Kind::RoleBinding,
+        "shop",
+        &names::gateway_credential_reader("blue-v1"),
+    );
+    find(
+        Kind::RoleBinding,
+        "shop",
+        &names::gateway_operator_access("blue-v1"),
+    );
+    find(
+        Kind::RoleBinding,
+        "meshplane-blue",
+        &names::gateway_credential_reader("blue-v1"),
+    );
+    find(Kind::Deployment, "meshplane-blue", "edge-meshplane-blue");
+    // Never outside the tenant: not green's bank, not a namespace of nobody.
+    for outside in ["bank", "outsider"] {
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o.key.namespace.as_deref() == Some(outside)),
+            "nothing rendered in {outside}"
+        );
+    }
+    // The instance learns the tenant's classes (it cannot read GatewayClasses).
+    let members = find(
+        Kind::ConfigMap,
+        "meshplane-blue",
+        "meshplane-blue-v1-members",
+    );
+    assert_eq!(members.body["data"]["gatewayClasses"], "meshplane-blue\n");
+    let told: Vec<meshplane_crds::controlplane::GatewayDeployment> = serde_json::from_str(
+        members.body["data"]["gateways"]
+            .as_str()
+            .expect("gateways key"),
+    )
+    .expect("gateways JSON");
+    let told: Vec<(&str, &str)> = told
+        .iter()
+        .map(|g| (g.namespace.as_str(), g.name.as_str()))
+        .collect();
+    assert_eq!(
+        told,
+        vec![
+            ("shop", "edge"),
+            ("shop", "web-meshplane-blue"),
+            ("meshplane-blue", "edge-meshplane-blue")
+        ]
+    );
+    // Names fit a Service name however long the Gateway's.
+    let long = render::managed_gateway_name(&"g".repeat(60), "meshplane-blue");
+    assert!(long.len() <= 63 && long.starts_with("ggg"), "{long}");
+    assert_ne!(
+        long,
+        render::managed_gateway_name(&"g".repeat(61), "meshplane-blue")
+    );
+    assert_eq!(
+        render::bound_listener_ports(&[443, 80, 9000]),
+        vec![(80, 8080), (443, 8443), (9000, 9000)]
     );
 }

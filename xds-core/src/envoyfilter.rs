@@ -22,13 +22,15 @@
 //! (`filter.name` for a network filter, `filter.subFilter.name` for an HTTP filter); without
 //! one, first and last, as Istio does.
 //!
-//! Matching: `context` (`SIDECAR_INBOUND`: `virtualInbound`, bound ingress listeners and
-//! `inbound|` clusters; `SIDECAR_OUTBOUND`: the rest; `GATEWAY`: nothing), listener
+//! Matching: `context`, as Istio reads it: `GATEWAY` patches gateways (router proxies) only and
+//! `SIDECAR_*` sidecars only (`SIDECAR_INBOUND`: `virtualInbound`, bound ingress listeners,
+//! `inbound|` clusters and the inline route configurations of inbound connection managers;
+//! `SIDECAR_OUTBOUND`: the rest), `ANY` both. Then listener
 //! `portNumber`/`name`/`filterChain.name`/`filter.name`/`filter.subFilter.name`, route
-//! configuration `portNumber` (outbound route configurations are named by port)/`name`/
-//! `vhost.name`, cluster `portNumber`/`service`/`name`. `ROUTE_CONFIGURATION` and
-//! `VIRTUAL_HOST` patches reach RDS route configurations only, not the inline routes of
-//! inbound listeners.
+//! configuration `portNumber` (the port in its name: `9080`, `inbound|9080||`, `http.8080`,
+//! `https.443.…`)/`name`/`vhost.name`, cluster `portNumber`/`service`/`name`. An inbound route
+//! configuration is part of its listener, so `ROUTE_CONFIGURATION` patches reach it by `MERGE`
+//! only.
 //!
 //! `MERGE` merges field by field: values the patch names replace scalars (an explicit `false`
 //! included), messages merge, lists append; a filter's `typed_config` of the same `@type` is
@@ -43,6 +45,7 @@ use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterCo
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::route::Action as EnvoyRouteAction;
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter,
 };
@@ -54,7 +57,7 @@ use meshplane_crds::EnvoyFilter;
 use prost::Message;
 use serde_json::Value;
 
-use crate::model::ProxyNode;
+use crate::model::{ProxyKind, ProxyNode};
 use crate::translate::envoy::filter_name::HTTP_CONNECTION_MANAGER;
 use crate::translate::protojson::{self, ProtoJsonError};
 use crate::translate::{Registry, Translated};
@@ -125,12 +128,13 @@ pub fn applicable<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<&'a Envoy
     out
 }
 
-/// Applies the filters' patches in order; returns the patches that could not be applied.
-pub fn apply(filters: &[&EnvoyFilter], out: &mut Translated) -> Vec<PatchError> {
+/// Applies the filters' patches to the resources of a `proxy` in order; returns the patches that
+/// could not be applied.
+pub fn apply(filters: &[&EnvoyFilter], proxy: ProxyKind, out: &mut Translated) -> Vec<PatchError> {
     let mut errors = Vec::new();
     for f in filters {
         for (index, patch) in f.spec.config_patches.iter().enumerate() {
-            if let Err(reason) = apply_patch(patch, out) {
+            if let Err(reason) = apply_patch(patch, proxy, out) {
                 errors.push(PatchError {
                     filter: filter_id(f),
                     index,
@@ -180,63 +184,55 @@ fn unsupported(patch: &EnvoyConfigObjectPatch) -> String {
     )
 }
 
-fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(), String> {
+fn apply_patch(
+    patch: &EnvoyConfigObjectPatch,
+    proxy: ProxyKind,
+    out: &mut Translated,
+) -> Result<(), String> {
     let m = patch.match_.clone().unwrap_or_default();
-    if m.context == PatchContext::Gateway {
-        return Ok(());
-    }
+    let rc_match = m.route_configuration.as_ref();
     match patch.apply_to {
         ApplyTo::Invalid => Err("applyTo must be set".to_string()),
         ApplyTo::Cluster => patch_list(&mut out.clusters, patch, CLUSTER, |c| {
-            cluster_matches(c, &m)
+            cluster_matches(c, &m, proxy)
         }),
         ApplyTo::Listener => patch_list(&mut out.listeners, patch, LISTENER, |l| {
-            listener_matches(l, &m)
+            listener_matches(l, &m, proxy)
                 && m.listener
                     .as_ref()
                     .is_none_or(|lm| lm.filter_chain.is_none() || any_chain_matches(l, lm))
         }),
         ApplyTo::RouteConfiguration => {
-            patch_list(&mut out.routes, patch, ROUTE_CONFIGURATION, |r| {
-                m.context != PatchContext::SidecarInbound
-                    && route_matches(r, m.route_configuration.as_ref())
-            })
+            if context_matches(m.context, proxy, false) {
+                patch_list(&mut out.routes, patch, ROUTE_CONFIGURATION, |r| {
+                    route_matches(r, rc_match)
+                })?;
+            }
+            let inline = context_matches(m.context, proxy, true)
+                && patch.patch.operation == PatchOperation::Merge;
+            if inline {
+                for_inbound_routes(out, rc_match, |r| merge(r, ROUTE_CONFIGURATION, patch))?;
+            }
+            Ok(())
         }
         ApplyTo::VirtualHost => {
-            let vhost_name = m
-                .route_configuration
-                .as_ref()
+            let vhost_name = rc_match
                 .and_then(|r| r.vhost.as_ref())
                 .map(|v| v.name.clone())
                 .unwrap_or_default();
-            for route in out.routes.iter_mut() {
-                if m.context == PatchContext::SidecarInbound
-                    || !route_matches(route, m.route_configuration.as_ref())
-                {
-                    continue;
-                }
+            for_route_configurations(out, &m, proxy, |route| {
                 patch_list(
                     &mut route.virtual_hosts,
                     patch,
                     VIRTUAL_HOST,
                     |v: &VirtualHost| vhost_name.is_empty() || v.name == vhost_name,
-                )?;
-            }
-            Ok(())
+                )
+            })
         }
         ApplyTo::HttpRoute => {
-            let vhost = m
-                .route_configuration
-                .as_ref()
-                .and_then(|r| r.vhost.clone())
-                .unwrap_or_default();
+            let vhost = rc_match.and_then(|r| r.vhost.clone()).unwrap_or_default();
             let wanted = vhost.route.clone().unwrap_or_default();
-            for route in out.routes.iter_mut() {
-                if m.context == PatchContext::SidecarInbound
-                    || !route_matches(route, m.route_configuration.as_ref())
-                {
-                    continue;
-                }
+            for_route_configurations(out, &m, proxy, |route| {
                 for host in route
                     .virtual_hosts
                     .iter_mut()
@@ -250,13 +246,13 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                         |r: &Route| http_route_matches(r, &wanted),
                     )?;
                 }
-            }
-            Ok(())
+                Ok(())
+            })
         }
         ApplyTo::FilterChain => {
             let lm = m.listener.clone().unwrap_or_default();
             for l in out.listeners.iter_mut() {
-                if !listener_matches(l, &m) {
+                if !listener_matches(l, &m, proxy) {
                     continue;
                 }
                 if patch.patch.operation == PatchOperation::Add {
@@ -278,7 +274,7 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                 .map(|f| f.name.clone())
                 .unwrap_or_default();
             for l in out.listeners.iter_mut() {
-                if !listener_matches(l, &m) {
+                if !listener_matches(l, &m, proxy) {
                     continue;
                 }
                 for chain in l.filter_chains.iter_mut() {
@@ -306,7 +302,7 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
                 .map(|s| s.name.clone())
                 .unwrap_or_default();
             for l in out.listeners.iter_mut() {
-                if !listener_matches(l, &m) {
+                if !listener_matches(l, &m, proxy) {
                     continue;
                 }
                 for chain in l.filter_chains.iter_mut() {
@@ -337,6 +333,62 @@ fn apply_patch(patch: &EnvoyConfigObjectPatch, out: &mut Translated) -> Result<(
             Ok(())
         }
     }
+}
+
+/// Runs `f` on every route configuration the match's context and `routeConfiguration` select:
+/// the RDS ones (a sidecar's outbound side, a gateway's) and the inline ones of inbound
+/// connection managers (a sidecar's inbound side).
+fn for_route_configurations(
+    out: &mut Translated,
+    m: &EnvoyConfigObjectMatch,
+    proxy: ProxyKind,
+    mut f: impl FnMut(&mut RouteConfiguration) -> Result<(), String>,
+) -> Result<(), String> {
+    let rc_match = m.route_configuration.as_ref();
+    if context_matches(m.context, proxy, false) {
+        for route in out.routes.iter_mut() {
+            if route_matches(route, rc_match) {
+                f(route)?;
+            }
+        }
+    }
+    if context_matches(m.context, proxy, true) {
+        for_inbound_routes(out, rc_match, f)?;
+    }
+    Ok(())
+}
+
+/// Runs `f` on the inline route configurations of inbound listeners' connection managers that
+/// `m` selects, writing each changed manager back.
+fn for_inbound_routes(
+    out: &mut Translated,
+    m: Option<&RouteConfigurationMatch>,
+    mut f: impl FnMut(&mut RouteConfiguration) -> Result<(), String>,
+) -> Result<(), String> {
+    for l in out.listeners.iter_mut().filter(|l| is_inbound_listener(l)) {
+        for chain in l.filter_chains.iter_mut() {
+            for filter in chain
+                .filters
+                .iter_mut()
+                .filter(|f| f.name == HTTP_CONNECTION_MANAGER)
+            {
+                let Some(FilterConfigType::TypedConfig(any)) = &mut filter.config_type else {
+                    continue;
+                };
+                let mut hcm = HttpConnectionManager::decode(any.value.as_slice())
+                    .map_err(|e| format!("HTTP connection manager does not decode: {e}"))?;
+                let Some(RouteSpecifier::RouteConfig(route)) = &mut hcm.route_specifier else {
+                    continue;
+                };
+                if !route_matches(route, m) {
+                    continue;
+                }
+                f(route)?;
+                any.value = hcm.encode_to_vec();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// ADD, REMOVE, MERGE and REPLACE on a list of resources.
@@ -425,17 +477,24 @@ fn listener_port(l: &Listener) -> Option<u32> {
     }
 }
 
-fn context_matches(context: PatchContext, inbound: bool) -> bool {
+/// Whether a patch of `context` reaches the `inbound` (or outbound) side of a `proxy`: `GATEWAY`
+/// only gateways, `SIDECAR_INBOUND`/`SIDECAR_OUTBOUND` only sidecars (and proxyless clients,
+/// which have an outbound side only), `ANY` every proxy. A gateway has no inbound side.
+fn context_matches(context: PatchContext, proxy: ProxyKind, inbound: bool) -> bool {
+    let gateway = proxy == ProxyKind::Router;
+    if gateway && inbound {
+        return false;
+    }
     match context {
         PatchContext::Any => true,
-        PatchContext::SidecarInbound => inbound,
-        PatchContext::SidecarOutbound => !inbound,
-        PatchContext::Gateway => false,
+        PatchContext::Gateway => gateway,
+        PatchContext::SidecarInbound => !gateway && inbound,
+        PatchContext::SidecarOutbound => !gateway && !inbound,
     }
 }
 
-fn listener_matches(l: &Listener, m: &EnvoyConfigObjectMatch) -> bool {
-    if !context_matches(m.context, is_inbound_listener(l)) {
+fn listener_matches(l: &Listener, m: &EnvoyConfigObjectMatch, proxy: ProxyKind) -> bool {
+    if !context_matches(m.context, proxy, is_inbound_listener(l)) {
         return false;
     }
     let Some(lm) = &m.listener else { return true };
@@ -478,7 +537,25 @@ fn http_filter_names(f: &Filter) -> Vec<String> {
 
 fn route_matches(r: &RouteConfiguration, m: Option<&RouteConfigurationMatch>) -> bool {
     let Some(m) = m else { return true };
-    m.port_number.is_none_or(|p| r.name == p.to_string()) && (m.name.is_empty() || m.name == r.name)
+    m.port_number.is_none_or(|p| route_port(&r.name) == Some(p))
+        && (m.name.is_empty() || m.name == r.name)
+}
+
+/// The port a route configuration is named after: `9080` (a sidecar's outbound port),
+/// `inbound|9080||` (a sidecar's inbound port), `http.8080` and `https.443.…` (a gateway's
+/// server port), as Istio names them.
+fn route_port(name: &str) -> Option<u32> {
+    let digits = if let Some(rest) = name.strip_prefix("inbound|") {
+        rest.split('|').next()
+    } else if let Some(rest) = name
+        .strip_prefix("http.")
+        .or_else(|| name.strip_prefix("https."))
+    {
+        rest.split('.').next()
+    } else {
+        Some(name)
+    };
+    digits?.parse().ok()
 }
 
 fn http_route_matches(r: &Route, m: &RouteMatch) -> bool {
@@ -495,9 +572,9 @@ fn http_route_matches(r: &Route, m: &RouteMatch) -> bool {
     action && (m.name.is_empty() || m.name == r.name)
 }
 
-fn cluster_matches(c: &Cluster, m: &EnvoyConfigObjectMatch) -> bool {
+fn cluster_matches(c: &Cluster, m: &EnvoyConfigObjectMatch, proxy: ProxyKind) -> bool {
     let inbound = c.name.starts_with("inbound|") || c.name == INBOUND_PASSTHROUGH_CLUSTER;
-    if !context_matches(m.context, inbound) {
+    if !context_matches(m.context, proxy, inbound) {
         return false;
     }
     let Some(cm): Option<&ClusterMatch> = m.cluster.as_ref() else {
@@ -575,7 +652,7 @@ mod tests {
                     "token_bucket": {"max_tokens": 10, "tokens_per_fill": 10, "fill_interval": "60s"}}}}}
         }))
         .expect("a patch");
-        apply_patch(&patch, &mut out).expect("applies");
+        apply_patch(&patch, ProxyKind::Sidecar, &mut out).expect("applies");
         let routes = &out.routes[0].virtual_hosts[0].routes;
         assert!(routes[0]
             .typed_per_filter_config
@@ -597,7 +674,7 @@ mod tests {
                 action: RouteAction::Route,
             });
         }
-        apply_patch(&by_action, &mut out).expect("applies");
+        apply_patch(&by_action, ProxyKind::Sidecar, &mut out).expect("applies");
         assert!(out.routes[0].virtual_hosts[0].routes[1]
             .typed_per_filter_config
             .is_empty());
@@ -609,13 +686,274 @@ mod tests {
                 "direct_response": {"status": 200}}}
         }))
         .expect("a patch");
-        apply_patch(&insert, &mut out).expect("applies");
+        apply_patch(&insert, ProxyKind::Sidecar, &mut out).expect("applies");
         let names: Vec<&str> = out.routes[0].virtual_hosts[0]
             .routes
             .iter()
             .map(|r| r.name.as_str())
             .collect();
         assert_eq!(names, ["health", "limited", "default"]);
+    }
+
+    /// A sidecar's outbound route configuration and cluster, its inbound listener with an inline
+    /// route configuration, and a gateway's route configuration.
+    fn mk_resources() -> Translated {
+        use envoy_types::pb::google::protobuf::Any;
+        let vhost = |name: &str| VirtualHost {
+            name: name.into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                name: "default".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let hcm = HttpConnectionManager {
+            route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+                name: "inbound|8080||".into(),
+                virtual_hosts: vec![vhost("inbound|http")],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        Translated {
+            listeners: vec![Listener {
+                name: VIRTUAL_INBOUND_LISTENER.into(),
+                filter_chains: vec![FilterChain {
+                    name: "inbound|8080||".into(),
+                    filters: vec![Filter {
+                        name: HTTP_CONNECTION_MANAGER.into(),
+                        config_type: Some(FilterConfigType::TypedConfig(Any {
+                            type_url: format!("type.googleapis.com/{HCM}"),
+                            value: hcm.encode_to_vec(),
+                        })),
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            routes: vec![
+                RouteConfiguration {
+                    name: "9080".into(),
+                    virtual_hosts: vec![vhost("ratings:9080")],
+                    ..Default::default()
+                },
+                RouteConfiguration {
+                    name: "http.8080".into(),
+                    virtual_hosts: vec![vhost("shop.example.com:80")],
+                    ..Default::default()
+                },
+            ],
+            clusters: vec![Cluster {
+                name: "outbound|9080||ratings".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    const HCM: &str =
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+
+    /// The route configurations of `out` that carry a `x-patched` response header: RDS ones by
+    /// name, the inbound listener's inline one as `inbound`.
+    fn patched(out: &Translated) -> Vec<String> {
+        let marked = |r: &RouteConfiguration| {
+            r.response_headers_to_add
+                .iter()
+                .chain(
+                    r.virtual_hosts
+                        .iter()
+                        .flat_map(|v| v.response_headers_to_add.iter()),
+                )
+                .chain(r.virtual_hosts.iter().flat_map(|v| {
+                    v.routes
+                        .iter()
+                        .flat_map(|x| x.response_headers_to_add.iter())
+                }))
+                .any(|h| h.header.as_ref().is_some_and(|h| h.key == "x-patched"))
+        };
+        let mut names: Vec<String> = out
+            .routes
+            .iter()
+            .filter(|r| marked(r))
+            .map(|r| r.name.clone())
+            .collect();
+        for l in &out.listeners {
+            for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
+                let Some(FilterConfigType::TypedConfig(any)) = &f.config_type else {
+                    continue;
+                };
+                let hcm = HttpConnectionManager::decode(any.value.as_slice()).expect("hcm");
+                if let Some(RouteSpecifier::RouteConfig(r)) = &hcm.route_specifier {
+                    if marked(r) {
+                        names.push("inbound".into());
+                    }
+                }
+            }
+        }
+        names
+    }
+
+    fn header_patch(apply_to: &str, context: &str, port: Option<u32>) -> EnvoyConfigObjectPatch {
+        let mut rc = serde_json::json!({});
+        if let Some(port) = port {
+            rc["portNumber"] = port.into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "applyTo": apply_to,
+            "match": {"context": context, "routeConfiguration": rc},
+            "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
+                {"header": {"key": "x-patched", "value": "1"}}]}}
+        }))
+        .expect("a patch")
+    }
+
+    #[test]
+    fn contexts_reach_the_proxies_and_sides_istio_says() {
+        for (apply_to, context, port, proxy, want) in [
+            (
+                "ROUTE_CONFIGURATION",
+                "GATEWAY",
+                None,
+                ProxyKind::Router,
+                vec!["9080", "http.8080"],
+            ),
+            (
+                "ROUTE_CONFIGURATION",
+                "GATEWAY",
+                None,
+                ProxyKind::Sidecar,
+                vec![],
+            ),
+            (
+                "ROUTE_CONFIGURATION",
+                "SIDECAR_OUTBOUND",
+                None,
+                ProxyKind::Router,
+                vec![],
+            ),
+            (
+                "ROUTE_CONFIGURATION",
+                "SIDECAR_OUTBOUND",
+                None,
+                ProxyKind::Sidecar,
+                vec!["9080", "http.8080"],
+            ),
+            (
+                "ROUTE_CONFIGURATION",
+                "SIDECAR_INBOUND",
+                None,
+                ProxyKind::Sidecar,
+                vec!["inbound"],
+            ),
+            (
+                "ROUTE_CONFIGURATION",
+                "ANY",
+                Some(8080),
+                ProxyKind::Sidecar,
+                vec!["http.8080", "inbound"],
+            ),
+            (
+                "VIRTUAL_HOST",
+                "SIDECAR_INBOUND",
+                Some(8080),
+                ProxyKind::Sidecar,
+                vec!["inbound"],
+            ),
+            (
+                "VIRTUAL_HOST",
+                "SIDECAR_INBOUND",
+                Some(9080),
+                ProxyKind::Sidecar,
+                vec![],
+            ),
+            (
+                "HTTP_ROUTE",
+                "SIDECAR_INBOUND",
+                None,
+                ProxyKind::Sidecar,
+                vec!["inbound"],
+            ),
+            (
+                "HTTP_ROUTE",
+                "GATEWAY",
+                Some(8080),
+                ProxyKind::Router,
+                vec!["http.8080"],
+            ),
+            (
+                "HTTP_ROUTE",
+                "GATEWAY",
+                Some(8080),
+                ProxyKind::Sidecar,
+                vec![],
+            ),
+        ] {
+            let mut out = mk_resources();
+            apply_patch(&header_patch(apply_to, context, port), proxy, &mut out).expect("applies");
+            let mut got = patched(&out);
+            got.sort();
+            assert_eq!(got, want, "{apply_to} {context} {port:?} on {proxy:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_and_listener_patches_follow_the_context() {
+        let patch = |apply_to: &str, context: &str| -> EnvoyConfigObjectPatch {
+            serde_json::from_value(serde_json::json!({
+                "applyTo": apply_to,
+                "match": {"context": context},
+                "patch": {"operation": "REMOVE"}
+            }))
+            .expect("a patch")
+        };
+        for (context, proxy, removed) in [
+            ("GATEWAY", ProxyKind::Router, true),
+            ("GATEWAY", ProxyKind::Sidecar, false),
+            ("SIDECAR_OUTBOUND", ProxyKind::Router, false),
+            ("SIDECAR_OUTBOUND", ProxyKind::Sidecar, true),
+            ("ANY", ProxyKind::Router, true),
+        ] {
+            let mut out = mk_resources();
+            apply_patch(&patch("CLUSTER", context), proxy, &mut out).expect("applies");
+            assert_eq!(
+                out.clusters.is_empty(),
+                removed,
+                "CLUSTER {context} on {proxy:?}"
+            );
+        }
+        let mut out = mk_resources();
+        apply_patch(
+            &patch("LISTENER", "SIDECAR_INBOUND"),
+            ProxyKind::Router,
+            &mut out,
+        )
+        .expect("applies");
+        assert_eq!(
+            out.listeners.len(),
+            1,
+            "SIDECAR_INBOUND never reaches a gateway"
+        );
+        apply_patch(
+            &patch("LISTENER", "SIDECAR_INBOUND"),
+            ProxyKind::Sidecar,
+            &mut out,
+        )
+        .expect("applies");
+        assert!(
+            out.listeners.is_empty(),
+            "SIDECAR_INBOUND reaches virtualInbound"
+        );
+    }
+
+    #[test]
+    fn route_configurations_are_matched_by_the_port_in_their_name() {
+        assert_eq!(route_port("9080"), Some(9080));
+        assert_eq!(route_port("inbound|8080||"), Some(8080));
+        assert_eq!(route_port("http.8080"), Some(8080));
+        assert_eq!(route_port("https.443.web.shop-gw.shop"), Some(443));
+        assert_eq!(route_port("ratings.bookinfo:9080"), None);
     }
 
     #[test]

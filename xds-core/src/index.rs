@@ -304,7 +304,7 @@ impl TenantIndex {
         let registry = self.state.registry();
         let mut translated = translate::translate(registry, node);
         let filters = envoyfilter::applicable(registry, node);
-        let errors = envoyfilter::apply(&filters, &mut translated);
+        let errors = envoyfilter::apply(&filters, node.kind, &mut translated);
         // Proxyless gRPC clients speak state of the world: VHDS is for Envoys only.
         let vhds = node.kind != ProxyKind::Grpc;
         let (config, routes) = self.lock_cache().encode(translated, vhds);

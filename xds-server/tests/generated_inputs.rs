@@ -18,7 +18,7 @@ use meshplane_xds::ads::protocol::{Protocol, RequestOutcome, StreamState};
 use meshplane_xds::ads::snapshot::Snapshot;
 use meshplane_xds::bounds;
 use meshplane_xds::envoyfilter;
-use meshplane_xds::model::{type_url, ProxyConfig};
+use meshplane_xds::model::{type_url, ProxyConfig, ProxyKind};
 use meshplane_xds::tenancy::parse_node;
 use meshplane_xds::translate::{self, Translated};
 use proptest::prelude::*;
@@ -486,7 +486,7 @@ proptest! {
         };
         let (base, _) = rendered();
         let mut out = base.clone();
-        let errors = envoyfilter::apply(&[&filter], &mut out);
+        let errors = envoyfilter::apply(&[&filter], ProxyKind::Sidecar, &mut out);
         for e in &errors {
             prop_assert!(e.index < patches.len(), "{:?}", e);
             prop_assert!(!e.reason.trim().is_empty(), "{:?}", e);

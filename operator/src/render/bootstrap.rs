@@ -131,9 +131,10 @@ pub fn bootstrap_configmaps(rev: &Revision<'_>) -> Vec<DesiredObject> {
     }
     .to_data();
     // A gateway in the control namespace needs the bootstrap there too.
-    let gateway_home = super::gateway::running_gateway(rev)
-        .map(|g| g.namespace)
-        .filter(|ns| !rev.input.tenant_members.contains(ns));
+    let gateway_home: Vec<String> = super::gateway::gateway_namespaces(rev)
+        .into_iter()
+        .filter(|ns| !rev.input.tenant_members.contains(ns))
+        .collect();
     rev.input
         .tenant_members
         .iter()

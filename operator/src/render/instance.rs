@@ -112,10 +112,16 @@ pub fn instance(rev: &Revision<'_>) -> Vec<DesiredObject> {
             ..rev.input.control_plane.spec.mesh_config.clone()
         })
         .ok(),
-        // The gateway this revision runs: its pod labels and trusted namespaces.
-        gateways: super::gateway::running_gateway(rev)
-            .and_then(|g| serde_json::to_string(&[g]).ok()),
+        // The gateways this revision runs: their pod labels and trusted namespaces (so the
+        // instance reads the credential Secrets of their namespaces).
+        gateways: {
+            let gateways = super::gateway::instance_gateways(rev);
+            (!gateways.is_empty())
+                .then(|| serde_json::to_string(&gateways).ok())
+                .flatten()
+        },
         status_writer: rev.input.status_writer,
+        gateway_classes: rev.input.gateway_classes.clone(),
     };
     let mut out = vec![
         rev.object(Kind::ServiceAccount, ns, &name, json!({})),

@@ -20,7 +20,10 @@ use serde_json::{json, Value};
 use crate::tls::WebhookTls;
 
 pub use bootstrap::envoy_bootstrap;
-pub use gateway::misplaced_gateway_of;
+pub use gateway::{
+    bound_listener_ports, managed_gateway_name, misplaced_gateway_of, ManagedGateway,
+    GATEWAY_NAME_LABEL,
+};
 pub use instance::{instance_args, proxies_configmap, WEBHOOK_TLS_DIR};
 pub use rbac::{member_reader_rules, operator_access_namespace, INSTANCE_READ_RESOURCES};
 
@@ -258,6 +261,11 @@ pub struct RenderInput<'a> {
     /// The API server's admission client CA and accepted names, added to the webhook TLS
     /// Secret (contract 4); `None`: the instance's admission calls are not authenticated.
     pub client_auth: Option<&'a meshplane_contracts::webhook_tls::ClientAuthData>,
+    /// The Gateway API Gateways this revision runs proxies for (of the tenant's class, in the
+    /// tenant's namespaces, programmed by this revision).
+    pub managed_gateways: &'a [ManagedGateway],
+    /// The tenant's Gateway API GatewayClasses (told to the instance, contract 2).
+    pub gateway_classes: &'a BTreeSet<String>,
 }
 
 /// Derived names and shared metadata of one revision.

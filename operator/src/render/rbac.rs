@@ -285,11 +285,11 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
         &names::operator_access(&rev.revision),
         names::CONTROL_NAMESPACE_ROLE,
     ));
-    if let Some(gateway) = super::gateway::running_gateway(rev) {
+    for namespace in super::gateway::gateway_namespaces(rev) {
         let reader = names::gateway_credential_reader(&rev.revision);
         out.push(rev.object(
             Kind::RoleBinding,
-            Some(&gateway.namespace),
+            Some(&namespace),
             &reader,
             json!({
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -301,10 +301,10 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
                 }],
             }),
         ));
-        if gateway.namespace != rev.control_namespace {
+        if namespace != rev.control_namespace {
             out.push(operator_binding(
                 rev,
-                &gateway.namespace,
+                &namespace,
                 &names::gateway_operator_access(&rev.revision),
                 names::GATEWAY_NAMESPACE_ROLE,
             ));

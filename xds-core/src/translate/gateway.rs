@@ -81,7 +81,9 @@ pub fn trusted_namespaces(registry: &Registry, node: &ProxyNode) -> BTreeSet<Str
     out
 }
 
-/// The Gateways that select this proxy and come from a namespace it trusts, oldest first.
+/// The Gateways that select this proxy and come from a namespace it trusts, oldest first;
+/// then the compiled listeners of the Gateway API Gateway it runs for, which select only the
+/// proxies of their own namespace.
 pub fn selected_gateways<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<&'a Gateway> {
     let trusted = trusted_namespaces(registry, node);
     registry
@@ -89,7 +91,23 @@ pub fn selected_gateways<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<&'
         .iter()
         .filter(|g| labels_match(&g.spec.selector, &node.labels))
         .filter(|g| trusted.contains(namespace_of(*g)))
+        .chain(
+            registry
+                .gateway_api_gateways
+                .iter()
+                .filter(|g| namespace_of(*g) == node.namespace)
+                .filter(|g| labels_match(&g.spec.selector, &node.labels)),
+        )
         .collect()
+}
+
+/// The VirtualServices gateways read: the tenant's, then those compiled from the Gateway API
+/// routes (bound only to compiled listeners).
+fn gateway_virtual_services(registry: &Registry) -> impl Iterator<Item = &VirtualService> {
+    registry
+        .virtual_services
+        .iter()
+        .chain(registry.gateway_api_routes.iter())
 }
 
 /// A server host `[namespace/]host` split; the namespace part says whose VirtualServices may
@@ -176,11 +194,7 @@ fn http_virtual_hosts(
     // host -> (claiming namespace, routes, https redirect)
     let mut hosts: BTreeMap<String, (String, Vec<Route>, bool)> = BTreeMap::new();
     // Oldest VirtualService first: it claims its hosts, and merged rules keep creation order.
-    for vs in registry
-        .virtual_services
-        .iter()
-        .filter(|vs| !vs.spec.http.is_empty())
-    {
+    for vs in gateway_virtual_services(registry).filter(|vs| !vs.spec.http.is_empty()) {
         let vs_ns = namespace_of(vs);
         for (gw, server) in servers {
             let gateway = GatewayRef::Gateway {
@@ -370,7 +384,12 @@ pub fn credential_names(registry: &Registry, node: &ProxyNode) -> BTreeSet<Strin
 
 /// The `credentialName`s of the terminating TLS servers of every Gateway of the tenant.
 pub fn all_credential_names(registry: &Registry) -> BTreeSet<String> {
-    server_credentials(registry.gateways.iter())
+    server_credentials(
+        registry
+            .gateways
+            .iter()
+            .chain(registry.gateway_api_gateways.iter()),
+    )
 }
 
 fn server_credentials<'a>(gateways: impl IntoIterator<Item = &'a Gateway>) -> BTreeSet<String> {
@@ -526,10 +545,8 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
                 namespace: namespace_of(*gw).to_string(),
                 name: name_of(*gw).to_string(),
             };
-            for vs in registry
-                .virtual_services
-                .iter()
-                .filter(|vs| bound_to(vs, &gateway, &trusted))
+            for vs in
+                gateway_virtual_services(registry).filter(|vs| bound_to(vs, &gateway, &trusted))
             {
                 let vs_ns = namespace_of(vs);
                 for rule in &vs.spec.tls {
@@ -587,9 +604,7 @@ pub fn translate_router(registry: &Registry, node: &ProxyNode, out: &mut Transla
                 namespace: namespace_of(*gw).to_string(),
                 name: name_of(*gw).to_string(),
             };
-            let dests = registry
-                .virtual_services
-                .iter()
+            let dests = gateway_virtual_services(registry)
                 .filter(|vs| bound_to(vs, &gateway, &trusted))
                 .find_map(|vs| {
                     let vs_ns = namespace_of(vs);

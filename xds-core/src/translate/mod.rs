@@ -43,6 +43,8 @@ pub mod ext_authz;
 mod finding;
 pub mod gamma;
 pub mod gateway;
+pub mod gateway_api_gateways;
+pub mod gateway_listeners;
 pub mod grpc;
 mod inbound;
 pub mod jwt;

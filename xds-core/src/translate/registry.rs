@@ -217,6 +217,11 @@ pub struct Registry {
     pub destination_rules: Vec<DestinationRule>,
     /// Gateways, oldest first.
     pub gateways: Vec<Gateway>,
+    /// The programmed listeners of the tenant's Kubernetes Gateway API Gateways as one-server
+    /// Gateways (`translate::gateway_api_gateways`): internal, never reported on.
+    pub gateway_api_gateways: Vec<Gateway>,
+    /// The routes attached to them as VirtualServices bound to those listeners: internal.
+    pub gateway_api_routes: Vec<VirtualService>,
     /// Certificates of `kubernetes.io/tls` Secrets in the namespaces of the tenant's gateways,
     /// by (namespace, name): what a Gateway server's `credentialName` names.
     pub tls_secrets: BTreeMap<(String, String), TlsSecret>,
@@ -452,6 +457,16 @@ impl Registry {
             && same_objects(
                 &self.gateway_api.mesh.virtual_services,
                 &other.gateway_api.mesh.virtual_services,
+                |a, b| a.spec == b.spec,
+            )
+            && same_objects(
+                &self.gateway_api_gateways,
+                &other.gateway_api_gateways,
+                |a, b| a.spec == b.spec,
+            )
+            && same_objects(
+                &self.gateway_api_routes,
+                &other.gateway_api_routes,
                 |a, b| a.spec == b.spec,
             )
             && self.gateway_deployments == other.gateway_deployments

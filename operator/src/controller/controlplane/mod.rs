@@ -152,6 +152,8 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
                     .as_ref()
                     .and_then(|a| a.data()),
                 uid: mcp.uid().unwrap_or_default(),
+                managed_gateways: Vec::new(),
+                gateway_classes: BTreeSet::new(),
             };
             reconcile_active(&target, &snap, &now, ctx).await
         }
@@ -172,6 +174,10 @@ struct Target<'a> {
     client_auth: Option<ClientAuthData>,
     /// The control plane's uid, which its objects' owner references carry.
     uid: String,
+    /// The Gateway API Gateways this revision runs proxies for.
+    managed_gateways: Vec<render::ManagedGateway>,
+    /// The tenant's GatewayClasses.
+    gateway_classes: BTreeSet<String>,
 }
 
 impl Target<'_> {
@@ -189,6 +195,8 @@ impl Target<'_> {
             observed,
             operator: self.operator,
             client_auth: self.client_auth.as_ref(),
+            managed_gateways: &self.managed_gateways,
+            gateway_classes: &self.gateway_classes,
         }
     }
 }
@@ -415,6 +423,7 @@ async fn gain_access(
         target.revision,
         target.tenant_members,
         operator,
+        &target.managed_gateways,
     );
     read_unobserved(ctx, &access, observed).await?;
     claim_control_namespace(ctx, target, snap, named, &access, observed).await?;

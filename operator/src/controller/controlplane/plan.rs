@@ -226,6 +226,7 @@ pub fn access_objects(
     revision: &RevisionMembership,
     tenant_members: &BTreeSet<String>,
     operator: &OperatorAccount,
+    managed_gateways: &[render::ManagedGateway],
 ) -> Vec<DesiredObject> {
     // The access bindings do not depend on the certificate: render them with none.
     let no_tls = WebhookTls {
@@ -242,6 +243,8 @@ pub fn access_objects(
         observed: &Observed::default(),
         operator,
         client_auth: None,
+        managed_gateways,
+        gateway_classes: &Default::default(),
     };
     render::render(&input)
         .into_iter()
@@ -917,6 +920,8 @@ mod tests {
             observed: &Observed::default(),
             operator: &OperatorAccount::default(),
             client_auth: None,
+            managed_gateways: &[],
+            gateway_classes: &Default::default(),
         })
     }
 
@@ -1056,7 +1061,7 @@ mod tests {
             .expect("active");
         let members = membership.tenant_members("blue");
         let operator = OperatorAccount::default();
-        let access = access_objects(&mcp, revision, &members, &operator);
+        let access = access_objects(&mcp, revision, &members, &operator, &[]);
         let keys: Vec<String> = access.iter().map(|d| d.key.to_string()).collect();
         assert_eq!(
             keys,
