@@ -43,6 +43,7 @@ pub mod endpoints;
 pub mod envoy;
 pub mod ext_authz;
 mod finding;
+pub mod gamma;
 pub mod gateway;
 pub mod gateway_api_gateways;
 pub mod gateway_listeners;
