@@ -70,7 +70,12 @@ async fn a_gateway_of_a_tenants_class_runs_its_proxy_in_the_tenants_namespaces_o
         .expect("its Service");
     let spec = service.spec.expect("a Service spec");
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
-    let ports: Vec<i32> = spec.ports.unwrap_or_default().iter().map(|p| p.port).collect();
+    let ports: Vec<i32> = spec
+        .ports
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.port)
+        .collect();
     assert!(ports.contains(&80), "the listener's port: {ports:?}");
     Api::<ServiceAccount>::namespaced(cluster.client(), "shop")
         .get("web-blue")

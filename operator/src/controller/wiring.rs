@@ -30,9 +30,9 @@ use super::triggers::{
 };
 use super::watches::SharedWatch;
 use super::{access, backoff, triggers, Context};
-use crate::gateway_api;
 use super::{reconcile_control_plane, reconcile_migration, reconcile_tag};
 use super::{CONTROL_PLANE_CONTROLLER, MIGRATION_CONTROLLER, TAG_CONTROLLER};
+use crate::gateway_api;
 
 /// Runs the controllers until `shutdown` completes.
 ///
@@ -123,8 +123,11 @@ pub async fn run(
             .filter_map(|r| async move { r.ok().map(|_| ()) }),
         )
         .reconcile_all_on(
-            fact_changes(watched::<Gateway>(&client, &all), gateway_api::gateway_facts)
-                .filter_map(|r| async move { r.ok().map(|_| ()) }),
+            fact_changes(
+                watched::<Gateway>(&client, &all),
+                gateway_api::gateway_facts,
+            )
+            .filter_map(|r| async move { r.ok().map(|_| ()) }),
         )
         .reconcile_all_on(
             fact_changes(control_plane_watch.subscribe(), |c| {

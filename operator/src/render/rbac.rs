@@ -237,10 +237,7 @@ impl AccessGrant {
     }
 }
 
-fn operator_access_binding(
-    body: &Value,
-    operator: &super::OperatorAccount,
-) -> Option<String> {
+fn operator_access_binding(body: &Value, operator: &super::OperatorAccount) -> Option<String> {
     let role_ref = body.get("roleRef")?;
     let role = role_ref.get("name")?.as_str()?;
     let grants = body.get("kind")?.as_str()? == "RoleBinding"
