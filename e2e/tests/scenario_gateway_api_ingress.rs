@@ -113,7 +113,13 @@ async fn a_gateway_of_a_tenants_class_runs_its_proxy_in_the_tenants_namespaces_o
     assert!(in_garden.is_none(), "no proxy for a Gateway outside blue");
 
     cluster
-        .kubectl(&["delete", "gateway", "web", "-n", "shop"])
+        .kubectl(&[
+            "delete",
+            "gateways.gateway.networking.k8s.io",
+            "web",
+            "-n",
+            "shop",
+        ])
         .expect("delete the Gateway");
     wait_for("Deployment shop/web-blue gone", DEADLINE, || {
         let deployments = deployments.clone();
