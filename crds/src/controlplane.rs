@@ -343,6 +343,10 @@ pub struct MeshConfig {
     /// How the tenant's instance fetches the key sets (`jwksUri`) of RequestAuthentications.
     #[serde(default, skip_serializing_if = "JwksFetch::is_default")]
     pub jwks_fetch: JwksFetch,
+    /// Defaults of the tenant's proxies (Istio's `meshConfig.defaultConfig`, a ProxyConfig);
+    /// meshplane reads `tracing.sampling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_config: Option<DefaultProxyConfig>,
     /// The cluster's pod address ranges (CIDRs: the cluster CIDR the CNI hands pod addresses
     /// from, e.g. kube-controller-manager's `--cluster-cidr`). A ServiceEntry endpoint address
     /// inside them must then be a pod of the tenant: another tenant's pod (or one of no tenant)
@@ -350,6 +354,36 @@ pub struct MeshConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), extend("x-kubernetes-validations" = [{"rule": "self.all(c, isCIDR(c))", "message": "podNetworks must be CIDRs, such as 198.18.0.0/16"}]))]
     pub pod_networks: Vec<String>,
+}
+
+/// Defaults of the tenant's proxies (the fields of Istio's `ProxyConfig` that meshplane reads).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultProxyConfig {
+    /// Tracing defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<DefaultTracing>,
+}
+
+/// Tracing defaults of the tenant's proxies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultTracing {
+    /// Percentage of requests (0 to 100) that start a trace where no Telemetry sets
+    /// `randomSamplingPercentage` (Istio's default: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub sampling: Option<f64>,
+}
+
+impl MeshConfig {
+    /// `defaultConfig.tracing.sampling`, when set.
+    pub fn default_sampling(&self) -> Option<f64> {
+        self.default_config
+            .as_ref()
+            .and_then(|d| d.tracing.as_ref())
+            .and_then(|t| t.sampling)
+    }
 }
 
 /// How the tenant's instance fetches the key sets of its RequestAuthentications.
@@ -383,6 +417,7 @@ impl Default for MeshConfig {
             envoy_filter_policy: EnvoyFilterPolicy::default(),
             extension_providers: Vec::new(),
             default_providers: None,
+            default_config: None,
             jwks_fetch: JwksFetch::default(),
             pod_networks: Vec::new(),
         }

@@ -499,6 +499,16 @@ fn check_log_format(format: &LogFormat, field: &str, errs: &mut ValidationErrors
             reason: "give text or labels, not both".into(),
         });
     }
+    for (key, value) in format.labels.iter().flatten() {
+        if value.is_object() || value.is_array() {
+            errs.0.push(ValidationError::Invalid {
+                field: format!("{field}.labels[{key}]"),
+                reason:
+                    "a label's value is a string (command operators allowed), a number or a boolean"
+                        .into(),
+            });
+        }
+    }
 }
 
 /// Checks the providers and the default providers: unique names, exactly one kind each,
@@ -606,6 +616,12 @@ pub fn validate_extension_providers(
                 }
                 ProviderKind::ExtAuthzGrpc(g) => g.status_on_error.as_deref(),
                 ProviderKind::FileAccessLog(f) => {
+                    if !f.path.is_empty() && !f.path.starts_with('/') {
+                        errs.0.push(ValidationError::Invalid {
+                            field: format!("{kf}.path"),
+                            reason: format!("{:?} is not an absolute path", f.path),
+                        });
+                    }
                     if let Some(fmt) = &f.log_format {
                         check_log_format(fmt, &format!("{kf}.logFormat"), &mut errs);
                     }
@@ -623,6 +639,14 @@ pub fn validate_extension_providers(
                             field: kf.clone(),
                             reason: "give http or grpc, not both".into(),
                         });
+                    }
+                    if let Some(path) = o.http.as_ref().and_then(|h| h.path.as_deref()) {
+                        if !path.starts_with('/') {
+                            errs.0.push(ValidationError::Invalid {
+                                field: format!("{kf}.http.path"),
+                                reason: format!("{path:?} must start with '/'"),
+                            });
+                        }
                     }
                     None
                 }
@@ -808,7 +832,9 @@ mod tests {
                 {"name": "a", "envoyExtAuthzGrpc": {"service": "shop/authz.bank.svc.cluster.local", "port": 0}},
                 {"name": "b"},
                 {"name": "c", "prometheus": {}, "envoyFileAccessLog": {"path": "/x"}},
-                {"name": "d", "envoyFileAccessLog": {"path": "/x", "logFormat": {"text": "t", "labels": {}}}}
+                {"name": "d", "envoyFileAccessLog": {"path": "/x", "logFormat": {"text": "t", "labels": {}}}},
+                {"name": "e", "envoyFileAccessLog": {"path": "logs/access.log", "logFormat": {"labels": {"nested": {"a": 1}}}}},
+                {"name": "f", "opentelemetry": {"service": "otel.example.com", "port": 4318, "http": {"path": "v1/traces"}}}
             ]),
             Some(serde_json::json!({"tracing": ["nope"], "metrics": ["a"]})),
         );
@@ -823,6 +849,9 @@ mod tests {
             "extensionProviders[2]: a provider sets exactly one of",
             "extensionProviders[3]: a provider sets exactly one of",
             "extensionProviders[4].envoyFileAccessLog.logFormat: give text or labels",
+            "extensionProviders[5].envoyFileAccessLog.path: \"logs/access.log\" is not an absolute path",
+            "extensionProviders[5].envoyFileAccessLog.logFormat.labels[nested]: a label's value is a string",
+            "extensionProviders[6].opentelemetry.http.path: \"v1/traces\" must start with '/'",
             "defaultProviders.tracing[0]: no extension provider is named \"nope\"",
             "defaultProviders.metrics[0]: provider \"a\" is of kind envoyExtAuthzHttp",
         ] {

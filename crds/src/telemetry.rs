@@ -7,7 +7,7 @@
 //! in its namespace. Which Telemetries apply and what they mean together is decided in one
 //! place, [`effective`], for every consumer (translation, status, meshctl).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -202,7 +202,8 @@ pub struct Tracing {
     /// Accepted for compatibility; Envoy's OpenTelemetry tracer samples by `x-request-id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_request_id_for_trace_sampling: Option<bool>,
-    /// Accepted for compatibility (Istio's own span tags need Istio's proxy).
+    /// Istio's own span tags (`istio.canonical_service`, `istio.canonical_revision`,
+    /// `istio.mesh_id`, `istio.namespace`, `istio.cluster_id`); unset: inherited, on at the top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_istio_tags: Option<bool>,
 }
@@ -231,17 +232,17 @@ pub enum IstioMetric {
     RequestCount,
     /// `istio_request_duration_milliseconds`.
     RequestDuration,
-    /// `istio_request_bytes` (not produced by meshplane).
+    /// `istio_request_bytes`.
     RequestSize,
-    /// `istio_response_bytes` (not produced by meshplane).
+    /// `istio_response_bytes`.
     ResponseSize,
-    /// `istio_tcp_connections_opened_total` (not produced by meshplane).
+    /// `istio_tcp_connections_opened_total`.
     TcpOpenedConnections,
-    /// `istio_tcp_connections_closed_total` (not produced by meshplane).
+    /// `istio_tcp_connections_closed_total`.
     TcpClosedConnections,
-    /// `istio_tcp_sent_bytes_total` (not produced by meshplane).
+    /// `istio_tcp_sent_bytes_total`.
     TcpSentBytes,
-    /// `istio_tcp_received_bytes_total` (not produced by meshplane).
+    /// `istio_tcp_received_bytes_total`.
     TcpReceivedBytes,
     /// `istio_request_messages_total` (not produced by meshplane).
     GrpcRequestMessages,
@@ -282,8 +283,9 @@ pub struct TagOverride {
     /// `UPSERT` (default) or `REMOVE`.
     #[serde(default)]
     pub operation: TagOperation,
-    /// For `UPSERT`: the value, an expression; meshplane evaluates string literals
-    /// (`"'canary'"`) only, as sidecars compute labels from the control plane's knowledge.
+    /// For `UPSERT`: the value, an expression: a string literal (`"'canary'"`) or one of the
+    /// request attributes that Envoy's command operators give (`request.host`,
+    /// `request.headers['x-user']`, `response.code`, ...: [`tag_value_format`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }
@@ -384,17 +386,42 @@ pub struct EffectiveTracing {
     pub disable_span_reporting: bool,
     /// Tags added to spans.
     pub custom_tags: BTreeMap<String, CustomTag>,
+    /// Istio's own span tags are added.
+    pub istio_tags: bool,
 }
 
-/// Label changes of the request metrics of one side.
+/// The standard metrics meshplane produces, each one of [`IstioMetric`] but `ALL_METRICS`.
+pub const PRODUCED_METRICS: [IstioMetric; 8] = [
+    IstioMetric::RequestCount,
+    IstioMetric::RequestDuration,
+    IstioMetric::RequestSize,
+    IstioMetric::ResponseSize,
+    IstioMetric::TcpOpenedConnections,
+    IstioMetric::TcpClosedConnections,
+    IstioMetric::TcpSentBytes,
+    IstioMetric::TcpReceivedBytes,
+];
+
+/// What the metric overrides of one side say.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EffectiveMetrics {
-    /// `istio_requests_total` is not produced.
-    pub count_disabled: bool,
-    /// `istio_request_duration_milliseconds` is not produced.
-    pub duration_disabled: bool,
-    /// Label overrides: `Some(value)` sets, `None` removes (empty value).
-    pub tags: BTreeMap<String, Option<String>>,
+    /// Metrics that are not produced.
+    pub disabled: BTreeSet<IstioMetric>,
+    /// Label overrides per metric: `Some(format)` sets the label to an Envoy command-operator
+    /// format ([`tag_value_format`]), `None` removes it.
+    pub tags: BTreeMap<IstioMetric, BTreeMap<String, Option<String>>>,
+}
+
+impl EffectiveMetrics {
+    /// Whether `metric` is produced.
+    pub fn produced(&self, metric: IstioMetric) -> bool {
+        !self.disabled.contains(&metric)
+    }
+
+    /// The label overrides of `metric`.
+    pub fn tags_of(&self, metric: IstioMetric) -> Option<&BTreeMap<String, Option<String>>> {
+        self.tags.get(&metric)
+    }
 }
 
 /// Everything the Telemetries (and the revision's access log switch) decide for one workload,
@@ -518,30 +545,60 @@ pub fn applicable<'a>(
     out
 }
 
-/// The revision-wide default of access logging (`meshConfig.accessLogging.enabled`): whether
-/// the built-in `envoy` provider logs both sides before any Telemetry says otherwise.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the revision says before any Telemetry does.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
-    /// Access logs of every workload, to the `envoy` provider.
-    pub access_logging: bool,
+    /// Access log providers every workload writes to on both sides: the built-in `envoy` when
+    /// `meshConfig.accessLogging.enabled`, and `meshConfig.defaultProviders.accessLogging`.
+    pub access_logging: Vec<String>,
+    /// What an access logging rule that names no provider is about:
+    /// `defaultProviders.accessLogging`, else the built-in `envoy`.
+    pub unnamed_access_logging: Vec<String>,
+    /// Metrics providers besides the built-in `prometheus` (extension providers of kind
+    /// `prometheus`): a metrics rule naming one of them is about the request metrics.
+    pub metrics_providers: Vec<String>,
+    /// Sampling percentage where no Telemetry sets one (`defaultConfig.tracing.sampling`,
+    /// else Istio's 1%).
+    pub sampling: f64,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            access_logging: Vec::new(),
+            unnamed_access_logging: vec![ENVOY_PROVIDER.to_string()],
+            metrics_providers: Vec::new(),
+            sampling: DEFAULT_SAMPLING,
+        }
+    }
 }
 
 /// Default sampling percentage when no level sets one (Istio's).
 pub const DEFAULT_SAMPLING: f64 = 1.0;
 
+/// The metrics a selector is about.
+fn metrics_of(metric: IstioMetric) -> Vec<IstioMetric> {
+    match metric {
+        IstioMetric::AllMetrics => PRODUCED_METRICS.to_vec(),
+        IstioMetric::GrpcRequestMessages | IstioMetric::GrpcResponseMessages => Vec::new(),
+        one => vec![one],
+    }
+}
+
 /// What the Telemetries `applicable` returned (least specific first) mean for one workload:
 /// for each side, each level overrides what the levels above it said about the same provider
 /// (access logs), the same setting (tracing) or the same metric and label (metrics).
-pub fn effective(applicable: &[&Telemetry], defaults: Defaults) -> EffectiveTelemetry {
+pub fn effective(applicable: &[&Telemetry], defaults: &Defaults) -> EffectiveTelemetry {
     let mut out = EffectiveTelemetry::default();
     for side in Side::BOTH {
         // Access logs: provider -> (enabled, filter).
         let mut logs: BTreeMap<String, (bool, Option<String>)> = BTreeMap::new();
-        if defaults.access_logging {
-            logs.insert(ENVOY_PROVIDER.to_string(), (true, None));
+        for p in &defaults.access_logging {
+            logs.insert(p.clone(), (true, None));
         }
         let mut tracing = EffectiveTracing {
-            sampling: DEFAULT_SAMPLING,
+            sampling: defaults.sampling,
+            istio_tags: true,
             ..EffectiveTracing::default()
         };
         let mut metrics = EffectiveMetrics::default();
@@ -551,7 +608,7 @@ pub fn effective(applicable: &[&Telemetry], defaults: Defaults) -> EffectiveTele
                     continue;
                 }
                 let providers: Vec<String> = if rule.providers.is_empty() {
-                    vec![ENVOY_PROVIDER.to_string()]
+                    defaults.unnamed_access_logging.clone()
                 } else {
                     rule.providers.iter().map(|p| p.name.clone()).collect()
                 };
@@ -573,13 +630,19 @@ pub fn effective(applicable: &[&Telemetry], defaults: Defaults) -> EffectiveTele
                 if let Some(d) = rule.disable_span_reporting {
                     tracing.disable_span_reporting = d;
                 }
+                if let Some(i) = rule.enable_istio_tags {
+                    tracing.istio_tags = i;
+                }
                 for (k, v) in &rule.custom_tags {
                     tracing.custom_tags.insert(k.clone(), v.clone());
                 }
             }
             for rule in &t.spec.metrics {
                 let prometheus = rule.providers.is_empty()
-                    || rule.providers.iter().any(|p| p.name == PROMETHEUS_PROVIDER);
+                    || rule.providers.iter().any(|p| {
+                        p.name == PROMETHEUS_PROVIDER
+                            || defaults.metrics_providers.contains(&p.name)
+                    });
                 if !prometheus {
                     continue;
                 }
@@ -588,29 +651,30 @@ pub fn effective(applicable: &[&Telemetry], defaults: Defaults) -> EffectiveTele
                     if !m.mode.covers(side) || m.custom_metric.is_some() {
                         continue;
                     }
-                    let metric = m.metric.unwrap_or_default();
-                    let (count, duration) = match metric {
-                        IstioMetric::AllMetrics => (true, true),
-                        IstioMetric::RequestCount => (true, false),
-                        IstioMetric::RequestDuration => (false, true),
-                        _ => continue,
-                    };
-                    if let Some(d) = o.disabled {
-                        if count {
-                            metrics.count_disabled = d;
-                        }
-                        if duration {
-                            metrics.duration_disabled = d;
-                        }
-                    }
-                    for (tag, change) in &o.tag_overrides {
-                        let value = match change.operation {
-                            TagOperation::Remove => None,
-                            TagOperation::Upsert => {
-                                Some(string_literal(change.value.as_deref().unwrap_or_default()))
+                    for metric in metrics_of(m.metric.unwrap_or_default()) {
+                        match o.disabled {
+                            Some(true) => {
+                                metrics.disabled.insert(metric);
                             }
-                        };
-                        metrics.tags.insert(tag.clone(), value);
+                            Some(false) => {
+                                metrics.disabled.remove(&metric);
+                            }
+                            None => {}
+                        }
+                        for (tag, change) in &o.tag_overrides {
+                            let value = match change.operation {
+                                TagOperation::Remove => None,
+                                TagOperation::Upsert => Some(
+                                    tag_value_format(change.value.as_deref().unwrap_or_default())
+                                        .unwrap_or_default(),
+                                ),
+                            };
+                            metrics
+                                .tags
+                                .entry(metric)
+                                .or_default()
+                                .insert(tag.clone(), value);
+                        }
                     }
                 }
             }
@@ -634,6 +698,69 @@ pub fn effective(applicable: &[&Telemetry], defaults: Defaults) -> EffectiveTele
         }
     }
     out
+}
+
+/// The request attributes a tag override's value may name, and the Envoy command operator
+/// that gives each per request or connection (Istio's attribute names).
+pub const TAG_ATTRIBUTES: &[(&str, &str)] = &[
+    ("request.host", "%REQ(:AUTHORITY)%"),
+    ("request.method", "%REQ(:METHOD)%"),
+    ("request.path", "%REQ(:PATH)%"),
+    ("request.url_path", "%PATH(NQ)%"),
+    ("request.scheme", "%REQ(:SCHEME)%"),
+    ("request.protocol", "%PROTOCOL%"),
+    ("request.id", "%REQ(X-REQUEST-ID)%"),
+    ("request.referer", "%REQ(REFERER)%"),
+    ("request.useragent", "%REQ(USER-AGENT)%"),
+    ("response.code", "%RESPONSE_CODE%"),
+    ("response.code_details", "%RESPONSE_CODE_DETAILS%"),
+    ("response.flags", "%RESPONSE_FLAGS%"),
+    ("response.grpc_status", "%GRPC_STATUS_NUMBER%"),
+    ("source.address", "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+    ("source.port", "%DOWNSTREAM_REMOTE_PORT%"),
+    (
+        "destination.address",
+        "%DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT%",
+    ),
+    ("destination.port", "%DOWNSTREAM_LOCAL_PORT%"),
+    (
+        "connection.requested_server_name",
+        "%REQUESTED_SERVER_NAME%",
+    ),
+    ("upstream.address", "%UPSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+    ("upstream.port", "%UPSTREAM_REMOTE_PORT%"),
+    ("xds.cluster_name", "%UPSTREAM_CLUSTER_RAW%"),
+    ("xds.route_name", "%ROUTE_NAME%"),
+];
+
+/// The Envoy command-operator format of a tag override's value: a CEL string literal
+/// (`'canary'`, `%` escaped), one attribute of [`TAG_ATTRIBUTES`], or a request or response
+/// header (`request.headers['x-user']`, `response.headers['x-cache']`). `None`: an expression
+/// meshplane cannot evaluate (operators, functions, conditionals).
+pub fn tag_value_format(expr: &str) -> Option<String> {
+    let t = expr.trim();
+    if is_string_literal(t) {
+        return Some(string_literal(t).replace('%', "%%"));
+    }
+    if let Some((_, op)) = TAG_ATTRIBUTES.iter().find(|(a, _)| *a == t) {
+        return Some((*op).to_string());
+    }
+    for (prefix, op) in [("request.headers", "REQ"), ("response.headers", "RESP")] {
+        let Some(index) = t.strip_prefix(prefix) else {
+            continue;
+        };
+        let inner = index.strip_prefix('[')?.strip_suffix(']')?.trim();
+        if !is_string_literal(inner) {
+            return None;
+        }
+        let name = string_literal(inner);
+        let header = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        return header.then(|| format!("%{op}({name})%"));
+    }
+    None
 }
 
 /// The value of a CEL string literal (`'canary'` or `"canary"`); anything else as written.
@@ -730,14 +857,14 @@ mod tests {
             names,
             vec![Some("mesh".into()), Some("ns".into()), Some("web".into())]
         );
-        let e = effective(&applied, Defaults::default());
+        let e = effective(&applied, &Defaults::default());
         assert!(e.server_logs.is_empty() && e.client_logs.is_empty());
         assert_eq!(e.client_tracing.provider.as_deref(), Some("otel"));
         assert_eq!(e.client_tracing.sampling, 50.0);
 
         // Another workload of the namespace keeps the tenant-wide access log.
         let applied = applicable(&all, "meshplane-blue", "shop", &labels(&[("app", "db")]));
-        let e = effective(&applied, Defaults::default());
+        let e = effective(&applied, &Defaults::default());
         assert_eq!(
             e.server_logs,
             vec![LogSink {
@@ -767,20 +894,14 @@ mod tests {
             "ns",
             json!({"accessLogging": [{"disabled": true, "match": {"mode": "CLIENT"}}]}),
         );
-        let e = effective(
-            &[&t],
-            Defaults {
-                access_logging: true,
-            },
-        );
+        let on = Defaults {
+            access_logging: vec![ENVOY_PROVIDER.into()],
+            ..Defaults::default()
+        };
+        let e = effective(&[&t], &on);
         assert!(e.client_logs.is_empty());
         assert_eq!(e.server_logs.len(), 1);
-        let e = effective(
-            &[],
-            Defaults {
-                access_logging: true,
-            },
-        );
+        let e = effective(&[], &on);
         assert_eq!(e.client_logs.len(), 1);
     }
 
@@ -794,14 +915,17 @@ mod tests {
                 {"match": {"metric": "TCP_SENT_BYTES"}, "disabled": true},
                 {"tagOverrides": {"destination_service": {"operation": "REMOVE"}, "source_workload": {"value": "'batch'"}}}]}]}),
         );
-        let e = effective(&[&t], Defaults::default());
-        assert!(e.server_metrics.count_disabled && !e.server_metrics.duration_disabled);
-        assert!(!e.client_metrics.count_disabled);
-        assert_eq!(e.client_metrics.tags["destination_service"], None);
-        assert_eq!(
-            e.client_metrics.tags["source_workload"].as_deref(),
-            Some("batch")
-        );
+        let e = effective(&[&t], &Defaults::default());
+        assert!(!e.server_metrics.produced(IstioMetric::RequestCount));
+        assert!(e.server_metrics.produced(IstioMetric::RequestDuration));
+        assert!(e.client_metrics.produced(IstioMetric::RequestCount));
+        assert!(!e.client_metrics.produced(IstioMetric::TcpSentBytes));
+        assert!(e.client_metrics.produced(IstioMetric::TcpReceivedBytes));
+        for metric in PRODUCED_METRICS {
+            let tags = e.client_metrics.tags_of(metric).expect("ALL_METRICS");
+            assert_eq!(tags["destination_service"], None);
+            assert_eq!(tags["source_workload"].as_deref(), Some("batch"));
+        }
     }
 
     #[test]
@@ -826,6 +950,94 @@ mod tests {
             pod_workload(&pod(json!({"metadata": {"name": "standalone"}}))),
             "standalone"
         );
+    }
+
+    #[test]
+    fn tag_overrides_are_per_metric_and_name_request_attributes() {
+        let t = telemetry(
+            "shop",
+            "ns",
+            json!({"metrics": [{"providers": [{"name": "prom"}], "overrides": [
+                {"match": {"metric": "REQUEST_COUNT"}, "tagOverrides": {"host": {"value": "request.host"}, "user": {"value": "request.headers['x-user']"}}},
+                {"match": {"metric": "TCP_OPENED_CONNECTIONS"}, "tagOverrides": {"port": {"value": "destination.port"}}},
+                {"match": {"metric": "GRPC_REQUEST_MESSAGES"}, "disabled": true}]}]}),
+        );
+        // `prom` is a prometheus extension provider of the revision: the rule applies.
+        let defaults = Defaults {
+            metrics_providers: vec!["prom".into()],
+            ..Defaults::default()
+        };
+        let e = effective(&[&t], &defaults);
+        let count = e
+            .server_metrics
+            .tags_of(IstioMetric::RequestCount)
+            .expect("count");
+        assert_eq!(count["host"].as_deref(), Some("%REQ(:AUTHORITY)%"));
+        assert_eq!(count["user"].as_deref(), Some("%REQ(x-user)%"));
+        assert!(e
+            .server_metrics
+            .tags_of(IstioMetric::RequestDuration)
+            .is_none());
+        let opened = e
+            .server_metrics
+            .tags_of(IstioMetric::TcpOpenedConnections)
+            .expect("tcp");
+        assert_eq!(opened["port"].as_deref(), Some("%DOWNSTREAM_LOCAL_PORT%"));
+        assert!(PRODUCED_METRICS
+            .iter()
+            .all(|m| e.server_metrics.produced(*m)));
+        // Without the provider declared, a rule naming it is not about these metrics.
+        let e = effective(&[&t], &Defaults::default());
+        assert!(e.server_metrics.tags.is_empty());
+    }
+
+    #[test]
+    fn default_access_log_providers_and_sampling_come_from_the_revision() {
+        let defaults = Defaults {
+            access_logging: vec!["file".into(), "als".into()],
+            unnamed_access_logging: vec!["file".into(), "als".into()],
+            metrics_providers: Vec::new(),
+            sampling: 25.0,
+        };
+        let e = effective(&[], &defaults);
+        let names: Vec<&str> = e.client_logs.iter().map(|s| s.provider.as_str()).collect();
+        assert_eq!(names, ["als", "file"]);
+        assert_eq!(e.client_tracing.sampling, 25.0);
+        assert!(e.client_tracing.istio_tags);
+        // A rule naming no provider is about the default providers.
+        let t = telemetry(
+            "shop",
+            "ns",
+            json!({"accessLogging": [{"match": {"mode": "SERVER"}, "disabled": true}],
+                   "tracing": [{"enableIstioTags": false}]}),
+        );
+        let e = effective(&[&t], &defaults);
+        assert!(e.server_logs.is_empty());
+        assert_eq!(e.client_logs.len(), 2);
+        assert!(!e.server_tracing.istio_tags);
+    }
+
+    #[test]
+    fn tag_value_formats() {
+        assert_eq!(tag_value_format("'50%'").as_deref(), Some("50%%"));
+        assert_eq!(
+            tag_value_format(" response.code ").as_deref(),
+            Some("%RESPONSE_CODE%")
+        );
+        assert_eq!(
+            tag_value_format("response.headers[\"x-cache\"]").as_deref(),
+            Some("%RESP(x-cache)%")
+        );
+        for refused in [
+            "request.host + 'x'",
+            "request.headers['a)%']",
+            "request.headers[x]",
+            "has(request.host) ? request.host : 'none'",
+            "node.metadata['X']",
+            "",
+        ] {
+            assert_eq!(tag_value_format(refused), None, "{refused:?}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The corpus of Istio-shaped manifests (`e2e/corpus/`, see its README): every file, with only
-//! `apiVersion` changed from Istio's, is applied through the real kubectl against tenant blue's
-//! validating webhook, is admitted (with a warning exactly when it uses a deprecated field), and
-//! reaches `Accepted=True`.
+//! The corpus of Istio-shaped manifests (`e2e/corpus/`, see its README): blue-v1 takes the
+//! extension providers of `providers.yaml`; every file, with only `apiVersion` changed from
+//! Istio's, is applied through the real kubectl against tenant blue's validating webhook, is
+//! admitted (with a warning exactly when it uses a deprecated field), and reaches
+//! `Accepted=True`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -198,6 +199,18 @@ async fn every_istio_field_form_of_the_corpus_is_admitted_and_accepted() {
             &format!("{CORPUS}/setup.yaml"),
         ])
         .expect("the corpus's Services and subsets");
+    // The extension providers the Telemetries name, in Istio's shapes, admitted on blue-v1.
+    cluster
+        .kubectl(&[
+            "patch",
+            "meshcontrolplane",
+            "blue-v1",
+            "--type",
+            "merge",
+            "--patch-file",
+            &format!("{CORPUS}/providers.yaml"),
+        ])
+        .expect("blue's extension providers are admitted");
 
     let entries = corpus();
     let mut refused = Vec::new();

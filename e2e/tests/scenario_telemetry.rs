@@ -9,10 +9,20 @@
 //!   `istio_requests_total` for the call with Istio's labels, from both reporters, and
 //!   `istio_request_duration_milliseconds`; every panel of the workload dashboard
 //!   (`config/monitoring/grafana-workload-dashboard.json`) returns data.
-//! - Tracing: the revision declares an `opentelemetry` provider, a real OTLP/gRPC receiver
-//!   (`e2e/python/otlp_receiver.py`) in a pod of `shop`; a namespace Telemetry sampling 0%
-//!   sends it no span for calls from client to web, one sampling 100% sends it the spans of
-//!   both sidecars, named `client.shop` and `web.shop`.
+//! - TCP and size metrics: a call from client to `db` over a `tcp-` Service port gives
+//!   `istio_tcp_connections_opened_total`, `istio_tcp_connections_closed_total`,
+//!   `istio_tcp_sent_bytes_total` and `istio_tcp_received_bytes_total` from both reporters;
+//!   HTTP calls give `istio_request_bytes` and `istio_response_bytes`; a tag override naming
+//!   `request.host` labels `istio_requests_total` with the request's host.
+//! - Tracing: the revision declares `opentelemetry` providers, a real OTLP receiver
+//!   (`e2e/python/otlp_receiver.py`) in a pod of `shop`, over gRPC and over HTTP; a namespace
+//!   Telemetry sampling 0% sends it no span for calls from client to web, one sampling 100%
+//!   sends it the spans of both sidecars, named `client.shop` and `web.shop`. A request through
+//!   the tenant's ingress gateway (traced by the tenant-wide Telemetry, exported over OTLP/HTTP)
+//!   leaves the gateway's span in the same trace as web's, with Istio's span tags.
+//! - Access log providers: an `envoyFileAccessLog` provider with a text format and an
+//!   `envoyOtelAls` provider (the receiver's OTLP logs service) log client's outbound calls that
+//!   a CEL filter accepts, and nothing else.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -39,8 +49,82 @@ spec:
     - providers: [{name: envoy}]
 "#;
 
-/// The port the OTLP receiver answers `GET /spans` on.
+/// The port the OTLP receiver answers `GET /spans`, `GET /logs` and OTLP/HTTP on.
 const SPANS_PORT: u16 = 9411;
+
+/// Blue's providers and its ingress gateway (a ClusterIP Service, port 80 to the proxy's
+/// 8080): OTLP over gRPC and over HTTP to the receiver, its OTLP logs service as an
+/// `envoyOtelAls` provider, and a file provider with its own text format.
+const BLUE_PATCH: &str = r#"{"spec":{"ingressGateway":{"name":"ingress","service":{"type":"ClusterIP","ports":[{"name":"http","port":80,"targetPort":8080}]}},"meshConfig":{"accessLogging":{"enabled":false,"encoding":"JSON"},"extensionProviders":[{"name":"otel","opentelemetry":{"service":"otel-collector.shop.svc.cluster.local","port":4317}},{"name":"otel-http","opentelemetry":{"service":"shop/otel-collector","port":4318,"http":{"path":"/v1/traces","timeout":"3s"}}},{"name":"als","envoyOtelAls":{"service":"otel-collector.shop.svc.cluster.local","port":4317,"logFormat":{"labels":{"path":"%REQ(:PATH)%","code":"%RESPONSE_CODE%"}}}},{"name":"client-file","envoyFileAccessLog":{"path":"/dev/stdout","logFormat":{"text":"CLIENT-FILE %REQ(:PATH)% %RESPONSE_CODE%"}}}]}}}"#;
+
+/// Client's outbound calls to `/file-probe*` to the file and OpenTelemetry providers.
+const CLIENT_LOGS: &str = r#"
+apiVersion: telemetry.meshplane.io/v1alpha1
+kind: Telemetry
+metadata: {name: client-logs, namespace: shop}
+spec:
+  selector: {matchLabels: {app: client}}
+  accessLogging:
+    - providers: [{name: client-file}, {name: als}]
+      match: {mode: CLIENT}
+      filter: {expression: "request.url_path.startsWith('/file-probe')"}
+"#;
+
+/// The tenant-wide tracing (the gateway's, as shop's namespace Telemetry overrides it for
+/// shop's workloads): every request over OTLP/HTTP.
+const MESH_TRACING: &str = r#"
+apiVersion: telemetry.meshplane.io/v1alpha1
+kind: Telemetry
+metadata: {name: mesh, namespace: meshplane-blue}
+spec:
+  tracing:
+    - providers: [{name: otel-http}]
+      randomSamplingPercentage: 100
+"#;
+
+/// `db`: an echo server behind a `tcp-` Service port, proxied as TCP by both sidecars.
+const DB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  selector: {app: db}
+  ports: [{name: tcp-db, port: 5432, targetPort: 5432}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      containers:
+        - name: db
+          image: example.com/echo:1
+          ports: [{name: tcp-db, containerPort: 5432}]
+"#;
+
+/// The gateway's route for `shop.example.com` to web.
+const GATEWAY_ROUTES: &str = r#"
+apiVersion: networking.meshplane.io/v1alpha1
+kind: Gateway
+metadata: {name: shop, namespace: meshplane-blue}
+spec:
+  selector: {meshplane.io/gateway: ingress}
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [shop.example.com]}]
+---
+apiVersion: networking.meshplane.io/v1alpha1
+kind: VirtualService
+metadata: {name: shop-ingress, namespace: meshplane-blue}
+spec:
+  hosts: [shop.example.com]
+  gateways: [shop]
+  http: [{route: [{destination: {host: web.shop.svc.cluster.local, port: {number: 8080}}}]}]
+"#;
 
 /// The OTLP/gRPC receiver (not meshed) and its Service, whose `grpc-` port makes the sidecars
 /// export to it over HTTP/2.
@@ -57,7 +141,7 @@ kind: Service
 metadata: {{name: otel-collector, namespace: shop}}
 spec:
   selector: {{app: otel-collector}}
-  ports: [{{name: grpc-otlp, port: 4317, targetPort: 4317}}]
+  ports: [{{name: grpc-otlp, port: 4317, targetPort: 4317}}, {{name: http-otlp, port: 4318, targetPort: {SPANS_PORT}}}]
 ---
 apiVersion: v1
 kind: Pod
@@ -73,7 +157,8 @@ spec:
 }
 
 /// The namespace's tracing: every workload of shop to the `otel` provider at `percent`, with a
-/// custom tag that shows which of these settings a sidecar has.
+/// custom tag that shows which of these settings a sidecar has; and a tag override labelling
+/// the request count with the request's host.
 fn shop_tracing(percent: u32) -> String {
     format!(
         r#"
@@ -86,8 +171,30 @@ spec:
       randomSamplingPercentage: {percent}
       customTags:
         sampling: {{literal: {{value: "sampled-{percent}-percent"}}}}
+  metrics:
+    - overrides:
+        - match: {{metric: REQUEST_COUNT}}
+          tagOverrides:
+            request_host: {{value: request.host}}
 "#
     )
+}
+
+/// The log records the receiver holds.
+async fn received_logs(receiver: &meshplane_e2e::reach::InPod) -> Result<Vec<Value>, String> {
+    let reply = receiver
+        .http_get_at(
+            SocketAddr::from((receiver.ip(), SPANS_PORT)),
+            "localhost",
+            "/logs",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if reply.status != 200 {
+        return Err(format!("{reply:?}"));
+    }
+    let body: Value = serde_json::from_str(&reply.body).map_err(|e| e.to_string())?;
+    Ok(body["logs"].as_array().cloned().unwrap_or_default())
 }
 
 /// The spans the receiver holds whose attributes mention `needle`.
@@ -193,10 +300,20 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
             "--type",
             "merge",
             "-p",
-            r#"{"spec":{"meshConfig":{"accessLogging":{"enabled":false,"encoding":"JSON"},"extensionProviders":[{"name":"otel","opentelemetry":{"service":"otel-collector.shop.svc.cluster.local","port":4317}}]}}}"#,
+            BLUE_PATCH,
         ])
-        .expect("patch blue's access logging and tracing provider");
+        .expect("patch blue's access logging, providers and gateway");
     cluster.apply_manifest(WEB_LOGS).expect("web's Telemetry");
+    cluster
+        .apply_manifest(CLIENT_LOGS)
+        .expect("client's Telemetry");
+    cluster
+        .apply_manifest(MESH_TRACING)
+        .expect("the tenant's tracing");
+    cluster.apply_manifest(DB).expect("db");
+    cluster
+        .apply_manifest(GATEWAY_ROUTES)
+        .expect("the gateway's routes");
     cluster
         .apply_manifest(&app_and_client("shop"))
         .expect("workloads");
@@ -216,14 +333,24 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
         .await
         .expect("client Ready")[0]
         .clone();
+    let db = cluster
+        .wait_for_ready_pods("shop", "app=db", 1, DEADLINE)
+        .await
+        .expect("db Ready")[0]
+        .clone();
     let web_name = web.metadata.name.clone().unwrap_or_default();
     let client_name = client.metadata.name.clone().unwrap_or_default();
 
     // The instance accepts the Telemetries (the tracing one: its provider resolves).
-    for name in ["web-logs", "tracing"] {
+    for (namespace, name) in [
+        ("shop", "web-logs"),
+        ("shop", "tracing"),
+        ("shop", "client-logs"),
+        ("meshplane-blue", "mesh"),
+    ] {
         wait_for(&format!("{name} Accepted=True"), DEADLINE, || async {
             let out = cluster
-                .kubectl(&["get", "telemetry", "-n", "shop", name, "-o", "json"])
+                .kubectl(&["get", "telemetry", "-n", namespace, name, "-o", "json"])
                 .map_err(|e| e.to_string())?;
             let object: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
             match meshplane_e2e::harness::condition_status(&object, "Accepted").as_deref() {
@@ -243,6 +370,7 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
     }
     let caller = cluster.in_pod("shop", &client_name).expect("client pod");
     let url = format!("http://web.shop.svc.cluster.local:{WEB_PORT}{PROBE_PATH}");
+    let tcp_url = "http://db.shop.svc.cluster.local:5432/tcp-probe";
 
     // A call from client to web is logged in JSON by web's sidecar (once its listeners carry
     // the Telemetry's log), and never by client's.
@@ -323,6 +451,7 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
             "static_configs": [{"targets": [
                 format!("{}:{STATS_PORT}", ip(&web)),
                 format!("{}:{STATS_PORT}", ip(&client)),
+                format!("{}:{STATS_PORT}", ip(&db)),
             ]}],
             "metric_relabel_configs": sidecar_metric_relabelings(),
         }],
@@ -331,10 +460,37 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
     let source = r#"istio_requests_total{reporter="source", source_workload="client", source_workload_namespace="shop", destination_workload="web", destination_workload_namespace="shop", destination_service="web.shop.svc.cluster.local", destination_service_name="web", destination_service_namespace="shop", response_code="200"}"#;
     let destination = r#"istio_requests_total{reporter="destination", destination_workload="web", destination_workload_namespace="shop", destination_service="web.shop.svc.cluster.local", response_code="200"}"#;
     let duration = r#"istio_request_duration_milliseconds_count{reporter="source", source_workload="client", destination_workload="web"}"#;
-    for expr in [source, destination, duration] {
+    // The tag override: the request count labelled with the request's host.
+    let host = format!(
+        r#"istio_requests_total{{reporter="source", destination_workload="web", request_host="web.shop.svc.cluster.local:{WEB_PORT}"}}"#
+    );
+    let request_bytes = r#"istio_request_bytes_count{reporter="source", source_workload="client", destination_workload="web"}"#;
+    let response_bytes = r#"istio_response_bytes_sum{reporter="destination", destination_workload="web", destination_service="web.shop.svc.cluster.local"}"#;
+    // TCP: client's outbound and db's inbound TCP proxies.
+    let opened = r#"istio_tcp_connections_opened_total{reporter="source", source_workload="client", source_workload_namespace="shop", destination_workload="db", destination_workload_namespace="shop", destination_service="db.shop.svc.cluster.local", destination_service_name="db", destination_service_namespace="shop"}"#;
+    let closed = r#"istio_tcp_connections_closed_total{reporter="destination", destination_workload="db", destination_workload_namespace="shop", destination_service="db.shop.svc.cluster.local", source_principal="spiffe://blue.mesh.local/ns/shop/sa/default"}"#;
+    let sent = r#"istio_tcp_sent_bytes_total{reporter="source", source_workload="client", destination_workload="db"}"#;
+    let received =
+        r#"istio_tcp_received_bytes_total{reporter="destination", destination_workload="db"}"#;
+    let opened_at_db =
+        r#"istio_tcp_connections_opened_total{reporter="destination", destination_workload="db"}"#;
+    for expr in [
+        source,
+        destination,
+        duration,
+        &host,
+        request_bytes,
+        response_bytes,
+        opened,
+        closed,
+        sent,
+        received,
+        opened_at_db,
+    ] {
         let series = wait_for(&format!("series {expr}"), DEADLINE, || async {
             // Keep calling: Envoy writes histograms at its stats flush.
             let _ = caller.http_get(&url).await;
+            let _ = caller.http_get(tcp_url).await;
             let result = prometheus.query(expr).await?;
             if result.is_empty() {
                 Err("no series yet".into())
@@ -479,5 +635,135 @@ async fn telemetry_logs_counts_and_times_requests_between_workloads() {
         .await
         .expect("spans");
     assert!(none.is_empty(), "spans of calls sampled at 0%: {none:?}");
+
+    // The gateway: a request from the node through blue's ingress gateway is traced by the
+    // tenant-wide Telemetry (100%, OTLP/HTTP); web's sidecar follows the gateway's decision,
+    // so the gateway's span and web's are one trace.
+    let node = cluster.on_node().expect("the node");
+    let gateway_ip: std::net::Ipv4Addr = cluster
+        .kubectl(&[
+            "get",
+            "service",
+            "-n",
+            "meshplane-blue",
+            "ingress",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .expect("the gateway's Service")
+        .trim()
+        .parse()
+        .expect("a ClusterIP");
+    let gateway = SocketAddr::from((gateway_ip, 80));
+    let spans = wait_for(
+        "the gateway's span and web's in one trace",
+        DEADLINE,
+        || async {
+            let _ = node
+                .http_get(gateway, "shop.example.com", "/gateway-trace-probe")
+                .await;
+            let spans = spans_with(&receiver, "gateway-trace-probe").await?;
+            let of = |service: &str| -> Vec<&Value> {
+                spans
+                    .iter()
+                    .filter(|s| s["service_name"] == service)
+                    .collect()
+            };
+            let (gateway_spans, web_spans) = (of("ingress.meshplane-blue"), of("web.shop"));
+            let joined = gateway_spans
+                .iter()
+                .any(|g| web_spans.iter().any(|w| w["trace_id"] == g["trace_id"]));
+            if joined {
+                Ok(Some(spans.clone()))
+            } else {
+                Err(format!(
+                    "{} spans of the gateway, {} of web, none of one trace yet",
+                    gateway_spans.len(),
+                    web_spans.len()
+                ))
+            }
+        },
+    )
+    .await
+    .expect("the gateway's span reaches the receiver");
+    let gateway_span = spans
+        .iter()
+        .find(|s| s["service_name"] == "ingress.meshplane-blue")
+        .expect("the gateway's span");
+    assert_eq!(
+        gateway_span["transport"], "http",
+        "OTLP/HTTP: {gateway_span}"
+    );
+    let tags = &gateway_span["attributes"];
+    assert_eq!(tags["istio.namespace"], "meshplane-blue", "{gateway_span}");
+    assert_eq!(tags["istio.canonical_service"], "ingress", "{gateway_span}");
+    assert_eq!(tags["istio.canonical_revision"], "latest", "{gateway_span}");
+    assert_eq!(tags["istio.mesh_id"], "blue.mesh.local", "{gateway_span}");
+    assert_eq!(tags["istio.cluster_id"], "Kubernetes", "{gateway_span}");
+    let web_span = spans
+        .iter()
+        .find(|s| s["service_name"] == "web.shop")
+        .expect("web's span");
+    assert_eq!(web_span["transport"], "grpc", "OTLP/gRPC: {web_span}");
+    assert_eq!(web_span["attributes"]["istio.canonical_service"], "web");
+
+    // Access log providers: client's outbound calls to /file-probe go to its file provider
+    // (its own text format) and to the receiver's OTLP logs service; other calls to neither.
+    let file_url = format!("http://web.shop.svc.cluster.local:{WEB_PORT}/file-probe");
+    let line = wait_for("client's file provider line", DEADLINE, || async {
+        let reply = caller
+            .http_get(&file_url)
+            .await
+            .map_err(|e| e.to_string())?;
+        if reply.status != 200 {
+            return Err(format!("{reply:?}"));
+        }
+        let log = cluster
+            .kubectl(&["logs", "-n", "shop", &client_name, "-c", "meshplane-proxy"])
+            .map_err(|e| e.to_string())?;
+        log.lines()
+            .find(|l| l.starts_with("CLIENT-FILE /file-probe"))
+            .map(|l| Some(l.to_string()))
+            .ok_or_else(|| "no line yet".to_string())
+    })
+    .await
+    .expect("the file provider logs");
+    assert_eq!(line.trim(), "CLIENT-FILE /file-probe 200");
+    let records = wait_for("client's OpenTelemetry log records", DEADLINE, || async {
+        let _ = caller.http_get(&file_url).await;
+        let records: Vec<Value> = received_logs(&receiver)
+            .await?
+            .into_iter()
+            .filter(|r| r["attributes"]["path"] == "/file-probe")
+            .collect();
+        if records.is_empty() {
+            Err("no record yet".to_string())
+        } else {
+            Ok(Some(records))
+        }
+    })
+    .await
+    .expect("the OpenTelemetry access log provider logs");
+    assert_eq!(records[0]["attributes"]["code"], "200", "{records:?}");
+    assert!(
+        records[0]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("\"GET /file-probe HTTP/1.1\" 200")),
+        "Istio's default text format as the body: {records:?}"
+    );
+    let client_log = cluster
+        .kubectl(&["logs", "-n", "shop", &client_name, "-c", "meshplane-proxy"])
+        .expect("client's sidecar log");
+    assert!(
+        !client_log.contains("CLIENT-FILE /telemetry-probe"),
+        "the CEL filter keeps other calls out"
+    );
+    let other = received_logs(&receiver).await.expect("log records");
+    assert!(
+        other
+            .iter()
+            .all(|r| r["attributes"]["path"] == "/file-probe"),
+        "only what the filter accepts: {other:?}"
+    );
     eprintln!("telemetry scenario took {:?}", started.elapsed());
 }

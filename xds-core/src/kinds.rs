@@ -68,6 +68,17 @@ pub trait NamespacedKindVisitor {
     fn visit<T: NamespacedObject>(self) -> Self::Output;
 }
 
+impl Kind {
+    /// The kind's name, qualified by its API group where another kind has the same name
+    /// (`Gateway.gateway.networking.k8s.io`, as kubectl spells it): unique among the kinds.
+    pub fn unique_name(self) -> &'static str {
+        match self {
+            Kind::KubernetesGateway => "Gateway.gateway.networking.k8s.io",
+            k => k.name(),
+        }
+    }
+}
+
 /// Rules an object passes without checks of its own.
 fn no_rules<T>(_: &T) -> Result<(), ValidationErrors> {
     Ok(())
@@ -365,6 +376,14 @@ mod tests {
             Kind::from_api("networking.meshplane.io/v1alpha1", "Gateway"),
             Some(Kind::Gateway)
         );
+    }
+
+    #[test]
+    fn unique_names_are_unique() {
+        let names: std::collections::BTreeSet<&str> =
+            Kind::ALL.iter().map(|k| k.unique_name()).collect();
+        assert_eq!(names.len(), Kind::ALL.len());
+        assert_eq!(Kind::Gateway.unique_name(), "Gateway");
     }
 
     #[test]

@@ -500,7 +500,7 @@ async fn an_unreadable_member_namespace_does_not_keep_the_instance_unready() {
             let role: Role = from_json(serde_json::json!({
                 "metadata": {"name": "meshplane-blue-v1-reader", "namespace": ns},
                 "rules": [{
-                    "apiGroups": ["", "discovery.k8s.io", "networking.meshplane.io", "security.meshplane.io", "telemetry.meshplane.io"],
+                    "apiGroups": ["", "discovery.k8s.io", "networking.meshplane.io", "security.meshplane.io", "telemetry.meshplane.io", "gateway.networking.k8s.io"],
                     "resources": ["*"],
                     "verbs": ["get", "list", "watch"],
                 }],

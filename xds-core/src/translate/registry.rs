@@ -246,6 +246,8 @@ pub struct GatewayApiConfig {
     pub reference_grants: Vec<gateway_api::ReferenceGrant>,
     pub gateways: Vec<gateway_api::Gateway>,
     pub gateway_classes: Vec<gateway_api::GatewayClass>,
+    /// The mesh (GAMMA) routes compiled from the HTTPRoutes and GRPCRoutes above.
+    pub mesh: MeshRoutes,
 }
 
 impl GatewayApiConfig {
@@ -259,6 +261,31 @@ impl GatewayApiConfig {
         sort_oldest_first(&mut self.gateways);
         sort_oldest_first(&mut self.gateway_classes);
     }
+}
+
+/// What became of one parentRef of a route: the status entry its controller writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Kind of the route (`HTTPRoute`, `GRPCRoute`).
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    /// Index of the parentRef in the route.
+    pub parent: usize,
+    /// `Accepted`: `None` when true, else the reason and message.
+    pub not_accepted: Option<(&'static str, String)>,
+    /// `ResolvedRefs`: `None` when true, else the reason and message.
+    pub unresolved: Option<(&'static str, String)>,
+}
+
+/// The mesh routes of the Gateway API compiled into VirtualServices (`translate::gamma`), and
+/// the verdicts reached on the way.
+#[derive(Clone, Debug, Default)]
+pub struct MeshRoutes {
+    /// One VirtualService per (Service host, audience), consumer ones first.
+    pub virtual_services: Vec<VirtualService>,
+    pub verdicts: Vec<Verdict>,
 }
 
 /// A TLS certificate from a Secret (`tls.crt`, `tls.key`, optional `ca.crt`).
@@ -427,6 +454,11 @@ impl Registry {
                 a.spec == b.spec
             })
             && same_objects(&self.gateways, &other.gateways, |a, b| a.spec == b.spec)
+            && same_objects(
+                &self.gateway_api.mesh.virtual_services,
+                &other.gateway_api.mesh.virtual_services,
+                |a, b| a.spec == b.spec,
+            )
             && same_objects(
                 &self.gateway_api_gateways,
                 &other.gateway_api_gateways,

@@ -1,15 +1,24 @@
 //! Telemetry of a workload's proxy: what the tenant's `Telemetry` objects and the revision's
 //! access log switch ask for ([`meshplane_crds::telemetry::effective`]), as Envoy config.
 //!
-//! - Access logs: a file log per provider on the HTTP connection managers and TCP proxies of
-//!   each side (inbound: server, outbound and gateways: client), in Istio's default format as
-//!   text or JSON, behind Envoy's CEL filter when the Telemetry has one.
+//! - Access logs: one access log per provider on the HTTP connection managers and TCP proxies
+//!   of each side (inbound: server, outbound and gateways: client): the built-in `envoy`
+//!   provider and `envoyFileAccessLog` providers as file logs (Istio's default format as text
+//!   or JSON, or the provider's `logFormat`), `envoyOtelAls` providers as Envoy's OpenTelemetry
+//!   access logger to the tenant's collector; behind Envoy's CEL filter when the Telemetry has
+//!   one.
 //! - Request metrics: Envoy's stats access logger on each HTTP connection manager counts
-//!   `istio_requests_total` and records `istio_request_duration_milliseconds` (Envoy prefixes
-//!   both with `envoy_`; the sidecar PodMonitor renames them) with Istio's labels: what the
+//!   `istio_requests_total` and records `istio_request_duration_milliseconds`,
+//!   `istio_request_bytes` and `istio_response_bytes`; on each TCP proxy it counts
+//!   `istio_tcp_connections_opened_total` (when the upstream connects),
+//!   `istio_tcp_connections_closed_total`, `istio_tcp_sent_bytes_total` and
+//!   `istio_tcp_received_bytes_total` (when the connection ends). Envoy prefixes them with
+//!   `envoy_`; the sidecar PodMonitor renames them. Labels are Istio's: what the
 //!   proxy knows of itself as constants, the peer as Envoy sees it per request (the endpoint's
 //!   workload from its EDS `hostname`, the cluster's service from cluster metadata, the peer's
 //!   certificate, the response code).
+//! - Tracing: Envoy's OpenTelemetry tracer, exporting over OTLP/gRPC or OTLP/HTTP, with the
+//!   Telemetry's custom tags and Istio's own span tags.
 //!
 //! Maps in Envoy's protos are hash maps, encoded in no fixed order; resources are versioned by
 //! their encoding, so everything here is encoded in one order: metadata with one key of one
@@ -22,7 +31,16 @@ use std::collections::BTreeMap;
 use envoy_types::pb::envoy::config::accesslog::v3::access_log::ConfigType as AccessLogConfigType;
 use envoy_types::pb::envoy::config::accesslog::v3::access_log_filter::FilterSpecifier;
 use envoy_types::pb::envoy::config::accesslog::v3::{
-    extension_filter, AccessLog, AccessLogFilter, ExtensionFilter,
+    extension_filter, AccessLog, AccessLogFilter, AndFilter, ExtensionFilter, LogTypeFilter,
+};
+use envoy_types::pb::envoy::data::accesslog::v3::AccessLogType;
+use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::TcpAccessLogOptions;
+use envoy_types::pb::opentelemetry::proto::common::v1::{
+    any_value, AnyValue, KeyValue as OtelKeyValue, KeyValueList,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    http_uri, HeaderValue as EnvoyHeaderValue, HeaderValueOption, HttpService, HttpUri,
 };
 use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -44,8 +62,8 @@ use envoy_types::pb::google::protobuf::{value::Kind, Any, Struct, Value};
 use envoy_types::util::pack_any;
 use meshplane_crds::controlplane::AccessLogEncoding;
 use meshplane_crds::telemetry::{
-    self, Defaults, EffectiveMetrics, EffectiveTelemetry, LogSink, Side, Telemetry, ENVOY_PROVIDER,
-    PROMETHEUS_PROVIDER,
+    self, Defaults, EffectiveMetrics, EffectiveTelemetry, IstioMetric, LogSink, Side, Telemetry,
+    ENVOY_PROVIDER, PROMETHEUS_PROVIDER,
 };
 use envoy_types::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, TargetSpecifier};
 use envoy_types::pb::envoy::config::core::v3::GrpcService;
@@ -55,7 +73,10 @@ use envoy_types::pb::envoy::config::trace::v3::OpenTelemetryConfig;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing as HcmTracing;
 use envoy_types::pb::envoy::r#type::tracing::v3::{custom_tag, CustomTag as EnvoyCustomTag};
 use envoy_types::pb::envoy::r#type::v3::Percent;
-use meshplane_crds::providers::{parse_service, OpenTelemetryProvider, ProviderKind};
+use meshplane_crds::providers::{
+    parse_service, FileAccessLogProvider, LogFormat, OpenTelemetryProvider, OtelAccessLogProvider,
+    ProviderKind,
+};
 use meshplane_crds::telemetry::{CustomTag, EffectiveTracing};
 use prost::{Message, Name};
 
@@ -80,6 +101,91 @@ pub const METRICS_SCOPE: &str = "istio";
 pub const REQUESTS_TOTAL: &str = "requests_total";
 /// The request duration histogram, in the scope.
 pub const REQUEST_DURATION: &str = "request_duration_milliseconds";
+/// The request body size histogram, in the scope.
+pub const REQUEST_BYTES: &str = "request_bytes";
+/// The response body size histogram, in the scope.
+pub const RESPONSE_BYTES: &str = "response_bytes";
+/// TCP connections whose upstream connected, in the scope.
+pub const TCP_OPENED: &str = "tcp_connections_opened_total";
+/// TCP connections that ended, in the scope.
+pub const TCP_CLOSED: &str = "tcp_connections_closed_total";
+/// Bytes sent to the downstream of TCP connections (the responses), in the scope.
+pub const TCP_SENT: &str = "tcp_sent_bytes_total";
+/// Bytes received from the downstream of TCP connections (the requests), in the scope.
+pub const TCP_RECEIVED: &str = "tcp_received_bytes_total";
+
+/// How a metric takes its value from one request or connection.
+#[derive(Clone, Copy, Debug)]
+enum StatValue {
+    /// A counter adding one.
+    One,
+    /// A counter adding a command operator's value.
+    Count(&'static str),
+    /// A histogram recording a command operator's value in a unit.
+    Record(&'static str, histogram::Unit),
+}
+
+/// One of the standard metrics: which, its name in the scope, its value.
+type MetricSpec = (IstioMetric, &'static str, StatValue);
+
+/// The metrics of an HTTP connection manager, one per request.
+const HTTP_METRICS: [MetricSpec; 4] = [
+    (IstioMetric::RequestCount, REQUESTS_TOTAL, StatValue::One),
+    (
+        IstioMetric::RequestDuration,
+        REQUEST_DURATION,
+        StatValue::Record("%DURATION%", histogram::Unit::Milliseconds),
+    ),
+    (
+        IstioMetric::RequestSize,
+        REQUEST_BYTES,
+        StatValue::Record("%BYTES_RECEIVED%", histogram::Unit::Bytes),
+    ),
+    (
+        IstioMetric::ResponseSize,
+        RESPONSE_BYTES,
+        StatValue::Record("%BYTES_SENT%", histogram::Unit::Bytes),
+    ),
+];
+
+/// The metrics of a TCP proxy written when its upstream connects.
+const TCP_CONNECTED_METRICS: [MetricSpec; 1] = [(
+    IstioMetric::TcpOpenedConnections,
+    TCP_OPENED,
+    StatValue::One,
+)];
+
+/// The metrics of a TCP proxy written when its connection ends.
+const TCP_END_METRICS: [MetricSpec; 3] = [
+    (
+        IstioMetric::TcpClosedConnections,
+        TCP_CLOSED,
+        StatValue::One,
+    ),
+    (
+        IstioMetric::TcpSentBytes,
+        TCP_SENT,
+        StatValue::Count("%BYTES_SENT%"),
+    ),
+    (
+        IstioMetric::TcpReceivedBytes,
+        TCP_RECEIVED,
+        StatValue::Count("%BYTES_RECEIVED%"),
+    ),
+];
+
+/// Log name of `envoyOtelAls` providers that give none (Istio's).
+pub const DEFAULT_OTEL_LOG_NAME: &str = "otel_envoy_accesslog";
+
+/// Timeout of an OTLP/HTTP export whose provider gives none.
+pub const DEFAULT_OTLP_HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Path of an OTLP/HTTP export whose provider gives none (OTLP's).
+pub const DEFAULT_OTLP_HTTP_PATH: &str = "/v1/traces";
+
+/// `istio.cluster_id` of spans: Istio's default cluster name (meshplane runs one cluster per
+/// instance).
+pub const CLUSTER_ID: &str = "Kubernetes";
 
 /// Istio's default access log format, as a line of text (the field order of Istio's
 /// `EnvoyTextLogFormat`).
@@ -196,25 +302,54 @@ pub fn applicable<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<&'a Telem
     )
 }
 
-/// What the Telemetries and the revision's access log switch decide for the proxy.
-pub fn effective_for(registry: &Registry, node: &ProxyNode) -> EffectiveTelemetry {
-    telemetry::effective(
-        &applicable(registry, node),
-        Defaults {
-            access_logging: registry.mesh_config.access_logging.enabled,
+/// What the revision says before any Telemetry: the access log switch and
+/// `defaultProviders.accessLogging`, the `prometheus` extension providers, and
+/// `defaultConfig.tracing.sampling`.
+pub fn defaults(registry: &Registry) -> Defaults {
+    let mc = &registry.mesh_config;
+    let default_logs: Vec<String> = mc
+        .default_providers
+        .as_ref()
+        .map(|d| d.access_logging.clone())
+        .unwrap_or_default();
+    let mut access_logging = Vec::new();
+    if mc.access_logging.enabled {
+        access_logging.push(ENVOY_PROVIDER.to_string());
+    }
+    access_logging.extend(default_logs.iter().cloned());
+    Defaults {
+        access_logging,
+        unnamed_access_logging: if default_logs.is_empty() {
+            vec![ENVOY_PROVIDER.to_string()]
+        } else {
+            default_logs
         },
-    )
+        metrics_providers: mc
+            .extension_providers
+            .iter()
+            .filter(|p| matches!(p.kind(), Some(ProviderKind::Prometheus(_))))
+            .map(|p| p.name.clone())
+            .collect(),
+        sampling: mc.default_sampling().unwrap_or(telemetry::DEFAULT_SAMPLING),
+    }
+}
+
+/// What the Telemetries and the revision's defaults decide for the proxy.
+pub fn effective_for(registry: &Registry, node: &ProxyNode) -> EffectiveTelemetry {
+    telemetry::effective(&applicable(registry, node), &defaults(registry))
 }
 
 /// What of the proxy its telemetry config depends on, besides the registry: the Telemetries
 /// that apply (by namespace and name), its workload's identity and the Services selecting it
-/// by port (labels of its metrics).
+/// by port (labels of its metrics), and when it traces its spans' service name and canonical
+/// service and revision (Istio's span tags).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TelemetryKey {
     applied: Vec<(Option<String>, Option<String>)>,
     service_account: Option<String>,
     inbound_services: BTreeMap<u32, InboundService>,
     tracing_service: Option<String>,
+    canonical: Option<(String, String)>,
 }
 
 /// The Service a workload serves on one port: (hostname, name, namespace).
@@ -222,6 +357,7 @@ pub type InboundService = (String, String, String);
 
 /// The [`TelemetryKey`] of a proxy.
 pub fn key(registry: &Registry, node: &ProxyNode) -> TelemetryKey {
+    let eff = effective_for(registry, node);
     TelemetryKey {
         applied: applicable(registry, node)
             .into_iter()
@@ -229,14 +365,21 @@ pub fn key(registry: &Registry, node: &ProxyNode) -> TelemetryKey {
             .collect(),
         service_account: node.service_account.clone(),
         inbound_services: inbound_services(registry, node),
-        tracing_service: {
-            let eff = effective_for(registry, node);
-            Side::BOTH
-                .iter()
-                .any(|side| tracer_of(registry, eff.tracing(*side)).is_some())
-                .then(|| tracing_service_name(node))
-        },
+        tracing_service: traces(registry, &eff).then(|| tracing_service_name(node)),
+        canonical: Side::BOTH
+            .iter()
+            .any(|side| {
+                eff.tracing(*side).istio_tags && tracer_of(registry, eff.tracing(*side)).is_some()
+            })
+            .then(|| (canonical_service(node), canonical_revision(node))),
     }
+}
+
+/// Whether a side of the proxy has a tracer.
+fn traces(registry: &Registry, eff: &EffectiveTelemetry) -> bool {
+    Side::BOTH
+        .iter()
+        .any(|side| tracer_of(registry, eff.tracing(*side)).is_some())
 }
 
 /// An `opentelemetry` provider of the tenant, resolved to the cluster of its host and port.
@@ -259,6 +402,109 @@ impl Tracer<'_> {
     }
 }
 
+/// Resolves a provider's `service` and `port` in the tenant's registry: a host of the tenant
+/// (in the namespace the service names, if it names one) with that port.
+fn resolve_host<'a>(
+    registry: &'a Registry,
+    name: &str,
+    service: &str,
+    port: u32,
+) -> Result<&'a ServiceModel, String> {
+    let parsed = parse_service(service, "service")
+        .map_err(|e| format!("extension provider {name:?}: {e}"))?;
+    let found = registry.services_named(&parsed.host).find(|s| {
+        parsed
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| s.namespace == ns)
+    });
+    let Some(found) = found else {
+        return Err(format!(
+            "extension provider {name:?} names {service:?}, which is no Service or ServiceEntry host of the tenant"
+        ));
+    };
+    if !found.ports.iter().any(|p| p.port == port) {
+        return Err(format!(
+            "extension provider {name:?}: {} has no port {port}",
+            found.hostname
+        ));
+    }
+    Ok(found)
+}
+
+/// An access log provider, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LogProvider<'a> {
+    /// The built-in `envoy`: a file log at `meshConfig.accessLogging.path` in its encoding.
+    Envoy,
+    /// An `envoyFileAccessLog` provider.
+    File(&'a FileAccessLogProvider),
+    /// An `envoyOtelAls` provider and its collector's host.
+    Otel(&'a OtelAccessLogProvider, &'a ServiceModel),
+}
+
+impl LogProvider<'_> {
+    /// The outbound cluster an `envoyOtelAls` provider sends through.
+    pub fn cluster(&self) -> Option<String> {
+        match self {
+            LogProvider::Otel(p, service) => {
+                Some(HostPort::new(&service.hostname, p.port).cluster_name())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Resolves access log provider `name`: an `envoyFileAccessLog` or `envoyOtelAls` provider of
+/// the revision (its collector a host of the tenant's registry), else the built-in `envoy`.
+pub fn resolve_access_log<'a>(
+    registry: &'a Registry,
+    name: &str,
+) -> Result<LogProvider<'a>, String> {
+    let Some(provider) = registry.mesh_config.extension_provider(name) else {
+        if name == ENVOY_PROVIDER {
+            return Ok(LogProvider::Envoy);
+        }
+        return Err(format!(
+            "provider {name:?} is neither the built-in {ENVOY_PROVIDER:?} nor an extension provider of the revision's meshConfig.extensionProviders"
+        ));
+    };
+    match provider.kind() {
+        Some(ProviderKind::FileAccessLog(f)) => Ok(LogProvider::File(f)),
+        Some(ProviderKind::OtelAccessLog(o)) => {
+            let service = resolve_host(registry, name, &o.service, o.port)?;
+            Ok(LogProvider::Otel(o, service))
+        }
+        Some(other) => Err(format!(
+            "extension provider {name:?} is of kind {}, not an access log provider (envoyFileAccessLog, envoyOtelAls)",
+            other.field()
+        )),
+        None => Err(format!("extension provider {name:?} is invalid")),
+    }
+}
+
+/// The hosts and clusters the proxy sends telemetry to, by cluster: its tracers' and its
+/// `envoyOtelAls` providers' (for the clusters the proxy needs whatever its outbound scope).
+pub fn collectors<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<(String, &'a ServiceModel)> {
+    let eff = effective_for(registry, node);
+    let mut out: BTreeMap<String, &'a ServiceModel> = BTreeMap::new();
+    for t in tracers(registry, node) {
+        out.entry(t.cluster()).or_insert(t.service);
+    }
+    for side in Side::BOTH {
+        for sink in eff.logs(side) {
+            if let Ok(p @ LogProvider::Otel(_, service)) =
+                resolve_access_log(registry, &sink.provider)
+            {
+                if let Some(cluster) = p.cluster() {
+                    out.entry(cluster).or_insert(service);
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Resolves tracing provider `name` in the tenant's mesh config and registry, as external
 /// authorizers are: an `opentelemetry` provider whose `service` is a host of the tenant's
 /// registry with that port. `Err` says why it cannot be used.
@@ -278,31 +524,7 @@ pub fn resolve_tracer<'a>(registry: &'a Registry, name: &str) -> Result<Tracer<'
         }
         None => return Err(format!("extension provider {name:?} is invalid")),
     };
-    if settings.http.is_some() {
-        return Err(format!(
-            "extension provider {name:?} exports over HTTP; meshplane exports spans over gRPC (leave `http` out)"
-        ));
-    }
-    let parsed = parse_service(&settings.service, "service")
-        .map_err(|e| format!("extension provider {name:?}: {e}"))?;
-    let found = registry.services_named(&parsed.host).find(|s| {
-        parsed
-            .namespace
-            .as_deref()
-            .is_none_or(|ns| s.namespace == ns)
-    });
-    let Some(service) = found else {
-        return Err(format!(
-            "extension provider {name:?} names {:?}, which is no Service or ServiceEntry host of the tenant",
-            settings.service
-        ));
-    };
-    if !service.ports.iter().any(|p| p.port == settings.port) {
-        return Err(format!(
-            "extension provider {name:?}: {} has no port {}",
-            service.hostname, settings.port
-        ));
-    }
+    let service = resolve_host(registry, name, &settings.service, settings.port)?;
     Ok(Tracer {
         name: name.to_string(),
         settings,
@@ -351,20 +573,126 @@ pub fn tracers<'a>(registry: &'a Registry, node: &ProxyNode) -> Vec<Tracer<'a>> 
 }
 
 /// The `service.name` of the proxy's spans, as Istio names it: the workload's canonical
-/// name (label `service.istio.io/canonical-name`, else `app.kubernetes.io/name`, else `app`,
-/// else the pod's name) and its namespace, `<name>.<namespace>`.
+/// name ([`canonical_service`]) and its namespace, `<name>.<namespace>`.
 pub fn tracing_service_name(node: &ProxyNode) -> String {
-    let name = [
+    format!("{}.{}", canonical_service(node), node.namespace)
+}
+
+/// The workload's canonical service, as Istio takes it: the label
+/// `service.istio.io/canonical-name`, else `app.kubernetes.io/name`, else `app`; for a
+/// tenant's gateway its name (label `meshplane.io/gateway`, its Deployment's name); else the
+/// pod's name.
+pub fn canonical_service(node: &ProxyNode) -> String {
+    [
         "service.istio.io/canonical-name",
         "app.kubernetes.io/name",
         "app",
+        meshplane_crds::names::GATEWAY_LABEL,
     ]
     .iter()
     .find_map(|k| node.labels.get(*k).filter(|v| !v.is_empty()))
     .cloned()
     .or_else(|| node.pod_name.clone())
-    .unwrap_or_else(|| "unknown".to_string());
-    format!("{name}.{}", node.namespace)
+    .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The workload's canonical revision, as Istio takes it: the label
+/// `service.istio.io/canonical-revision`, else `app.kubernetes.io/version`, else `version`,
+/// else `latest`.
+pub fn canonical_revision(node: &ProxyNode) -> String {
+    [
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ]
+    .iter()
+    .find_map(|k| node.labels.get(*k).filter(|v| !v.is_empty()))
+    .cloned()
+    .unwrap_or_else(|| "latest".to_string())
+}
+
+/// Istio's own span tags of the proxy, as literals: (tag, value).
+pub fn istio_span_tags(registry: &Registry, node: &ProxyNode) -> Vec<(&'static str, String)> {
+    vec![
+        ("istio.canonical_revision", canonical_revision(node)),
+        ("istio.canonical_service", canonical_service(node)),
+        ("istio.cluster_id", CLUSTER_ID.to_string()),
+        ("istio.mesh_id", registry.trust_domain().to_string()),
+        ("istio.namespace", node.namespace.clone()),
+    ]
+}
+
+fn pb_duration(d: std::time::Duration) -> envoy_types::pb::google::protobuf::Duration {
+    envoy_types::pb::google::protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// Where and how the tracer exports: OTLP/HTTP when the provider has `http`, else OTLP/gRPC.
+fn otlp_export(tracer: &Tracer<'_>, node: &ProxyNode) -> OpenTelemetryConfig {
+    let authority = format!("{}:{}", tracer.service.hostname, tracer.port);
+    let header = |name: &str, value: &str| HeaderValueOption {
+        header: Some(EnvoyHeaderValue {
+            key: name.to_string(),
+            value: value.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    if let Some(http) = &tracer.settings.http {
+        let path = http.path.as_deref().unwrap_or(DEFAULT_OTLP_HTTP_PATH);
+        let timeout = http
+            .timeout
+            .as_ref()
+            .map(|d| d.get())
+            .unwrap_or(DEFAULT_OTLP_HTTP_TIMEOUT);
+        return OpenTelemetryConfig {
+            http_service: Some(HttpService {
+                http_uri: Some(HttpUri {
+                    uri: format!("http://{authority}{path}"),
+                    timeout: Some(pb_duration(timeout)),
+                    http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(tracer.cluster())),
+                }),
+                request_headers_to_add: http
+                    .headers
+                    .iter()
+                    .map(|h| header(&h.name, &h.value))
+                    .collect(),
+                ..Default::default()
+            }),
+            service_name: tracing_service_name(node),
+            ..Default::default()
+        };
+    }
+    let grpc = tracer.settings.grpc.as_ref();
+    OpenTelemetryConfig {
+        grpc_service: Some(GrpcService {
+            target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                cluster_name: tracer.cluster(),
+                authority,
+                ..Default::default()
+            })),
+            timeout: grpc
+                .and_then(|g| g.timeout.as_ref())
+                .map(|d| pb_duration(d.get())),
+            initial_metadata: grpc
+                .map(|g| {
+                    g.initial_metadata
+                        .iter()
+                        .map(|h| EnvoyHeaderValue {
+                            key: h.name.clone(),
+                            value: h.value.clone(),
+                            ..Default::default()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        }),
+        service_name: tracing_service_name(node),
+        ..Default::default()
+    }
 }
 
 fn custom_tag(tag: &str, value: &CustomTag) -> Option<EnvoyCustomTag> {
@@ -403,19 +731,28 @@ pub fn hcm_tracing(
     let tracer = tracer_of(registry, tracing)?;
     let provider = (!tracing.disable_span_reporting).then(|| TracerProvider {
         name: "envoy.tracers.opentelemetry".to_string(),
-        config_type: Some(TracerConfig::TypedConfig(pack_any(OpenTelemetryConfig {
-            grpc_service: Some(GrpcService {
-                target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
-                    cluster_name: tracer.cluster(),
-                    authority: format!("{}:{}", tracer.service.hostname, tracer.port),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }),
-            service_name: tracing_service_name(node),
-            ..Default::default()
-        }))),
+        config_type: Some(TracerConfig::TypedConfig(pack_any(otlp_export(
+            &tracer, node,
+        )))),
     });
+    // Custom tags by name; Istio's own tags unless a custom tag of the same name replaces one.
+    let mut tags: BTreeMap<String, EnvoyCustomTag> = BTreeMap::new();
+    if tracing.istio_tags {
+        for (tag, value) in istio_span_tags(registry, node) {
+            tags.insert(
+                tag.to_string(),
+                EnvoyCustomTag {
+                    tag: tag.to_string(),
+                    r#type: Some(custom_tag::Type::Literal(custom_tag::Literal { value })),
+                },
+            );
+        }
+    }
+    for (k, v) in &tracing.custom_tags {
+        if let Some(t) = custom_tag(k, v) {
+            tags.insert(k.clone(), t);
+        }
+    }
     let percent = |value: f64| Some(Percent { value });
     Some(HcmTracing {
         client_sampling: percent(100.0),
@@ -425,58 +762,97 @@ pub fn hcm_tracing(
             .settings
             .max_tag_length
             .map(|value| envoy_types::pb::google::protobuf::UInt32Value { value }),
-        custom_tags: tracing
-            .custom_tags
-            .iter()
-            .filter_map(|(k, v)| custom_tag(k, v))
-            .collect(),
+        custom_tags: tags.into_values().collect(),
         provider,
         ..Default::default()
     })
 }
 
 /// Which side of the workload a connection manager or TCP proxy serves, by its stat prefix
-/// (inbound ones are `inbound|<port>||`).
+/// (inbound ones are `inbound|<port>||` or the inbound passthrough cluster's).
 fn side_of(stat_prefix: &str) -> Side {
-    if stat_prefix.starts_with("inbound") {
+    if stat_prefix.starts_with("inbound") || stat_prefix == super::INBOUND_PASSTHROUGH_CLUSTER {
         Side::Server
     } else {
         Side::Client
     }
 }
 
-/// The file access log of one sink.
-fn file_log(registry: &Registry, sink: &LogSink) -> Option<AccessLog> {
-    if sink.provider != ENVOY_PROVIDER {
-        return None;
+/// A line format: a text template, or JSON fields in key order.
+enum LineFormat {
+    Text(String),
+    Json(Vec<sorted::Entry>),
+}
+
+/// A JSON value of a `labels` format as a protobuf value (scalars; the provider's
+/// validation refuses nested values).
+fn label_value(v: &serde_json::Value) -> Value {
+    let kind = match v {
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Null => Kind::NullValue(0),
+        other => Kind::StringValue(other.to_string()),
+    };
+    Value { kind: Some(kind) }
+}
+
+/// Istio's default fields as JSON entries, in key order.
+fn default_json() -> Vec<sorted::Entry> {
+    let mut fields: Vec<sorted::Entry> = JSON_FIELDS
+        .iter()
+        .map(|(k, v)| sorted::Entry {
+            key: k.to_string(),
+            value: Some(string_value(v)),
+        })
+        .collect();
+    fields.sort_by(|a, b| a.key.cmp(&b.key));
+    fields
+}
+
+/// The line format of a provider's `logFormat` (`None`: Istio's default text format).
+fn line_format(format: Option<&LogFormat>) -> LineFormat {
+    match format {
+        Some(LogFormat {
+            labels: Some(labels),
+            ..
+        }) => LineFormat::Json(
+            // A serde_json map iterates in key order.
+            labels
+                .iter()
+                .map(|(k, v)| sorted::Entry {
+                    key: k.clone(),
+                    value: Some(label_value(v)),
+                })
+                .collect(),
+        ),
+        Some(LogFormat {
+            text: Some(text), ..
+        }) => {
+            let mut t = text.clone();
+            if !t.ends_with('\n') {
+                t.push('\n');
+            }
+            LineFormat::Text(t)
+        }
+        _ => LineFormat::Text(TEXT_FORMAT.to_string()),
     }
-    let settings = &registry.mesh_config.access_logging;
-    let path = settings
-        .path
-        .clone()
-        .unwrap_or_else(|| DEFAULT_PATH.to_string());
-    let typed_config = match settings.encoding {
-        AccessLogEncoding::Text => pack_any(FileAccessLog {
+}
+
+/// A file access logger writing `path` in `format`.
+fn file_config(path: String, format: LineFormat) -> Any {
+    match format {
+        LineFormat::Text(text) => pack_any(FileAccessLog {
             path,
             access_log_format: Some(AccessLogFormat::LogFormat(SubstitutionFormatString {
                 format: Some(Format::TextFormatSource(DataSource {
-                    specifier: Some(data_source::Specifier::InlineString(
-                        TEXT_FORMAT.to_string(),
-                    )),
+                    specifier: Some(data_source::Specifier::InlineString(text)),
                     ..Default::default()
                 })),
                 ..Default::default()
             })),
         }),
-        AccessLogEncoding::Json => {
-            let mut fields: Vec<sorted::Entry> = JSON_FIELDS
-                .iter()
-                .map(|(k, v)| sorted::Entry {
-                    key: k.to_string(),
-                    value: Some(string_value(v)),
-                })
-                .collect();
-            fields.sort_by(|a, b| a.key.cmp(&b.key));
+        LineFormat::Json(fields) => {
             let log = sorted::FileAccessLog {
                 path,
                 log_format: Some(sorted::JsonFormat {
@@ -488,20 +864,129 @@ fn file_log(registry: &Registry, sink: &LogSink) -> Option<AccessLog> {
                 value: log.encode_to_vec(),
             }
         }
+    }
+}
+
+/// An OpenTelemetry access logger sending to an `envoyOtelAls` provider's collector: the
+/// log's body is the text format (Istio's default unless `logFormat.text`), its attributes
+/// the `logFormat.labels`, in key order.
+fn otel_config(provider: &OtelAccessLogProvider, cluster: String, authority: String) -> Any {
+    let format = provider.log_format.as_ref();
+    let body = format
+        .and_then(|f| f.text.clone())
+        .unwrap_or_else(|| TEXT_FORMAT.trim_end_matches('\n').to_string());
+    let text = |s: String| AnyValue {
+        value: Some(any_value::Value::StringValue(s)),
     };
-    Some(AccessLog {
-        name: "envoy.access_loggers.file".to_string(),
-        filter: sink.filter.as_ref().map(|expression| AccessLogFilter {
-            filter_specifier: Some(FilterSpecifier::ExtensionFilter(ExtensionFilter {
-                name: "envoy.access_loggers.extension_filters.cel".to_string(),
-                config_type: Some(extension_filter::ConfigType::TypedConfig(pack_any(
-                    ExpressionFilter {
-                        expression: expression.clone(),
-                        ..Default::default()
-                    },
-                ))),
+    let attributes = format
+        .and_then(|f| f.labels.as_ref())
+        .map(|labels| KeyValueList {
+            values: labels
+                .iter()
+                .map(|(k, v)| OtelKeyValue {
+                    key: k.clone(),
+                    value: Some(match v {
+                        serde_json::Value::String(s) => text(s.clone()),
+                        other => text(other.to_string()),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        });
+    pack_any(OpenTelemetryAccessLogConfig {
+        grpc_service: Some(GrpcService {
+            target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                cluster_name: cluster,
+                authority,
+                ..Default::default()
+            })),
+            ..Default::default()
+        }),
+        log_name: provider
+            .log_name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_OTEL_LOG_NAME.to_string()),
+        body: Some(text(body)),
+        attributes,
+        ..Default::default()
+    })
+}
+
+/// The filter of an access log: the Telemetry's CEL expression, and on a TCP proxy that also
+/// writes when its upstream connects (for the opened-connections metric), only the other
+/// writes.
+fn log_filter(expression: Option<&String>, skip_connected: bool) -> Option<AccessLogFilter> {
+    let cel = expression.map(|expression| AccessLogFilter {
+        filter_specifier: Some(FilterSpecifier::ExtensionFilter(ExtensionFilter {
+            name: "envoy.access_loggers.extension_filters.cel".to_string(),
+            config_type: Some(extension_filter::ConfigType::TypedConfig(pack_any(
+                ExpressionFilter {
+                    expression: expression.clone(),
+                    ..Default::default()
+                },
+            ))),
+        })),
+    });
+    let not_connected =
+        skip_connected.then(|| log_types(&[AccessLogType::TcpUpstreamConnected], true));
+    match (not_connected, cel) {
+        (Some(t), Some(c)) => Some(AccessLogFilter {
+            filter_specifier: Some(FilterSpecifier::AndFilter(AndFilter {
+                filters: vec![t, c],
             })),
         }),
+        (t, c) => t.or(c),
+    }
+}
+
+/// A filter passing the writes of `types` (with `exclude`: every other write).
+fn log_types(types: &[AccessLogType], exclude: bool) -> AccessLogFilter {
+    AccessLogFilter {
+        filter_specifier: Some(FilterSpecifier::LogTypeFilter(LogTypeFilter {
+            types: types.iter().map(|t| *t as i32).collect(),
+            exclude,
+        })),
+    }
+}
+
+/// The access log of one sink, or `None` when its provider does not resolve.
+fn access_log(registry: &Registry, sink: &LogSink, skip_connected: bool) -> Option<AccessLog> {
+    let (name, typed_config) = match resolve_access_log(registry, &sink.provider).ok()? {
+        LogProvider::Envoy => {
+            let settings = &registry.mesh_config.access_logging;
+            let path = settings
+                .path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PATH.to_string());
+            let format = match settings.encoding {
+                AccessLogEncoding::Text => LineFormat::Text(TEXT_FORMAT.to_string()),
+                AccessLogEncoding::Json => LineFormat::Json(default_json()),
+            };
+            ("envoy.access_loggers.file", file_config(path, format))
+        }
+        LogProvider::File(f) => {
+            let path = if f.path.is_empty() {
+                DEFAULT_PATH.to_string()
+            } else {
+                f.path.clone()
+            };
+            (
+                "envoy.access_loggers.file",
+                file_config(path, line_format(f.log_format.as_ref())),
+            )
+        }
+        LogProvider::Otel(o, service) => (
+            "envoy.access_loggers.open_telemetry",
+            otel_config(
+                o,
+                HostPort::new(&service.hostname, o.port).cluster_name(),
+                format!("{}:{}", service.hostname, o.port),
+            ),
+        ),
+    };
+    Some(AccessLog {
+        name: name.to_string(),
+        filter: log_filter(sink.filter.as_ref(), skip_connected),
         config_type: Some(AccessLogConfigType::TypedConfig(typed_config)),
     })
 }
@@ -517,6 +1002,7 @@ fn metric_labels(
     node: &ProxyNode,
     side: Side,
     inbound_port: Option<u32>,
+    tcp: bool,
 ) -> Vec<(String, String)> {
     let me = own_workload();
     let my_ns = literal(&node.namespace);
@@ -570,7 +1056,12 @@ fn metric_labels(
             ]
         }
     };
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    pairs
+        .into_iter()
+        // TCP connections have no response code (Istio's TCP metrics have no such label).
+        .filter(|(k, _)| !(tcp && *k == "response_code"))
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// The Services of the proxy's namespace selecting its workload, by service port (the first
@@ -599,65 +1090,77 @@ pub fn inbound_services(registry: &Registry, node: &ProxyNode) -> BTreeMap<u32, 
     out
 }
 
-/// Envoy's stats access logger counting and timing requests, or `None` when both metrics are
-/// off for the side.
-fn metrics_log(labels: Vec<(String, String)>, metrics: &EffectiveMetrics) -> Option<AccessLog> {
-    if metrics.count_disabled && metrics.duration_disabled {
-        return None;
-    }
-    let mut labels: BTreeMap<String, String> = labels.into_iter().collect();
-    for (tag, value) in &metrics.tags {
-        match value {
-            Some(v) => {
-                labels.insert(tag.clone(), literal(v));
-            }
-            None => {
-                labels.remove(tag);
+/// Envoy's stats access logger writing the `specs` metrics that are produced for the side,
+/// each with the side's labels and that metric's overrides; `None` when none is produced.
+fn metrics_log(
+    labels: &[(String, String)],
+    metrics: &EffectiveMetrics,
+    specs: &[MetricSpec],
+    filter: Option<AccessLogFilter>,
+) -> Option<AccessLog> {
+    let mut counters = Vec::new();
+    let mut histograms = Vec::new();
+    for (metric, name, value) in specs {
+        if !metrics.produced(*metric) {
+            continue;
+        }
+        let mut tags: BTreeMap<String, String> = labels.iter().cloned().collect();
+        for (tag, change) in metrics.tags_of(*metric).into_iter().flatten() {
+            match change {
+                Some(v) => {
+                    tags.insert(tag.clone(), v.clone());
+                }
+                None => {
+                    tags.remove(tag);
+                }
             }
         }
+        let stat = Some(Stat {
+            name: name.to_string(),
+            tags: tags
+                .into_iter()
+                .map(|(name, value_format)| Tag {
+                    name,
+                    value_format,
+                    ..Default::default()
+                })
+                .collect(),
+        });
+        match value {
+            StatValue::One => counters.push(Counter {
+                stat,
+                value_fixed: Some(envoy_types::pb::google::protobuf::UInt64Value { value: 1 }),
+                ..Default::default()
+            }),
+            StatValue::Count(format) => counters.push(Counter {
+                stat,
+                value_format: format.to_string(),
+                ..Default::default()
+            }),
+            StatValue::Record(format, unit) => histograms.push(Histogram {
+                stat,
+                unit: *unit as i32,
+                value_format: format.to_string(),
+            }),
+        }
     }
-    let tags: Vec<Tag> = labels
-        .into_iter()
-        .map(|(name, value_format)| Tag {
-            name,
-            value_format,
-            ..Default::default()
-        })
-        .collect();
-    let stat = |name: &str| Stat {
-        name: name.to_string(),
-        tags: tags.clone(),
-    };
+    if counters.is_empty() && histograms.is_empty() {
+        return None;
+    }
     #[allow(deprecated)]
     let config = StatsLogConfig {
         stats_scope: Some(Scope {
             prefix: METRICS_SCOPE.to_string(),
             ..Default::default()
         }),
-        counters: if metrics.count_disabled {
-            Vec::new()
-        } else {
-            vec![Counter {
-                stat: Some(stat(REQUESTS_TOTAL)),
-                value_fixed: Some(envoy_types::pb::google::protobuf::UInt64Value { value: 1 }),
-                ..Default::default()
-            }]
-        },
-        histograms: if metrics.duration_disabled {
-            Vec::new()
-        } else {
-            vec![Histogram {
-                stat: Some(stat(REQUEST_DURATION)),
-                unit: histogram::Unit::Milliseconds as i32,
-                value_format: "%DURATION%".to_string(),
-            }]
-        },
+        counters,
+        histograms,
         ..Default::default()
     };
     Some(AccessLog {
         name: "envoy.access_loggers.stats".to_string(),
+        filter,
         config_type: Some(AccessLogConfigType::TypedConfig(pack_any(config))),
-        ..Default::default()
     })
 }
 
@@ -675,29 +1178,61 @@ fn add_to_filter(registry: &Registry, node: &ProxyNode, eff: &EffectiveTelemetry
     let Some(ConfigType::TypedConfig(any)) = &mut f.config_type else {
         return;
     };
-    let logs = |side: Side| -> Vec<AccessLog> {
+    let logs = |side: Side, skip_connected: bool| -> Vec<AccessLog> {
         eff.logs(side)
             .iter()
-            .filter_map(|s| file_log(registry, s))
+            .filter_map(|s| access_log(registry, s, skip_connected))
             .collect()
     };
+    let metered = node.kind != ProxyKind::Grpc;
     if f.name == HTTP_CONNECTION_MANAGER {
         if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
             let side = side_of(&hcm.stat_prefix);
-            hcm.access_log.extend(logs(side));
+            hcm.access_log.extend(logs(side, false));
             if let Some(tracing) = hcm_tracing(registry, node, eff.tracing(side)) {
                 hcm.tracing = Some(tracing);
             }
-            if node.kind != ProxyKind::Grpc {
-                let labels = metric_labels(registry, node, side, inbound_port(&hcm.stat_prefix));
+            if metered {
+                let labels =
+                    metric_labels(registry, node, side, inbound_port(&hcm.stat_prefix), false);
                 hcm.access_log
-                    .extend(metrics_log(labels, eff.metrics(side)));
+                    .extend(metrics_log(&labels, eff.metrics(side), &HTTP_METRICS, None));
             }
             any.value = hcm.encode_to_vec();
         }
     } else if f.name == TCP_PROXY {
         if let Ok(mut tcp) = TcpProxy::decode(any.value.as_slice()) {
-            tcp.access_log.extend(logs(side_of(&tcp.stat_prefix)));
+            let side = side_of(&tcp.stat_prefix);
+            let metrics = eff.metrics(side);
+            let labels = metric_labels(registry, node, side, inbound_port(&tcp.stat_prefix), true);
+            // The opened-connections metric needs a write when the upstream connects; the other
+            // logs skip that write.
+            let opened = metered
+                .then(|| {
+                    metrics_log(
+                        &labels,
+                        metrics,
+                        &TCP_CONNECTED_METRICS,
+                        Some(log_types(&[AccessLogType::TcpUpstreamConnected], false)),
+                    )
+                })
+                .flatten();
+            let on_connect = opened.is_some();
+            tcp.access_log.extend(logs(side, on_connect));
+            if metered {
+                tcp.access_log.extend(opened);
+                tcp.access_log.extend(metrics_log(
+                    &labels,
+                    metrics,
+                    &TCP_END_METRICS,
+                    on_connect.then(|| log_types(&[AccessLogType::TcpUpstreamConnected], true)),
+                ));
+            }
+            if on_connect {
+                tcp.access_log_options
+                    .get_or_insert_with(TcpAccessLogOptions::default)
+                    .flush_access_log_on_connected = true;
+            }
             any.value = tcp.encode_to_vec();
         }
     }
@@ -736,27 +1271,24 @@ pub fn apply(registry: &Registry, node: &ProxyNode, out: &mut Translated) {
 /// counts).
 pub fn diagnose(registry: &Registry, t: &Telemetry) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let known_log = |name: &str| name == ENVOY_PROVIDER;
     for (i, a) in t.spec.access_logging.iter().enumerate() {
         for p in &a.providers {
-            if !known_log(&p.name) {
+            if let Err(why) = resolve_access_log(registry, &p.name) {
                 findings.push(Finding {
                     reason: "ProviderNotFound",
-                    message: format!(
-                        "spec.accessLogging[{i}]: provider {:?} is neither the built-in {ENVOY_PROVIDER:?} nor an access log provider of the revision's meshConfig.extensionProviders",
-                        p.name
-                    ),
+                    message: format!("spec.accessLogging[{i}]: {why}"),
                 });
             }
         }
     }
+    let metrics_providers = defaults(registry).metrics_providers;
     for (i, m) in t.spec.metrics.iter().enumerate() {
         for p in &m.providers {
-            if p.name != PROMETHEUS_PROVIDER {
+            if p.name != PROMETHEUS_PROVIDER && !metrics_providers.contains(&p.name) {
                 findings.push(Finding {
                     reason: "ProviderNotFound",
                     message: format!(
-                        "spec.metrics[{i}]: provider {:?} is not supported; meshplane's request metrics go to {PROMETHEUS_PROVIDER:?}",
+                        "spec.metrics[{i}]: provider {:?} is neither the built-in {PROMETHEUS_PROVIDER:?} nor a prometheus provider of the revision's meshConfig.extensionProviders",
                         p.name
                     ),
                 });

@@ -188,7 +188,20 @@ pub fn mesh_candidates<'a>(
         .collect();
     // Most specific first, then registry order (oldest first).
     found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    found.into_iter().map(|(_, _, vs)| vs).collect()
+    // Mesh routes of the Gateway API for exactly this host come first (consumer routes before
+    // producer routes): they win over VirtualServices (see `gamma`).
+    let gamma = registry
+        .gateway_api
+        .mesh
+        .virtual_services
+        .iter()
+        .filter(|vs| {
+            exported_to(&vs.spec.export_to, namespace_of(*vs), proxy_namespace)
+                && vs.spec.hosts.iter().any(|h| h == hostname)
+        });
+    gamma
+        .chain(found.into_iter().map(|(_, _, vs)| vs))
+        .collect()
 }
 
 /// The DestinationRule(s) that apply to `hostname` (declared in `host_namespace`) for proxies

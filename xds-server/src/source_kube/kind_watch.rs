@@ -253,7 +253,10 @@ impl Refusals {
                 all.remove(&key);
             }
         }
-        let mark = RefusedWatches::of(all.keys().map(|(ns, kind)| (ns.as_deref(), kind.name())));
+        let mark = RefusedWatches::of(
+            all.keys()
+                .map(|(ns, kind)| (ns.as_deref(), kind.unique_name())),
+        );
         self.out.send_if_modified(|old| {
             let differs = *old != mark;
             if differs {
