@@ -487,6 +487,27 @@ fn what_the_operator_holds_where_covers_every_write_read_watch_and_grant() {
     }
 }
 
+/// The operator reads GatewayClasses and Gateways cluster-wide (get, list, watch: the
+/// reconcile lists them, the controller watches them) and writes neither.
+#[test]
+fn the_operator_reads_gateway_classes_and_gateways_cluster_wide() {
+    let op = Operator::of(&[]);
+    for resource in ["gatewayclasses", "gateways"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                op.can(verb, "gateway.networking.k8s.io", resource, None, None),
+                "{verb} {resource}"
+            );
+        }
+        for verb in ["create", "update", "delete"] {
+            assert!(
+                !op.can(verb, "gateway.networking.k8s.io", resource, None, None),
+                "{verb} {resource}"
+            );
+        }
+    }
+}
+
 /// Every document of the shipped YAML files in `dir` (kustomization.yaml aside).
 fn shipped_documents(dir: &str) -> Vec<Value> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);

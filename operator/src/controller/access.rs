@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use super::triggers::owning_control_plane;
-use crate::render::{self, OperatorAccount};
+use crate::render::{self, AccessGrant, OperatorAccount};
 
 #[cfg(doc)]
 use crate::render::Kind;
@@ -40,9 +40,9 @@ use crate::render::Kind;
 #[derive(Default)]
 pub struct AccessIndex {
     /// `namespace/name` of each access binding → its namespace.
-    bindings: BTreeMap<String, String>,
+    bindings: BTreeMap<String, (String, AccessGrant)>,
     /// The bindings seen during a relist (replacing `bindings` at its end).
-    relisting: Option<BTreeMap<String, String>>,
+    relisting: Option<BTreeMap<String, (String, AccessGrant)>>,
 }
 
 impl AccessIndex {
@@ -57,7 +57,7 @@ impl AccessIndex {
             let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
             let namespace = serde_json::to_value(b)
                 .ok()
-                .and_then(|v| render::operator_access_namespace(&v, operator));
+                .and_then(|v| render::operator_access(&v, operator));
             (key, namespace)
         };
         match event {
@@ -92,7 +92,17 @@ impl AccessIndex {
 
     /// The namespaces where the operator holds an access binding.
     pub fn namespaces(&self) -> BTreeSet<String> {
-        self.bindings.values().cloned().collect()
+        self.bindings.values().map(|(ns, _)| ns.clone()).collect()
+    }
+
+    /// What the bindings grant, by namespace (the widest grant).
+    pub fn grants(&self) -> BTreeMap<String, AccessGrant> {
+        let mut out: BTreeMap<String, AccessGrant> = BTreeMap::new();
+        for (ns, grant) in self.bindings.values() {
+            let entry = out.entry(ns.clone()).or_insert(*grant);
+            *entry = (*entry).max(*grant);
+        }
+        out
     }
 }
 
@@ -121,7 +131,7 @@ pub fn owned_triggers(
             .default_backoff()
             .boxed();
         let mut index = AccessIndex::default();
-        let mut watches: HashMap<String, AbortOnDrop> = HashMap::new();
+        let mut watches: HashMap<String, (AccessGrant, AbortOnDrop)> = HashMap::new();
         while let Some(event) = bindings.next().await {
             let event = match event {
                 Ok(event) => event,
@@ -141,19 +151,22 @@ pub fn owned_triggers(
                     return;
                 }
             }
-            let Some(namespaces) = index.observe(&event, &operator) else {
+            if index.observe(&event, &operator).is_none() {
                 continue;
-            };
-            watches.retain(|ns, _| namespaces.contains(ns));
-            for ns in namespaces {
+            }
+            let grants = index.grants();
+            // A namespace whose grant changed is watched anew, for what it grants now.
+            watches.retain(|ns, (grant, _)| grants.get(ns) == Some(grant));
+            for (ns, grant) in grants {
                 if let std::collections::hash_map::Entry::Vacant(slot) = watches.entry(ns) {
                     let task = tokio::spawn(watch_namespace(
                         client.clone(),
                         slot.key().clone(),
+                        grant,
                         config.clone(),
                         tx.clone(),
                     ));
-                    slot.insert(AbortOnDrop(task));
+                    slot.insert((grant, AbortOnDrop(task)));
                 }
             }
         }
@@ -165,20 +178,27 @@ pub fn owned_triggers(
     })
 }
 
-/// Forwards the owners of the operator's objects of the per-namespace kinds in `namespace`.
+/// Forwards the owners of the operator's objects of the per-namespace kinds `grant` covers
+/// in `namespace`.
 async fn watch_namespace(
     client: Client,
     namespace: String,
+    grant: AccessGrant,
     config: watcher::Config,
     tx: futures::channel::mpsc::UnboundedSender<Trigger>,
 ) {
-    let mut triggers = futures::stream::select_all([
-        in_namespace::<Secret>(&client, &namespace, &config),
+    let mut watches = vec![
         in_namespace::<ServiceAccount>(&client, &namespace, &config),
         in_namespace::<Deployment>(&client, &namespace, &config),
-        in_namespace::<PodDisruptionBudget>(&client, &namespace, &config),
-        in_namespace::<NetworkPolicy>(&client, &namespace, &config),
-    ]);
+    ];
+    if grant.covers(render::Kind::Secret) {
+        watches.extend([
+            in_namespace::<Secret>(&client, &namespace, &config),
+            in_namespace::<PodDisruptionBudget>(&client, &namespace, &config),
+            in_namespace::<NetworkPolicy>(&client, &namespace, &config),
+        ]);
+    }
+    let mut triggers = futures::stream::select_all(watches);
     while let Some(trigger) = triggers.next().await {
         match trigger {
             Ok(Some(owner)) => {

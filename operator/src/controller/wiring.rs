@@ -17,6 +17,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, reflector};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource};
+use meshplane_crds::gateway_api::{Gateway, GatewayClass};
 use meshplane_crds::membership::{ControlPlaneFacts, TagFacts};
 use meshplane_crds::{names, MeshControlPlane, MeshRevisionMigration, MeshRevisionTag};
 use serde::de::DeserializeOwned;
@@ -31,6 +32,7 @@ use super::watches::SharedWatch;
 use super::{access, backoff, triggers, Context};
 use super::{reconcile_control_plane, reconcile_migration, reconcile_tag};
 use super::{CONTROL_PLANE_CONTROLLER, MIGRATION_CONTROLLER, TAG_CONTROLLER};
+use crate::gateway_api;
 
 /// Runs the controllers until `shutdown` completes.
 ///
@@ -110,6 +112,22 @@ pub async fn run(
         .watches_stream(
             fact_changes(tag_watch.subscribe(), |t| TagFacts::from(t)),
             move |_| all_refs(&store_for_tags.state()),
+        )
+        // Gateway API: a GatewayClass or Gateway whose facts change (not a status write)
+        // looks at every control plane, which reads the tenant's classes and Gateways anew.
+        // Without the Gateway API CRDs these watches only retry with their backoff.
+        .reconcile_all_on(
+            fact_changes(watched::<GatewayClass>(&client, &all), |c| {
+                gateway_api::class_facts(c)
+            })
+            .filter_map(|r| async move { r.ok().map(|_| ()) }),
+        )
+        .reconcile_all_on(
+            fact_changes(
+                watched::<Gateway>(&client, &all),
+                gateway_api::gateway_facts,
+            )
+            .filter_map(|r| async move { r.ok().map(|_| ()) }),
         )
         .reconcile_all_on(
             fact_changes(control_plane_watch.subscribe(), |c| {

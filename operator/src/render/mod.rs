@@ -25,7 +25,10 @@ pub use gateway::{
     GATEWAY_NAME_LABEL,
 };
 pub use instance::{instance_args, proxies_configmap, WEBHOOK_TLS_DIR};
-pub use rbac::{member_reader_rules, operator_access_namespace, INSTANCE_READ_RESOURCES};
+pub use rbac::{
+    member_reader_rules, operator_access, operator_access_namespace, AccessGrant,
+    INSTANCE_READ_RESOURCES,
+};
 
 /// The kinds of object the operator writes, in the order it applies them (dependencies first:
 /// the namespace before what lives in it, the instance before the webhooks that call it).
@@ -181,6 +184,11 @@ impl Kind {
                 | Kind::PodDisruptionBudget
                 | Kind::NetworkPolicy
         )
+    }
+
+    /// Whether `meshplane-gateway-namespace` grants it (a gateway proxy's own objects).
+    pub fn granted_for_gateways(self) -> bool {
+        matches!(self, Kind::ServiceAccount | Kind::Deployment)
     }
 
     /// The dynamic API resource for kube's `Api<DynamicObject>`.

@@ -203,6 +203,41 @@ pub fn operator_access_namespace(
     body: &Value,
     operator: &super::OperatorAccount,
 ) -> Option<String> {
+    operator_access(body, operator).map(|(ns, _)| ns)
+}
+
+/// The namespace of an access binding of the operator and what it grants there: every
+/// per-namespace kind (`meshplane-control-namespace`), or only a gateway's ServiceAccount and
+/// Deployment (`meshplane-gateway-namespace`, [`super::Kind::granted_for_gateways`]).
+pub fn operator_access(
+    body: &Value,
+    operator: &super::OperatorAccount,
+) -> Option<(String, AccessGrant)> {
+    let grant = match body.pointer("/roleRef/name").and_then(Value::as_str) {
+        Some(names::CONTROL_NAMESPACE_ROLE) => AccessGrant::ControlNamespace,
+        _ => AccessGrant::Gateway,
+    };
+    operator_access_binding(body, operator).map(|ns| (ns, grant))
+}
+
+/// What an access binding grants the operator in its namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AccessGrant {
+    /// Only what a gateway needs (ServiceAccount, Deployment; Services are read cluster-wide).
+    Gateway,
+    /// Every per-namespace kind.
+    ControlNamespace,
+}
+
+impl AccessGrant {
+    /// Whether the operator may list and watch `kind` where this is granted.
+    pub fn covers(self, kind: super::Kind) -> bool {
+        kind.bound_per_namespace()
+            && (self == AccessGrant::ControlNamespace || kind.granted_for_gateways())
+    }
+}
+
+fn operator_access_binding(body: &Value, operator: &super::OperatorAccount) -> Option<String> {
     let role_ref = body.get("roleRef")?;
     let role = role_ref.get("name")?.as_str()?;
     let grants = body.get("kind")?.as_str()? == "RoleBinding"
@@ -342,4 +377,37 @@ pub fn rbac(rev: &Revision<'_>) -> Vec<DesiredObject> {
         "ClusterRole",
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::{Kind, OperatorAccount};
+
+    fn binding(role: &str) -> Value {
+        let op = OperatorAccount::default();
+        json!({
+            "kind": "RoleBinding",
+            "metadata": {"name": "b", "namespace": "shop"},
+            "roleRef": {"kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": op.name, "namespace": op.namespace}],
+        })
+    }
+
+    #[test]
+    fn a_gateway_namespace_grants_only_the_gateways_own_kinds() {
+        let op = OperatorAccount::default();
+        let (ns, grant) =
+            operator_access(&binding(names::GATEWAY_NAMESPACE_ROLE), &op).expect("an access");
+        assert_eq!((ns.as_str(), grant), ("shop", AccessGrant::Gateway));
+        let covered: Vec<Kind> = Kind::ALL.into_iter().filter(|k| grant.covers(*k)).collect();
+        assert_eq!(covered, [Kind::ServiceAccount, Kind::Deployment]);
+        let (_, control) =
+            operator_access(&binding(names::CONTROL_NAMESPACE_ROLE), &op).expect("an access");
+        assert_eq!(control, AccessGrant::ControlNamespace);
+        for kind in [Kind::Secret, Kind::PodDisruptionBudget, Kind::NetworkPolicy] {
+            assert!(control.covers(kind) && !grant.covers(kind), "{kind:?}");
+        }
+        assert!(operator_access(&binding("view"), &op).is_none());
+    }
 }

@@ -24,6 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
+use meshplane_crds::gateway_api::{Gateway, GatewayClass};
 use meshplane_crds::membership::{ControlPlaneFacts, RevisionMembership};
 use meshplane_crds::{names, MeshControlPlane, MeshControlPlaneStatus};
 use serde_json::{json, Value};
@@ -31,6 +32,7 @@ use tracing::{info, instrument};
 
 use super::{Context, Error, CONTROL_PLANE_CONTROLLER};
 use crate::ca::{self, CaSource};
+use crate::gateway_api;
 use crate::render::{self, DesiredObject, Kind, ObjectKey, OperatorAccount, RenderInput};
 use crate::status;
 use crate::tls::{self, WebhookTls};
@@ -140,6 +142,10 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
             tenant_members,
             status_writer,
         } => {
+            // A read that fails for another reason than the kind not being served stops
+            // here, before anything is written, so running gateway proxies are never pruned
+            // for want of the Gateways they run for.
+            let gateways = read_gateways(ctx, &snap.membership, revision, &mcp.revision()).await?;
             let target = Target {
                 control_plane: mcp,
                 revision,
@@ -152,12 +158,60 @@ async fn apply(mcp: &MeshControlPlane, ctx: &Context) -> Result<Action, Error> {
                     .as_ref()
                     .and_then(|a| a.data()),
                 uid: mcp.uid().unwrap_or_default(),
-                managed_gateways: Vec::new(),
-                gateway_classes: BTreeSet::new(),
+                managed_gateways: gateways.managed,
+                gateway_classes: gateways.classes,
             };
             reconcile_active(&target, &snap, &now, ctx).await
         }
     }
+}
+
+/// The GatewayClasses (cluster-wide) and, when the tenant has a class, the Gateways of the
+/// tenant's namespaces (members and control namespace), read into what `revision` renders. A
+/// kind the API server does not serve (Gateway API CRDs not installed) reads as none.
+async fn read_gateways(
+    ctx: &Context,
+    membership: &meshplane_crds::membership::Membership,
+    revision: &RevisionMembership,
+    revision_name: &str,
+) -> Result<gateway_api::RevisionGateways, Error> {
+    let tenant = &revision.tenant;
+    let classes = match Api::<GatewayClass>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) if gateway_api::not_served(&e) => return Ok(Default::default()),
+        Err(e) => return Err(Error::kube("list GatewayClasses")(e)),
+    };
+    if gateway_api::classes_of_tenant(tenant, &classes, membership).is_empty() {
+        return Ok(Default::default());
+    }
+    let mut namespaces = membership.tenant_members(tenant);
+    if let Some(t) = membership.tenants.get(tenant) {
+        namespaces.insert(t.control_namespace.clone());
+    }
+    let mut gateways = Vec::new();
+    for ns in &namespaces {
+        match Api::<Gateway>::namespaced(ctx.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => gateways.extend(list.items),
+            Err(e) if gateway_api::not_served(&e) => {
+                gateways.clear();
+                break;
+            }
+            Err(e) => return Err(Error::kube("list Gateways")(e)),
+        }
+    }
+    Ok(gateway_api::revision_gateways(
+        tenant,
+        revision_name,
+        &classes,
+        &gateways,
+        membership,
+    ))
 }
 
 /// An active revision as the reconcile works on it.
@@ -372,20 +426,20 @@ async fn observe(
     {
         observed.extend(ctx.applier.list(kind, &selector).await?);
     }
-    let namespaces = plan::access_namespaces(&observed, &ctx.settings.operator_account);
-    observe_bound(ctx, &selector, &namespaces, &mut observed).await?;
+    let grants = plan::access_grants(&observed, &ctx.settings.operator_account);
+    observe_bound(ctx, &selector, &grants, &mut observed).await?;
     Ok(observed)
 }
 
-/// Lists the per-namespace kinds in `namespaces` into `observed`.
+/// Lists the per-namespace kinds each grant covers into `observed`.
 async fn observe_bound(
     ctx: &Context,
     selector: &str,
-    namespaces: &BTreeSet<String>,
+    grants: &BTreeMap<String, render::AccessGrant>,
     observed: &mut BTreeMap<ObjectKey, Value>,
 ) -> Result<(), Error> {
-    for ns in namespaces {
-        for kind in Kind::ALL.into_iter().filter(|k| k.bound_per_namespace()) {
+    for (ns, grant) in grants {
+        for kind in Kind::ALL.into_iter().filter(|k| grant.covers(*k)) {
             observed.extend(ctx.applier.list_in(kind, Some(ns), selector).await?);
         }
     }
@@ -427,14 +481,14 @@ async fn gain_access(
     );
     read_unobserved(ctx, &access, observed).await?;
     claim_control_namespace(ctx, target, snap, named, &access, observed).await?;
-    let before = plan::access_namespaces(observed, operator);
+    let before = plan::access_grants(observed, operator);
     for object in plan::access_writes(&access, observed, &target.uid) {
         let applied = ctx.applier.apply(object).await?;
         observed.insert(object.key.clone(), applied);
     }
-    let gained: BTreeSet<String> = plan::access_namespaces(observed, operator)
-        .difference(&before)
-        .cloned()
+    let gained: BTreeMap<String, render::AccessGrant> = plan::access_grants(observed, operator)
+        .into_iter()
+        .filter(|(ns, grant)| before.get(ns) != Some(grant))
         .collect();
     let selector =
         render::ownership_selector(&target.revision.tenant, &target.control_plane.revision());

@@ -192,16 +192,19 @@ fn key(kind: Kind, namespace: Option<&str>, name: &str) -> ObjectKey {
     }
 }
 
-/// The namespaces where an observed access binding gives the operator its write powers.
-pub fn access_namespaces(
+/// What the observed access bindings grant the operator, by namespace (the widest grant).
+pub fn access_grants(
     observed: &BTreeMap<ObjectKey, Value>,
     operator: &OperatorAccount,
-) -> BTreeSet<String> {
-    observed
-        .iter()
-        .filter(|(k, _)| k.kind == Kind::RoleBinding)
-        .filter_map(|(_, o)| render::operator_access_namespace(o, operator))
-        .collect()
+) -> BTreeMap<String, render::AccessGrant> {
+    let mut out: BTreeMap<String, render::AccessGrant> = BTreeMap::new();
+    for (_, o) in observed.iter().filter(|(k, _)| k.kind == Kind::RoleBinding) {
+        if let Some((ns, grant)) = render::operator_access(o, operator) {
+            let entry = out.entry(ns).or_insert(grant);
+            *entry = (*entry).max(grant);
+        }
+    }
+    out
 }
 
 /// Whether `key` is one of the operator's access bindings: applied before, and removed after,
@@ -1081,8 +1084,11 @@ mod tests {
             Vec::<&DesiredObject>::new()
         );
         assert_eq!(
-            access_namespaces(&observed, &operator),
-            BTreeSet::from(["meshplane-blue".to_string()])
+            access_grants(&observed, &operator),
+            BTreeMap::from([(
+                "meshplane-blue".to_string(),
+                render::AccessGrant::ControlNamespace
+            )])
         );
     }
 
