@@ -11,7 +11,8 @@
 //!   key its manager no longer applies;
 //! - `<pod>.refused-watches` ([`refused_watches_key`]), only while the API server refuses (403)
 //!   some of the pod's watches before they first listed, so that it serves without those
-//!   objects: the refused watches as `<namespace>/<Kind>` lines, sorted, at most
+//!   objects: the refused watches as `<namespace>/<Kind>` lines (`<Kind>.<group>` for a kind
+//!   whose name another group also uses), sorted, at most
 //!   [`REFUSED_LISTED_MAX`], then `+<n> more` when more are refused ([`RefusedWatches`]);
 //!   `*` stands for all namespaces (a cluster-wide watch, Shared isolation). The pod applies
 //!   without it once every watch lists.
@@ -190,11 +191,18 @@ impl std::fmt::Display for RefusedWatches {
     }
 }
 
-/// A kind's name as in a manifest: an upper-case ASCII letter, then letters and digits.
+/// A kind's name as in a manifest (an upper-case ASCII letter, then letters and digits),
+/// followed by `.<group>` where two groups have a kind of the same name
+/// (`Gateway.gateway.networking.k8s.io` beside meshplane's `Gateway`).
 fn is_kind_name(s: &str) -> bool {
-    s.len() <= 63
-        && s.starts_with(|c: char| c.is_ascii_uppercase())
-        && s.chars().all(|c| c.is_ascii_alphanumeric())
+    let (kind, group) = match s.split_once('.') {
+        Some((kind, group)) => (kind, Some(group)),
+        None => (s, None),
+    };
+    kind.len() <= 63
+        && kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric())
+        && group.is_none_or(crate::kube_names::is_dns1123_subdomain)
 }
 
 /// An instance pod keeps serving members it could not confirm: since when (RFC 3339, UTC) and
@@ -540,6 +548,7 @@ mod tests {
             "shop/Service",
             "*/Sidecar\nshop/Service",
             " a/Service\nb/Service \n",
+            "bank/Gateway\nbank/Gateway.gateway.networking.k8s.io",
         ] {
             assert!(RefusedWatches::from_value(ok).is_ok(), "{ok:?}");
         }
@@ -555,6 +564,8 @@ mod tests {
             "Shop/Service".into(),
             "shop/service".into(),
             "shop/Ser vice".into(),
+            "shop/Gateway.".into(),
+            "shop/Gateway.Gateway.Networking".into(),
             "shop/Service\nbank/Service".into(),
             "shop/Service\nshop/Service".into(),
             "shop/Service\n+2 more".into(),
