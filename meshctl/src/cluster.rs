@@ -96,8 +96,27 @@ pub fn api_resource(kind: Kind) -> (ApiResource, bool) {
     (kind.visit(Erase), kind.namespaced())
 }
 
-/// Every object of `api`, page by page, as JSON documents with `apiVersion` and `kind`.
+/// The kinds a cluster may not serve: the Gateway API is installed separately, so a cluster
+/// without its CRDs simply has none of them.
+const OPTIONAL_GROUPS: &[&str] = &["gateway.networking.k8s.io"];
+
+/// Every object of `api`, page by page, as JSON documents with `apiVersion` and `kind`; none
+/// when the API server does not serve an optional kind (404).
 async fn list_documents(
+    api: &Api<DynamicObject>,
+    resource: &ApiResource,
+) -> Result<Vec<serde_json::Value>, kube::Error> {
+    match list_all(api, resource).await {
+        Err(kube::Error::Api(s))
+            if s.code == 404 && OPTIONAL_GROUPS.contains(&resource.group.as_str()) =>
+        {
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
+async fn list_all(
     api: &Api<DynamicObject>,
     resource: &ApiResource,
 ) -> Result<Vec<serde_json::Value>, kube::Error> {
