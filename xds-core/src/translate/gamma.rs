@@ -312,6 +312,7 @@ fn path_rewrite(m: &HTTPPathModifier, matched: Option<&str>) -> Option<RegexRewr
 }
 
 /// Filters and backends of a rule, shared by HTTP and gRPC rules.
+#[derive(Default)]
 struct RuleParts<'a> {
     request_headers: Option<&'a HttpHeaderFilter>,
     response_headers: Option<&'a HttpHeaderFilter>,
@@ -329,15 +330,7 @@ struct RuleParts<'a> {
 }
 
 fn http_parts(rule: &HTTPRouteRule) -> RuleParts<'_> {
-    let mut parts = RuleParts {
-        request_headers: None,
-        response_headers: None,
-        mirrors: Vec::new(),
-        redirect: None,
-        rewrite: None,
-        unsupported: false,
-        backends: Vec::new(),
-    };
+    let mut parts = RuleParts::default();
     for f in &rule.filters {
         apply_http_filter(&mut parts, f);
     }
@@ -383,15 +376,7 @@ fn apply_http_filter<'a>(parts: &mut RuleParts<'a>, f: &'a HTTPRouteFilter) {
 }
 
 fn grpc_parts(rule: &GRPCRouteRule) -> RuleParts<'_> {
-    let mut parts = RuleParts {
-        request_headers: None,
-        response_headers: None,
-        mirrors: Vec::new(),
-        redirect: None,
-        rewrite: None,
-        unsupported: false,
-        backends: Vec::new(),
-    };
+    let mut parts = RuleParts::default();
     for f in &rule.filters {
         match f.type_ {
             GRPCRouteFilterType::RequestHeaderModifier => {
